@@ -1,0 +1,325 @@
+"""walkit.plugins.metadata.sqlite is a MetadataStore in one SQLite file (``sqlite:///path/meta.db``).
+
+It is the embedded default: clients and bookies on one machine share the file, each process
+with its own connection. Compare-and-swap runs in ``BEGIN IMMEDIATE`` transactions (one writer
+at a time, across processes) in WAL mode with ``synchronous=FULL``.
+
+Ephemeral registrations are rows with an expiry time that a heartbeat thread pushes forward
+every `ttl / 3`; a row past its expiry is treated as absent everywhere, so a killed process's
+registrations vanish after `ttl` seconds, and a closed session deletes its rows at once. Watches
+poll ``PRAGMA data_version`` (which changes when another connection commits) and compare the
+versions of the watched keys.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from typing import Callable
+from urllib.parse import parse_qsl, urlsplit
+
+from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
+from walkit.spi import SessionState
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS nodes (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    version INTEGER NOT NULL,
+    expires_ms INTEGER            -- NULL: persistent; else ephemeral, absent once past
+);
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _check_key(key: str) -> str:
+    if not isinstance(key, str) or not key or key.startswith("/") or key.endswith("/") or "//" in key:
+        raise ConfigError(f"invalid metadata key {key!r}: use a/b/c paths without leading or trailing '/'")
+    return key
+
+
+class _Registration:
+    """_Registration is an ephemeral key kept alive by the store's heartbeat thread."""
+
+    def __init__(self, store: "SqliteMetadataStore", key: str) -> None:
+        self._store = store
+        self._key = key
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    def update(self, value: bytes) -> None:
+        self._store._update_ephemeral(self._key, value)
+
+    def close(self) -> None:
+        self._store._end_registration(self._key)
+
+
+class _PollingWatch:
+    def __init__(self, store: "SqliteMetadataStore", prefix: str, callback: Callable[[str], None]) -> None:
+        self.prefix = prefix
+        self.callback = callback
+        self.snapshot = store._versions_under(prefix)
+        self._store = store
+
+    def cancel(self) -> None:
+        self._store._watches.discard(self)
+
+
+class SqliteMetadataStore:
+    """SqliteMetadataStore is the ``sqlite://`` MetadataStore.
+
+    Options (also as URI query parameters): `timeout` seconds for every call (default 10) and
+    `ttl` seconds for ephemeral registrations (default 3).
+    """
+
+    def __init__(self, path: str, *, timeout: float = 10.0, ttl: float = 3.0) -> None:
+        if ttl <= 0 or timeout <= 0:
+            raise ConfigError("sqlite metadata: timeout and ttl must be positive")
+        self.path = path
+        self.timeout = timeout
+        self.ttl = ttl
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(directory, exist_ok=True)
+            self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA busy_timeout = %d" % int(timeout * 1000))
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = FULL")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise MetadataError(f"cannot open sqlite metadata at {path}: {exc}") from exc
+        self._lock = threading.RLock()
+        self._registrations: dict[str, _Registration] = {}
+        self._watches: set[_PollingWatch] = set()
+        self._listeners: list[Callable[[SessionState], None]] = []
+        self._closed = threading.Event()
+        self._data_version = -1
+        self._thread = threading.Thread(target=self._background, name="walkit-sqlite-meta", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_uri(cls, uri: str, **options) -> "SqliteMetadataStore":
+        """from_uri opens ``sqlite:///abs/path.db`` or ``sqlite://rel/path.db`` (?timeout=&ttl=)."""
+        from walkit.plugins import path_of
+        query = dict(parse_qsl(urlsplit(uri).query))
+        for name in ("timeout", "ttl"):
+            if name in query:
+                try:
+                    options.setdefault(name, float(query[name]))
+                except ValueError:
+                    raise ConfigError(f"sqlite metadata: {name}={query[name]!r} is not a number") from None
+        return cls(path_of(uri.split("?", 1)[0]), **options)
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _run(self, work: Callable[[sqlite3.Cursor], object], write: bool = True):
+        if self._closed.is_set():
+            raise MetadataError("the sqlite metadata store is closed")
+        with self._lock:
+            cursor = self._db.cursor()
+            try:
+                cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    result = work(cursor)
+                except BaseException:
+                    cursor.execute("ROLLBACK")
+                    raise
+                cursor.execute("COMMIT")
+                return result
+            except sqlite3.OperationalError as exc:
+                raise MetadataError(f"sqlite metadata at {self.path}: {exc}") from exc
+            finally:
+                cursor.close()
+
+    @staticmethod
+    def _live(cursor: sqlite3.Cursor, key: str) -> tuple[bytes, int] | None:
+        row = cursor.execute("SELECT value, version, expires_ms FROM nodes WHERE key = ?", (key,)).fetchone()
+        if row is None or (row[2] is not None and row[2] < _now_ms()):
+            return None
+        return row[0], row[1]
+
+    # -- MetadataStore --------------------------------------------------------------------
+    def create(self, key: str, value: bytes) -> int:
+        """create makes `key`; NodeExists if it is present."""
+        _check_key(key)
+
+        def work(c: sqlite3.Cursor) -> int:
+            if self._live(c, key) is not None:
+                raise NodeExists(f"metadata key {key!r} already exists")
+            c.execute("INSERT OR REPLACE INTO nodes (key, value, version, expires_ms) VALUES (?, ?, 0, NULL)",
+                      (key, bytes(value)))
+            return 0
+        return self._run(work)
+
+    def get(self, key: str) -> tuple[bytes, int]:
+        """get returns (value, version); NoSuchKey if absent."""
+        _check_key(key)
+        found = self._run(lambda c: self._live(c, key), write=False)
+        if found is None:
+            raise NoSuchKey(f"no metadata key {key!r}")
+        return found
+
+    def put(self, key: str, value: bytes, expected_version: int) -> int:
+        """put replaces the value at `expected_version`; BadVersion or NoSuchKey otherwise."""
+        _check_key(key)
+
+        def work(c: sqlite3.Cursor) -> int:
+            found = self._live(c, key)
+            if found is None:
+                raise NoSuchKey(f"no metadata key {key!r}")
+            if found[1] != expected_version:
+                raise BadVersion(f"metadata key {key!r} is at version {found[1]}, not {expected_version}")
+            c.execute("UPDATE nodes SET value = ?, version = version + 1 WHERE key = ?", (bytes(value), key))
+            return expected_version + 1
+        return self._run(work)
+
+    def delete(self, key: str, expected_version: int | None = None) -> None:
+        """delete removes `key`, checking its version if `expected_version` is given."""
+        _check_key(key)
+
+        def work(c: sqlite3.Cursor) -> None:
+            found = self._live(c, key)
+            if found is None:
+                raise NoSuchKey(f"no metadata key {key!r}")
+            if expected_version is not None and found[1] != expected_version:
+                raise BadVersion(f"metadata key {key!r} is at version {found[1]}, not {expected_version}")
+            c.execute("DELETE FROM nodes WHERE key = ?", (key,))
+        self._run(work)
+
+    def children(self, prefix: str) -> list[str]:
+        """children lists the names directly under `prefix`."""
+        _check_key(prefix)
+        low = prefix + "/"
+        high = prefix + "0"          # '0' sorts right after '/'
+
+        def work(c: sqlite3.Cursor) -> list[str]:
+            rows = c.execute("SELECT key FROM nodes WHERE key >= ? AND key < ? AND "
+                             "(expires_ms IS NULL OR expires_ms >= ?)", (low, high, _now_ms())).fetchall()
+            return sorted({row[0][len(low):].split("/", 1)[0] for row in rows})
+        return self._run(work, write=False)
+
+    def next_id(self, counter: str) -> int:
+        """next_id returns 0, 1, 2, ... for `counter`, unique across processes."""
+        def work(c: sqlite3.Cursor) -> int:
+            row = c.execute("INSERT INTO counters (name, value) VALUES (?, 0) ON CONFLICT(name) "
+                            "DO UPDATE SET value = value + 1 RETURNING value", (counter,)).fetchone()
+            return row[0]
+        return self._run(work)
+
+    def register(self, key: str, value: bytes) -> _Registration:
+        """register creates an ephemeral key; a live registration of another process is NodeExists.
+
+        A stale row left by a killed process expires after `ttl` seconds; one of this store is
+        replaced.
+        """
+        _check_key(key)
+
+        def work(c: sqlite3.Cursor) -> None:
+            if self._live(c, key) is not None and key not in self._registrations:
+                raise NodeExists(f"metadata key {key!r} is registered by a live session")
+            c.execute("INSERT OR REPLACE INTO nodes (key, value, version, expires_ms) VALUES (?, ?, 0, ?)",
+                      (key, bytes(value), _now_ms() + int(self.ttl * 1000)))
+        self._run(work)
+        registration = self._registrations[key] = _Registration(self, key)
+        return registration
+
+    def _update_ephemeral(self, key: str, value: bytes) -> None:
+        def work(c: sqlite3.Cursor) -> None:
+            c.execute("UPDATE nodes SET value = ?, version = version + 1, expires_ms = ? WHERE key = ?",
+                      (bytes(value), _now_ms() + int(self.ttl * 1000), key))
+        self._run(work)
+
+    def _end_registration(self, key: str) -> None:
+        if self._registrations.pop(key, None) is None or self._closed.is_set():
+            return
+        self._run(lambda c: c.execute("DELETE FROM nodes WHERE key = ? AND expires_ms IS NOT NULL", (key,)))
+
+    def watch(self, prefix: str, callback: Callable[[str], None]) -> _PollingWatch:
+        """watch calls `callback(key)` from the store's thread after keys under `prefix` change."""
+        _check_key(prefix)
+        watch = _PollingWatch(self, prefix, callback)
+        self._watches.add(watch)
+        return watch
+
+    @property
+    def state(self) -> SessionState:
+        """state is CONNECTED while open (a file has no sessions to lose), LOST once closed."""
+        return SessionState.LOST if self._closed.is_set() else SessionState.CONNECTED
+
+    def add_state_listener(self, listener: Callable[[SessionState], None]) -> None:
+        """add_state_listener registers `listener`; it is called with LOST when the store closes."""
+        self._listeners.append(listener)
+
+    def close(self) -> None:
+        """close deletes this store's ephemeral keys and closes the connection."""
+        if self._closed.is_set():
+            return
+        for key in list(self._registrations):
+            try:
+                self._end_registration(key)
+            except MetadataError:
+                pass
+        self._closed.set()
+        self._thread.join(timeout=self.timeout)
+        with self._lock:
+            self._db.close()
+        for listener in self._listeners:
+            listener(SessionState.LOST)
+
+    def __enter__(self) -> "SqliteMetadataStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- background: heartbeats and watches --------------------------------------------
+    def _versions_under(self, prefix: str) -> dict[str, int]:
+        low, high = prefix + "/", prefix + "0"
+
+        def work(c: sqlite3.Cursor) -> dict[str, int]:
+            rows = c.execute("SELECT key, version FROM nodes WHERE ((key >= ? AND key < ?) OR key = ?) AND "
+                             "(expires_ms IS NULL OR expires_ms >= ?)", (low, high, prefix, _now_ms())).fetchall()
+            return dict(rows)
+        return self._run(work, write=False)
+
+    def _background(self) -> None:
+        beat_every = self.ttl / 3
+        next_beat = time.monotonic() + beat_every
+        while not self._closed.wait(0.05):
+            try:
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + beat_every
+                    keys = list(self._registrations)
+                    if keys:
+                        expires = _now_ms() + int(self.ttl * 1000)
+                        self._run(lambda c: c.executemany(
+                            "UPDATE nodes SET expires_ms = ? WHERE key = ? AND expires_ms IS NOT NULL",
+                            [(expires, k) for k in keys]))
+                if self._watches:
+                    self._poll_watches()
+            except MetadataError:
+                continue     # the file is busy or gone for a moment; the next round retries
+
+    def _poll_watches(self) -> None:
+        for watch in list(self._watches):
+            current = self._versions_under(watch.prefix)
+            if current == watch.snapshot:
+                continue
+            changed = {k for k in current.keys() | watch.snapshot.keys()
+                       if current.get(k) != watch.snapshot.get(k)}
+            watch.snapshot = current
+            for key in sorted(changed):
+                try:
+                    watch.callback(key)
+                except Exception:  # noqa: BLE001 - a watcher's bug must not stop the heartbeats
+                    pass

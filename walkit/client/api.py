@@ -1,0 +1,328 @@
+"""walkit.client.api is the public client: Client, WriteHandle and ReadHandle (DESIGN.md §5).
+
+    client = walkit.Client("sqlite:///walkit-data/metadata.db")
+    w = client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=b"pw")
+    w.append(b"data")                     # blocks until acknowledged; returns the entry id
+    w.append_async(b"more")               # a concurrent.futures.Future[int]; pipelined
+    w.close()
+    r = client.open_ledger(w.ledger_id, password=b"pw")
+    for entry in r.read(0, r.last_add_confirmed): ...
+
+Every blocking call takes `timeout` (seconds; default: the client's) and raises
+walkit.errors.Timeout when it runs out.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+
+from walkit.client.drivers import OutcomeDriver, ReaderDriver, WriterDriver
+from walkit.client.loop import ClientLoop, now_ms
+from walkit.core import events as ev
+from walkit.core.digest import DIGEST_TYPES, Digest, master_key, password_check
+from walkit.core.messages import Entry
+from walkit.core.metadata import (
+    CLOSED, LEDGER_ID_COUNTER, LEDGER_PREFIX, LedgerMetadata, check_quorums, ledger_id_of, ledger_key,
+)
+from walkit.core.reader import LacReader, RangeReader
+from walkit.core.recovery import LedgerRecovery
+from walkit.core.writer import LedgerWriter
+from walkit.errors import (
+    ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, Timeout, Unauthorized,
+)
+from walkit.plugins import open_metadata
+from walkit.registry import BookieInfo, BookieRegistry
+
+
+def _password(password: bytes | str) -> bytes:
+    if isinstance(password, str):
+        return password.encode()
+    if not isinstance(password, (bytes, bytearray)):
+        raise ConfigError(f"password must be bytes or str, not {type(password).__name__}")
+    return bytes(password)
+
+
+def _wait(future: Future, timeout: float, what: str):
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        raise Timeout(f"{what} did not finish within {timeout:g} s") from None
+
+
+class Client:
+    """Client talks to one walkit cluster: its metadata store and its bookies.
+
+    `metadata` is a metadata URI (``sqlite:///path``, ``zk://host:port/root``,
+    ``etcd://host:port/root``) or an open MetadataStore. `timeout` is the default for every
+    blocking call; `add_timeout` is how long a bookie may take to acknowledge an add before the
+    writer replaces it. Use it as a context manager or call `close()`.
+    """
+
+    def __init__(self, metadata, *, timeout: float = 30.0, add_timeout: float = 5.0,
+                 request_timeout: float = 10.0, transport=None) -> None:
+        if timeout <= 0 or add_timeout <= 0 or request_timeout <= 0:
+            raise ConfigError("timeouts must be positive")
+        self.timeout = timeout
+        self.add_timeout = add_timeout
+        self._owns_store = isinstance(metadata, str)
+        self.metadata_url = metadata if isinstance(metadata, str) else getattr(metadata, "uri", repr(metadata))
+        self.store = open_metadata(metadata) if isinstance(metadata, str) else metadata
+        self.registry = BookieRegistry(self.store)
+        if transport is None:
+            from walkit.transport.zmq import ZmqTransport
+            transport = ZmqTransport()
+        self._loop = ClientLoop(transport, self.store, request_timeout_ms=int(request_timeout * 1000))
+        self._closed = False
+
+    # -- ledgers ----------------------------------------------------------------------------
+    def create_ledger(self, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2, *,
+                      password: bytes | str = b"", digest: str = "crc32c",
+                      custom: dict[str, str] | None = None, timeout: float | None = None) -> "WriteHandle":
+        """create_ledger makes a new ledger on `ensemble` random live bookies and opens it for writing.
+
+        It raises ConfigError unless ensemble >= write_quorum >= ack_quorum >= 1, and
+        NotEnoughBookies when fewer than `ensemble` writable bookies are registered.
+        """
+        self._check_open()
+        check_quorums(ensemble, write_quorum, ack_quorum)
+        if digest not in DIGEST_TYPES:
+            raise ConfigError(f"unknown digest {digest!r}; expected one of {', '.join(DIGEST_TYPES)}")
+        password = _password(password)
+        bookies = self.registry.choose(ensemble)
+        ledger_id = self.store.next_id(LEDGER_ID_COUNTER)
+        metadata = LedgerMetadata(
+            ledger_id=ledger_id, ensemble_size=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
+            ensembles={0: tuple(bookies)}, digest_type=digest, password_check=password_check(password),
+            created_ms=int(time.time() * 1000), custom=dict(custom or {}))
+        version = self.store.create(ledger_key(ledger_id), metadata.to_bytes())
+        machine = LedgerWriter(metadata, version, master_key=master_key(password),
+                               digest=Digest(digest, password), add_timeout_ms=int(self.add_timeout * 1000),
+                               now_ms=now_ms())
+        return WriteHandle(self, machine, timeout or self.timeout)
+
+    def open_ledger(self, ledger_id: int, *, password: bytes | str = b"", recover: bool = False,
+                    timeout: float | None = None) -> "ReadHandle":
+        """open_ledger opens a ledger for reading.
+
+        With recover=False nothing is fenced: a live writer goes on, and entries are readable up
+        to the LAC read at open time (refresh with `read_last_add_confirmed`). With recover=True
+        the ledger is fenced, recovered and closed (the writer, if alive, gets LedgerFenced), and
+        every entry up to its last one is readable. A wrong password raises Unauthorized.
+        """
+        self._check_open()
+        timeout = timeout or self.timeout
+        password = _password(password)
+        metadata, version = self._get_metadata(ledger_id)
+        if metadata.password_check and metadata.password_check != password_check(password):
+            raise Unauthorized(f"wrong password for ledger {ledger_id}")
+        digest = Digest(metadata.digest_type, password)
+        if recover and metadata.state != CLOSED:
+            machine = LedgerRecovery(metadata, version, master_key=master_key(password), digest=digest,
+                                     timeout_ms=int(timeout * 1000), add_timeout_ms=int(self.add_timeout * 1000),
+                                     now_ms=now_ms())
+            metadata, version = self._run(machine, timeout, f"recovery of ledger {ledger_id}")
+        if metadata.state == CLOSED:
+            lac = metadata.last_entry_id
+        else:
+            lac = self._run(LacReader(metadata), timeout, f"reading the LAC of ledger {ledger_id}")
+        return ReadHandle(self, metadata, digest, lac, timeout)
+
+    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        """ledger_metadata returns the current metadata of a ledger (NoSuchLedger if absent)."""
+        return self._get_metadata(ledger_id)[0]
+
+    def list_ledgers(self) -> list[int]:
+        """list_ledgers returns the ids of all ledgers, ascending."""
+        self._check_open()
+        return sorted(ledger_id_of(name) for name in self.store.children(LEDGER_PREFIX.rstrip("/")))
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """delete_ledger removes a ledger; its bookies drop its data at their next garbage collection."""
+        self._check_open()
+        try:
+            self.store.delete(ledger_key(ledger_id))
+        except NoSuchKey:
+            raise NoSuchLedger(f"no ledger {ledger_id}") from None
+
+    def bookies(self) -> dict[str, BookieInfo]:
+        """bookies maps the address of every live bookie to what it registered."""
+        return self.registry.live()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def close(self) -> None:
+        """close stops the I/O thread (pending calls fail with ClientClosed) and the metadata session."""
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.stop()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            from walkit.errors import ClientClosed
+            raise ClientClosed("the client is closed")
+
+    def _get_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        self._check_open()
+        try:
+            value, version = self.store.get(ledger_key(ledger_id))
+        except NoSuchKey:
+            raise NoSuchLedger(f"no ledger {ledger_id}") from None
+        return LedgerMetadata.from_bytes(value), version
+
+    def _run(self, machine, timeout: float, what: str):
+        """_run drives a one-shot machine (recovery, LAC read) on the I/O thread and waits."""
+        future: Future = Future()
+        driver = OutcomeDriver(machine, future)
+        self._loop.call(lambda: self._loop.attach(driver, machine.start()))
+        return _wait(future, timeout, what)
+
+
+class WriteHandle:
+    """WriteHandle appends to a ledger this client created; only one writer exists per ledger."""
+
+    def __init__(self, client: Client, machine: LedgerWriter, timeout: float) -> None:
+        self._client = client
+        self._loop = client._loop
+        self._machine = machine
+        self._driver = WriterDriver(machine)
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._submitted: list[tuple[bytes, Future]] = []
+        self.ledger_id = machine.ledger_id
+        self._loop.call(lambda: self._loop.attach(self._driver, []))
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        """metadata is the ledger's metadata as this writer last wrote or read it."""
+        return self._machine.metadata
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """last_add_confirmed is the highest entry id acknowledged to this writer (-1 if none)."""
+        return self._machine.last_add_confirmed
+
+    def append_async(self, data: bytes) -> Future:
+        """append_async sends `data` as the next entry; the Future resolves to its entry id.
+
+        Many appends may be in flight; they complete in entry order. A failed append raises,
+        from `result()`, LedgerFenced, LedgerClosed, NotEnoughBookies or another WalkitError.
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"entries are bytes, not {type(data).__name__}")
+        future: Future = Future()
+        with self._lock:
+            self._submitted.append((bytes(data), future))
+            first = len(self._submitted) == 1
+        if first:
+            self._loop.call(self._drain)
+        return future
+
+    def _drain(self) -> None:
+        with self._lock:
+            submitted, self._submitted = self._submitted, []
+        self._driver.futures.extend(f for _, f in submitted)
+        self._loop.step(self._driver, ev.AppendRequested(payloads=[p for p, _ in submitted]))
+
+    def append(self, data: bytes, timeout: float | None = None) -> int:
+        """append sends `data` and blocks until it is acknowledged; it returns the entry id."""
+        timeout = timeout or self._timeout
+        return _wait(self.append_async(data), timeout, f"append to ledger {self.ledger_id}")
+
+    def close(self, timeout: float | None = None) -> LedgerMetadata:
+        """close waits for pending appends, then closes the ledger at its LAC; returns the metadata."""
+        timeout = timeout or self._timeout
+        future: Future = Future()
+
+        def start() -> None:
+            self._drain()
+            self._driver.close_futures.append(future)
+            self._loop.step(self._driver, ev.CloseRequested())
+        self._loop.call(start)
+        return _wait(future, timeout, f"closing ledger {self.ledger_id}")
+
+    def __enter__(self) -> "WriteHandle":
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if not self._machine.closed and self._machine.error is None:
+            self.close()
+
+
+class ReadHandle:
+    """ReadHandle reads a ledger opened with `Client.open_ledger`."""
+
+    def __init__(self, client: Client, metadata: LedgerMetadata, digest: Digest, lac: int, timeout: float) -> None:
+        self._client = client
+        self._loop = client._loop
+        self._digest = digest
+        self._timeout = timeout
+        self.metadata = metadata
+        self.ledger_id = metadata.ledger_id
+        self.last_add_confirmed = lac
+
+    @property
+    def is_closed(self) -> bool:
+        """is_closed is True when the ledger was closed when opened (its end is final)."""
+        return self.metadata.state == CLOSED
+
+    def read(self, first: int = 0, last: int | None = None, timeout: float | None = None) -> Iterator[Entry]:
+        """read yields the entries first..last (default: up to the LAC), streaming in order.
+
+        Reading past the LAC is refused with NoSuchEntry. Each entry has `.entry_id` and
+        `.payload`. A replica with corrupt bytes is skipped for another; DigestMismatch is raised
+        only if no replica verifies.
+        """
+        last = self.last_add_confirmed if last is None else last
+        if last > self.last_add_confirmed:
+            raise NoSuchEntry(f"entry {last} of ledger {self.ledger_id} is beyond the last add "
+                              f"confirmed ({self.last_add_confirmed})")
+        timeout = timeout or self._timeout
+        machine = RangeReader(self.metadata, first, last, self._digest,
+                              timeout_ms=self._client._loop.request_timeout_ms, now_ms=now_ms())
+        return self._stream(machine, timeout)
+
+    def _stream(self, machine: RangeReader, timeout: float) -> Iterator[Entry]:
+        driver = ReaderDriver(machine)
+        self._loop.call(lambda: self._loop.attach(driver, machine.start()))
+        while True:
+            try:
+                item = driver.queue.get(timeout=timeout)
+            except Exception:
+                raise Timeout(f"reading ledger {self.ledger_id} stalled for {timeout:g} s") from None
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield from item
+            consumed = ev.EntriesConsumed(upto=item[-1].entry_id)
+            self._loop.call(lambda consumed=consumed: self._loop.step(driver, consumed))
+
+    def read_last_add_confirmed(self, timeout: float | None = None) -> int:
+        """read_last_add_confirmed refreshes the metadata and the LAC, and returns the LAC.
+
+        The metadata is re-read because the writer may have changed the ensemble; once the
+        ledger is CLOSED its last entry is the final LAC.
+        """
+        if self.is_closed:
+            return self.last_add_confirmed
+        self.metadata = self._client.ledger_metadata(self.ledger_id)
+        if self.metadata.state == CLOSED:
+            lac = self.metadata.last_entry_id
+        else:
+            lac = self._client._run(LacReader(self.metadata), timeout or self._timeout,
+                                    f"reading the LAC of ledger {self.ledger_id}")
+        self.last_add_confirmed = max(self.last_add_confirmed, lac)
+        return self.last_add_confirmed

@@ -1,0 +1,7 @@
+"""walkit.core is the BookKeeper protocol as sans-IO state machines (DESIGN.md §2).
+
+It contains no networking, threads, clocks, randomness or file access: machines take events
+through `step(event)` and return commands; the shell (walkit.client, walkit.bookie) performs
+the I/O. A test fails the build if anything here imports zmq, capnp, socket, threading,
+asyncio, time, random or os.
+"""

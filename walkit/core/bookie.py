@@ -1,0 +1,337 @@
+"""walkit.core.bookie decides how a bookie answers requests; it stores and sends nothing itself.
+
+`BookieHandler.step(peer, request)` returns commands for the shell:
+
+- `StoreEntries` and `StoreLedgerState` change storage (buffered `put`s);
+- `Reply(durable=True)` may be sent only after the storage `sync()` that covers every store
+  command returned before it: a bookie acknowledges an add only once it is durable (seed 000,
+  "Writing to ledgers"), and a fence, master key or explicit LAC only once they are durable
+  (BP-46: a bookie that forgets a fence lets a closed ledger take writes);
+- `Reply(durable=False)` may be sent at once (errors, plain reads).
+
+Rules applied here (DESIGN.md §3):
+
+- the first add (or fence) of a ledger records its master key; later adds and fences with a
+  different key get UNAUTHORIZED;
+- a fenced ledger refuses adds without the recovery flag (FENCED); fencing requests fence the
+  ledger even if the bookie never saw it, so an add from the old writer arriving later is
+  refused too;
+- the bookie's LAC of a ledger is the highest LAC carried by its entries or sent explicitly;
+  long-poll requests wait until it passes their `previous_lac` or their timeout expires;
+- a read-only bookie refuses ordinary adds with READ_ONLY and keeps serving reads.
+
+Reads go through `storage`, a read-only view of the bookie's EntryStorage (as etcd raft reads
+its log through a Storage interface); every change goes out as a command.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from walkit.core.messages import (
+    NO_ENTRY, NO_LONG_POLL, AddRequest, AddResponse, Entry, ReadLacRequest, ReadLacResponse,
+    ReadRequest, ReadResponse, Status, WriteLacRequest, WriteLacResponse,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    """LedgerState is what a bookie must remember about a ledger besides its entries.
+
+    It is durable (part of `EntryStorage` and covered by `sync()`): the fenced flag, the master
+    key recorded on the first add or fence, and the highest explicit LAC.
+    """
+
+    fenced: bool = False
+    master_key: bytes = b""
+    explicit_lac: int = NO_ENTRY
+
+
+_STORED = struct.Struct(">qB")
+
+
+def pack_entry(lac: int, digest: bytes, payload: bytes) -> bytes:
+    """pack_entry returns the bytes a bookie stores for an entry (its ids are the storage key)."""
+    return _STORED.pack(lac, len(digest)) + digest + payload
+
+
+def unpack_entry(ledger_id: int, entry_id: int, data: bytes) -> Entry:
+    """unpack_entry turns stored bytes back into the Entry that was added."""
+    lac, digest_len = _STORED.unpack_from(data)
+    start = _STORED.size
+    return Entry(ledger_id, entry_id, lac, data[start:start + digest_len], data[start + digest_len:])
+
+
+class StorageView(Protocol):
+    """StorageView is the read side of EntryStorage that the handler needs."""
+
+    def get(self, ledger_id: int, entry_id: int) -> bytes | None: ...
+
+    def last_entry(self, ledger_id: int) -> int: ...
+
+    def ledger_state(self, ledger_id: int) -> LedgerState | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEntries:
+    """StoreEntries asks the shell to `put` packed entries of one ledger."""
+
+    ledger_id: int
+    entries: list[tuple[int, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLedgerState:
+    """StoreLedgerState asks the shell to store a ledger's new state."""
+
+    ledger_id: int
+    state: LedgerState
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Reply asks the shell to send `response` to `peer`; see the module doc for `durable`."""
+
+    peer: bytes
+    response: object
+    durable: bool
+
+
+@dataclass(slots=True)
+class _Ledger:
+    """_Ledger is the handler's in-memory view of one ledger: durable state plus LAC and tail."""
+
+    state: LedgerState
+    lac: int
+    last_entry_id: int
+
+
+@dataclass(slots=True)
+class _Poll:
+    peer: bytes
+    request: ReadRequest | ReadLacRequest
+    deadline_ms: int
+
+
+class BookieHandler:
+    """BookieHandler turns decoded requests into storage commands and replies.
+
+    `storage` is read through (see StorageView); `read_only` can be switched by the shell.
+    Time comes from `tick(now_ms)`, which also expires long polls.
+    """
+
+    def __init__(self, storage: StorageView, *, read_only: bool = False) -> None:
+        self.storage = storage
+        self.read_only = read_only
+        self._ledgers: dict[int, _Ledger] = {}
+        self._polls: dict[int, list[_Poll]] = {}
+        self._now = 0
+        self._handlers = {AddRequest: self._on_add, ReadRequest: self._on_read,
+                          ReadLacRequest: self._on_read_lac, WriteLacRequest: self._on_write_lac}
+
+    # -- public ---------------------------------------------------------------------------
+    def step(self, peer: bytes, request) -> list:
+        """step handles one request from `peer` and returns the commands to carry out in order."""
+        return self._handlers[type(request)](peer, request)
+
+    def tick(self, now_ms: int) -> list:
+        """tick advances time and answers the long polls whose timeout expired."""
+        self._now = now_ms
+        commands: list = []
+        for ledger_id in list(self._polls):
+            polls = self._polls[ledger_id]
+            expired = [p for p in polls if p.deadline_ms <= now_ms]
+            if expired:
+                self._polls[ledger_id] = [p for p in polls if p.deadline_ms > now_ms]
+                if not self._polls[ledger_id]:
+                    del self._polls[ledger_id]
+                commands += [self._answer_poll(p) for p in expired]
+        return commands
+
+    def forget(self, ledger_id: int) -> None:
+        """forget drops the cached state of a ledger whose data the shell deleted."""
+        self._ledgers.pop(ledger_id, None)
+        self._polls.pop(ledger_id, None)
+
+    def lac(self, ledger_id: int) -> int:
+        """lac returns the bookie's LAC for a ledger (-1 if unknown)."""
+        ledger = self._ledger(ledger_id)
+        return NO_ENTRY if ledger is None else ledger.lac
+
+    @property
+    def poll_count(self) -> int:
+        """poll_count is the number of long polls waiting."""
+        return sum(len(p) for p in self._polls.values())
+
+    # -- ledger state ---------------------------------------------------------------------
+    def _ledger(self, ledger_id: int) -> _Ledger | None:
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            state = self.storage.ledger_state(ledger_id)
+            if state is None:
+                return None
+            last = self.storage.last_entry(ledger_id)
+            lac = state.explicit_lac
+            if last >= 0:
+                data = self.storage.get(ledger_id, last)
+                if data is not None:
+                    lac = max(lac, _STORED.unpack_from(data)[0])
+            ledger = self._ledgers[ledger_id] = _Ledger(state, lac, last)
+        return ledger
+
+    def _claim(self, ledger_id: int, master_key: bytes) -> tuple[_Ledger, list]:
+        """_claim returns the ledger, creating it with `master_key` if new, plus store commands."""
+        ledger = self._ledger(ledger_id)
+        if ledger is None:
+            ledger = self._ledgers[ledger_id] = _Ledger(LedgerState(master_key=master_key), NO_ENTRY, NO_ENTRY)
+            return ledger, [StoreLedgerState(ledger_id, ledger.state)]
+        if not ledger.state.master_key:
+            ledger.state = replace(ledger.state, master_key=master_key)
+            return ledger, [StoreLedgerState(ledger_id, ledger.state)]
+        return ledger, []
+
+    # -- requests -------------------------------------------------------------------------
+    def _on_add(self, peer: bytes, request: AddRequest) -> list:
+        ledger_id = request.ledger_id
+
+        def refuse(status: Status, message: str) -> list:
+            return [Reply(peer, AddResponse(txn=request.txn, status=status, ledger_id=ledger_id,
+                                            entry_ids=[e.entry_id for e in request.entries],
+                                            message=message), False)]
+
+        if self.read_only and not request.recovery:
+            return refuse(Status.READ_ONLY, "bookie is read-only")
+        if not request.master_key:
+            return refuse(Status.BAD_REQUEST, "add without a master key")
+        for entry in request.entries:
+            if entry.ledger_id != ledger_id or entry.entry_id < 0:
+                return refuse(Status.BAD_REQUEST, f"entry ({entry.ledger_id}, {entry.entry_id}) "
+                                                  f"does not belong to ledger {ledger_id}")
+        existing = self._ledger(ledger_id)
+        if existing is not None and existing.state.master_key and existing.state.master_key != request.master_key:
+            return refuse(Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}")
+        if existing is not None and existing.state.fenced and not request.recovery:
+            return refuse(Status.FENCED, f"ledger {ledger_id} is fenced")
+        ledger, commands = self._claim(ledger_id, request.master_key)
+        if request.entries:
+            commands.append(StoreEntries(ledger_id, [(e.entry_id, pack_entry(e.lac, e.digest, e.payload))
+                                                     for e in request.entries]))
+            ledger.lac = max(ledger.lac, max(e.lac for e in request.entries))
+            ledger.last_entry_id = max(ledger.last_entry_id, max(e.entry_id for e in request.entries))
+        commands.append(Reply(peer, AddResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
+                                                entry_ids=[e.entry_id for e in request.entries]), True))
+        return commands + self._wake(ledger_id, ledger)
+
+    def _fence_or_find(self, peer: bytes, request: ReadRequest | ReadLacRequest, make_error) -> tuple:
+        """_fence_or_find applies a read's fence flag; it returns (ledger, commands, error reply)."""
+        ledger_id = request.ledger_id
+        if not request.fence:
+            ledger = self._ledger(ledger_id)
+            if ledger is None:
+                return None, [], make_error(Status.NO_SUCH_LEDGER, f"no ledger {ledger_id} on this bookie")
+            return ledger, [], None
+        if not request.master_key:
+            return None, [], make_error(Status.BAD_REQUEST, "fencing request without a master key")
+        existing = self._ledger(ledger_id)
+        if existing is not None and existing.state.master_key and existing.state.master_key != request.master_key:
+            return None, [], make_error(Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}")
+        ledger, commands = self._claim(ledger_id, request.master_key)
+        if not ledger.state.fenced:
+            ledger.state = replace(ledger.state, fenced=True)
+            commands = [StoreLedgerState(ledger_id, ledger.state)]
+        return ledger, commands, None
+
+    def _on_read(self, peer: bytes, request: ReadRequest) -> list:
+        def error(status: Status, message: str) -> list:
+            return [Reply(peer, ReadResponse(txn=request.txn, status=status, ledger_id=request.ledger_id,
+                                             message=message), False)]
+
+        ledger, commands, failure = self._fence_or_find(peer, request, error)
+        if failure is not None:
+            return failure
+        if self._should_wait(request, ledger):
+            return commands + self._park(peer, request)
+        return commands + [self._read_reply(peer, request, ledger, durable=bool(commands))]
+
+    def _on_read_lac(self, peer: bytes, request: ReadLacRequest) -> list:
+        def error(status: Status, message: str) -> list:
+            return [Reply(peer, ReadLacResponse(txn=request.txn, status=status, ledger_id=request.ledger_id,
+                                                message=message), False)]
+
+        ledger, commands, failure = self._fence_or_find(peer, request, error)
+        if failure is not None:
+            return failure
+        if self._should_wait(request, ledger):
+            return commands + self._park(peer, request)
+        return commands + [self._lac_reply(peer, request, ledger, durable=bool(commands))]
+
+    def _on_write_lac(self, peer: bytes, request: WriteLacRequest) -> list:
+        ledger_id = request.ledger_id
+        ledger = self._ledger(ledger_id)
+        status, message = Status.OK, ""
+        if ledger is None:
+            status, message = Status.NO_SUCH_LEDGER, f"no ledger {ledger_id} on this bookie"
+        elif ledger.state.master_key != request.master_key:
+            status, message = Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
+        if status != Status.OK:
+            return [Reply(peer, WriteLacResponse(txn=request.txn, status=status, ledger_id=ledger_id,
+                                                 message=message), False)]
+        commands: list = []
+        if request.lac > ledger.state.explicit_lac:
+            ledger.state = replace(ledger.state, explicit_lac=request.lac)
+            ledger.lac = max(ledger.lac, request.lac)
+            commands.append(StoreLedgerState(ledger_id, ledger.state))
+        commands.append(Reply(peer, WriteLacResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id), True))
+        return commands + self._wake(ledger_id, ledger)
+
+    # -- replies and long polls -------------------------------------------------------------
+    def _read_reply(self, peer: bytes, request: ReadRequest, ledger: _Ledger, durable: bool) -> Reply:
+        ledger_id, get = request.ledger_id, self.storage.get
+        entries = []
+        for entry_id in request.entry_ids:
+            data = get(ledger_id, entry_id)
+            if data is not None:
+                entries.append(unpack_entry(ledger_id, entry_id, data))
+        return Reply(peer, ReadResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
+                                        entries=entries, lac=ledger.lac), durable)
+
+    @staticmethod
+    def _lac_reply(peer: bytes, request: ReadLacRequest, ledger: _Ledger, durable: bool) -> Reply:
+        return Reply(peer, ReadLacResponse(txn=request.txn, status=Status.OK, ledger_id=request.ledger_id,
+                                           lac=ledger.lac, last_entry_id=ledger.last_entry_id), durable)
+
+    @staticmethod
+    def _should_wait(request: ReadRequest | ReadLacRequest, ledger: _Ledger) -> bool:
+        return (request.previous_lac != NO_LONG_POLL and request.timeout_ms > 0
+                and ledger.lac <= request.previous_lac)
+
+    def _park(self, peer: bytes, request: ReadRequest | ReadLacRequest) -> list:
+        self._polls.setdefault(request.ledger_id, []).append(
+            _Poll(peer, request, self._now + request.timeout_ms))
+        return []
+
+    def _answer_poll(self, poll: _Poll) -> Reply:
+        ledger = self._ledger(poll.request.ledger_id)
+        if ledger is None:       # deleted while waiting
+            kind = ReadResponse if isinstance(poll.request, ReadRequest) else ReadLacResponse
+            return Reply(poll.peer, kind(txn=poll.request.txn, status=Status.NO_SUCH_LEDGER,
+                                         ledger_id=poll.request.ledger_id), False)
+        if isinstance(poll.request, ReadRequest):
+            return self._read_reply(poll.peer, poll.request, ledger, durable=True)
+        return self._lac_reply(poll.peer, poll.request, ledger, durable=True)
+
+    def _wake(self, ledger_id: int, ledger: _Ledger) -> list:
+        polls = self._polls.get(ledger_id)
+        if not polls:
+            return []
+        ready = [p for p in polls if ledger.lac > p.request.previous_lac]
+        if not ready:
+            return []
+        rest = [p for p in polls if ledger.lac <= p.request.previous_lac]
+        if rest:
+            self._polls[ledger_id] = rest
+        else:
+            del self._polls[ledger_id]
+        return [self._answer_poll(p) for p in ready]

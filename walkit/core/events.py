@@ -1,0 +1,272 @@
+"""walkit.core.events defines what goes into the client-side machines and what comes out.
+
+Events (past tense) are facts the shell feeds a machine with `step(event)`: a bookie answered,
+the metadata store answered, time passed. Commands (imperative) are what a machine asks the
+shell to do: send requests, write metadata, complete or fail the user's futures.
+
+Events and commands carry batches (many entry ids, many entries) so the shell can put many adds
+in one ZeroMQ message and the machines create no object per entry where one per batch will do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from walkit.core.messages import Entry, Status
+from walkit.core.metadata import LedgerMetadata
+
+# ---------------------------------------------------------------------------------------------
+# events
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ticked:
+    """Ticked tells a machine the current time in milliseconds (monotonic clock)."""
+
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendRequested:
+    """AppendRequested hands the writer new payloads; they get consecutive entry ids."""
+
+    payloads: list[bytes]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddsAcked:
+    """AddsAcked reports that `bookie` durably stored the listed entries."""
+
+    bookie: str
+    ledger_id: int
+    entry_ids: list[int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddsRejected:
+    """AddsRejected reports that `bookie` refused or could not be reached for the entries."""
+
+    bookie: str
+    ledger_id: int
+    entry_ids: list[int]
+    status: Status
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BookiesChosen:
+    """BookiesChosen answers ChooseBookies with live writable candidates, in random order."""
+
+    ledger_id: int
+    bookies: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetadataWritten:
+    """MetadataWritten reports a successful compare-and-swap of a ledger's metadata."""
+
+    metadata: LedgerMetadata
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetadataConflict:
+    """MetadataConflict reports a failed compare-and-swap, with the metadata found instead."""
+
+    metadata: LedgerMetadata
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetadataFailed:
+    """MetadataFailed reports that the metadata store could not complete an operation."""
+
+    ledger_id: int
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CloseRequested:
+    """CloseRequested asks the writer to close the ledger once its pending adds completed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EntriesRead:
+    """EntriesRead reports entries a bookie returned; requested ids it lacks are `missing`."""
+
+    bookie: str
+    ledger_id: int
+    entries: list[Entry]
+    missing: list[int]
+    lac: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadFailed:
+    """ReadFailed reports that a read of the listed entries failed at `bookie` as a whole."""
+
+    bookie: str
+    ledger_id: int
+    entry_ids: list[int]
+    status: Status
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EntriesConsumed:
+    """EntriesConsumed tells a reader the caller took every entry up to `upto`."""
+
+    upto: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LacRead:
+    """LacRead reports a bookie's answer to a ReadLac request (status OK or an error)."""
+
+    bookie: str
+    ledger_id: int
+    status: Status
+    lac: int = -1
+    last_entry_id: int = -1
+    message: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendAdds:
+    """SendAdds asks the shell to send entries of one ledger to one bookie."""
+
+    bookie: str
+    ledger_id: int
+    master_key: bytes
+    entries: list[Entry]
+    recovery: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendRead:
+    """SendRead asks the shell to read entries of one ledger from one bookie."""
+
+    bookie: str
+    ledger_id: int
+    entry_ids: list[int]
+    fence: bool = False
+    master_key: bytes = b""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendReadLac:
+    """SendReadLac asks a bookie for its LAC; `fence` makes it a fencing request."""
+
+    bookie: str
+    ledger_id: int
+    fence: bool = False
+    master_key: bytes = b""
+    previous_lac: int = -2
+    timeout_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendWriteLac:
+    """SendWriteLac asks the shell to send an explicit LAC to one bookie."""
+
+    bookie: str
+    ledger_id: int
+    master_key: bytes
+    lac: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteAdds:
+    """CompleteAdds tells the shell that every entry up to `last_entry_id` is confirmed."""
+
+    ledger_id: int
+    last_entry_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailAdds:
+    """FailAdds fails every add of the ledger from `first_entry_id` on, and any later one."""
+
+    ledger_id: int
+    first_entry_id: int
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChooseBookies:
+    """ChooseBookies asks the shell for live writable bookies outside `exclude`."""
+
+    ledger_id: int
+    exclude: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteMetadata:
+    """WriteMetadata asks for a compare-and-swap of a ledger's metadata.
+
+    The shell answers MetadataWritten, or MetadataConflict carrying the current metadata (it
+    re-reads on BadVersion), or MetadataFailed.
+    """
+
+    metadata: LedgerMetadata
+    expected_version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteClose:
+    """CompleteClose reports that the ledger is closed with the given metadata."""
+
+    metadata: LedgerMetadata
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailClose:
+    """FailClose reports that closing the ledger failed."""
+
+    ledger_id: int
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeliverEntries:
+    """DeliverEntries hands the reader's caller the next entries, in entry order."""
+
+    ledger_id: int
+    entries: list[Entry]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailRead:
+    """FailRead ends a read with an error; entries delivered before stay valid."""
+
+    ledger_id: int
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteRead:
+    """CompleteRead reports that every requested entry was delivered."""
+
+    ledger_id: int
+    lac: int = field(default=-1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteRecovery:
+    """CompleteRecovery reports the recovered (CLOSED) metadata of a ledger."""
+
+    metadata: LedgerMetadata
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailRecovery:
+    """FailRecovery reports that recovering a ledger failed; it may be retried."""
+
+    ledger_id: int
+    error: Exception

@@ -1,0 +1,169 @@
+"""walkit.core.messages defines the protocol data units exchanged by clients and bookies.
+
+These are plain values with no encoding attached: `walkit.wire.codec` maps them to and from
+Cap'n Proto, and the in-memory transport passes the encoded bytes too, so tests exercise the
+same codec. Requests and responses carry a transaction id (`txn`) chosen by the client; a bookie
+copies it into the response.
+
+Batches are first-class: one `AddRequest` carries many entries of a ledger, one `ReadRequest`
+asks for many entry ids, and the wire puts many requests in one message.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+#: The LAC of a ledger to which no entry was confirmed yet.
+NO_ENTRY = -1
+#: `previous_lac` value meaning "answer at once, do not long-poll".
+NO_LONG_POLL = -2
+
+
+class Status(enum.IntEnum):
+    """Status is the outcome of one request at a bookie (DESIGN.md §3)."""
+
+    OK = 0
+    NO_SUCH_ENTRY = 1
+    NO_SUCH_LEDGER = 2
+    FENCED = 3
+    UNAUTHORIZED = 4
+    BAD_REQUEST = 5
+    READ_ONLY = 6
+    TOO_MANY_REQUESTS = 7
+    IO_ERROR = 8
+    INVALID_TERM = 9
+    #: Never sent by a bookie: the client's transport reports an unreachable bookie with it.
+    UNREACHABLE = 100
+
+
+class Entry(NamedTuple):
+    """Entry is one ledger entry as written and read: the digest covers the other four fields."""
+
+    ledger_id: int
+    entry_id: int
+    lac: int
+    digest: bytes
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddRequest:
+    """AddRequest stores entries of one ledger; `recovery` adds pass a fenced ledger."""
+
+    txn: int
+    ledger_id: int
+    master_key: bytes
+    entries: list[Entry]
+    recovery: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadRequest:
+    """ReadRequest reads entries of one ledger by id.
+
+    With `fence` the bookie first makes the ledger fenced (durably) and checks `master_key`.
+    With `previous_lac` >= -1 the bookie holds the request until its LAC for the ledger passes
+    `previous_lac` or `timeout_ms` elapsed (long poll), then answers.
+    """
+
+    txn: int
+    ledger_id: int
+    entry_ids: list[int]
+    fence: bool = False
+    master_key: bytes = b""
+    previous_lac: int = NO_LONG_POLL
+    timeout_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadLacRequest:
+    """ReadLacRequest asks a bookie for the highest LAC and last entry it holds for a ledger.
+
+    `fence` makes it a fencing request (recovery); `previous_lac` long-polls as in ReadRequest.
+    """
+
+    txn: int
+    ledger_id: int
+    fence: bool = False
+    master_key: bytes = b""
+    previous_lac: int = NO_LONG_POLL
+    timeout_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteLacRequest:
+    """WriteLacRequest stores an explicit LAC sent by an idle writer."""
+
+    txn: int
+    ledger_id: int
+    master_key: bytes
+    lac: int
+
+
+Request = AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddResponse:
+    """AddResponse acknowledges (status OK) or refuses the entries of one AddRequest."""
+
+    txn: int
+    status: Status
+    ledger_id: int
+    entry_ids: list[int] = field(default_factory=list)
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadResponse:
+    """ReadResponse returns the requested entries the bookie holds; absent ids are omitted.
+
+    `lac` is the bookie's LAC for the ledger when it answered. A status other than OK applies to
+    the whole request (for example FENCED, UNAUTHORIZED or NO_SUCH_LEDGER).
+    """
+
+    txn: int
+    status: Status
+    ledger_id: int
+    entries: list[Entry] = field(default_factory=list)
+    lac: int = NO_ENTRY
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadLacResponse:
+    """ReadLacResponse carries the bookie's LAC and the highest entry id it stores."""
+
+    txn: int
+    status: Status
+    ledger_id: int
+    lac: int = NO_ENTRY
+    last_entry_id: int = NO_ENTRY
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteLacResponse:
+    """WriteLacResponse acknowledges an explicit LAC once it is durable."""
+
+    txn: int
+    status: Status
+    ledger_id: int
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorResponse:
+    """ErrorResponse answers a request that could not be decoded (status BAD_REQUEST).
+
+    `txn` is the request's transaction id when it could be read, else 0.
+    """
+
+    txn: int
+    status: Status
+    message: str = ""
+
+
+Response = AddResponse | ReadResponse | ReadLacResponse | WriteLacResponse | ErrorResponse

@@ -1,0 +1,156 @@
+"""walkit.core.metadata defines LedgerMetadata, the record a ledger keeps in the metadata store.
+
+A ledger's metadata (seed 000, "Ledger metadata") holds its quorum sizes, its state (OPEN,
+IN_RECOVERY or CLOSED), the last entry once closed, and its fragments: ensembles keyed by the
+first entry they hold. Metadata values are immutable; every change returns a new value that the
+shell writes with compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from walkit.errors import ConfigError
+
+OPEN = "OPEN"
+IN_RECOVERY = "IN_RECOVERY"
+CLOSED = "CLOSED"
+STATES = (OPEN, IN_RECOVERY, CLOSED)
+
+#: The metadata key of a ledger is LEDGER_PREFIX + its id, zero-padded so keys sort by id.
+LEDGER_PREFIX = "ledgers/"
+#: The counter `MetadataStore.next_id` draws ledger ids from.
+LEDGER_ID_COUNTER = "ledger-id"
+
+
+def ledger_key(ledger_id: int) -> str:
+    """ledger_key returns the metadata-store key of a ledger's metadata."""
+    return f"{LEDGER_PREFIX}{ledger_id:020d}"
+
+
+def ledger_id_of(key: str) -> int:
+    """ledger_id_of returns the ledger id named by a key made by `ledger_key`."""
+    return int(key[len(LEDGER_PREFIX):] if key.startswith(LEDGER_PREFIX) else key)
+
+
+def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
+    """check_quorums raises ConfigError unless E >= Qw >= Qa >= 1 (seed 000, "Ledger metadata")."""
+    for name, value in (("ensemble", ensemble_size), ("write_quorum", write_quorum), ("ack_quorum", ack_quorum)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if not ensemble_size >= write_quorum >= ack_quorum >= 1:
+        raise ConfigError(
+            "quorums must satisfy ensemble >= write_quorum >= ack_quorum >= 1, got "
+            f"ensemble={ensemble_size}, write_quorum={write_quorum}, ack_quorum={ack_quorum}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerMetadata:
+    """LedgerMetadata is one ledger's replicated configuration and state.
+
+    `ensembles` maps the first entry id of each fragment to the bookie addresses of that
+    fragment, in ensemble order. `last_entry_id` is -1 for an empty closed ledger and None
+    while the ledger is not CLOSED. `password_check` lets a client refuse a wrong password
+    before it reads (see walkit.core.digest.password_check). `custom` holds string pairs for
+    applications.
+    """
+
+    ledger_id: int
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    ensembles: Mapping[int, tuple[str, ...]]
+    state: str = OPEN
+    last_entry_id: int | None = None
+    digest_type: str = "crc32c"
+    password_check: str = ""
+    created_ms: int = 0
+    custom: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        if self.state not in STATES:
+            raise ConfigError(f"unknown ledger state {self.state!r}")
+        if not self.ensembles or 0 not in self.ensembles:
+            raise ConfigError("a ledger needs a first ensemble starting at entry 0")
+        for first, bookies in self.ensembles.items():
+            if len(bookies) != self.ensemble_size or len(set(bookies)) != len(bookies):
+                raise ConfigError(f"fragment at entry {first} must list {self.ensemble_size} distinct bookies")
+        if (self.state == CLOSED) != (self.last_entry_id is not None):
+            raise ConfigError("last_entry_id is set exactly when the ledger is CLOSED")
+
+    # -- queries --------------------------------------------------------------------------
+    @property
+    def is_closed(self) -> bool:
+        """is_closed is True once the ledger's last entry is final."""
+        return self.state == CLOSED
+
+    @property
+    def fragment_starts(self) -> list[int]:
+        """fragment_starts lists the first entry ids of the fragments, ascending."""
+        return sorted(self.ensembles)
+
+    def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
+        """ensemble_at returns the ensemble of the fragment that holds `entry_id`."""
+        starts = self.fragment_starts
+        return self.ensembles[starts[bisect.bisect_right(starts, max(entry_id, 0)) - 1]]
+
+    @property
+    def last_fragment_start(self) -> int:
+        """last_fragment_start is the first entry id of the last fragment."""
+        return max(self.ensembles)
+
+    @property
+    def current_ensemble(self) -> tuple[str, ...]:
+        """current_ensemble is the ensemble of the last fragment, where new entries go."""
+        return self.ensembles[self.last_fragment_start]
+
+    @property
+    def bookies(self) -> set[str]:
+        """bookies is every bookie address named by any fragment."""
+        return {b for ensemble in self.ensembles.values() for b in ensemble}
+
+    # -- changes (each returns new metadata) ---------------------------------------------
+    def with_fragment(self, first_entry_id: int, ensemble: tuple[str, ...]) -> "LedgerMetadata":
+        """with_fragment returns metadata with a new last fragment starting at `first_entry_id`.
+
+        A fragment that would start where the last one starts replaces it: that fragment holds
+        no confirmed entry yet (BookKeeper does the same).
+        """
+        if first_entry_id < self.last_fragment_start:
+            raise ValueError(f"a new fragment cannot start at {first_entry_id}, before {self.last_fragment_start}")
+        ensembles = dict(self.ensembles)
+        ensembles[first_entry_id] = tuple(ensemble)
+        return replace(self, ensembles=ensembles)
+
+    def in_recovery(self) -> "LedgerMetadata":
+        """in_recovery returns the metadata marked IN_RECOVERY (seed 004, fencing step 1)."""
+        return replace(self, state=IN_RECOVERY)
+
+    def closed(self, last_entry_id: int) -> "LedgerMetadata":
+        """closed returns the metadata marked CLOSED with its final last entry."""
+        return replace(self, state=CLOSED, last_entry_id=last_entry_id)
+
+    # -- encoding -------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """to_bytes encodes the metadata as JSON for the metadata store."""
+        doc = {
+            "ledger_id": self.ledger_id, "ensemble_size": self.ensemble_size,
+            "write_quorum": self.write_quorum, "ack_quorum": self.ack_quorum,
+            "state": self.state, "last_entry_id": self.last_entry_id,
+            "digest_type": self.digest_type, "password_check": self.password_check,
+            "created_ms": self.created_ms,
+            "ensembles": [[first, list(self.ensembles[first])] for first in self.fragment_starts],
+            "custom": dict(self.custom),
+        }
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "LedgerMetadata":
+        """from_bytes decodes metadata written by `to_bytes`."""
+        doc = json.loads(data)
+        doc["ensembles"] = {int(first): tuple(bookies) for first, bookies in doc["ensembles"]}
+        return cls(**doc)

@@ -1,0 +1,235 @@
+"""walkit.core.reader is the state machine of a range read over a ledger's replicas.
+
+A read of entries [first, last] asks each entry from the first bookie of its write set (so a
+range spreads over the ensemble as writes did), verifies every digest, and on NO_SUCH_ENTRY, an
+error, a timeout or a digest mismatch asks the next bookie of the write set. Entries are
+delivered strictly in entry order, in batches, with at most `window` entries requested and not
+yet consumed (the caller reports consumption with EntriesConsumed), so a long read streams in
+bounded memory. An entry fails the read only when every
+bookie of its write set failed it: DigestMismatch if any replica returned corrupt bytes,
+NoSuchEntry if all said it is absent, otherwise BookieError.
+"""
+
+from __future__ import annotations
+
+from walkit.core import events as ev
+from walkit.core.digest import Digest
+from walkit.core.distribution import ensemble_coverage, write_set_bookies
+from walkit.core.messages import Entry, Status
+from walkit.core.metadata import LedgerMetadata
+from walkit.errors import BookieError, DigestMismatch, NoSuchEntry, Unauthorized
+
+
+#: The reason recorded for a replica that returned bytes whose digest does not verify.
+DIGEST_MISMATCH = "DIGEST_MISMATCH"
+
+
+class _Wanted:
+    """_Wanted tracks one entry not yet received: its replicas, who is asked, what failed."""
+
+    __slots__ = ("replicas", "tried", "asked", "sent_ms", "errors")
+
+    def __init__(self, replicas: tuple[str, ...]) -> None:
+        self.replicas = replicas
+        self.tried = 0                # replicas[:tried] were asked
+        self.asked: str | None = None
+        self.sent_ms = 0
+        self.errors: list[tuple[str, str]] = []   # (bookie, status name or DIGEST_MISMATCH)
+
+
+class RangeReader:
+    """RangeReader reads entries [first, last] of a ledger; drive it with `start` and `step`."""
+
+    def __init__(self, metadata: LedgerMetadata, first: int, last: int, digest: Digest, *,
+                 window: int = 4096, timeout_ms: int = 5000, now_ms: int = 0) -> None:
+        if first < 0 or last < first - 1:
+            raise ValueError(f"invalid entry range [{first}, {last}]")
+        self.metadata = metadata
+        self.ledger_id = metadata.ledger_id
+        self.first, self.last = first, last
+        self.window = window
+        self.timeout_ms = timeout_ms
+        self.done = False
+        self._verify = digest.verify
+        self._now = now_ms
+        self._next_request = first
+        self._next_deliver = first
+        self._consumed = first          # entries below this were taken by the caller
+        self._wanted: dict[int, _Wanted] = {}
+        self._received: dict[int, Entry] = {}
+        self._handlers = {ev.EntriesRead: self._on_read, ev.ReadFailed: self._on_failed, ev.Ticked: self._on_tick,
+                          ev.EntriesConsumed: self._on_consumed}
+
+    def start(self) -> list:
+        """start returns the first read requests (or completion, for an empty range)."""
+        return self._top_up() or self._deliver()
+
+    def step(self, event) -> list:
+        """step applies one event and returns commands."""
+        if self.done:
+            return []
+        return self._handlers[type(event)](event)
+
+    # -- requests -------------------------------------------------------------------------
+    def _on_consumed(self, event: ev.EntriesConsumed) -> list:
+        self._consumed = max(self._consumed, event.upto + 1)
+        return self._top_up()
+
+    def _top_up(self) -> list:
+        outstanding = self._next_request - self._consumed
+        if self._next_request > self.last or outstanding > self.window // 2:
+            return []
+        sends: dict[str, list[int]] = {}
+        stop = min(self.last, self._consumed + self.window - 1)
+        quorum = self.metadata.write_quorum
+        for entry_id in range(self._next_request, stop + 1):
+            wanted = _Wanted(write_set_bookies(entry_id, self.metadata.ensemble_at(entry_id), quorum))
+            self._wanted[entry_id] = wanted
+            self._ask(entry_id, wanted, sends)
+        self._next_request = stop + 1
+        return self._sends(sends)
+
+    def _ask(self, entry_id: int, wanted: _Wanted, sends: dict[str, list[int]]) -> bool:
+        if wanted.tried >= len(wanted.replicas):
+            return False
+        bookie = wanted.replicas[wanted.tried]
+        wanted.tried += 1
+        wanted.asked = bookie
+        wanted.sent_ms = self._now
+        sends.setdefault(bookie, []).append(entry_id)
+        return True
+
+    def _sends(self, sends: dict[str, list[int]]) -> list:
+        return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids) for b, ids in sends.items()]
+
+    # -- answers --------------------------------------------------------------------------
+    def _on_read(self, event: ev.EntriesRead) -> list:
+        retry: list[tuple[int, str]] = []
+        wanted_map, received, verify = self._wanted, self._received, self._verify
+        for entry in event.entries:
+            wanted = wanted_map.get(entry.entry_id)
+            if wanted is None:
+                continue          # already received (a late duplicate) or not ours
+            if entry.ledger_id == self.ledger_id and verify(entry):
+                received[entry.entry_id] = entry
+                del wanted_map[entry.entry_id]
+            elif wanted.asked == event.bookie:
+                retry.append((entry.entry_id, DIGEST_MISMATCH))
+        retry += [(entry_id, Status.NO_SUCH_ENTRY.name) for entry_id in event.missing]
+        return self._retry(event.bookie, retry) + self._deliver()
+
+    def _on_failed(self, event: ev.ReadFailed) -> list:
+        if event.status == Status.UNAUTHORIZED:
+            return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger "
+                                           f"{self.ledger_id}"))
+        status = Status.NO_SUCH_ENTRY if event.status == Status.NO_SUCH_LEDGER else event.status
+        return self._retry(event.bookie, [(e, status.name) for e in event.entry_ids]) + self._deliver()
+
+    def _retry(self, bookie: str, failures: list[tuple[int, str]]) -> list:
+        sends: dict[str, list[int]] = {}
+        for entry_id, status in failures:
+            wanted = self._wanted.get(entry_id)
+            if wanted is None or wanted.asked != bookie:
+                continue
+            wanted.errors.append((bookie, status))
+            wanted.asked = None
+            if not self._ask(entry_id, wanted, sends):
+                return self._fail(self._error_for(entry_id, wanted))
+        return self._sends(sends)
+
+    def _error_for(self, entry_id: int, wanted: _Wanted):
+        where = f"entry {entry_id} of ledger {self.ledger_id}"
+        statuses = [s for _, s in wanted.errors]
+        if DIGEST_MISMATCH in statuses:
+            return DigestMismatch(f"{where}: no replica of {', '.join(wanted.replicas)} returned bytes "
+                                  "whose digest verifies")
+        if all(s == Status.NO_SUCH_ENTRY.name for s in statuses):
+            return NoSuchEntry(f"{where} is on none of {', '.join(wanted.replicas)}")
+        detail = ", ".join(f"{b}: {s}" for b, s in wanted.errors)
+        return BookieError(f"{where} could not be read ({detail})", statuses[-1])
+
+    def _deliver(self) -> list:
+        if self.done:
+            return []
+        batch = []
+        received = self._received
+        while self._next_deliver in received:
+            batch.append(received.pop(self._next_deliver))
+            self._next_deliver += 1
+        commands: list = [ev.DeliverEntries(ledger_id=self.ledger_id, entries=batch)] if batch else []
+        if self._next_deliver > self.last:
+            self.done = True
+            return commands + [ev.CompleteRead(ledger_id=self.ledger_id)]
+        return commands + self._top_up()
+
+    def _fail(self, error: Exception) -> list:
+        self.done = True
+        self._wanted.clear()
+        self._received.clear()
+        return [ev.FailRead(ledger_id=self.ledger_id, error=error)]
+
+    def _on_tick(self, event: ev.Ticked) -> list:
+        self._now = now = event.now_ms
+        late: dict[str, list[tuple[int, str]]] = {}
+        for entry_id, wanted in self._wanted.items():
+            if wanted.asked is not None and now - wanted.sent_ms >= self.timeout_ms:
+                late.setdefault(wanted.asked, []).append((entry_id, Status.UNREACHABLE.name))
+        commands: list = []
+        for bookie, failures in late.items():
+            commands += self._retry(bookie, failures)
+            if self.done:
+                return commands
+        return commands + self._deliver()
+
+
+class LacReader:
+    """LacReader asks the bookies of a ledger's last fragment for their LAC.
+
+    Without long poll it completes once EC = (E - Qa) + 1 bookies answered (or all answered),
+    with the highest LAC seen: every entry up to it is confirmed. With `previous_lac` >= -1 and
+    `timeout_ms` > 0 each bookie holds the request until its LAC passes `previous_lac`; the
+    reader completes at the first answer above it, or with the highest answer once all bookies
+    answered. It fails only if no bookie answered at all.
+    """
+
+    def __init__(self, metadata: LedgerMetadata, *, previous_lac: int = -2, timeout_ms: int = 0) -> None:
+        self.metadata = metadata
+        self.ledger_id = metadata.ledger_id
+        self.previous_lac = previous_lac
+        self.timeout_ms = timeout_ms
+        self.done = False
+        self._bookies = metadata.current_ensemble
+        self._answers: dict[str, int] = {}
+        self._errors: dict[str, str] = {}
+
+    def start(self) -> list:
+        """start sends the LAC requests."""
+        return [ev.SendReadLac(bookie=b, ledger_id=self.ledger_id, previous_lac=self.previous_lac,
+                               timeout_ms=self.timeout_ms) for b in self._bookies]
+
+    def step(self, event) -> list:
+        """step takes LacRead answers; other events are ignored."""
+        if self.done or type(event) is not ev.LacRead or event.bookie not in self._bookies:
+            return []
+        if event.status == Status.OK:
+            self._answers[event.bookie] = event.lac
+        elif event.status == Status.NO_SUCH_LEDGER:
+            self._answers[event.bookie] = -1        # the bookie holds nothing of it yet
+        else:
+            self._errors[event.bookie] = f"{event.status.name} {event.message}".strip()
+        best = max(self._answers.values(), default=None)
+        answered = len(self._answers) + len(self._errors)
+        long_poll = self.previous_lac >= -1 and self.timeout_ms > 0
+        if long_poll:
+            ready = best is not None and best > self.previous_lac
+        else:
+            md = self.metadata
+            ready = len(self._answers) >= ensemble_coverage(md.ensemble_size, md.ack_quorum)
+        if not ready and answered < len(self._bookies):
+            return []
+        self.done = True
+        if best is None:
+            detail = ", ".join(f"{b}: {why}" for b, why in self._errors.items())
+            return [ev.FailRead(ledger_id=self.ledger_id,
+                                error=BookieError(f"no bookie of ledger {self.ledger_id} answered ({detail})"))]
+        return [ev.CompleteRead(ledger_id=self.ledger_id, lac=best)]

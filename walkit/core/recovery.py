@@ -1,0 +1,372 @@
+"""walkit.core.recovery is the state machine that fences a ledger and closes it at its true end.
+
+Opening a ledger with recovery (seed 004, "Fencing internals"; DESIGN.md §3) goes:
+
+1. mark: CAS the metadata state to IN_RECOVERY, so the old writer can no longer change the
+   ensemble (its CAS fails, it re-reads, sees IN_RECOVERY and stops);
+2. fence: send fencing LAC reads to the bookies of the last fragment; the ledger is fenced once
+   EC = (E - Qa) + 1 of them answered, and the highest LAC among the answers is known;
+3. read forward from max(highest LAC, first entry of the last fragment - 1) + 1
+   (BookKeeper issue 2615: with LAC -1 everywhere, entries before the last fragment are still
+   committed). Every recovery read carries the fence flag (BookKeeper issue 2614: without it a
+   live writer could still complete an add on a bookie recovery read from). An entry is present
+   on one OK whose digest verifies; absent only once QC = (Qw - Qa) + 1 bookies of its write set
+   said NO_SUCH_ENTRY; otherwise it is unknown and asked again, never guessed;
+4. write back: each present entry is re-added, unchanged, to its whole write set with the
+   recovery flag (which passes the fence) and counts once Qa bookies acknowledged it. A bookie
+   that fails a write-back is replaced; the new fragment is recorded only with the close;
+5. close: CAS to CLOSED with last entry = (first absent entry) - 1. On a conflict with a CLOSED
+   ledger the recoverer adopts that close, so concurrent recoverers converge on one last entry.
+"""
+
+from __future__ import annotations
+
+from walkit.core import events as ev
+from walkit.core.digest import Digest
+from walkit.core.distribution import absent_quorum, ensemble_coverage, write_set_bookies
+from walkit.core.messages import Entry, Status
+from walkit.core.metadata import CLOSED, IN_RECOVERY, LedgerMetadata
+from walkit.errors import Timeout, Unauthorized
+
+#: How long an undecided read or an unanswered fence waits before it is asked again.
+RETRY_MS = 100
+
+MARKING, FENCING, RECOVERING, CLOSING, DONE = "MARKING", "FENCING", "RECOVERING", "CLOSING", "DONE"
+
+
+class _Probe:
+    """_Probe gathers the answers about one entry from its write set."""
+
+    __slots__ = ("replicas", "asked", "absent_votes", "failed", "retry_ms")
+
+    def __init__(self, replicas: tuple[str, ...]) -> None:
+        self.replicas = replicas
+        self.asked: set[str] = set()          # asked, no answer yet
+        self.absent_votes: set[str] = set()   # said NO_SUCH_ENTRY (final: the read fenced them)
+        self.failed: set[str] = set()         # errored; asked again after RETRY_MS
+        self.retry_ms: int | None = None
+
+
+class _WriteBack:
+    """_WriteBack tracks the recovery add of one present entry."""
+
+    __slots__ = ("entry", "acked", "sent_ms")
+
+    def __init__(self, entry: Entry, sent_ms: int) -> None:
+        self.entry = entry
+        self.acked: set[str] = set()
+        self.sent_ms = sent_ms
+
+
+class LedgerRecovery:
+    """LedgerRecovery recovers one ledger; call `start`, then feed events to `step`.
+
+    It ends with CompleteRecovery (the CLOSED metadata) or FailRecovery. `timeout_ms` bounds the
+    whole recovery; `window` bounds how many entries are read ahead.
+    """
+
+    def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
+                 timeout_ms: int = 30000, add_timeout_ms: int = 5000, window: int = 256,
+                 now_ms: int = 0) -> None:
+        self.metadata = metadata
+        self.version = version
+        self.ledger_id = metadata.ledger_id
+        self.master_key = master_key
+        self.phase = MARKING
+        self.timeout_ms = timeout_ms
+        self.add_timeout_ms = add_timeout_ms
+        self.window = window
+        self._verify = digest.verify
+        self._now = now_ms
+        self._deadline = now_ms + timeout_ms
+        # fencing
+        self._fence_answers: dict[str, int] = {}
+        self._fence_failed: dict[str, int] = {}     # bookie -> when to ask again
+        self.start_entry = -1
+        # reading and writing back
+        self._next_read = 0
+        self._probes: dict[int, _Probe] = {}
+        self._absent_at: int | None = None
+        self._writebacks: dict[int, _WriteBack] = {}
+        self._done_upto = -1                       # every entry up to here is present and written back
+        self._ensemble: tuple[str, ...] = metadata.current_ensemble
+        self._new_fragment: int | None = None      # first entry written to a replaced ensemble
+        self._failed: set[str] = set()
+        self._choosing = False
+        self._choose_again_ms: int | None = None
+        self._handlers = {
+            ev.MetadataWritten: self._on_written, ev.MetadataConflict: self._on_conflict,
+            ev.MetadataFailed: self._on_metadata_failed, ev.LacRead: self._on_lac,
+            ev.EntriesRead: self._on_read, ev.ReadFailed: self._on_read_failed,
+            ev.AddsAcked: self._on_acked, ev.AddsRejected: self._on_rejected,
+            ev.BookiesChosen: self._on_chosen, ev.Ticked: self._on_tick,
+        }
+
+    @property
+    def last_entry_id(self) -> int | None:
+        """last_entry_id is the recovered last entry once known."""
+        return None if self._absent_at is None else self._absent_at - 1
+
+    def start(self) -> list:
+        """start begins recovery: mark IN_RECOVERY (or go on if already marked or closed)."""
+        if self.metadata.state == CLOSED:
+            return self._finish(self.metadata, self.version)
+        if self.metadata.state == IN_RECOVERY:
+            return self._fence()
+        return [ev.WriteMetadata(metadata=self.metadata.in_recovery(), expected_version=self.version)]
+
+    def step(self, event) -> list:
+        """step applies one event and returns commands."""
+        if self.phase == DONE:
+            return []
+        return self._handlers[type(event)](event)
+
+    # -- metadata -------------------------------------------------------------------------
+    def _on_written(self, event: ev.MetadataWritten) -> list:
+        if self.phase == MARKING:
+            self.metadata, self.version = event.metadata, event.version
+            return self._fence()
+        if self.phase == CLOSING:
+            return self._finish(event.metadata, event.version)
+        return []
+
+    def _on_conflict(self, event: ev.MetadataConflict) -> list:
+        current, version = event.metadata, event.version
+        if current.state == CLOSED:
+            return self._finish(current, version)         # another recoverer (or the writer) closed it
+        self.metadata, self.version = current, version
+        if self.phase == MARKING:
+            return self.start()
+        if self.phase == CLOSING:
+            return [self._close_write()]
+        return []
+
+    def _on_metadata_failed(self, event: ev.MetadataFailed) -> list:
+        return self._fail(event.error)
+
+    # -- fencing --------------------------------------------------------------------------
+    def _fence(self) -> list:
+        self.phase = FENCING
+        self._ensemble = self.metadata.current_ensemble
+        return [self._fence_request(b) for b in self._ensemble]
+
+    def _fence_request(self, bookie: str) -> ev.SendReadLac:
+        return ev.SendReadLac(bookie=bookie, ledger_id=self.ledger_id, fence=True, master_key=self.master_key)
+
+    def _on_lac(self, event: ev.LacRead) -> list:
+        if self.phase != FENCING or event.bookie not in self._ensemble:
+            return []
+        if event.status == Status.UNAUTHORIZED:
+            return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger {self.ledger_id}"))
+        if event.status != Status.OK:
+            self._fence_failed[event.bookie] = self._now + RETRY_MS
+            return []
+        self._fence_answers[event.bookie] = event.lac
+        self._fence_failed.pop(event.bookie, None)
+        md = self.metadata
+        if len(self._fence_answers) < ensemble_coverage(md.ensemble_size, md.ack_quorum):
+            return []
+        self.phase = RECOVERING
+        self.start_entry = max(max(self._fence_answers.values()), md.last_fragment_start - 1)
+        self._next_read = self._done_upto = self.start_entry
+        self._next_read += 1
+        return self._read_ahead()
+
+    # -- reading --------------------------------------------------------------------------
+    def _read_ahead(self) -> list:
+        sends: dict[str, list[int]] = {}
+        limit = self._done_upto + self.window
+        if self._absent_at is not None:
+            limit = min(limit, self._absent_at - 1)
+        md = self.metadata
+        while self._next_read <= limit:
+            entry_id = self._next_read
+            probe = _Probe(write_set_bookies(entry_id, md.ensemble_at(entry_id), md.write_quorum))
+            self._probes[entry_id] = probe
+            for bookie in probe.replicas:
+                probe.asked.add(bookie)
+                sends.setdefault(bookie, []).append(entry_id)
+            self._next_read += 1
+        return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids, fence=True,
+                            master_key=self.master_key) for b, ids in sends.items()]
+
+    def _on_read(self, event: ev.EntriesRead) -> list:
+        if self.phase != RECOVERING:
+            return []
+        commands: list = []
+        for entry in event.entries:
+            probe = self._probes.get(entry.entry_id)
+            if probe is None or event.bookie not in probe.asked:
+                continue
+            if entry.ledger_id == self.ledger_id and self._verify(entry):
+                del self._probes[entry.entry_id]
+                if self._absent_at is None or entry.entry_id < self._absent_at:
+                    commands += self._write_back(entry)
+            else:
+                self._probe_failed(probe, event.bookie)
+        quorum = absent_quorum(self.metadata.write_quorum, self.metadata.ack_quorum)
+        for entry_id in event.missing:
+            probe = self._probes.get(entry_id)
+            if probe is None or event.bookie not in probe.asked:
+                continue
+            probe.asked.discard(event.bookie)
+            probe.absent_votes.add(event.bookie)
+            if len(probe.absent_votes) >= quorum:
+                self._absent_at = entry_id if self._absent_at is None else min(self._absent_at, entry_id)
+        return commands + self._progress()
+
+    def _on_read_failed(self, event: ev.ReadFailed) -> list:
+        if self.phase != RECOVERING:
+            return []
+        if event.status == Status.UNAUTHORIZED:
+            return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger {self.ledger_id}"))
+        if event.status == Status.NO_SUCH_LEDGER:   # the bookie holds nothing of the ledger
+            return self._on_read(ev.EntriesRead(bookie=event.bookie, ledger_id=event.ledger_id, entries=[],
+                                                missing=event.entry_ids, lac=-1))
+        for entry_id in event.entry_ids:
+            probe = self._probes.get(entry_id)
+            if probe is not None and event.bookie in probe.asked:
+                self._probe_failed(probe, event.bookie)
+        return self._progress()
+
+    def _probe_failed(self, probe: _Probe, bookie: str) -> None:
+        probe.asked.discard(bookie)
+        probe.failed.add(bookie)
+        if probe.retry_ms is None:
+            probe.retry_ms = self._now + RETRY_MS
+
+    # -- writing back ---------------------------------------------------------------------
+    def _write_back(self, entry: Entry) -> list:
+        self._writebacks[entry.entry_id] = _WriteBack(entry, self._now)
+        targets = self._targets(entry.entry_id)
+        return [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,
+                            entries=[entry], recovery=True) for b in targets if b not in self._failed]
+
+    def _targets(self, entry_id: int) -> tuple[str, ...]:
+        """_targets is the write set an entry is written back to (the replaced one if any)."""
+        md = self.metadata
+        if self._new_fragment is not None and entry_id >= self._new_fragment:
+            return write_set_bookies(entry_id, self._ensemble, md.write_quorum)
+        return write_set_bookies(entry_id, md.ensemble_at(entry_id), md.write_quorum)
+
+    def _on_acked(self, event: ev.AddsAcked) -> list:
+        if self.phase != RECOVERING:
+            return []
+        for entry_id in event.entry_ids:
+            pending = self._writebacks.get(entry_id)
+            if pending is not None and event.bookie in self._targets(entry_id):
+                pending.acked.add(event.bookie)
+        return self._progress()
+
+    def _on_rejected(self, event: ev.AddsRejected) -> list:
+        if self.phase != RECOVERING:
+            return []
+        if event.status == Status.UNAUTHORIZED:
+            return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger {self.ledger_id}"))
+        return self._replace(event.bookie)
+
+    def _replace(self, bookie: str) -> list:
+        if bookie in self._failed or bookie not in self._ensemble:
+            return []
+        self._failed.add(bookie)
+        if self._choosing:
+            return []
+        self._choosing = True
+        return [ev.ChooseBookies(ledger_id=self.ledger_id, exclude=frozenset(self._ensemble) | frozenset(self._failed))]
+
+    def _on_chosen(self, event: ev.BookiesChosen) -> list:
+        if not self._choosing or self.phase != RECOVERING:
+            return []
+        self._choosing = False
+        to_replace = [b for b in self._ensemble if b in self._failed]
+        candidates = [b for b in event.bookies if b not in self._ensemble and b not in self._failed]
+        if len(candidates) < len(to_replace):
+            self._choose_again_ms = self._now + RETRY_MS
+            return []
+        mapping = dict(zip(to_replace, candidates))
+        self._ensemble = tuple(mapping.get(b, b) for b in self._ensemble)
+        self._failed.clear()
+        unfinished = [e for e, wb in self._writebacks.items()
+                      if len(wb.acked) < self.metadata.ack_quorum]
+        first = min(unfinished, default=self._done_upto + 1)
+        if self._new_fragment is None or first < self._new_fragment:
+            self._new_fragment = max(first, self.metadata.last_fragment_start)
+        commands: list = []
+        for entry_id in sorted(unfinished):
+            wb = self._writebacks[entry_id]
+            targets = self._targets(entry_id)
+            wb.acked.intersection_update(targets)
+            wb.sent_ms = self._now
+            commands += [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,
+                                     entries=[wb.entry], recovery=True)
+                         for b in targets if b not in wb.acked]
+        return commands + self._progress()
+
+    # -- progress and close ---------------------------------------------------------------
+    def _progress(self) -> list:
+        quorum = self.metadata.ack_quorum
+        while True:
+            next_id = self._done_upto + 1
+            wb = self._writebacks.get(next_id)
+            if wb is None or len(wb.acked) < quorum:
+                break
+            del self._writebacks[next_id]
+            self._done_upto = next_id
+        if self._absent_at is not None and self._done_upto >= self._absent_at - 1:
+            self._probes.clear()
+            self._writebacks.clear()
+            self.phase = CLOSING
+            return [self._close_write()]
+        return self._read_ahead()
+
+    def _close_write(self) -> ev.WriteMetadata:
+        last = self._absent_at - 1
+        proposed = self.metadata
+        if self._new_fragment is not None and self._new_fragment <= last:
+            proposed = proposed.with_fragment(self._new_fragment, self._ensemble)
+        return ev.WriteMetadata(metadata=proposed.closed(last), expected_version=self.version)
+
+    def _finish(self, metadata: LedgerMetadata, version: int) -> list:
+        self.phase = DONE
+        self.metadata, self.version = metadata, version
+        return [ev.CompleteRecovery(metadata=metadata, version=version)]
+
+    def _fail(self, error: Exception) -> list:
+        self.phase = DONE
+        return [ev.FailRecovery(ledger_id=self.ledger_id, error=error)]
+
+    # -- time -----------------------------------------------------------------------------
+    def _on_tick(self, event: ev.Ticked) -> list:
+        self._now = now = event.now_ms
+        if now >= self._deadline:
+            return self._fail(Timeout(f"recovery of ledger {self.ledger_id} did not finish within "
+                                      f"{self.timeout_ms} ms (phase {self.phase})"))
+        commands: list = []
+        if self.phase == FENCING:
+            for bookie, when in list(self._fence_failed.items()):
+                if now >= when:
+                    del self._fence_failed[bookie]
+                    commands.append(self._fence_request(bookie))
+        elif self.phase == RECOVERING:
+            sends: dict[str, list[int]] = {}
+            for entry_id, probe in self._probes.items():
+                if probe.retry_ms is not None and now >= probe.retry_ms:
+                    probe.retry_ms = None
+                    for bookie in probe.failed:
+                        probe.asked.add(bookie)
+                        sends.setdefault(bookie, []).append(entry_id)
+                    probe.failed.clear()
+            commands += [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids, fence=True,
+                                     master_key=self.master_key) for b, ids in sends.items()]
+            for wb in self._writebacks.values():
+                if len(wb.acked) < self.metadata.ack_quorum and now - wb.sent_ms >= self.add_timeout_ms:
+                    for bookie in self._targets(wb.entry.entry_id):
+                        if bookie not in wb.acked:
+                            commands += self._replace(bookie)
+            if self._choose_again_ms is not None and now >= self._choose_again_ms:
+                self._choose_again_ms = None
+                self._choosing = True
+                commands.append(ev.ChooseBookies(ledger_id=self.ledger_id,
+                                                 exclude=frozenset(self._ensemble) | self._failed))
+        return commands
+

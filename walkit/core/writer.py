@@ -1,0 +1,346 @@
+"""walkit.core.writer is the state machine of a ledger's single writer.
+
+The writer assigns entry ids, signs entries, tracks which bookies acknowledged each pending add
+and completes adds strictly in entry order (seed 000, "Writing to ledgers"):
+
+- an add completes once Qa bookies of its write set acknowledged it AND every lower entry
+  completed; the LAC is the highest completed entry and travels with every add;
+- a bookie that refuses an add (other than FENCED/UNAUTHORIZED), cannot be reached, or does not
+  answer within `add_timeout_ms` is replaced by a live bookie outside the ensemble: the new
+  fragment starts at LAC + 1 and is written by compare-and-swap; while that change is in flight
+  no add completes, and unacknowledged adds are re-sent to the replacement only after the CAS
+  succeeded (DESIGN.md §2, ordering contract);
+- on a CAS conflict the writer re-reads: if the ledger is no longer OPEN (someone is recovering
+  it) every pending add fails with LedgerFenced, otherwise the change is retried on the new
+  metadata (seed 000);
+- FENCED from any bookie ends the writer: pending and later adds fail with LedgerFenced;
+- closing waits for pending adds, then writes CLOSED with the LAC; a conflict follows seed 000:
+  IN_RECOVERY is an error, CLOSED at the same last entry is success, any other is an error.
+
+An idle writer sends its LAC explicitly (WriteLac) so tailing readers are not one entry behind.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from walkit.core import events as ev
+from walkit.core.digest import Digest
+from walkit.core.distribution import write_sets_of
+from walkit.core.messages import Entry, Status
+from walkit.core.metadata import OPEN, CLOSED, LedgerMetadata
+from walkit.errors import LedgerClosed, LedgerFenced, NotEnoughBookies, Unauthorized, WalkitError
+
+#: How long the writer waits before asking again for bookies when none could replace a failure.
+CHOOSE_RETRY_MS = 200
+
+
+class _Pending:
+    """_Pending is one add that is not complete yet: its entry and who acknowledged it."""
+
+    __slots__ = ("entry", "acked", "sent_ms")
+
+    def __init__(self, entry: Entry, sent_ms: int) -> None:
+        self.entry = entry
+        self.acked: set[str] = set()
+        self.sent_ms = sent_ms
+
+
+class LedgerWriter:
+    """LedgerWriter drives one open ledger; feed it events with `step`, act on its commands.
+
+    `metadata` and `version` are the ledger's metadata as created (state OPEN). `digest` signs
+    entries and `master_key` proves the password to bookies. The writer never performs I/O:
+    time comes from Ticked events and bookie choice from BookiesChosen events.
+    """
+
+    def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
+                 add_timeout_ms: int = 5000, explicit_lac_ms: int = 100, now_ms: int = 0) -> None:
+        if metadata.state != OPEN:
+            raise LedgerClosed(f"ledger {metadata.ledger_id} is {metadata.state}, not OPEN")
+        self.metadata = metadata
+        self.version = version
+        self.ledger_id = metadata.ledger_id
+        self.master_key = master_key
+        self.add_timeout_ms = add_timeout_ms
+        self.explicit_lac_ms = explicit_lac_ms
+        self.last_add_confirmed = -1
+        self.last_add_pushed = -1
+        self.error: WalkitError | None = None
+        self.closed = False
+        self._sign = digest.sign
+        self._pending: deque[_Pending] = deque()
+        self._write_sets = write_sets_of(metadata.current_ensemble, metadata.write_quorum)
+        self._failed: dict[str, str] = {}           # bookie -> why, awaiting replacement
+        self._changing = False                        # an ensemble change is in flight
+        self._replacements: dict[str, str] | None = None   # old -> new, while its CAS is in flight
+        self._change_started_ms = 0
+        self._choose_again_ms: int | None = None
+        self._closing = False
+        self._close_in_flight = False
+        self._now = now_ms
+        self._last_add_ms = now_ms
+        self._lac_sent = -1
+        self._handlers = {
+            ev.AppendRequested: self._on_append, ev.AddsAcked: self._on_acked,
+            ev.AddsRejected: self._on_rejected, ev.BookiesChosen: self._on_bookies_chosen,
+            ev.MetadataWritten: self._on_metadata_written, ev.MetadataConflict: self._on_conflict,
+            ev.MetadataFailed: self._on_metadata_failed, ev.CloseRequested: self._on_close,
+            ev.Ticked: self._on_tick,
+        }
+
+    # -- public ---------------------------------------------------------------------------
+    def step(self, event) -> list:
+        """step applies one event and returns the commands the shell must carry out, in order."""
+        return self._handlers[type(event)](event)
+
+    @property
+    def pending_count(self) -> int:
+        """pending_count is the number of adds sent but not yet complete."""
+        return len(self._pending)
+
+    @property
+    def changing_ensemble(self) -> bool:
+        """changing_ensemble is True while failure handling (an ensemble change) is under way."""
+        return self._changing
+
+    # -- appends --------------------------------------------------------------------------
+    def _on_append(self, event: ev.AppendRequested) -> list:
+        first = self.last_add_pushed + 1
+        if self.error is not None or self.closed or self._closing:
+            self.last_add_pushed += len(event.payloads)
+            error = self.error or LedgerClosed(f"ledger {self.ledger_id} is closed")
+            return [ev.FailAdds(ledger_id=self.ledger_id, first_entry_id=first, error=error)]
+        sends: dict[str, list[Entry]] = {}
+        ledger_id, lac, sign, now = self.ledger_id, self.last_add_confirmed, self._sign, self._now
+        write_sets, size, failed, pending = self._write_sets, len(self._write_sets), self._failed, self._pending
+        entry_id = first
+        for payload in event.payloads:
+            entry = Entry(ledger_id, entry_id, lac, sign(ledger_id, entry_id, lac, payload), payload)
+            pending.append(_Pending(entry, now))
+            for bookie in write_sets[entry_id % size]:
+                if bookie not in failed:
+                    batch = sends.get(bookie)
+                    if batch is None:
+                        sends[bookie] = [entry]
+                    else:
+                        batch.append(entry)
+            entry_id += 1
+        self.last_add_pushed = entry_id - 1
+        self._last_add_ms = now
+        return [ev.SendAdds(bookie=b, ledger_id=ledger_id, master_key=self.master_key, entries=entries)
+                for b, entries in sends.items()]
+
+    def _on_acked(self, event: ev.AddsAcked) -> list:
+        pending = self._pending
+        if not pending or self.error is not None:
+            return []
+        head = pending[0].entry.entry_id
+        write_sets, size, count = self._write_sets, len(self._write_sets), len(pending)
+        bookie = event.bookie
+        for entry_id in event.entry_ids:
+            index = entry_id - head
+            if 0 <= index < count and bookie in write_sets[entry_id % size]:
+                pending[index].acked.add(bookie)
+        return self._complete()
+
+    def _complete(self) -> list:
+        """_complete pops every add at the head that reached Qa; nothing completes mid-change."""
+        if self._changing or self.error is not None:
+            return []
+        pending, quorum = self._pending, self.metadata.ack_quorum
+        last = self.last_add_confirmed
+        while pending and len(pending[0].acked) >= quorum:
+            last = pending.popleft().entry.entry_id
+        commands: list = []
+        if last != self.last_add_confirmed:
+            self.last_add_confirmed = last
+            commands.append(ev.CompleteAdds(ledger_id=self.ledger_id, last_entry_id=last))
+        if self._closing and not pending and not self._close_in_flight:
+            commands.append(self._write_close())
+        return commands
+
+    # -- failures and ensemble change ----------------------------------------------------
+    def _on_rejected(self, event: ev.AddsRejected) -> list:
+        if self.error is not None:
+            return []
+        if event.status in (Status.FENCED, Status.INVALID_TERM):
+            return self._fail(LedgerFenced(f"ledger {self.ledger_id} was fenced by another client "
+                                           f"(bookie {event.bookie})"))
+        if event.status == Status.UNAUTHORIZED:
+            return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger "
+                                           f"{self.ledger_id}"))
+        return self._bookie_failed(event.bookie, f"{event.status.name}: {event.message}".rstrip(": "))
+
+    def _bookie_failed(self, bookie: str, why: str) -> list:
+        if bookie not in self.metadata.current_ensemble or bookie in self._failed:
+            return []
+        self._failed[bookie] = why
+        if self._changing:
+            return []      # handled once the change in flight finished
+        return self._start_change()
+
+    def _start_change(self) -> list:
+        self._changing = True
+        self._change_started_ms = self._now
+        self._choose_again_ms = None
+        exclude = frozenset(self.metadata.current_ensemble) | frozenset(self._failed)
+        return [ev.ChooseBookies(ledger_id=self.ledger_id, exclude=exclude)]
+
+    def _on_bookies_chosen(self, event: ev.BookiesChosen) -> list:
+        if not self._changing or self._replacements is not None or self.error is not None:
+            return []
+        ensemble = self.metadata.current_ensemble
+        to_replace = [b for b in ensemble if b in self._failed]
+        candidates = [b for b in event.bookies if b not in ensemble and b not in self._failed]
+        if not to_replace:          # the failed bookies left the ensemble meanwhile
+            return self._finish_change(resend_to=set())
+        if len(candidates) < len(to_replace):
+            self._choose_again_ms = self._now + CHOOSE_RETRY_MS
+            return []
+        self._replacements = dict(zip(to_replace, candidates))
+        new_ensemble = tuple(self._replacements.get(b, b) for b in ensemble)
+        proposed = self.metadata.with_fragment(self.last_add_confirmed + 1, new_ensemble)
+        return [ev.WriteMetadata(metadata=proposed, expected_version=self.version)]
+
+    def _adopt(self, metadata: LedgerMetadata, version: int) -> None:
+        self.metadata, self.version = metadata, version
+        self._write_sets = write_sets_of(metadata.current_ensemble, metadata.write_quorum)
+        ensemble = set(metadata.current_ensemble)
+        self._failed = {b: why for b, why in self._failed.items() if b in ensemble}
+
+    def _finish_change(self, resend_to: set[str]) -> list:
+        """_finish_change re-sends what `resend_to` bookies lack, then completes or changes again."""
+        self._changing = False
+        self._replacements = None
+        sends: dict[str, list[Entry]] = {}
+        size = len(self._write_sets)
+        for pending in self._pending:
+            entry_id = pending.entry.entry_id
+            write_set = self._write_sets[entry_id % size]
+            pending.acked.intersection_update(write_set)
+            pending.sent_ms = self._now
+            for bookie in write_set:
+                if bookie not in pending.acked and bookie not in self._failed and bookie in resend_to:
+                    sends.setdefault(bookie, []).append(pending.entry)
+        commands: list = [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,
+                                      entries=entries) for b, entries in sends.items()]
+        if self._failed:
+            return commands + self._start_change()
+        return commands + self._complete()
+
+    def _on_metadata_written(self, event: ev.MetadataWritten) -> list:
+        if self._close_in_flight:
+            self._close_in_flight = False
+            self.closed = True
+            self._adopt(event.metadata, event.version)
+            return [ev.CompleteClose(metadata=event.metadata, version=event.version)]
+        if self._replacements is None:
+            return []
+        replacements = set(self._replacements.values())
+        self._adopt(event.metadata, event.version)
+        return self._finish_change(resend_to=replacements)
+
+    def _on_conflict(self, event: ev.MetadataConflict) -> list:
+        current = event.metadata
+        if self._close_in_flight:
+            self._close_in_flight = False
+            return self._close_conflict(current, event.version)
+        if self._replacements is None:
+            return []
+        if current.state != OPEN:
+            return self._fail(LedgerFenced(f"ledger {self.ledger_id} is {current.state}: another "
+                                           "client is recovering or closed it"))
+        # Still OPEN: someone else changed the metadata; retry the change on top of theirs and
+        # send every unacknowledged entry to whichever write set it has now.
+        self._replacements = None
+        self._adopt(current, event.version)
+        return self._finish_change(resend_to=set(current.current_ensemble))
+
+    def _on_metadata_failed(self, event: ev.MetadataFailed) -> list:
+        if self._close_in_flight:
+            self._close_in_flight = False
+            return [ev.FailClose(ledger_id=self.ledger_id, error=event.error)] + self._fail(event.error)
+        return self._fail(event.error)
+
+    def _fail(self, error: WalkitError) -> list:
+        """_fail ends the writer: every pending and later add fails with `error`."""
+        if self.error is not None:
+            return []
+        self.error = error
+        first = self._pending[0].entry.entry_id if self._pending else self.last_add_pushed + 1
+        self._pending.clear()
+        self._changing = False
+        self._replacements = None
+        commands: list = [ev.FailAdds(ledger_id=self.ledger_id, first_entry_id=first, error=error)]
+        if self._closing and not self.closed:
+            commands.append(ev.FailClose(ledger_id=self.ledger_id, error=error))
+        return commands
+
+    # -- close ----------------------------------------------------------------------------
+    def _on_close(self, event: ev.CloseRequested) -> list:
+        if self.closed:
+            return [ev.CompleteClose(metadata=self.metadata, version=self.version)]
+        if self.error is not None:
+            return [ev.FailClose(ledger_id=self.ledger_id, error=self.error)]
+        if self._closing:
+            return []
+        self._closing = True
+        if not self._pending and not self._changing:
+            return [self._write_close()]
+        return []
+
+    def _write_close(self) -> ev.WriteMetadata:
+        self._close_in_flight = True
+        proposed = self.metadata.closed(self.last_add_confirmed)
+        return ev.WriteMetadata(metadata=proposed, expected_version=self.version)
+
+    def _close_conflict(self, current: LedgerMetadata, version: int) -> list:
+        """_close_conflict applies seed 000's rules for a failed CAS of a writer's close."""
+        if current.state == OPEN:
+            self.metadata, self.version = current, version
+            return [self._write_close()]
+        if current.state == CLOSED and current.last_entry_id == self.last_add_confirmed:
+            self.closed = True
+            self._adopt(current, version)
+            return [ev.CompleteClose(metadata=current, version=version)]
+        if current.state == CLOSED:
+            why = (f"ledger {self.ledger_id} was closed by another client at entry "
+                   f"{current.last_entry_id}, not at {self.last_add_confirmed}")
+        else:
+            why = f"ledger {self.ledger_id} is being recovered by another client"
+        return self._fail(LedgerFenced(why))
+
+    # -- time -----------------------------------------------------------------------------
+    def _on_tick(self, event: ev.Ticked) -> list:
+        self._now = now = event.now_ms
+        if self.error is not None or self.closed:
+            return []
+        if self._changing:
+            if self._replacements is None and now - self._change_started_ms >= self.add_timeout_ms:
+                failed = ", ".join(sorted(self._failed))
+                return self._fail(NotEnoughBookies(
+                    f"no live bookie could replace {failed} in ledger {self.ledger_id} within "
+                    f"{self.add_timeout_ms} ms"))
+            if self._choose_again_ms is not None and now >= self._choose_again_ms:
+                self._choose_again_ms = None
+                exclude = frozenset(self.metadata.current_ensemble) | frozenset(self._failed)
+                return [ev.ChooseBookies(ledger_id=self.ledger_id, exclude=exclude)]
+            return []
+        if self._pending:
+            head = self._pending[0]
+            if now - head.sent_ms >= self.add_timeout_ms:
+                commands: list = []
+                write_set = self._write_sets[head.entry.entry_id % len(self._write_sets)]
+                for bookie in write_set:
+                    if bookie not in head.acked:
+                        commands += self._bookie_failed(bookie, f"no answer within {self.add_timeout_ms} ms")
+                return commands
+            return []
+        if (self.last_add_confirmed > self._lac_sent and not self._closing
+                and now - self._last_add_ms >= self.explicit_lac_ms):
+            self._lac_sent = self.last_add_confirmed
+            return [ev.SendWriteLac(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,
+                                    lac=self.last_add_confirmed)
+                    for b in self.metadata.current_ensemble if b not in self._failed]
+        return []

@@ -1,0 +1,97 @@
+"""walkit.errors holds the typed errors that cross walkit's public API.
+
+Every error derives from `WalkitError`, so `except walkit.errors.WalkitError` catches anything
+walkit raises on purpose. Errors that a bookie reports carry the bookie's status name.
+"""
+
+from __future__ import annotations
+
+
+class WalkitError(Exception):
+    """WalkitError is the base of every error walkit raises on purpose."""
+
+
+class ConfigError(WalkitError, ValueError):
+    """ConfigError is raised for invalid arguments, URIs and configuration values."""
+
+
+class PluginNotFound(ConfigError):
+    """PluginNotFound is raised when a URI names a scheme no installed plugin provides."""
+
+
+class Timeout(WalkitError, TimeoutError):
+    """Timeout is raised when an operation did not finish within its timeout."""
+
+
+class NotEnoughBookies(WalkitError):
+    """NotEnoughBookies is raised when fewer live, writable bookies exist than a ledger needs."""
+
+
+class NoSuchLedger(WalkitError, KeyError):
+    """NoSuchLedger is raised when a ledger id is not in the metadata store."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of its argument
+        return Exception.__str__(self)
+
+
+class LedgerFenced(WalkitError):
+    """LedgerFenced is raised when another client fenced (recovered) the ledger.
+
+    As BookKeeper's protocol notes, an add that fails with LedgerFenced may or may not be part
+    of the ledger: only the recovered ledger's last entry says. Treat it like a timeout.
+    """
+
+
+class LedgerClosed(WalkitError):
+    """LedgerClosed is raised when writing to a ledger that is already closed."""
+
+
+class BadVersion(WalkitError):
+    """BadVersion is raised when a compare-and-swap found a different version than expected."""
+
+
+class NodeExists(WalkitError):
+    """NodeExists is raised when creating a metadata key that already exists."""
+
+
+class NoSuchKey(WalkitError, KeyError):
+    """NoSuchKey is raised when a metadata key does not exist."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
+
+
+class MetadataError(WalkitError):
+    """MetadataError is raised when the metadata store cannot complete an operation."""
+
+
+class SessionLost(MetadataError):
+    """SessionLost is raised for operations in flight when a metadata session is lost."""
+
+
+class DigestMismatch(WalkitError):
+    """DigestMismatch is raised when no replica returned an entry whose digest verifies."""
+
+
+class Unauthorized(WalkitError):
+    """Unauthorized is raised when a bookie refuses the ledger password (master key)."""
+
+
+class NoSuchEntry(WalkitError):
+    """NoSuchEntry is raised when an entry cannot be read from any replica of its write set."""
+
+
+class BookieError(WalkitError):
+    """BookieError is raised when bookies answered with an error that has no narrower type."""
+
+    def __init__(self, message: str, status: str = "IO_ERROR") -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ProtocolError(WalkitError):
+    """ProtocolError is raised when a peer sends a message that does not follow the protocol."""
+
+
+class ClientClosed(WalkitError):
+    """ClientClosed is raised for calls made on (or pending in) a client that was closed."""

@@ -1,0 +1,228 @@
+"""walkit.local runs a whole walkit cluster on one machine: LocalCluster.
+
+    with walkit.LocalCluster(bookies=3, data_dir="walkit-data") as cluster:
+        client = walkit.Client(cluster.metadata_url)
+
+Bookies are real subprocesses (`python -m walkit bookie ...`) on 127.0.0.1, so `kill_bookie`
+is a real SIGKILL. Each bookie keeps its port across restarts (ports are remembered in
+`<data_dir>/cluster.json`), so a restarted bookie is the same bookie to the ledgers that name
+it. Bookies exit on their own if the process that started them dies, so a cluster never leaves
+a process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from walkit.errors import ConfigError, WalkitError
+
+STORAGE_KINDS = ("memory", "files", "sqlite")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """free_port returns a TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class _Bookie:
+    port: int
+    storage: str
+    process: subprocess.Popen | None = None
+    log_path: str = ""
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class LocalCluster:
+    """LocalCluster starts `bookies` bookie processes and a metadata store under `data_dir`.
+
+    `storage` is a storage kind ("memory", "files", "sqlite"; each bookie gets its own folder)
+    or a storage URI used as is with ``{i}`` replaced by the bookie index. `metadata` is
+    "sqlite" (a file in data_dir) or any metadata URI. `bookie_args` are extra `walkit bookie`
+    options for every bookie. As a context manager it stops every process on exit.
+    """
+
+    def __init__(self, bookies: int = 3, data_dir: str = "walkit-data", storage: str = "memory",
+                 metadata: str = "sqlite", *, bookie_args: tuple[str, ...] = (), ready_timeout: float = 30.0,
+                 start: bool = True) -> None:
+        if bookies < 0:
+            raise ConfigError(f"bookies must be >= 0, got {bookies}")
+        if storage not in STORAGE_KINDS and "://" not in storage:
+            raise ConfigError(f"storage must be one of {', '.join(STORAGE_KINDS)} or a storage URI, got {storage!r}")
+        self.data_dir = os.path.abspath(data_dir)
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.storage = storage
+        self.metadata_url = (f"sqlite://{os.path.join(self.data_dir, 'metadata.db')}" if metadata == "sqlite"
+                             else metadata)
+        if "://" not in self.metadata_url:
+            raise ConfigError(f"metadata must be 'sqlite' or a metadata URI, got {metadata!r}")
+        self.bookie_args = tuple(bookie_args)
+        self.ready_timeout = ready_timeout
+        self._bookies: list[_Bookie] = self._load_layout()
+        while len(self._bookies) < bookies:
+            self._bookies.append(self._new_bookie(len(self._bookies)))
+        self._save_layout()
+        self._count = bookies
+        if start:
+            self.start()
+
+    # -- layout -----------------------------------------------------------------------------
+    def _layout_path(self) -> str:
+        return os.path.join(self.data_dir, "cluster.json")
+
+    def _load_layout(self) -> list[_Bookie]:
+        try:
+            with open(self._layout_path()) as f:
+                saved = json.load(f)
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read {self._layout_path()}: {exc}") from exc
+        if saved.get("storage") != self.storage:
+            return []                 # a different storage kind: start a fresh layout
+        return [_Bookie(port=b["port"], storage=b["storage"]) for b in saved["bookies"]]
+
+    def _save_layout(self) -> None:
+        with open(self._layout_path(), "w") as f:
+            json.dump({"storage": self.storage,
+                       "bookies": [{"port": b.port, "storage": b.storage} for b in self._bookies]}, f, indent=1)
+
+    def _new_bookie(self, index: int) -> _Bookie:
+        if "://" in self.storage:
+            uri = self.storage.replace("{i}", str(index))
+        elif self.storage == "memory":
+            uri = "memory://"
+        else:
+            folder = os.path.join(self.data_dir, f"bookie-{index}")
+            uri = f"files://{folder}" if self.storage == "files" else f"sqlite://{folder}/entries.db"
+        return _Bookie(port=free_port(), storage=uri)
+
+    # -- processes --------------------------------------------------------------------------
+    @property
+    def addresses(self) -> list[str]:
+        """addresses lists every bookie's address (running or not), by index."""
+        return [b.address for b in self._bookies[:self._count]]
+
+    def start(self) -> "LocalCluster":
+        """start starts every bookie that is not running and waits until all are registered."""
+        for i in range(self._count):
+            if not self.is_running(i):
+                self._spawn(i)
+        self._wait_registered([i for i in range(self._count)])
+        return self
+
+    def is_running(self, i: int) -> bool:
+        """is_running tells whether bookie `i`'s process is alive."""
+        process = self._bookies[i].process
+        return process is not None and process.poll() is None
+
+    def _spawn(self, i: int) -> None:
+        bookie = self._bookies[i]
+        bookie.log_path = os.path.join(self.data_dir, f"bookie-{i}.log")
+        command = [sys.executable, "-m", "walkit", "bookie", "--metadata", self.metadata_url,
+                   "--storage", bookie.storage, "--port", str(bookie.port), "--exit-with-parent",
+                   *self.bookie_args]
+        with open(bookie.log_path, "ab") as log:
+            bookie.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, cwd=self.data_dir)
+
+    def _wait_registered(self, indexes: list[int]) -> None:
+        from walkit.plugins import open_metadata
+        from walkit.registry import BookieRegistry
+        deadline = time.monotonic() + self.ready_timeout
+        store = open_metadata(self.metadata_url)
+        try:
+            registry = BookieRegistry(store)
+            while True:
+                for i in indexes:
+                    if not self.is_running(i):
+                        raise WalkitError(f"bookie {i} exited during start-up:\n{self.log_tail(i)}")
+                live = registry.live()
+                if all(self._bookies[i].address in live for i in indexes):
+                    return
+                if time.monotonic() > deadline:
+                    missing = [self._bookies[i].address for i in indexes if self._bookies[i].address not in live]
+                    raise WalkitError(f"bookies {', '.join(missing)} did not register within "
+                                      f"{self.ready_timeout:g} s")
+                time.sleep(0.05)
+        finally:
+            store.close()
+
+    def log_tail(self, i: int, lines: int = 20) -> str:
+        """log_tail returns the end of bookie `i`'s log file."""
+        try:
+            with open(self._bookies[i].log_path, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def kill_bookie(self, i: int) -> None:
+        """kill_bookie sends SIGKILL to bookie `i` and waits for it to die."""
+        process = self._bookies[i].process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+
+    def stop_bookie(self, i: int, timeout: float = 10.0) -> None:
+        """stop_bookie stops bookie `i` cleanly (SIGTERM: it deregisters at once)."""
+        process = self._bookies[i].process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def start_bookie(self, i: int) -> None:
+        """start_bookie (re)starts bookie `i` on its port and data, and waits until it registered."""
+        if not self.is_running(i):
+            self._spawn(i)
+        self._wait_registered([i])
+
+    def add_bookie(self) -> int:
+        """add_bookie starts one more bookie and returns its index."""
+        if self._count == len(self._bookies):
+            self._bookies.append(self._new_bookie(self._count))
+            self._save_layout()
+        self._count += 1
+        self.start_bookie(self._count - 1)
+        return self._count - 1
+
+    def pid(self, i: int) -> int | None:
+        """pid returns the process id of bookie `i` (None if never started)."""
+        process = self._bookies[i].process
+        return None if process is None else process.pid
+
+    def close(self) -> None:
+        """close stops every bookie process (SIGTERM, then SIGKILL after 10 s)."""
+        for i in range(len(self._bookies)):
+            process = self._bookies[i].process
+            if process is not None and process.poll() is None:
+                process.terminate()
+        for bookie in self._bookies:
+            process = bookie.process
+            if process is not None:
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+    def __enter__(self) -> "LocalCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

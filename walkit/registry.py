@@ -1,0 +1,77 @@
+"""walkit.registry keeps the list of live bookies in the metadata store.
+
+Each running bookie holds an ephemeral registration under ``bookies/<address>`` whose value is
+a small JSON document (`BookieInfo`). The key disappears when the bookie stops (at once) or dies
+(when its session or heartbeat expires), so `live()` is the set of bookies a new ledger may use.
+Read-only bookies stay registered, flagged, and are never chosen for writes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass
+
+from walkit.errors import NoSuchKey, NotEnoughBookies
+
+BOOKIES_PREFIX = "bookies"
+
+
+@dataclass(frozen=True, slots=True)
+class BookieInfo:
+    """BookieInfo is what a bookie publishes about itself."""
+
+    address: str
+    read_only: bool = False
+    storage: str = ""
+
+    def to_bytes(self) -> bytes:
+        """to_bytes encodes the info for the metadata store."""
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "BookieInfo":
+        """from_bytes decodes info written by `to_bytes`."""
+        return cls(**json.loads(data))
+
+
+def bookie_key(address: str) -> str:
+    """bookie_key is the registration key of a bookie."""
+    return f"{BOOKIES_PREFIX}/{address}"
+
+
+class BookieRegistry:
+    """BookieRegistry registers bookies and lists the live ones, over any MetadataStore."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def register(self, info: BookieInfo):
+        """register publishes `info` until the returned session is closed (or the process dies)."""
+        return self.store.register(bookie_key(info.address), info.to_bytes())
+
+    def live(self) -> dict[str, BookieInfo]:
+        """live maps the address of every registered bookie to its info."""
+        found: dict[str, BookieInfo] = {}
+        for name in self.store.children(BOOKIES_PREFIX):
+            try:
+                value, _ = self.store.get(f"{BOOKIES_PREFIX}/{name}")
+            except NoSuchKey:
+                continue           # went away between the listing and the read
+            info = BookieInfo.from_bytes(value)
+            found[info.address] = info
+        return found
+
+    def writable(self, exclude=frozenset()) -> list[str]:
+        """writable lists live, writable bookies outside `exclude`, in random order."""
+        candidates = [a for a, info in self.live().items() if not info.read_only and a not in exclude]
+        random.shuffle(candidates)
+        return candidates
+
+    def choose(self, count: int, exclude=frozenset()) -> list[str]:
+        """choose picks `count` distinct writable bookies at random, or raises NotEnoughBookies."""
+        candidates = self.writable(exclude)
+        if len(candidates) < count:
+            raise NotEnoughBookies(f"need {count} writable bookies, {len(candidates)} available"
+                                   + (f" (excluding {', '.join(sorted(exclude))})" if exclude else ""))
+        return candidates[:count]

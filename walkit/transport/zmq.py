@@ -1,0 +1,145 @@
+"""walkit.transport.zmq connects a client to bookies: one DEALER socket per bookie.
+
+All methods but `wake()` belong to the client's I/O thread. Each bookie's socket is watched by
+a ZeroMQ monitor, so the transport knows when a connection is up (handshake done) or down
+(disconnected, or not up within `connect_timeout_ms`). Sockets use ZMQ_IMMEDIATE, so nothing is
+queued for a bookie that is down: `send` returns False at once and the caller fails the request
+instead of waiting for a timeout. Frames sent while the first connection is being made are held
+until it is up.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+_UP = zmq.EVENT_HANDSHAKE_SUCCEEDED
+_DOWN = zmq.EVENT_DISCONNECTED
+
+
+class _Channel:
+    __slots__ = ("address", "socket", "monitor", "state", "held", "deadline")
+
+    def __init__(self, address: str, socket, monitor, deadline: float) -> None:
+        self.address = address
+        self.socket = socket
+        self.monitor = monitor
+        self.state = "connecting"        # connecting | up | down
+        self.held: list[bytes] = []
+        self.deadline = deadline
+
+
+class ZmqTransport:
+    """ZmqTransport is the client's ZeroMQ link to bookies, driven by one I/O thread."""
+
+    def __init__(self, *, connect_timeout_ms: int = 2000, context: zmq.Context | None = None) -> None:
+        self.context = context or zmq.Context.instance()
+        self.connect_timeout_ms = connect_timeout_ms
+        self._channels: dict[str, _Channel] = {}
+        self._by_socket: dict[object, _Channel] = {}
+        self._poller = zmq.Poller()
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._poller.register(self._wake_fd, zmq.POLLIN)
+        self._down: list[str] = []
+
+    # -- channels -------------------------------------------------------------------------
+    def _channel(self, address: str) -> _Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            socket = self.context.socket(zmq.DEALER)
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.setsockopt(zmq.IMMEDIATE, 1)
+            socket.setsockopt(zmq.SNDHWM, 0)
+            socket.setsockopt(zmq.RCVHWM, 0)
+            socket.setsockopt(zmq.RECONNECT_IVL, 100)
+            socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            monitor = socket.get_monitor_socket(_UP | _DOWN)
+            socket.connect(f"tcp://{address}")
+            channel = _Channel(address, socket, monitor, time.monotonic() + self.connect_timeout_ms / 1000)
+            self._channels[address] = channel
+            self._by_socket[socket] = channel
+            self._by_socket[monitor] = channel
+            self._poller.register(socket, zmq.POLLIN)
+            self._poller.register(monitor, zmq.POLLIN)
+        return channel
+
+    def send(self, address: str, frame: bytes) -> bool:
+        """send queues `frame` for a bookie; False means the bookie is unreachable right now."""
+        channel = self._channel(address)
+        if channel.state == "up":
+            try:
+                channel.socket.send(frame, zmq.NOBLOCK, copy=len(frame) < 65536)
+                return True
+            except zmq.Again:          # the connection went away; the monitor will say so
+                channel.state = "down"
+                return False
+        if channel.state == "connecting":
+            channel.held.append(frame)
+            return True
+        return False
+
+    def poll(self, timeout_ms: int) -> tuple[list[tuple[str, bytes]], list[str]]:
+        """poll waits up to `timeout_ms` and returns (frames from bookies, bookies gone down)."""
+        received: list[tuple[str, bytes]] = []
+        for item, _ in self._poller.poll(timeout_ms):
+            if item == self._wake_fd:
+                try:
+                    os.eventfd_read(self._wake_fd)
+                except BlockingIOError:
+                    pass
+                continue
+            channel = self._by_socket[item]
+            if item is channel.monitor:
+                self._on_monitor(channel)
+                continue
+            socket = channel.socket
+            while True:
+                try:
+                    received.append((channel.address, socket.recv(zmq.NOBLOCK)))
+                except zmq.Again:
+                    break
+        now = time.monotonic()
+        for channel in self._channels.values():
+            if channel.state == "connecting" and now >= channel.deadline:
+                channel.state = "down"
+                channel.held.clear()
+                self._down.append(channel.address)
+        down, self._down = self._down, []
+        return received, down
+
+    def _on_monitor(self, channel: _Channel) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(channel.monitor, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                return
+            if event == _UP:
+                channel.state = "up"
+                held, channel.held = channel.held, []
+                for frame in held:
+                    channel.socket.send(frame, zmq.NOBLOCK)
+            elif event == _DOWN and channel.state != "down":
+                channel.state = "down"
+                self._down.append(channel.address)
+
+    def is_up(self, address: str) -> bool:
+        """is_up tells whether the connection to a bookie is established."""
+        channel = self._channels.get(address)
+        return channel is not None and channel.state == "up"
+
+    def wake(self) -> None:
+        """wake interrupts a `poll` in progress; any thread may call it."""
+        os.eventfd_write(self._wake_fd, 1)
+
+    def close(self) -> None:
+        """close closes every socket."""
+        for channel in self._channels.values():
+            channel.socket.disable_monitor()
+            channel.monitor.close(linger=0)
+            channel.socket.close(linger=0)
+        self._channels.clear()
+        self._by_socket.clear()
+        os.close(self._wake_fd)

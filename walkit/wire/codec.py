@@ -1,0 +1,225 @@
+"""walkit.wire.codec maps walkit.core.messages to and from Cap'n Proto (walkit.capnp).
+
+This is the only module that imports capnp. A message is one `Envelope` holding a list of
+requests or a list of responses. Decoding is defensive: bytes from the network may be anything,
+so every failure becomes `WireError` (the whole frame is unusable) or a BAD_REQUEST
+`ErrorResponse` for one request, and the caller keeps serving.
+"""
+
+from __future__ import annotations
+
+import os
+
+import capnp
+
+from walkit.core.messages import (
+    AddRequest, AddResponse, Entry, ErrorResponse, ReadLacRequest, ReadLacResponse, ReadRequest,
+    ReadResponse, Status, WriteLacRequest, WriteLacResponse,
+)
+from walkit.errors import ProtocolError
+
+capnp.remove_import_hook()
+schema = capnp.load(os.path.join(os.path.dirname(__file__), "walkit.capnp"))
+
+#: Frames larger than this are refused before decoding (BAD_REQUEST).
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+_TRAVERSAL_WORDS = DEFAULT_MAX_FRAME // 8 * 2
+_NESTING = 16
+
+_STATUS_NAMES = {s: "".join([w.lower() if i == 0 else w.capitalize()
+                             for i, w in enumerate(s.name.split("_"))]) for s in Status if s < 100}
+_STATUSES = {int(s): s for s in Status}
+
+
+class WireError(ProtocolError):
+    """WireError is raised when a frame is not a walkit Envelope at all."""
+
+
+def _load(data: bytes, max_frame: int):
+    if len(data) > max_frame:
+        raise WireError(f"frame of {len(data)} bytes exceeds the limit of {max_frame} bytes")
+    if len(data) < 8 or len(data) % 8:
+        raise WireError(f"frame of {len(data)} bytes is not a Cap'n Proto message")
+    return schema.Envelope.from_bytes(data, traversal_limit_in_words=_TRAVERSAL_WORDS,
+                                      nesting_limit=_NESTING)
+
+
+def _set_entries(builder, entries: list[Entry]) -> None:
+    out = builder.init("entries", len(entries))
+    for i, entry in enumerate(entries):
+        e = out[i]
+        e.ledgerId = entry.ledger_id
+        e.entryId = entry.entry_id
+        e.lac = entry.lac
+        e.digest = entry.digest
+        e.payload = entry.payload
+
+
+def _get_entries(reader) -> list[Entry]:
+    return [Entry(e.ledgerId, e.entryId, e.lac, e.digest, e.payload) for e in reader.entries]
+
+
+# -- requests ------------------------------------------------------------------------------------
+def encode_requests(requests: list) -> bytes:
+    """encode_requests returns one frame carrying `requests`."""
+    message = schema.Envelope.new_message()
+    out = message.init("requests", len(requests))
+    for i, request in enumerate(requests):
+        r = out[i]
+        r.txnId = request.txn
+        kind = type(request)
+        if kind is AddRequest:
+            a = r.init("add")
+            a.ledgerId = request.ledger_id
+            a.masterKey = request.master_key
+            a.recovery = request.recovery
+            _set_entries(a, request.entries)
+        elif kind is ReadRequest:
+            rd = r.init("read")
+            rd.ledgerId = request.ledger_id
+            rd.entryIds = request.entry_ids
+            rd.fence = request.fence
+            rd.masterKey = request.master_key
+            rd.previousLac = request.previous_lac
+            rd.timeoutMs = request.timeout_ms
+        elif kind is ReadLacRequest:
+            rl = r.init("readLac")
+            rl.ledgerId = request.ledger_id
+            rl.fence = request.fence
+            rl.masterKey = request.master_key
+            rl.previousLac = request.previous_lac
+            rl.timeoutMs = request.timeout_ms
+        elif kind is WriteLacRequest:
+            wl = r.init("writeLac")
+            wl.ledgerId = request.ledger_id
+            wl.masterKey = request.master_key
+            wl.lac = request.lac
+        else:
+            raise TypeError(f"not a request: {request!r}")
+    return message.to_bytes()
+
+
+def _decode_request(r):
+    txn = r.txnId
+    which = r.which()
+    if which == "add":
+        a = r.add
+        return AddRequest(txn=txn, ledger_id=a.ledgerId, master_key=a.masterKey, recovery=a.recovery,
+                          entries=_get_entries(a))
+    if which == "read":
+        rd = r.read
+        return ReadRequest(txn=txn, ledger_id=rd.ledgerId, entry_ids=list(rd.entryIds), fence=rd.fence,
+                           master_key=rd.masterKey, previous_lac=rd.previousLac, timeout_ms=rd.timeoutMs)
+    if which == "readLac":
+        rl = r.readLac
+        return ReadLacRequest(txn=txn, ledger_id=rl.ledgerId, fence=rl.fence, master_key=rl.masterKey,
+                              previous_lac=rl.previousLac, timeout_ms=rl.timeoutMs)
+    if which == "writeLac":
+        wl = r.writeLac
+        return WriteLacRequest(txn=txn, ledger_id=wl.ledgerId, master_key=wl.masterKey, lac=wl.lac)
+    raise WireError(f"unknown request kind {which!r}")
+
+
+def decode_requests(data: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> list:
+    """decode_requests returns the requests of a frame; undecodable ones become ErrorResponses.
+
+    It raises WireError when the frame is not an Envelope of requests at all.
+    """
+    try:
+        with _load(data, max_frame) as envelope:
+            if envelope.which() != "requests":
+                raise WireError("expected requests, got responses")
+            decoded: list = []
+            for r in envelope.requests:
+                try:
+                    decoded.append(_decode_request(r))
+                except (capnp.KjException, WireError, ValueError) as exc:
+                    txn = _safe_txn(r)
+                    decoded.append(ErrorResponse(txn=txn, status=Status.BAD_REQUEST,
+                                                 message=f"malformed request: {_short(exc)}"))
+            return decoded
+    except WireError:
+        raise
+    except (capnp.KjException, ValueError, TypeError) as exc:
+        raise WireError(f"malformed frame: {_short(exc)}") from None
+
+
+def _safe_txn(r) -> int:
+    try:
+        return r.txnId
+    except Exception:  # noqa: BLE001 - anything that fails here already failed decoding
+        return 0
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).split("\nstack:")[0]
+    return text.rsplit("failed: ", 1)[-1][:200]
+
+
+# -- responses -----------------------------------------------------------------------------------
+def encode_responses(responses: list) -> bytes:
+    """encode_responses returns one frame carrying `responses`."""
+    message = schema.Envelope.new_message()
+    out = message.init("responses", len(responses))
+    for i, response in enumerate(responses):
+        r = out[i]
+        r.txnId = response.txn
+        r.status = _STATUS_NAMES[response.status]
+        if response.message:
+            r.message = response.message
+        kind = type(response)
+        if kind is AddResponse:
+            a = r.init("add")
+            a.ledgerId = response.ledger_id
+            a.entryIds = response.entry_ids
+        elif kind is ReadResponse:
+            rd = r.init("read")
+            rd.ledgerId = response.ledger_id
+            rd.lac = response.lac
+            _set_entries(rd, response.entries)
+        elif kind is ReadLacResponse:
+            rl = r.init("readLac")
+            rl.ledgerId = response.ledger_id
+            rl.lac = response.lac
+            rl.lastEntryId = response.last_entry_id
+        elif kind is WriteLacResponse:
+            r.init("writeLac").ledgerId = response.ledger_id
+        elif kind is ErrorResponse:
+            r.error = None
+        else:
+            raise TypeError(f"not a response: {response!r}")
+    return message.to_bytes()
+
+
+def decode_responses(data: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> list:
+    """decode_responses returns the responses of a frame; it raises WireError on garbage."""
+    try:
+        with _load(data, max_frame) as envelope:
+            if envelope.which() != "responses":
+                raise WireError("expected responses, got requests")
+            return [_decode_response(r) for r in envelope.responses]
+    except WireError:
+        raise
+    except (capnp.KjException, ValueError, TypeError, KeyError) as exc:
+        raise WireError(f"malformed frame: {_short(exc)}") from None
+
+
+def _decode_response(r):
+    txn = r.txnId
+    status = _STATUSES[r.status.raw]
+    message = r.message
+    which = r.which()
+    if which == "add":
+        a = r.add
+        return AddResponse(txn=txn, status=status, ledger_id=a.ledgerId, entry_ids=list(a.entryIds), message=message)
+    if which == "read":
+        rd = r.read
+        return ReadResponse(txn=txn, status=status, ledger_id=rd.ledgerId, entries=_get_entries(rd),
+                            lac=rd.lac, message=message)
+    if which == "readLac":
+        rl = r.readLac
+        return ReadLacResponse(txn=txn, status=status, ledger_id=rl.ledgerId, lac=rl.lac,
+                               last_entry_id=rl.lastEntryId, message=message)
+    if which == "writeLac":
+        return WriteLacResponse(txn=txn, status=status, ledger_id=r.writeLac.ledgerId, message=message)
+    return ErrorResponse(txn=txn, status=status, message=message)

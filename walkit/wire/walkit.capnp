@@ -1,0 +1,108 @@
+@0xc3565bb7ccf06e0e;
+# walkit's wire protocol: every ZeroMQ message between a client and a bookie is one Envelope.
+# A client sends an Envelope of requests; the bookie answers with an Envelope of responses, each
+# carrying the txnId of its request. Batches are first-class: one message may carry many
+# requests, one AddRequest many entries, one ReadRequest many entry ids.
+
+enum Status {
+  ok @0;
+  noSuchEntry @1;
+  noSuchLedger @2;
+  fenced @3;
+  unauthorized @4;
+  badRequest @5;
+  readOnly @6;
+  tooManyRequests @7;
+  ioError @8;
+  invalidTerm @9;
+}
+
+# One ledger entry. The digest covers ledgerId, entryId, lac and payload.
+struct Entry {
+  ledgerId @0 :Int64;
+  entryId @1 :Int64;
+  lac @2 :Int64;
+  digest @3 :Data;
+  payload @4 :Data;
+}
+
+struct AddRequest {
+  ledgerId @0 :Int64;
+  masterKey @1 :Data;
+  recovery @2 :Bool;          # recovery adds pass a fenced ledger
+  entries @3 :List(Entry);
+}
+
+struct ReadRequest {
+  ledgerId @0 :Int64;
+  entryIds @1 :List(Int64);
+  fence @2 :Bool;             # fence the ledger first (recovery reads)
+  masterKey @3 :Data;         # required with fence
+  previousLac @4 :Int64 = -2; # long poll: answer once the LAC passes it; -2 = no long poll
+  timeoutMs @5 :UInt32;
+}
+
+struct ReadLacRequest {
+  ledgerId @0 :Int64;
+  fence @1 :Bool;
+  masterKey @2 :Data;
+  previousLac @3 :Int64 = -2;
+  timeoutMs @4 :UInt32;
+}
+
+struct WriteLacRequest {
+  ledgerId @0 :Int64;
+  masterKey @1 :Data;
+  lac @2 :Int64;
+}
+
+struct Request {
+  txnId @0 :UInt64;
+  union {
+    add @1 :AddRequest;
+    read @2 :ReadRequest;
+    readLac @3 :ReadLacRequest;
+    writeLac @4 :WriteLacRequest;
+  }
+}
+
+struct AddResponse {
+  ledgerId @0 :Int64;
+  entryIds @1 :List(Int64);
+}
+
+struct ReadResponse {
+  ledgerId @0 :Int64;
+  entries @1 :List(Entry);    # the requested entries the bookie holds; absent ids are omitted
+  lac @2 :Int64;
+}
+
+struct ReadLacResponse {
+  ledgerId @0 :Int64;
+  lac @1 :Int64;
+  lastEntryId @2 :Int64;
+}
+
+struct WriteLacResponse {
+  ledgerId @0 :Int64;
+}
+
+struct Response {
+  txnId @0 :UInt64;
+  status @1 :Status;
+  message @2 :Text;           # detail for errors
+  union {
+    error @3 :Void;           # the request could not be decoded
+    add @4 :AddResponse;
+    read @5 :ReadResponse;
+    readLac @6 :ReadLacResponse;
+    writeLac @7 :WriteLacResponse;
+  }
+}
+
+struct Envelope {
+  union {
+    requests @0 :List(Request);
+    responses @1 :List(Response);
+  }
+}
