@@ -106,19 +106,22 @@ def local(bookies, data_dir, storage, metadata, demo) -> None:
         click.echo(f"walkit local cluster: {bookies} bookies at {', '.join(cluster.addresses)}")
         click.echo(f"metadata: {cluster.metadata_url}")
         if demo:
-            _demo(cluster.metadata_url)
-        click.echo("Ctrl-C to stop.")
+            _demo(cluster.metadata_url, bookies)
         try:
+            # Inside the try: a Ctrl-C right after this line is a clean stop too, not "Aborted!".
+            click.echo("Ctrl-C to stop.")
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
             click.echo("stopping")
 
 
-def _demo(metadata_url: str) -> None:
+def _demo(metadata_url: str, bookies: int = 3) -> None:
     from walkit.client.api import Client
+    ensemble = min(3, bookies)                  # the demo runs on clusters of 1 or 2 bookies too
     with Client(metadata_url) as client:
-        writer = client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=b"demo")
+        writer = client.create_ledger(ensemble=ensemble, write_quorum=min(2, ensemble),
+                                      ack_quorum=min(2, ensemble), password=b"demo")
         started = time.perf_counter()
         futures = [writer.append_async(f"entry {i}".encode()) for i in range(1000)]
         for future in futures:

@@ -117,9 +117,10 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         """start starts every bookie that is not running and waits until all are registered."""
-        for i in range(self._count):
-            if not self.is_running(i):
-                self._spawn(i)
+        stopped = [i for i in range(self._count) if not self.is_running(i)]
+        self._wait_deregistered(stopped)
+        for i in stopped:
+            self._spawn(i)
         self._wait_registered([i for i in range(self._count)])
         return self
 
@@ -137,6 +138,33 @@ class LocalCluster:
         with open(bookie.log_path, "ab") as log:
             bookie.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, cwd=self.data_dir)
+
+    def _wait_deregistered(self, indexes: list[int]) -> None:
+        """_wait_deregistered waits until bookies that are not running are no longer registered.
+
+        A killed bookie's registration lingers until its lease expires. A new process cannot
+        register before that, and a registration seen meanwhile is the dead one's, so
+        `_wait_registered` could only trust the registry once it is gone.
+        """
+        if not indexes:
+            return
+        from walkit.plugins import open_metadata
+        from walkit.registry import BookieRegistry
+        deadline = time.monotonic() + self.ready_timeout
+        store = open_metadata(self.metadata_url)
+        try:
+            registry = BookieRegistry(store)
+            while True:
+                live = registry.live()
+                stale = [self._bookies[i].address for i in indexes if self._bookies[i].address in live]
+                if not stale:
+                    return
+                if time.monotonic() > deadline:
+                    raise WalkitError(f"the registrations of stopped bookies {', '.join(stale)} did not "
+                                      f"expire within {self.ready_timeout:g} s")
+                time.sleep(0.05)
+        finally:
+            store.close()
 
     def _wait_registered(self, indexes: list[int]) -> None:
         from walkit.plugins import open_metadata
@@ -189,6 +217,7 @@ class LocalCluster:
     def start_bookie(self, i: int) -> None:
         """start_bookie (re)starts bookie `i` on its port and data, and waits until it registered."""
         if not self.is_running(i):
+            self._wait_deregistered([i])
             self._spawn(i)
         self._wait_registered([i])
 

@@ -23,7 +23,7 @@ import zmq
 from walkit.bookie.service import BookieService
 from walkit.core.messages import ErrorResponse, Status
 from walkit.core.metadata import ledger_key
-from walkit.errors import ConfigError, MetadataError, NoSuchKey
+from walkit.errors import ConfigError, MetadataError, NodeExists, NoSuchKey
 from walkit.plugins import open_metadata, open_storage
 from walkit.registry import BookieInfo, BookieRegistry
 from walkit.wire.codec import DEFAULT_MAX_FRAME, encode_responses
@@ -44,6 +44,7 @@ class BookieConfig:
     gc_interval_s: float = 60.0
     tick_ms: int = 10
     parent_pid: int | None = None       # exit when this process is gone (LocalCluster children)
+    register_timeout_s: float = 30.0    # how long to wait for a dead predecessor's registration to expire
 
     def validate(self) -> None:
         """validate raises ConfigError for values the bookie cannot run with."""
@@ -57,6 +58,8 @@ class BookieConfig:
             raise ConfigError(f"gc_interval_s must be positive, got {self.gc_interval_s}")
         if self.tick_ms < 1:
             raise ConfigError(f"tick_ms must be at least 1, got {self.tick_ms}")
+        if self.register_timeout_s < 0:
+            raise ConfigError(f"register_timeout_s must not be negative, got {self.register_timeout_s}")
 
 
 class BookieServer:
@@ -76,15 +79,48 @@ class BookieServer:
         self.socket.setsockopt(zmq.LINGER, 0)
         # Frames above max_frame_bytes get BAD_REQUEST; far larger ones make ZeroMQ drop the peer.
         self.socket.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_frame_bytes)
-        if config.port:
-            self.socket.bind(f"tcp://{config.host}:{config.port}")
-            port = config.port
-        else:
-            port = self.socket.bind_to_random_port(f"tcp://{config.host}")
-        self.address = f"{config.host}:{port}"
-        self._registration = BookieRegistry(self.metadata).register(
-            BookieInfo(self.address, read_only=self.service.read_only, storage=config.storage))
+        try:
+            try:
+                if config.port:
+                    self.socket.bind(f"tcp://{config.host}:{config.port}")
+                    port = config.port
+                else:
+                    port = self.socket.bind_to_random_port(f"tcp://{config.host}")
+            except zmq.ZMQError as exc:
+                raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from None
+            self.address = f"{config.host}:{port}"
+            self._registration = self._register(
+                BookieInfo(self.address, read_only=self.service.read_only, storage=config.storage))
+        except BaseException:
+            for action in (self.socket.close, self.metadata.close, self.storage.close):
+                try:
+                    action()
+                except Exception:  # noqa: BLE001 - already failing; report the first error
+                    pass
+            raise
         self._gc_thread = threading.Thread(target=self._gc_loop, name="walkit-bookie-gc", daemon=True)
+
+    def _register(self, info: BookieInfo):
+        """_register registers this bookie, first waiting out a registration left by a dead one.
+
+        A bookie killed on this address (SIGKILL, crash) leaves its ephemeral registration until
+        its session or lease expires; a restart within that time must wait, not fail (BookKeeper
+        waits for the old znode the same way).
+        """
+        registry = BookieRegistry(self.metadata)
+        deadline = time.monotonic() + self.config.register_timeout_s
+        waiting = False
+        while True:
+            try:
+                return registry.register(info)
+            except NodeExists:
+                if time.monotonic() >= deadline:
+                    raise
+                if not waiting:
+                    waiting = True
+                    log.info("bookie %s is still registered by a previous process; waiting for it to expire",
+                             info.address)
+                time.sleep(0.1)
 
     def serve_forever(self) -> None:
         """serve_forever serves until SIGTERM or SIGINT, then shuts down cleanly."""

@@ -49,7 +49,11 @@ def _password(password: bytes | str) -> bytes:
 def _wait(future: Future, timeout: float, what: str):
     try:
         return future.result(timeout)
-    except concurrent.futures.TimeoutError:
+    except concurrent.futures.TimeoutError as exc:
+        # concurrent.futures.TimeoutError is the built-in TimeoutError, which walkit's Timeout
+        # derives from: an operation that failed with its own Timeout keeps its message.
+        if isinstance(exc, Timeout):
+            raise
         raise Timeout(f"{what} did not finish within {timeout:g} s") from None
 
 

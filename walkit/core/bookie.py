@@ -222,7 +222,8 @@ class BookieHandler:
             ledger.last_entry_id = max(ledger.last_entry_id, max(e.entry_id for e in request.entries))
         commands.append(Reply(peer, AddResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
                                                 entry_ids=[e.entry_id for e in request.entries]), True))
-        return commands + self._wake(ledger_id, ledger)
+        # The shell stores these entries only after this step returns: woken reads take them from here.
+        return commands + self._wake(ledger_id, ledger, {e.entry_id: e for e in request.entries})
 
     def _fence_or_find(self, peer: bytes, request: ReadRequest | ReadLacRequest, make_error) -> tuple:
         """_fence_or_find applies a read's fence flag; it returns (ledger, commands, error reply)."""
@@ -253,7 +254,9 @@ class BookieHandler:
             return failure
         if self._should_wait(request, ledger):
             return commands + self._park(peer, request)
-        return commands + [self._read_reply(peer, request, ledger, durable=bool(commands))]
+        # A fencing answer waits for the sync even if this request found the ledger fenced
+        # already: the fence that an earlier request set may not be durable yet.
+        return commands + [self._read_reply(peer, request, ledger, durable=request.fence)]
 
     def _on_read_lac(self, peer: bytes, request: ReadLacRequest) -> list:
         def error(status: Status, message: str) -> list:
@@ -265,7 +268,7 @@ class BookieHandler:
             return failure
         if self._should_wait(request, ledger):
             return commands + self._park(peer, request)
-        return commands + [self._lac_reply(peer, request, ledger, durable=bool(commands))]
+        return commands + [self._lac_reply(peer, request, ledger, durable=request.fence)]
 
     def _on_write_lac(self, peer: bytes, request: WriteLacRequest) -> list:
         ledger_id = request.ledger_id
@@ -287,10 +290,15 @@ class BookieHandler:
         return commands + self._wake(ledger_id, ledger)
 
     # -- replies and long polls -------------------------------------------------------------
-    def _read_reply(self, peer: bytes, request: ReadRequest, ledger: _Ledger, durable: bool) -> Reply:
+    def _read_reply(self, peer: bytes, request: ReadRequest, ledger: _Ledger, durable: bool,
+                    fresh: dict[int, Entry] | None = None) -> Reply:
+        """_read_reply reads the requested entries; `fresh` holds entries added in this step, not yet stored."""
         ledger_id, get = request.ledger_id, self.storage.get
         entries = []
         for entry_id in request.entry_ids:
+            if fresh and entry_id in fresh:
+                entries.append(fresh[entry_id])
+                continue
             data = get(ledger_id, entry_id)
             if data is not None:
                 entries.append(unpack_entry(ledger_id, entry_id, data))
@@ -312,17 +320,17 @@ class BookieHandler:
             _Poll(peer, request, self._now + request.timeout_ms))
         return []
 
-    def _answer_poll(self, poll: _Poll) -> Reply:
+    def _answer_poll(self, poll: _Poll, fresh: dict[int, Entry] | None = None) -> Reply:
         ledger = self._ledger(poll.request.ledger_id)
         if ledger is None:       # deleted while waiting
             kind = ReadResponse if isinstance(poll.request, ReadRequest) else ReadLacResponse
             return Reply(poll.peer, kind(txn=poll.request.txn, status=Status.NO_SUCH_LEDGER,
                                          ledger_id=poll.request.ledger_id), False)
         if isinstance(poll.request, ReadRequest):
-            return self._read_reply(poll.peer, poll.request, ledger, durable=True)
+            return self._read_reply(poll.peer, poll.request, ledger, durable=True, fresh=fresh)
         return self._lac_reply(poll.peer, poll.request, ledger, durable=True)
 
-    def _wake(self, ledger_id: int, ledger: _Ledger) -> list:
+    def _wake(self, ledger_id: int, ledger: _Ledger, fresh: dict[int, Entry] | None = None) -> list:
         polls = self._polls.get(ledger_id)
         if not polls:
             return []
@@ -334,4 +342,4 @@ class BookieHandler:
             self._polls[ledger_id] = rest
         else:
             del self._polls[ledger_id]
-        return [self._answer_poll(p) for p in ready]
+        return [self._answer_poll(p, fresh) for p in ready]

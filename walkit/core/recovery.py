@@ -63,7 +63,17 @@ class LedgerRecovery:
 
     It ends with CompleteRecovery (the CLOSED metadata) or FailRecovery. `timeout_ms` bounds the
     whole recovery; `window` bounds how many entries are read ahead.
+
+    The two rules that BookKeeper once got wrong are named here so the simulator's tests can
+    break them on purpose (in a subclass) and show that the checker notices.
     """
+
+    #: Recovery reads carry the fence flag (BookKeeper issue 2614).
+    FENCE_RECOVERY_READS = True
+
+    def absent_votes_needed(self) -> int:
+        """absent_votes_needed is QC = (Qw - Qa) + 1: NO_SUCH_ENTRY answers that prove absence."""
+        return absent_quorum(self.metadata.write_quorum, self.metadata.ack_quorum)
 
     def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
                  timeout_ms: int = 30000, add_timeout_ms: int = 5000, window: int = 256,
@@ -89,8 +99,8 @@ class LedgerRecovery:
         self._absent_at: int | None = None
         self._writebacks: dict[int, _WriteBack] = {}
         self._done_upto = -1                       # every entry up to here is present and written back
-        self._ensemble: tuple[str, ...] = metadata.current_ensemble
-        self._new_fragment: int | None = None      # first entry written to a replaced ensemble
+        self._ensemble: tuple[str, ...] = metadata.current_ensemble   # where write-backs go now
+        self._fragments: dict[int, tuple[str, ...]] = {}   # fragments added by replacing bookies
         self._failed: set[str] = set()
         self._choosing = False
         self._choose_again_ms: int | None = None
@@ -187,7 +197,10 @@ class LedgerRecovery:
                 probe.asked.add(bookie)
                 sends.setdefault(bookie, []).append(entry_id)
             self._next_read += 1
-        return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids, fence=True,
+        return self._reads(sends)
+
+    def _reads(self, sends: dict[str, list[int]]) -> list:
+        return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids, fence=self.FENCE_RECOVERY_READS,
                             master_key=self.master_key) for b, ids in sends.items()]
 
     def _on_read(self, event: ev.EntriesRead) -> list:
@@ -204,7 +217,7 @@ class LedgerRecovery:
                     commands += self._write_back(entry)
             else:
                 self._probe_failed(probe, event.bookie)
-        quorum = absent_quorum(self.metadata.write_quorum, self.metadata.ack_quorum)
+        quorum = self.absent_votes_needed()
         for entry_id in event.missing:
             probe = self._probes.get(entry_id)
             if probe is None or event.bookie not in probe.asked:
@@ -242,12 +255,17 @@ class LedgerRecovery:
         return [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,
                             entries=[entry], recovery=True) for b in targets if b not in self._failed]
 
+    def _view(self) -> LedgerMetadata:
+        """_view is the metadata plus the fragments this recovery added (recorded at close)."""
+        view = self.metadata
+        for first in sorted(self._fragments):
+            view = view.with_fragment(first, self._fragments[first])
+        return view
+
     def _targets(self, entry_id: int) -> tuple[str, ...]:
-        """_targets is the write set an entry is written back to (the replaced one if any)."""
-        md = self.metadata
-        if self._new_fragment is not None and entry_id >= self._new_fragment:
-            return write_set_bookies(entry_id, self._ensemble, md.write_quorum)
-        return write_set_bookies(entry_id, md.ensemble_at(entry_id), md.write_quorum)
+        """_targets is the write set an entry is written back to (in a replaced ensemble if any)."""
+        view = self._view() if self._fragments else self.metadata
+        return write_set_bookies(entry_id, view.ensemble_at(entry_id), view.write_quorum)
 
     def _on_acked(self, event: ev.AddsAcked) -> list:
         if self.phase != RECOVERING:
@@ -286,13 +304,15 @@ class LedgerRecovery:
         mapping = dict(zip(to_replace, candidates))
         self._ensemble = tuple(mapping.get(b, b) for b in self._ensemble)
         self._failed.clear()
-        unfinished = [e for e, wb in self._writebacks.items()
-                      if len(wb.acked) < self.metadata.ack_quorum]
+        # The new fragment starts at the first write-back not yet replicated; everything written
+        # back from there on goes to the new write sets, replicated already or not (entries below
+        # it are all replicated in the old ensemble).
+        unfinished = [e for e, wb in self._writebacks.items() if len(wb.acked) < self.metadata.ack_quorum]
         first = min(unfinished, default=self._done_upto + 1)
-        if self._new_fragment is None or first < self._new_fragment:
-            self._new_fragment = max(first, self.metadata.last_fragment_start)
+        self._fragments = {f: ens for f, ens in self._fragments.items() if f < first}
+        self._fragments[first] = self._ensemble
         commands: list = []
-        for entry_id in sorted(unfinished):
+        for entry_id in sorted(e for e in self._writebacks if e >= first):
             wb = self._writebacks[entry_id]
             targets = self._targets(entry_id)
             wb.acked.intersection_update(targets)
@@ -322,8 +342,9 @@ class LedgerRecovery:
     def _close_write(self) -> ev.WriteMetadata:
         last = self._absent_at - 1
         proposed = self.metadata
-        if self._new_fragment is not None and self._new_fragment <= last:
-            proposed = proposed.with_fragment(self._new_fragment, self._ensemble)
+        for first in sorted(self._fragments):
+            if first <= last:
+                proposed = proposed.with_fragment(first, self._fragments[first])
         return ev.WriteMetadata(metadata=proposed.closed(last), expected_version=self.version)
 
     def _finish(self, metadata: LedgerMetadata, version: int) -> list:
@@ -356,8 +377,7 @@ class LedgerRecovery:
                         probe.asked.add(bookie)
                         sends.setdefault(bookie, []).append(entry_id)
                     probe.failed.clear()
-            commands += [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids, fence=True,
-                                     master_key=self.master_key) for b, ids in sends.items()]
+            commands += self._reads(sends)
             for wb in self._writebacks.values():
                 if len(wb.acked) < self.metadata.ack_quorum and now - wb.sent_ms >= self.add_timeout_ms:
                     for bookie in self._targets(wb.entry.entry_id):

@@ -175,6 +175,8 @@ class LedgerWriter:
     def _bookie_failed(self, bookie: str, why: str) -> list:
         if bookie not in self.metadata.current_ensemble or bookie in self._failed:
             return []
+        if self.closed or self._close_in_flight:
+            return []       # nothing left to write: a change now would rewrite a closing ledger
         self._failed[bookie] = why
         if self._changing:
             return []      # handled once the change in flight finished
@@ -188,7 +190,7 @@ class LedgerWriter:
         return [ev.ChooseBookies(ledger_id=self.ledger_id, exclude=exclude)]
 
     def _on_bookies_chosen(self, event: ev.BookiesChosen) -> list:
-        if not self._changing or self._replacements is not None or self.error is not None:
+        if not self._changing or self._replacements is not None or self.error is not None or self.closed:
             return []
         ensemble = self.metadata.current_ensemble
         to_replace = [b for b in ensemble if b in self._failed]
@@ -258,10 +260,8 @@ class LedgerWriter:
         return self._finish_change(resend_to=set(current.current_ensemble))
 
     def _on_metadata_failed(self, event: ev.MetadataFailed) -> list:
-        if self._close_in_flight:
-            self._close_in_flight = False
-            return [ev.FailClose(ledger_id=self.ledger_id, error=event.error)] + self._fail(event.error)
-        return self._fail(event.error)
+        self._close_in_flight = False
+        return self._fail(event.error)        # FailAdds, and FailClose if a close was requested
 
     def _fail(self, error: WalkitError) -> list:
         """_fail ends the writer: every pending and later add fails with `error`."""

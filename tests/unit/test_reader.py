@@ -1,0 +1,269 @@
+"""RangeReader and LacReader: replica fallback, ordered delivery, flow control, LAC reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from walkit.core import events as ev
+from walkit.core.messages import Status
+from walkit.core.reader import LacReader, RangeReader
+from walkit.errors import BookieError, DigestMismatch, NoSuchEntry, Unauthorized
+
+from .helpers import DIGEST, LEDGER_ID, bookies, corrupt, make_entry, make_metadata, of_type, only, sent_reads
+
+
+def make_reader(first: int = 0, last: int = 5, ensemble_size: int = 3, write_quorum: int = 2,
+                fragments=None, **options) -> RangeReader:
+    """make_reader returns a reader of [first, last] on B1..BE (entry e's write set starts at B(e % E + 1))."""
+    metadata = make_metadata(ensemble_size, write_quorum, min(write_quorum, 2), fragments=fragments)
+    return RangeReader(metadata, first, last, DIGEST, **options)
+
+
+def answer(reader: RangeReader, bookie: str, entries=(), missing=()) -> list:
+    return reader.step(ev.EntriesRead(bookie=bookie, ledger_id=LEDGER_ID, entries=list(entries),
+                                      missing=list(missing), lac=-1))
+
+
+def fail(reader: RangeReader, bookie: str, *entry_ids: int, status: Status = Status.IO_ERROR) -> list:
+    return reader.step(ev.ReadFailed(bookie=bookie, ledger_id=LEDGER_ID, entry_ids=list(entry_ids), status=status))
+
+
+def delivered(commands: list) -> list[int]:
+    """delivered lists the entry ids handed over by DeliverEntries commands, in order."""
+    return [e.entry_id for c in of_type(commands, ev.DeliverEntries) for e in c.entries]
+
+
+def read_error(commands: list) -> Exception:
+    return only(commands, ev.FailRead).error
+
+
+# -- where requests go ---------------------------------------------------------------------------
+def test_start_asks_each_entry_from_the_first_bookie_of_its_write_set():
+    assert sent_reads(make_reader(0, 5).start()) == {"B1": [0, 3], "B2": [1, 4], "B3": [2, 5]}
+
+
+def test_start_sends_one_request_per_bookie():
+    assert len(of_type(make_reader(0, 5).start(), ev.SendRead)) == 3
+
+
+def test_entries_of_a_later_fragment_are_asked_from_that_fragment():
+    reader = make_reader(0, 4, fragments={0: bookies(3), 3: ("B4", "B2", "B3")})
+    assert sent_reads(reader.start()) == {"B1": [0], "B2": [1, 4], "B3": [2], "B4": [3]}
+
+
+def test_missing_entry_is_asked_from_the_next_replica():
+    reader = make_reader(0, 0)
+    reader.start()
+    assert sent_reads(answer(reader, "B1", missing=[0])) == {"B2": [0]}
+
+
+def test_failed_read_is_asked_from_the_next_replica():
+    reader = make_reader(0, 0)
+    reader.start()
+    assert sent_reads(fail(reader, "B1", 0, status=Status.UNREACHABLE)) == {"B2": [0]}
+
+
+def test_unanswered_read_is_asked_from_the_next_replica_after_the_timeout():
+    reader = make_reader(0, 0, timeout_ms=1000)
+    reader.start()
+    assert reader.step(ev.Ticked(now_ms=999)) == []
+    assert sent_reads(reader.step(ev.Ticked(now_ms=1000))) == {"B2": [0]}
+
+
+def test_corrupted_entry_is_asked_from_the_next_replica_and_the_good_copy_delivered():
+    reader = make_reader(0, 0)
+    reader.start()
+    assert sent_reads(answer(reader, "B1", entries=[corrupt(make_entry(0))])) == {"B2": [0]}
+    commands = answer(reader, "B2", entries=[make_entry(0)])
+    assert delivered(commands) == [0]
+    assert of_type(commands, ev.FailRead) == []
+
+
+def test_entry_of_another_ledger_is_treated_as_corrupt():
+    reader = make_reader(0, 0)
+    reader.start()
+    assert sent_reads(answer(reader, "B1", entries=[make_entry(0, ledger_id=LEDGER_ID + 1)])) == {"B2": [0]}
+
+
+# -- failures ------------------------------------------------------------------------------------
+def test_digest_mismatch_only_when_every_replica_fails_verification():
+    reader = make_reader(0, 0, ensemble_size=3, write_quorum=3)
+    reader.start()
+    assert of_type(answer(reader, "B1", entries=[corrupt(make_entry(0))]), ev.FailRead) == []
+    assert of_type(answer(reader, "B2", entries=[corrupt(make_entry(0))]), ev.FailRead) == []
+    assert isinstance(read_error(answer(reader, "B3", entries=[corrupt(make_entry(0))])), DigestMismatch)
+
+
+def test_every_replica_saying_no_such_entry_fails_with_no_such_entry():
+    reader = make_reader(0, 0)
+    reader.start()
+    answer(reader, "B1", missing=[0])
+    assert isinstance(read_error(answer(reader, "B2", missing=[0])), NoSuchEntry)
+
+
+def test_no_such_ledger_counts_as_no_such_entry():
+    reader = make_reader(0, 0)
+    reader.start()
+    fail(reader, "B1", 0, status=Status.NO_SUCH_LEDGER)
+    assert isinstance(read_error(answer(reader, "B2", missing=[0])), NoSuchEntry)
+
+
+def test_every_replica_failing_otherwise_fails_with_bookie_error():
+    reader = make_reader(0, 0)
+    reader.start()
+    answer(reader, "B1", missing=[0])
+    error = read_error(fail(reader, "B2", 0, status=Status.IO_ERROR))
+    assert type(error) is BookieError and error.status == "IO_ERROR"
+
+
+def test_unauthorized_fails_the_read_at_once():
+    reader = make_reader(0, 3)
+    reader.start()
+    assert isinstance(read_error(fail(reader, "B1", 0, 3, status=Status.UNAUTHORIZED)), Unauthorized)
+    assert reader.done
+
+
+def test_answer_from_a_bookie_no_longer_asked_does_not_move_the_entry_on():
+    reader = make_reader(0, 0, ensemble_size=3, write_quorum=3)
+    reader.start()
+    answer(reader, "B1", missing=[0])                     # now asked from B2
+    assert fail(reader, "B1", 0) == []                     # a stale answer from B1 changes nothing
+    assert sent_reads(answer(reader, "B2", missing=[0])) == {"B3": [0]}
+
+
+# -- delivery ------------------------------------------------------------------------------------
+def test_delivery_is_in_entry_order_even_when_later_entries_arrive_first():
+    reader = make_reader(0, 2)
+    reader.start()
+    assert delivered(answer(reader, "B3", entries=[make_entry(2)])) == []
+    assert delivered(answer(reader, "B2", entries=[make_entry(1)])) == []
+    commands = answer(reader, "B1", entries=[make_entry(0)])
+    assert delivered(commands) == [0, 1, 2]
+    assert commands[-1] == ev.CompleteRead(ledger_id=LEDGER_ID)
+
+
+def test_delivery_hands_over_the_entries_themselves():
+    reader = make_reader(0, 0)
+    reader.start()
+    assert only(answer(reader, "B1", entries=[make_entry(0)]), ev.DeliverEntries).entries == [make_entry(0)]
+
+
+def test_read_completes_only_after_the_last_entry():
+    reader = make_reader(0, 1)
+    reader.start()
+    assert of_type(answer(reader, "B1", entries=[make_entry(0)]), ev.CompleteRead) == []
+    assert of_type(answer(reader, "B2", entries=[make_entry(1)]), ev.CompleteRead) != []
+    assert reader.done
+
+
+def test_empty_range_completes_at_start():
+    assert make_reader(5, 4).start() == [ev.CompleteRead(ledger_id=LEDGER_ID)]
+
+
+@pytest.mark.parametrize("first, last", [(-1, 3), (5, 3)])
+def test_invalid_range_is_refused(first, last):
+    with pytest.raises(ValueError):
+        make_reader(first, last)
+
+
+# -- flow control --------------------------------------------------------------------------------
+def answer_all(reader: RangeReader, commands: list) -> list:
+    """answer_all answers every SendRead in `commands` with the entries asked, and returns the result."""
+    out: list = []
+    for command in of_type(commands, ev.SendRead):
+        out += answer(reader, command.bookie, entries=[make_entry(e) for e in command.entry_ids])
+    return out
+
+
+def requested(commands: list) -> list[int]:
+    return sorted(e for ids in sent_reads(commands).values() for e in ids)
+
+
+def test_window_bounds_the_first_requests():
+    assert requested(make_reader(0, 99, window=8).start()) == list(range(8))
+
+
+def test_no_more_requests_until_the_caller_consumes():
+    reader = make_reader(0, 99, window=8)
+    commands = answer_all(reader, reader.start())
+    assert delivered(commands) == list(range(8))
+    assert requested(commands) == []
+
+
+def test_consuming_less_than_half_the_window_requests_nothing():
+    reader = make_reader(0, 99, window=8)
+    answer_all(reader, reader.start())
+    assert reader.step(ev.EntriesConsumed(upto=2)) == []
+
+
+def test_consuming_tops_the_window_up_again():
+    reader = make_reader(0, 99, window=8)
+    answer_all(reader, reader.start())
+    assert requested(reader.step(ev.EntriesConsumed(upto=3))) == [8, 9, 10, 11]
+
+
+def test_window_never_has_more_than_window_entries_unconsumed():
+    reader = make_reader(0, 99, window=8)
+    commands = reader.start()
+    highest = 7
+    consumed = -1
+    while not reader.done:
+        answered = answer_all(reader, commands)
+        if delivered(answered):
+            consumed = delivered(answered)[-1]
+        commands = answered + reader.step(ev.EntriesConsumed(upto=consumed))
+        if requested(commands):
+            highest = max(highest, requested(commands)[-1])
+        assert highest - consumed <= 8
+    assert consumed == 99
+
+
+# -- LAC reads -----------------------------------------------------------------------------------
+def lac_answer(reader: LacReader, bookie: str, lac: int = -1, status: Status = Status.OK) -> list:
+    return reader.step(ev.LacRead(bookie=bookie, ledger_id=LEDGER_ID, status=status, lac=lac))
+
+
+def test_lac_reader_asks_every_bookie_of_the_last_fragment():
+    metadata = make_metadata(fragments={0: bookies(3), 4: ("B1", "B4", "B3")})
+    assert LacReader(metadata).start() == [
+        ev.SendReadLac(bookie=b, ledger_id=LEDGER_ID) for b in ("B1", "B4", "B3")]
+
+
+def test_lac_reader_completes_at_ensemble_coverage_with_the_highest_lac():
+    reader = LacReader(make_metadata(3, 3, 2))                 # EC = 2
+    assert lac_answer(reader, "B1", 6) == []
+    assert lac_answer(reader, "B2", 4) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=6)]
+
+
+def test_lac_reader_errors_do_not_count_towards_coverage():
+    reader = LacReader(make_metadata(3, 3, 2))
+    lac_answer(reader, "B1", 6)
+    assert lac_answer(reader, "B2", status=Status.IO_ERROR) == []
+    assert lac_answer(reader, "B3", 8) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=8)]
+
+
+def test_lac_reader_fails_when_no_bookie_answered_ok():
+    reader = LacReader(make_metadata(3, 3, 2))
+    lac_answer(reader, "B1", status=Status.IO_ERROR)
+    lac_answer(reader, "B2", status=Status.UNREACHABLE)
+    assert isinstance(read_error(lac_answer(reader, "B3", status=Status.IO_ERROR)), BookieError)
+
+
+def test_lac_reader_long_poll_completes_at_the_first_answer_above_previous_lac():
+    reader = LacReader(make_metadata(3, 3, 2), previous_lac=5, timeout_ms=1000)
+    assert all((c.previous_lac, c.timeout_ms) == (5, 1000) for c in reader.start())
+    assert lac_answer(reader, "B1", 5) == []
+    assert lac_answer(reader, "B2", 5) == []
+    assert lac_answer(reader, "B3", 7) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=7)]
+
+
+def test_lac_reader_long_poll_completes_on_one_answer_above_previous_lac():
+    reader = LacReader(make_metadata(3, 3, 2), previous_lac=5, timeout_ms=1000)
+    assert lac_answer(reader, "B2", 6) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=6)]
+
+
+def test_lac_reader_long_poll_with_no_progress_completes_once_all_answered():
+    reader = LacReader(make_metadata(3, 3, 2), previous_lac=5, timeout_ms=1000)
+    lac_answer(reader, "B1", 5)
+    lac_answer(reader, "B2", 4)
+    assert lac_answer(reader, "B3", 5) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=5)]

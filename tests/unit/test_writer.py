@@ -1,0 +1,459 @@
+"""LedgerWriter: ordered completion, LAC, failures, ensemble changes and close (seed 000; DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from walkit.core import events as ev
+from walkit.core.messages import Status
+from walkit.core.metadata import LedgerMetadata
+from walkit.core.writer import LedgerWriter
+from walkit.errors import LedgerClosed, LedgerFenced, MetadataError, NotEnoughBookies, Unauthorized
+
+from .helpers import DIGEST, LEDGER_ID, MASTER_KEY, bookies, make_metadata, of_type, only, sent_adds
+
+VERSION = 1
+
+
+def make_writer(ensemble_size: int = 3, write_quorum: int = 3, ack_quorum: int = 2, **options) -> LedgerWriter:
+    """make_writer returns a writer of a new ledger on B1..BE (metadata version VERSION)."""
+    return LedgerWriter(make_metadata(ensemble_size, write_quorum, ack_quorum), VERSION,
+                        master_key=MASTER_KEY, digest=DIGEST, **options)
+
+
+def append(writer: LedgerWriter, count: int = 1) -> list:
+    first = writer.last_add_pushed + 1
+    return writer.step(ev.AppendRequested(payloads=[f"p{first + i}".encode() for i in range(count)]))
+
+
+def ack(writer: LedgerWriter, bookie: str, *entry_ids: int) -> list:
+    return writer.step(ev.AddsAcked(bookie=bookie, ledger_id=LEDGER_ID, entry_ids=list(entry_ids)))
+
+
+def reject(writer: LedgerWriter, bookie: str, *entry_ids: int, status: Status = Status.IO_ERROR) -> list:
+    return writer.step(ev.AddsRejected(bookie=bookie, ledger_id=LEDGER_ID, entry_ids=list(entry_ids),
+                                       status=status))
+
+
+def choose(writer: LedgerWriter, *candidates: str) -> list:
+    return writer.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=list(candidates)))
+
+
+def completed(commands: list) -> list[int]:
+    """completed lists the last_entry_id of every CompleteAdds command, in order."""
+    return [c.last_entry_id for c in of_type(commands, ev.CompleteAdds)]
+
+
+def change_to(writer: LedgerWriter, failed: str, replacement: str) -> LedgerMetadata:
+    """change_to fails `failed` with IO_ERROR, offers `replacement`, and returns the proposed metadata."""
+    reject(writer, failed, writer.last_add_confirmed + 1)
+    return only(choose(writer, replacement), ev.WriteMetadata).metadata
+
+
+def written(writer: LedgerWriter, metadata: LedgerMetadata, version: int = VERSION + 1) -> list:
+    return writer.step(ev.MetadataWritten(metadata=metadata, version=version))
+
+
+def conflict(writer: LedgerWriter, metadata: LedgerMetadata, version: int = VERSION + 5) -> list:
+    return writer.step(ev.MetadataConflict(metadata=metadata, version=version))
+
+
+# -- appends -------------------------------------------------------------------------------------
+def test_append_sends_each_entry_to_its_write_set_in_one_batch_per_bookie():
+    writer = make_writer(4, 3, 2)
+    commands = append(writer, 6)
+    assert len(of_type(commands, ev.SendAdds)) == 4
+    assert sent_adds(commands) == {"B1": [0, 2, 3, 4], "B2": [0, 1, 3, 4, 5],
+                                   "B3": [0, 1, 2, 4, 5], "B4": [1, 2, 3, 5]}
+
+
+def test_append_sends_with_the_master_key_and_without_the_recovery_flag():
+    for command in append(make_writer(), 2):
+        assert (command.ledger_id, command.master_key, command.recovery) == (LEDGER_ID, MASTER_KEY, False)
+
+
+def test_appended_entries_get_consecutive_ids_and_verifying_digests():
+    writer = make_writer()
+    append(writer, 2)
+    entries = of_type(append(writer, 3), ev.SendAdds)[0].entries
+    assert [e.entry_id for e in entries] == [2, 3, 4]
+    assert [e.payload for e in entries] == [b"p2", b"p3", b"p4"]
+    assert all(DIGEST.verify(e) for e in entries)
+
+
+def test_every_entry_carries_the_lac_at_send_time():
+    writer = make_writer()
+    first = of_type(append(writer, 2), ev.SendAdds)[0].entries
+    ack(writer, "B1", 0)
+    ack(writer, "B2", 0)
+    second = of_type(append(writer, 1), ev.SendAdds)[0].entries
+    ack(writer, "B1", 1, 2)
+    ack(writer, "B2", 1, 2)
+    third = of_type(append(writer, 1), ev.SendAdds)[0].entries
+    assert [(e.entry_id, e.lac) for e in first + second + third] == [(0, -1), (1, -1), (2, 0), (3, 2)]
+
+
+def test_add_completes_when_ack_quorum_of_its_write_set_acked():
+    writer = make_writer(3, 3, 2)
+    append(writer)
+    assert completed(ack(writer, "B1", 0)) == []
+    assert completed(ack(writer, "B3", 0)) == [0]
+
+
+def test_add_acked_out_of_order_completes_only_after_all_lower_entries():
+    writer = make_writer(3, 3, 2)
+    append(writer, 3)
+    early = ack(writer, "B1", 2) + ack(writer, "B2", 2) + ack(writer, "B1", 1) + ack(writer, "B3", 1)
+    early += ack(writer, "B1", 0)
+    assert of_type(early, ev.CompleteAdds) == []
+    assert ack(writer, "B2", 0) == [ev.CompleteAdds(ledger_id=LEDGER_ID, last_entry_id=2)]
+
+
+def test_lac_is_the_highest_completed_entry():
+    writer = make_writer(3, 3, 2)
+    append(writer, 3)
+    assert writer.last_add_confirmed == -1
+    ack(writer, "B1", 0, 1)
+    ack(writer, "B2", 0)
+    assert writer.last_add_confirmed == 0
+    ack(writer, "B3", 1, 2)
+    assert writer.last_add_confirmed == 1
+    ack(writer, "B2", 2)
+    assert (writer.last_add_confirmed, writer.pending_count) == (2, 0)
+
+
+def test_acks_from_bookies_outside_the_write_set_do_not_count():
+    writer = make_writer(4, 2, 2)          # entry 0 goes to B1, B2 only
+    append(writer)
+    assert ack(writer, "B3", 0) + ack(writer, "B4", 0) + ack(writer, "B1", 0) == []
+    assert completed(ack(writer, "B2", 0)) == [0]
+
+
+def test_repeated_acks_from_one_bookie_count_once():
+    writer = make_writer(3, 3, 2)
+    append(writer)
+    assert ack(writer, "B1", 0) + ack(writer, "B1", 0) == []
+
+
+def test_acks_for_unknown_entries_are_ignored():
+    writer = make_writer(3, 3, 2)
+    append(writer)
+    assert ack(writer, "B1", 5, -1) + ack(writer, "B2", 5) == []
+    assert writer.last_add_confirmed == -1
+
+
+# -- fatal rejections ----------------------------------------------------------------------------
+def test_fenced_rejection_fails_pending_adds_with_ledger_fenced():
+    writer = make_writer()
+    append(writer, 3)
+    ack(writer, "B1", 0)
+    ack(writer, "B2", 0)
+    failure = only(reject(writer, "B2", 1, 2, status=Status.FENCED), ev.FailAdds)
+    assert failure.first_entry_id == 1
+    assert isinstance(failure.error, LedgerFenced)
+
+
+def test_appends_after_fenced_fail_at_once_and_send_nothing():
+    writer = make_writer()
+    append(writer, 2)
+    reject(writer, "B1", 0, 1, status=Status.FENCED)
+    commands = append(writer, 2)
+    assert of_type(commands, ev.SendAdds) == []
+    failure = only(commands, ev.FailAdds)
+    assert failure.first_entry_id == 2 and isinstance(failure.error, LedgerFenced)
+
+
+def test_acks_after_fenced_complete_nothing():
+    writer = make_writer()
+    append(writer)
+    reject(writer, "B1", 0, status=Status.FENCED)
+    assert ack(writer, "B2", 0) + ack(writer, "B3", 0) == []
+
+
+def test_unauthorized_rejection_fails_pending_adds_with_unauthorized():
+    writer = make_writer()
+    append(writer)
+    failure = only(reject(writer, "B3", 0, status=Status.UNAUTHORIZED), ev.FailAdds)
+    assert (failure.first_entry_id, type(failure.error)) == (0, Unauthorized)
+
+
+# -- ensemble change -----------------------------------------------------------------------------
+@pytest.mark.parametrize("status", [Status.IO_ERROR, Status.UNREACHABLE, Status.READ_ONLY,
+                                    Status.TOO_MANY_REQUESTS], ids=lambda s: s.name)
+def test_rejected_bookie_asks_for_a_replacement_outside_the_ensemble(status):
+    writer = make_writer()
+    append(writer)
+    commands = reject(writer, "B2", 0, status=status)
+    assert commands == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)))]
+    assert writer.changing_ensemble
+
+
+def test_rejection_from_a_bookie_outside_the_ensemble_is_ignored():
+    writer = make_writer()
+    append(writer)
+    assert reject(writer, "B9", 0) == []
+    assert not writer.changing_ensemble
+
+
+def test_bookies_chosen_writes_a_fragment_at_lac_plus_one_with_the_failed_bookie_replaced():
+    writer = make_writer()
+    append(writer, 3)
+    ack(writer, "B1", 0)
+    ack(writer, "B2", 0)
+    reject(writer, "B3", 1, 2)
+    command = only(choose(writer, "B4"), ev.WriteMetadata)
+    assert command.expected_version == VERSION
+    assert command.metadata.ensembles == {0: ("B1", "B2", "B3"), 1: ("B1", "B2", "B4")}
+    assert command.metadata.state == "OPEN"
+
+
+def test_bookies_chosen_with_no_lac_replaces_the_first_fragment():
+    writer = make_writer()
+    append(writer)
+    assert change_to(writer, "B1", "B4").ensembles == {0: ("B4", "B2", "B3")}
+
+
+def test_bookies_chosen_skips_candidates_already_in_the_ensemble():
+    writer = make_writer()
+    append(writer)
+    reject(writer, "B2", 0)
+    command = only(choose(writer, "B1", "B3", "B5"), ev.WriteMetadata)
+    assert command.metadata.current_ensemble == ("B1", "B5", "B3")
+
+
+def test_bookies_chosen_without_enough_candidates_writes_nothing():
+    writer = make_writer()
+    append(writer)
+    reject(writer, "B2", 0)
+    assert choose(writer, "B1") == []
+
+
+def test_no_add_completes_while_the_ensemble_change_is_in_flight():
+    writer = make_writer(3, 3, 2)
+    append(writer, 2)
+    reject(writer, "B3", 0, 1)
+    during = ack(writer, "B1", 0, 1) + ack(writer, "B2", 0)
+    during += choose(writer, "B4")
+    during += ack(writer, "B2", 1)
+    assert of_type(during, ev.CompleteAdds) == []
+    assert writer.last_add_confirmed == -1
+
+
+def test_metadata_written_resends_unacked_entries_only_to_the_replacement():
+    writer = make_writer(3, 3, 2)
+    append(writer, 3)
+    ack(writer, "B1", 0, 1, 2)
+    ack(writer, "B2", 0)
+    proposed = change_to(writer, "B3", "B4")
+    commands = written(writer, proposed)
+    assert sent_adds(commands) == {"B4": [1, 2]}
+    assert completed(commands) == []
+    assert not writer.changing_ensemble
+
+
+def test_resent_entries_complete_once_the_replacement_acks():
+    writer = make_writer(3, 3, 2)
+    append(writer, 3)
+    ack(writer, "B1", 0, 1, 2)
+    ack(writer, "B2", 0)
+    written(writer, change_to(writer, "B3", "B4"))
+    assert completed(ack(writer, "B4", 1, 2)) == [2]
+
+
+def test_acks_gathered_during_the_change_complete_after_metadata_written():
+    writer = make_writer(3, 3, 2)
+    append(writer, 2)
+    proposed = change_to(writer, "B3", "B4")
+    ack(writer, "B1", 0, 1)
+    ack(writer, "B2", 0, 1)
+    commands = written(writer, proposed)
+    assert sent_adds(commands) == {"B4": [0, 1]}
+    assert completed(commands) == [1]
+
+
+def test_acks_of_the_replaced_bookie_no_longer_count():
+    writer = make_writer(3, 3, 2)
+    append(writer)
+    ack(writer, "B3", 0)
+    reject(writer, "B3", 0, status=Status.UNREACHABLE)        # e.g. it acked, then went away
+    written(writer, only(choose(writer, "B4"), ev.WriteMetadata).metadata)
+    assert ack(writer, "B1", 0) == []
+    assert completed(ack(writer, "B2", 0)) == [0]
+
+
+def test_appends_during_the_change_skip_the_failed_bookie_and_reach_the_replacement_after_it():
+    writer = make_writer(3, 3, 2)
+    append(writer)
+    proposed = change_to(writer, "B3", "B4")
+    assert sent_adds(append(writer)) == {"B1": [1], "B2": [1]}
+    assert sent_adds(written(writer, proposed)) == {"B4": [0, 1]}
+    assert sent_adds(append(writer)) == {"B1": [2], "B2": [2], "B4": [2]}
+
+
+def test_bookie_failing_during_the_metadata_write_starts_a_second_change():
+    writer = make_writer(3, 3, 2)
+    append(writer)
+    proposed = change_to(writer, "B3", "B4")
+    assert reject(writer, "B2", 0) == []
+    commands = written(writer, proposed)
+    assert only(commands, ev.ChooseBookies).exclude == frozenset({"B1", "B2", "B4"})
+    second = only(choose(writer, "B5"), ev.WriteMetadata)
+    assert second.expected_version == VERSION + 1
+    assert second.metadata.ensembles == {0: ("B1", "B5", "B4")}
+
+
+def test_metadata_conflict_in_recovery_fails_pending_adds_with_ledger_fenced():
+    writer = make_writer()
+    append(writer, 2)
+    change_to(writer, "B3", "B4")
+    failure = only(conflict(writer, make_metadata().in_recovery()), ev.FailAdds)
+    assert failure.first_entry_id == 0 and isinstance(failure.error, LedgerFenced)
+
+
+def test_metadata_conflict_still_open_retries_the_change_on_the_new_version():
+    writer = make_writer(3, 3, 2)
+    append(writer)
+    ack(writer, "B1", 0)
+    change_to(writer, "B3", "B4")
+    ack(writer, "B2", 0)
+    retry = conflict(writer, make_metadata(), version=VERSION + 5)
+    assert retry == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)))]
+    again = only(choose(writer, "B4"), ev.WriteMetadata)
+    assert again.expected_version == VERSION + 5
+    commands = written(writer, again.metadata, version=VERSION + 6)
+    assert sent_adds(commands) == {"B4": [0]}
+    assert completed(commands) == [0]
+
+
+def test_metadata_failure_fails_pending_adds():
+    writer = make_writer()
+    append(writer)
+    change_to(writer, "B3", "B4")
+    error = MetadataError("store down")
+    assert writer.step(ev.MetadataFailed(ledger_id=LEDGER_ID, error=error)) == [
+        ev.FailAdds(ledger_id=LEDGER_ID, first_entry_id=0, error=error)]
+
+
+def test_add_timeout_replaces_the_bookies_that_did_not_ack():
+    writer = make_writer(3, 2, 2, add_timeout_ms=5000)      # entry 0 goes to B1, B2
+    append(writer)
+    ack(writer, "B1", 0)
+    assert writer.step(ev.Ticked(now_ms=4999)) == []
+    commands = writer.step(ev.Ticked(now_ms=5000))
+    assert commands == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)))]
+    proposed = only(choose(writer, "B4"), ev.WriteMetadata).metadata
+    assert proposed.ensembles == {0: ("B1", "B4", "B3")}
+
+
+def test_no_replacement_within_add_timeout_fails_with_not_enough_bookies():
+    writer = make_writer(add_timeout_ms=1000)
+    append(writer)
+    reject(writer, "B3", 0)
+    choose(writer)                                       # nobody available
+    failure = only(writer.step(ev.Ticked(now_ms=1000)), ev.FailAdds)
+    assert isinstance(failure.error, NotEnoughBookies)
+
+
+# -- close ---------------------------------------------------------------------------------------
+def test_close_waits_for_pending_adds_then_writes_closed_at_the_lac():
+    writer = make_writer(3, 3, 2)
+    append(writer, 2)
+    assert writer.step(ev.CloseRequested()) == []
+    ack(writer, "B1", 0, 1)
+    commands = ack(writer, "B2", 0, 1)
+    assert completed(commands) == [1]
+    close = only(commands, ev.WriteMetadata)
+    assert (close.metadata, close.expected_version) == (make_metadata().closed(1), VERSION)
+
+
+def test_close_with_nothing_pending_writes_closed_at_once():
+    writer = make_writer()
+    assert writer.step(ev.CloseRequested()) == [
+        ev.WriteMetadata(metadata=make_metadata().closed(-1), expected_version=VERSION)]
+
+
+def test_close_completes_when_the_metadata_is_written():
+    writer = make_writer()
+    closed = only(writer.step(ev.CloseRequested()), ev.WriteMetadata).metadata
+    assert written(writer, closed) == [ev.CompleteClose(metadata=closed, version=VERSION + 1)]
+    assert writer.closed
+
+
+def test_append_after_close_requested_fails_with_ledger_closed():
+    writer = make_writer()
+    writer.step(ev.CloseRequested())
+    failure = only(append(writer), ev.FailAdds)
+    assert (failure.first_entry_id, type(failure.error)) == (0, LedgerClosed)
+
+
+def test_close_waits_for_an_ensemble_change_to_finish():
+    writer = make_writer(3, 3, 2)
+    append(writer)
+    ack(writer, "B1", 0)
+    proposed = change_to(writer, "B3", "B4")
+    assert writer.step(ev.CloseRequested()) == []
+    ack(writer, "B2", 0)
+    commands = written(writer, proposed)
+    assert completed(commands) == [0]
+    assert only(commands, ev.WriteMetadata).metadata == proposed.closed(0)
+
+
+def test_close_conflict_with_in_recovery_fails_the_close():
+    writer = make_writer()
+    writer.step(ev.CloseRequested())
+    failure = only(conflict(writer, make_metadata().in_recovery()), ev.FailClose)
+    assert isinstance(failure.error, LedgerFenced)
+
+
+def test_close_conflict_with_closed_at_the_same_last_entry_completes_the_close():
+    writer = make_writer()
+    writer.step(ev.CloseRequested())
+    theirs = make_metadata().in_recovery().closed(-1)
+    assert conflict(writer, theirs, version=9) == [ev.CompleteClose(metadata=theirs, version=9)]
+
+
+def test_close_conflict_with_closed_at_another_last_entry_fails_the_close():
+    writer = make_writer()
+    writer.step(ev.CloseRequested())
+    failure = only(conflict(writer, make_metadata().closed(3)), ev.FailClose)
+    assert isinstance(failure.error, LedgerFenced)
+    assert "3" in str(failure.error)
+
+
+def test_close_conflict_still_open_retries_on_the_new_version():
+    writer = make_writer()
+    writer.step(ev.CloseRequested())
+    assert conflict(writer, make_metadata(), version=9) == [
+        ev.WriteMetadata(metadata=make_metadata().closed(-1), expected_version=9)]
+
+
+def test_metadata_failure_during_close_fails_the_close_once():
+    writer = make_writer()
+    writer.step(ev.CloseRequested())
+    error = MetadataError("store down")
+    commands = writer.step(ev.MetadataFailed(ledger_id=LEDGER_ID, error=error))
+    assert of_type(commands, ev.FailClose) == [ev.FailClose(ledger_id=LEDGER_ID, error=error)]
+
+
+# -- explicit LAC --------------------------------------------------------------------------------
+def test_idle_writer_sends_its_lac_after_explicit_lac_ms():
+    writer = make_writer(3, 3, 2, explicit_lac_ms=100)
+    append(writer)
+    ack(writer, "B1", 0)
+    ack(writer, "B2", 0)
+    assert writer.step(ev.Ticked(now_ms=99)) == []
+    assert writer.step(ev.Ticked(now_ms=100)) == [
+        ev.SendWriteLac(bookie=b, ledger_id=LEDGER_ID, master_key=MASTER_KEY, lac=0) for b in bookies(3)]
+
+
+def test_idle_writer_sends_each_lac_once():
+    writer = make_writer(3, 3, 2, explicit_lac_ms=100)
+    append(writer)
+    ack(writer, "B1", 0)
+    ack(writer, "B2", 0)
+    writer.step(ev.Ticked(now_ms=100))
+    assert writer.step(ev.Ticked(now_ms=500)) == []
+
+
+def test_writer_with_nothing_confirmed_sends_no_lac():
+    assert make_writer(explicit_lac_ms=100).step(ev.Ticked(now_ms=1000)) == []
