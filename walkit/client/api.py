@@ -330,3 +330,23 @@ class ReadHandle:
                                     f"reading the LAC of ledger {self.ledger_id}")
         self.last_add_confirmed = max(self.last_add_confirmed, lac)
         return self.last_add_confirmed
+
+    def wait_for_lac(self, above: int, timeout: float | None = None) -> int:
+        """wait_for_lac blocks until the LAC passes `above` (long poll), or `timeout` runs out.
+
+        It returns the LAC, which is still `above` or less if nothing new was confirmed in
+        time. Bookies hold the request until an add (or the writer's explicit LAC) moves their
+        LAC past `above`, so a tailing reader learns of a new entry within a round trip.
+        """
+        timeout = timeout or self._timeout
+        if self.last_add_confirmed > above:
+            return self.last_add_confirmed
+        self.metadata = self._client.ledger_metadata(self.ledger_id)
+        if self.metadata.state == CLOSED:
+            self.last_add_confirmed = self.metadata.last_entry_id
+            return self.last_add_confirmed
+        machine = LacReader(self.metadata, previous_lac=above, timeout_ms=max(1, int(timeout * 1000)))
+        lac = self._client._run(machine, timeout + self._client._loop.request_timeout_ms / 1000,
+                                f"waiting for the LAC of ledger {self.ledger_id}")
+        self.last_add_confirmed = max(self.last_add_confirmed, lac)
+        return self.last_add_confirmed
