@@ -1,0 +1,121 @@
+"""The bookie server itself: in-process on a random port, and `walkit bookie` start-up errors."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import walkit
+from walkit.bookie.server import BookieConfig, BookieServer
+from walkit.core.messages import Status
+from walkit.errors import ConfigError
+from walkit.plugins import open_metadata
+from walkit.registry import BookieRegistry
+
+from .helpers import RawBookie, wait_until
+
+
+def _live(metadata_url: str) -> set[str]:
+    store = open_metadata(metadata_url)
+    try:
+        return set(BookieRegistry(store).live())
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def servers(metadata_url):
+    """servers starts in-process bookies on random ports (each on its own thread) and stops them."""
+    started: list[tuple[BookieServer, threading.Thread]] = []
+
+    def start(**options) -> BookieServer:
+        server = BookieServer(BookieConfig(metadata=metadata_url, port=0, **options))
+        thread = threading.Thread(target=server.serve, name=f"bookie-{server.address}", daemon=True)
+        thread.start()
+        started.append((server, thread))
+        return server
+
+    yield start
+    for server, thread in started:
+        server.stop()
+    for server, thread in started:
+        thread.join(10)
+        assert not thread.is_alive(), f"bookie {server.address} did not stop"
+
+
+def test_in_process_bookies_on_random_ports_serve_a_ledger_and_deregister_on_stop(metadata_url, servers):
+    bookies = [servers(gc_interval_s=0.2) for _ in range(3)]
+    addresses = [b.address for b in bookies]
+    assert all(a.startswith("127.0.0.1:") and int(a.rsplit(":", 1)[1]) > 0 for a in addresses)
+    assert len(set(addresses)) == 3
+    assert _live(metadata_url) == set(addresses)
+
+    with walkit.Client(metadata_url) as client:
+        writer = client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+        data = [b"entry %d" % i for i in range(100)]
+        for future in [writer.append_async(p) for p in data]:
+            future.result(10)
+        writer.close()
+        assert [e.payload for e in client.open_ledger(writer.ledger_id, password=b"pw").read()] == data
+        for bookie in bookies:                    # Qw = E: every bookie stored every entry, once
+            assert bookie.service.entries_stored == 100
+            assert bookie.service.syncs >= 1
+
+        client.delete_ledger(writer.ledger_id)
+        for bookie in bookies:
+            wait_until(lambda bookie=bookie: writer.ledger_id not in bookie.storage.ledgers(), timeout=10)
+
+    bookies[0].stop()
+    wait_until(lambda: addresses[0] not in _live(metadata_url), timeout=10)
+    assert _live(metadata_url) == set(addresses[1:])
+
+
+def test_server_refuses_bad_configuration(metadata_url):
+    for options in ({"max_frame_bytes": 100}, {"port": 70000}, {"gc_interval_s": 0}, {"tick_ms": 0},
+                    {"max_batch_frames": 0}):
+        with pytest.raises(ConfigError):
+            BookieServer(BookieConfig(metadata=metadata_url, **options))
+    assert _live(metadata_url) == set()
+
+
+def test_server_on_a_busy_port_raises_config_error_and_registers_nothing(metadata_url):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ConfigError, match="cannot listen"):
+            BookieServer(BookieConfig(metadata=metadata_url, port=port))
+    assert _live(metadata_url) == set()
+
+
+@pytest.mark.slow
+def test_walkit_bookie_start_up_errors_are_one_line_messages(metadata_url):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        for args, expected in (
+            (["--port", str(port)], "cannot listen on 127.0.0.1"),
+            (["--port", "0", "--max-frame-bytes", "10"], "max_frame_bytes"),
+            (["--port", "0", "--storage", "nope://x"], "installed: "),
+        ):
+            result = subprocess.run([sys.executable, "-m", "walkit", "bookie", "--metadata", metadata_url, *args],
+                                    capture_output=True, text=True, timeout=60)
+            assert result.returncode == 1, result.stderr
+            assert expected in result.stderr
+            if expected == "installed: ":          # the message names the storage schemes there are
+                assert "memory" in result.stderr.split(expected, 1)[1]
+            assert "Traceback" not in result.stderr
+
+
+def test_raw_requests_reach_an_in_process_bookie(servers):
+    bookie = servers()
+    with RawBookie(bookie.address) as raw:
+        assert raw.read_lac(5).status == Status.NO_SUCH_LEDGER
+        assert raw.add(5, 0, b"zero").status == Status.OK
+        lac = raw.read_lac(5)
+        assert (lac.status, lac.last_entry_id) == (Status.OK, 0)

@@ -1,0 +1,203 @@
+"""The `walkit` command line against a running LocalCluster (real bookie processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+import walkit
+from walkit.cli import main
+from walkit.local import LocalCluster
+
+from .helpers import child_pids, pid_alive
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalCluster(bookies=3, data_dir=str(tmp_path_factory.mktemp("cli") / "cluster"),
+                      bookie_args=("--gc-interval", "0.2")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def walkit_cli(cluster, tmp_path, monkeypatch):
+    """walkit_cli runs `walkit ARGS --metadata <cluster>` in-process and returns the click Result."""
+    monkeypatch.chdir(tmp_path)            # a command that ignored --metadata would create ./walkit-data here
+    monkeypatch.delenv("WALKIT_METADATA", raising=False)
+    runner = CliRunner()
+
+    def run(*args: str, input: str | bytes | None = None, metadata: str | None = None, ok: bool = True):
+        result = runner.invoke(main, [*args, "--metadata", metadata or cluster.metadata_url], input=input)
+        if ok:
+            assert result.exit_code == 0, (result.output, result.exception)
+        return result
+    return run
+
+
+def _ledger_id(result) -> int:
+    return int(result.stdout.strip())
+
+
+def test_ledger_create_then_read_prints_the_entries(walkit_cli):
+    ledger_id = _ledger_id(walkit_cli("ledger", "create", "a", "b", "c"))
+    assert walkit_cli("ledger", "read", str(ledger_id)).stdout == "0\ta\n1\tb\n2\tc\n"
+    assert walkit_cli("ledger", "read", str(ledger_id), "--first", "1", "--last", "1").stdout == "1\tb\n"
+    as_json = [json.loads(line) for line in
+               walkit_cli("ledger", "read", str(ledger_id), "--format", "json").stdout.splitlines()]
+    assert as_json == [{"entry_id": 0, "payload": "a"}, {"entry_id": 1, "payload": "b"},
+                       {"entry_id": 2, "payload": "c"}]
+    assert walkit_cli("ledger", "read", str(ledger_id), "--format", "hex").stdout == "0\t61\n1\t62\n2\t63\n"
+    assert not os.path.exists("walkit-data")
+
+
+def test_ledger_append_from_stdin_then_info_list_and_delete(walkit_cli, cluster):
+    created = _ledger_id(walkit_cli("ledger", "create", "a", "b", "c"))
+    lines = "".join(f"line {i}\n" for i in range(100))
+    result = walkit_cli("ledger", "append", input=lines)
+    appended = _ledger_id(result)
+    assert f"appended 100 entries to ledger {appended}" in result.stderr
+    assert appended != created
+
+    read = walkit_cli("ledger", "read", str(appended)).stdout.splitlines()
+    assert read == [f"{i}\tline {i}" for i in range(100)]
+
+    info = json.loads(walkit_cli("ledger", "info", str(appended)).stdout)
+    assert info["state"] == "CLOSED"
+    assert info["last_entry_id"] == 99
+    assert info["ledger_id"] == appended
+    assert (info["ensemble_size"], info["write_quorum"], info["ack_quorum"]) == (3, 2, 2)
+    assert info["ensembles"][0][0] == 0 and set(info["ensembles"][0][1]) == set(cluster.addresses)
+
+    listed = {int(line.split("\t")[0]): line for line in walkit_cli("ledger", "list").stdout.splitlines()}
+    assert created in listed and appended in listed
+    assert "\tCLOSED\tlast=99\tE=3 Qw=2 Qa=2" in listed[appended]
+    assert "\tCLOSED\tlast=2\t" in listed[created]
+
+    assert walkit_cli("ledger", "delete", str(appended)).stdout.strip() == f"deleted ledger {appended}"
+    listed = {int(line.split("\t")[0]) for line in walkit_cli("ledger", "list").stdout.splitlines()}
+    assert appended not in listed and created in listed
+    gone = walkit_cli("ledger", "info", str(appended), ok=False)
+    assert gone.exit_code == 1 and "NoSuchLedger" in gone.stderr
+
+
+def test_ledger_append_from_a_file_with_quorum_options(walkit_cli, tmp_path):
+    source = tmp_path / "entries.txt"
+    source.write_bytes(b"".join(b"row %d\n" % i for i in range(10)))
+    ledger_id = _ledger_id(walkit_cli("ledger", "append", "-f", str(source), "-e", "3", "-w", "3", "-a", "2",
+                                      "--digest", "hmac-sha256", "--password", "pw"))
+    info = json.loads(walkit_cli("ledger", "info", str(ledger_id)).stdout)
+    assert (info["write_quorum"], info["ack_quorum"], info["digest_type"]) == (3, 2, "hmac-sha256")
+    assert walkit_cli("ledger", "read", str(ledger_id), "--password", "pw").stdout.splitlines()[-1] == "9\trow 9"
+    refused = walkit_cli("ledger", "read", str(ledger_id), "--password", "wrong", ok=False)
+    assert refused.exit_code == 1 and "Unauthorized" in refused.stderr
+
+
+def test_cli_errors_are_one_line_messages_and_exit_1(walkit_cli):
+    missing = walkit_cli("ledger", "read", "987654321", ok=False)
+    assert missing.exit_code == 1 and "NoSuchLedger" in missing.stderr
+    too_big = walkit_cli("ledger", "create", "-e", "4", "x", ok=False)
+    assert too_big.exit_code == 1 and "NotEnoughBookies" in too_big.stderr
+    bad_quorum = walkit_cli("ledger", "create", "-e", "2", "-w", "3", "x", ok=False)
+    assert bad_quorum.exit_code == 1 and "ConfigError" in bad_quorum.stderr
+    for result in (missing, too_big, bad_quorum):
+        assert "Traceback" not in result.output
+
+
+def test_bookies_list_shows_three_writable_bookies(walkit_cli, cluster):
+    lines = walkit_cli("bookies", "list").stdout.splitlines()
+    rows = [line.split("\t") for line in lines]
+    assert sorted(r[0] for r in rows) == sorted(cluster.addresses)
+    assert all(r[1] == "writable" and r[2] == "memory://" for r in rows)
+
+
+def test_plugins_lists_the_installed_schemes():
+    result = CliRunner().invoke(main, ["plugins"])
+    assert result.exit_code == 0, result.output
+    assert "storage:" in result.stdout and "metadata:" in result.stdout
+    assert "memory://" in result.stdout and "sqlite://" in result.stdout
+
+
+@pytest.mark.parametrize("command", [["ledger", "list"], ["ledger", "info", "1"], ["bookies", "list"],
+                                     ["ledger", "create", "x"]])
+def test_unknown_metadata_scheme_fails_and_lists_the_installed_ones(walkit_cli, command):
+    result = walkit_cli(*command, metadata="nope://x", ok=False)
+    assert result.exit_code != 0
+    assert "nope" in result.stderr and "installed: " in result.stderr
+    installed = result.stderr.split("installed: ", 1)[1].split()
+    assert "sqlite" in [name.strip(",.") for name in installed]
+    assert "Traceback" not in result.output
+
+
+def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = [prefix]
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            paths += _command_paths(command, prefix + (name,))
+        else:
+            paths.append(prefix + (name,))
+    return paths
+
+
+@pytest.mark.parametrize("path", _command_paths(main), ids=lambda p: " ".join(p) or "walkit")
+def test_every_command_has_help(path):
+    result = CliRunner().invoke(main, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("Usage:")
+    assert " ".join(path) in result.stdout.splitlines()[0]
+
+
+def test_the_installed_walkit_executable_runs():
+    executable = shutil.which("walkit") or os.path.join(os.path.dirname(sys.executable), "walkit")
+    assert os.path.exists(executable), "the `walkit` console script is not installed"
+    result = subprocess.run([executable, "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: walkit")
+    for command in ("bookie", "bookies", "ledger", "local", "plugins"):
+        assert f"\n  {command} " in result.stdout
+
+
+@pytest.mark.parametrize("bookies", [3, 1])
+def test_walkit_local_runs_a_cluster_with_a_demo_until_ctrl_c(tmp_path, bookies):
+    executable = shutil.which("walkit") or os.path.join(os.path.dirname(sys.executable), "walkit")
+    process = subprocess.Popen([executable, "local", "--bookies", str(bookies), "--data-dir", str(tmp_path / "wd"),
+                                "--demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=tmp_path)
+    children: list[int] = []
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("Ctrl-C to stop."):
+            line = process.stdout.readline()
+            assert line, f"`walkit local` ended early: {''.join(lines)}{process.stderr.read()}"
+            lines.append(line)
+        output = "".join(lines)
+        assert f"walkit local cluster: {bookies} bookies at 127.0.0.1:" in output
+        assert "demo: wrote 1000 entries" in output and "demo: read back 1000 entries" in output
+        metadata_url = next(l for l in lines if l.startswith("metadata: ")).split(": ", 1)[1].strip()
+        with walkit.Client(metadata_url) as client:
+            assert len(client.bookies()) == bookies
+            (ledger_id,) = client.list_ledgers()
+            assert client.ledger_metadata(ledger_id).last_entry_id == 999
+        children = child_pids(process.pid)
+        assert len(children) == bookies
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert out.strip().endswith("stopping")
+        assert not [p for p in children if pid_alive(p)]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        for pid in children:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
