@@ -26,7 +26,7 @@ from walkit.core.digest import Digest
 from walkit.core.distribution import absent_quorum, ensemble_coverage, write_set_bookies
 from walkit.core.messages import Entry, Status
 from walkit.core.metadata import CLOSED, IN_RECOVERY, LedgerMetadata
-from walkit.errors import Timeout, Unauthorized
+from walkit.errors import LedgerFenced, NotEnoughBookies, Timeout, Unauthorized
 
 #: How long an undecided read or an unanswered fence waits before it is asked again.
 RETRY_MS = 100
@@ -104,6 +104,7 @@ class LedgerRecovery:
         self._failed: set[str] = set()
         self._choosing = False
         self._choose_again_ms: int | None = None
+        self._replacing_since = 0
         self._handlers = {
             ev.MetadataWritten: self._on_written, ev.MetadataConflict: self._on_conflict,
             ev.MetadataFailed: self._on_metadata_failed, ev.LacRead: self._on_lac,
@@ -144,6 +145,10 @@ class LedgerRecovery:
         current, version = event.metadata, event.version
         if current.state == CLOSED:
             return self._finish(current, version)         # another recoverer (or the writer) closed it
+        if self.phase == CLOSING and current.ensembles != self.metadata.ensembles:
+            # Someone changed the fragments this recovery read and wrote back through: its view
+            # of where entries live is stale, so it gives up and a fresh recovery starts over.
+            return self._fail(LedgerFenced(f"ledger {self.ledger_id}: fragments changed during recovery"))
         self.metadata, self.version = current, version
         if self.phase == MARKING:
             return self.start()
@@ -286,6 +291,8 @@ class LedgerRecovery:
     def _replace(self, bookie: str) -> list:
         if bookie in self._failed or bookie not in self._ensemble:
             return []
+        if not self._failed:
+            self._replacing_since = self._now
         self._failed.add(bookie)
         if self._choosing:
             return []
@@ -299,6 +306,10 @@ class LedgerRecovery:
         to_replace = [b for b in self._ensemble if b in self._failed]
         candidates = [b for b in event.bookies if b not in self._ensemble and b not in self._failed]
         if len(candidates) < len(to_replace):
+            if self._now - self._replacing_since >= self.add_timeout_ms:
+                return self._fail(NotEnoughBookies(
+                    f"recovery of ledger {self.ledger_id}: no live bookie could replace "
+                    f"{', '.join(sorted(self._failed))} within {self.add_timeout_ms} ms"))
             self._choose_again_ms = self._now + RETRY_MS
             return []
         mapping = dict(zip(to_replace, candidates))

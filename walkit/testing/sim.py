@@ -94,8 +94,8 @@ class SimConfig:
                    bookie_crashes=rng.randint(0, 3), writer_crash_rate=0.4, recoverers=rng.randint(1, 3))
 
 
-class _SimStorage:
-    """_SimStorage is a bookie's storage: `put`s are volatile until `sync`, lost on a crash."""
+class VolatileStorage:
+    """VolatileStorage is a bookie's storage: `put`s are volatile until `sync`, lost on a crash."""
 
     def __init__(self) -> None:
         self.durable: dict[tuple[int, int], bytes] = {}
@@ -128,7 +128,7 @@ class _SimStorage:
 class _SimBookie:
     def __init__(self, address: str) -> None:
         self.address = address
-        self.storage = _SimStorage()
+        self.storage = VolatileStorage()
         self.handler = BookieHandler(self.storage)
         self.up = True
         self.held: list[Reply] = []          # durable replies waiting for the next sync

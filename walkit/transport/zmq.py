@@ -2,7 +2,7 @@
 
 All methods but `wake()` belong to the client's I/O thread. Each bookie's socket is watched by
 a ZeroMQ monitor, so the transport knows when a connection is up (handshake done) or down
-(disconnected, or not up within `connect_timeout_ms`). Sockets use ZMQ_IMMEDIATE, so nothing is
+(disconnected, refused, or not up within `connect_timeout_ms`). Sockets use ZMQ_IMMEDIATE, so nothing is
 queued for a bookie that is down: `send` returns False at once and the caller fails the request
 instead of waiting for a timeout. Frames sent while the first connection is being made are held
 until it is up.
@@ -18,6 +18,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 _UP = zmq.EVENT_HANDSHAKE_SUCCEEDED
 _DOWN = zmq.EVENT_DISCONNECTED
+_REFUSED = zmq.EVENT_CONNECT_RETRIED     # a connection attempt failed; ZeroMQ will try again
 
 
 class _Channel:
@@ -56,7 +57,7 @@ class ZmqTransport:
             socket.setsockopt(zmq.RCVHWM, 0)
             socket.setsockopt(zmq.RECONNECT_IVL, 100)
             socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-            monitor = socket.get_monitor_socket(_UP | _DOWN)
+            monitor = socket.get_monitor_socket(_UP | _DOWN | _REFUSED)
             socket.connect(f"tcp://{address}")
             channel = _Channel(address, socket, monitor, time.monotonic() + self.connect_timeout_ms / 1000)
             self._channels[address] = channel
@@ -121,8 +122,9 @@ class ZmqTransport:
                 held, channel.held = channel.held, []
                 for frame in held:
                     channel.socket.send(frame, zmq.NOBLOCK)
-            elif event == _DOWN and channel.state != "down":
+            elif event in (_DOWN, _REFUSED) and channel.state != "down":
                 channel.state = "down"
+                channel.held.clear()
                 self._down.append(channel.address)
 
     def is_up(self, address: str) -> bool:
