@@ -10,12 +10,14 @@ See README.md for concepts, configuration and the command line.
 
 from walkit import errors
 from walkit.client.api import Client, ReadHandle, WriteHandle
+from walkit.client.log import LogRecord, LogWriter
+from walkit.core.log import LogConfig, LogMetadata, Position
 from walkit.core.messages import Entry
 from walkit.core.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
 from walkit.local import LocalCluster
 
 __all__ = [
-    "CLOSED", "Client", "Entry", "IN_RECOVERY", "LedgerMetadata", "LocalCluster", "OPEN", "ReadHandle",
-    "WriteHandle", "errors",
+    "CLOSED", "Client", "Entry", "IN_RECOVERY", "LedgerMetadata", "LocalCluster", "LogConfig", "LogMetadata",
+    "LogRecord", "LogWriter", "OPEN", "Position", "ReadHandle", "WriteHandle", "errors",
 ]
 __version__ = "0.1.0"

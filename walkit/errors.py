@@ -95,3 +95,18 @@ class ProtocolError(WalkitError):
 
 class ClientClosed(WalkitError):
     """ClientClosed is raised for calls made on (or pending in) a client that was closed."""
+
+
+class StorageError(WalkitError, OSError):
+    """StorageError is raised when a bookie's entry storage is corrupt or failed and must be reopened."""
+
+
+class NoSuchLog(WalkitError, KeyError):
+    """NoSuchLog is raised when a log name is not in the metadata store."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
+
+
+class LogContention(WalkitError):
+    """LogContention is raised when open_log keeps losing the ledger-list CAS to other writers."""

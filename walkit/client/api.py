@@ -152,6 +152,50 @@ class Client:
         except NoSuchKey:
             raise NoSuchLedger(f"no ledger {ledger_id}") from None
 
+    # -- logs ------------------------------------------------------------------------------
+    def open_log(self, name: str, *, password: bytes | str = b"", timeout: float | None = None,
+                 **config) -> "LogWriter":
+        """open_log makes this client the single writer of log `name`, creating it if needed.
+
+        Any previous writer is fenced (its appends fail with LedgerFenced). Keyword options of
+        walkit.LogConfig (ensemble, write_quorum, ack_quorum, roll_entries, roll_bytes,
+        roll_age_s, retention_age_s, retention_bytes, digest) apply when the log is created.
+        """
+        from walkit.client.log import open_log
+        from walkit.core.log import LogConfig
+        self._check_open()
+        return open_log(self, name, password=_password(password), config=LogConfig(**config) if config else None,
+                        timeout=timeout)
+
+    def read_log(self, name: str, start=None, follow: bool = False, *, password: bytes | str = b"",
+                 poll: float = 1.0):
+        """read_log yields LogRecord(position, payload) of log `name` from `start` (a Position).
+
+        With follow=True it tails the log forever: across rolls and writer handovers, each
+        record exactly once, in order. `poll` bounds how long it waits between checks.
+        """
+        from walkit.client.log import read_log
+        self._check_open()
+        return read_log(self, name, start=start, follow=follow, password=_password(password), poll_s=poll)
+
+    def log_metadata(self, name: str):
+        """log_metadata returns a log's LogMetadata (its ledgers in order); NoSuchLog if absent."""
+        from walkit.client.log import read_log_metadata
+        self._check_open()
+        return read_log_metadata(self.store, name)[0]
+
+    def list_logs(self) -> list[str]:
+        """list_logs returns the names of all logs."""
+        from walkit.client.log import list_logs
+        self._check_open()
+        return list_logs(self.store)
+
+    def delete_log(self, name: str) -> None:
+        """delete_log removes a log and all its ledgers."""
+        from walkit.client.log import delete_log
+        self._check_open()
+        delete_log(self, name)
+
     def bookies(self) -> dict[str, BookieInfo]:
         """bookies maps the address of every live bookie to what it registered."""
         return self.registry.live()

@@ -1,0 +1,174 @@
+"""walkit.core.log defines a log: an ordered list of ledgers kept in metadata (seed 000, "Ledgers to logs").
+
+A log has a single writer. Its metadata lists its ledgers in order; the last one may be OPEN
+(being written), all others are CLOSED. Opening a log for writing fences and recovers the last
+two ledgers, creates a new one and appends it with compare-and-swap; rolling creates a ledger,
+appends it by CAS, then closes the previous one; truncation removes whole ledgers from the
+front. `Position(ledger_id, entry_id)` names a record and orders records: ledger ids grow with
+every new ledger, so position order is log order.
+
+Values here are immutable; each change returns new metadata for the shell to CAS.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import NamedTuple
+
+from walkit.errors import ConfigError
+
+LOG_PREFIX = "logs"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+class Position(NamedTuple):
+    """Position is where a record lives in a log: (ledger id, entry id); positions sort in log order."""
+
+    ledger_id: int
+    entry_id: int
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Position":
+        """parse reads a position written as LEDGER:ENTRY."""
+        try:
+            ledger, entry = text.split(":")
+            return cls(int(ledger), int(entry))
+        except ValueError:
+            raise ConfigError(f"{text!r} is not a position; expected LEDGER:ENTRY, e.g. 12:0") from None
+
+
+def check_log_name(name: str) -> str:
+    """check_log_name returns `name` if it is a valid log name, else raises ConfigError."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"invalid log name {name!r}: use 1-200 letters, digits, '.', '_' or '-', "
+                          "starting with a letter or digit")
+    return name
+
+
+def log_key(name: str) -> str:
+    """log_key is the metadata key of a log."""
+    return f"{LOG_PREFIX}/{check_log_name(name)}"
+
+
+@dataclass(frozen=True, slots=True)
+class LogSegment:
+    """LogSegment is one ledger of a log: its id and, once closed, its last entry and size.
+
+    `last_entry_id` is None while the ledger may still be written; `size` counts payload bytes
+    and `entries` records (both None until known).
+    """
+
+    ledger_id: int
+    created_ms: int = 0
+    last_entry_id: int | None = None
+    entries: int | None = None
+    size: int | None = None
+    closed_ms: int | None = None
+
+    @property
+    def is_closed(self) -> bool:
+        """is_closed is True once the segment's end is final."""
+        return self.last_entry_id is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogConfig:
+    """LogConfig is how a log's ledgers are made and rolled, and what retention keeps.
+
+    Rolling happens when the open ledger reaches `roll_entries` records, `roll_bytes` payload
+    bytes or `roll_age_s` seconds (0 disables each). Retention deletes closed ledgers older than
+    `retention_age_s` and the oldest closed ledgers while the log exceeds `retention_bytes`
+    (0 disables each); the open ledger is never deleted.
+    """
+
+    ensemble: int = 3
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    digest: str = "crc32c"
+    roll_entries: int = 0
+    roll_bytes: int = 64 * 1024 * 1024
+    roll_age_s: float = 0.0
+    retention_age_s: float = 0.0
+    retention_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("roll_entries", "roll_bytes", "roll_age_s", "retention_age_s", "retention_bytes"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogMetadata:
+    """LogMetadata is a log's record in the metadata store: its config and its ledgers, in order."""
+
+    name: str
+    config: LogConfig = field(default_factory=LogConfig)
+    segments: tuple[LogSegment, ...] = ()
+    created_ms: int = 0
+
+    @property
+    def ledger_ids(self) -> list[int]:
+        """ledger_ids lists the log's ledgers in order."""
+        return [s.ledger_id for s in self.segments]
+
+    def segment(self, ledger_id: int) -> LogSegment | None:
+        """segment returns the segment of `ledger_id`, or None if the log does not hold it."""
+        return next((s for s in self.segments if s.ledger_id == ledger_id), None)
+
+    def with_segment(self, segment: LogSegment) -> "LogMetadata":
+        """with_segment appends a new ledger at the end of the log."""
+        if self.segments and segment.ledger_id <= self.segments[-1].ledger_id:
+            raise ValueError(f"ledger {segment.ledger_id} cannot follow {self.segments[-1].ledger_id}")
+        return replace(self, segments=self.segments + (segment,))
+
+    def updated(self, segment: LogSegment) -> "LogMetadata":
+        """updated replaces the segment with the same ledger id (for example once closed)."""
+        if self.segment(segment.ledger_id) is None:
+            raise KeyError(segment.ledger_id)
+        return replace(self, segments=tuple(segment if s.ledger_id == segment.ledger_id else s
+                                            for s in self.segments))
+
+    def without(self, ledger_ids: set[int]) -> "LogMetadata":
+        """without removes the given ledgers from the log."""
+        return replace(self, segments=tuple(s for s in self.segments if s.ledger_id not in ledger_ids))
+
+    def before(self, position: Position) -> list[LogSegment]:
+        """before lists the closed segments whose every record lies before `position`."""
+        return [s for s in self.segments if s.is_closed and s.ledger_id < position.ledger_id]
+
+    def expired(self, now_ms: int) -> list[LogSegment]:
+        """expired lists the closed segments that retention removes at `now_ms`."""
+        config = self.config
+        closed = [s for s in self.segments[:-1] if s.is_closed]
+        doomed: list[LogSegment] = []
+        if config.retention_age_s:
+            horizon = now_ms - int(config.retention_age_s * 1000)
+            doomed += [s for s in closed if s.closed_ms is not None and s.closed_ms < horizon]
+        if config.retention_bytes:
+            total = sum(s.size or 0 for s in self.segments)
+            for s in closed:
+                if total <= config.retention_bytes:
+                    break
+                if s not in doomed:
+                    doomed.append(s)
+                total -= s.size or 0
+        return doomed
+
+    # -- encoding -------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """to_bytes encodes the log metadata as JSON."""
+        doc = {"name": self.name, "created_ms": self.created_ms, "config": asdict(self.config),
+               "segments": [asdict(s) for s in self.segments]}
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "LogMetadata":
+        """from_bytes decodes log metadata written by `to_bytes`."""
+        doc = json.loads(data)
+        return cls(name=doc["name"], created_ms=doc.get("created_ms", 0), config=LogConfig(**doc["config"]),
+                   segments=tuple(LogSegment(**s) for s in doc["segments"]))
