@@ -1,0 +1,38 @@
+"""walkit.plugins.storage.files.disk holds what the journal, entry logs and index share about files.
+
+Files are numbered with fixed-width hexadecimal names (``0000000000000001.journal``,
+``00000001.log``, ``000000000000002a.idx``); `numbered_files` lists them, ignoring any other
+name. `fsync_dir` makes created, renamed and removed names durable.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def numbered_files(folder: str, ext: str, digits: int) -> list[tuple[int, str]]:
+    """numbered_files lists (number, path) of the files named `<digits hex digits>.<ext>` in `folder`, sorted."""
+    found = []
+    for name in os.listdir(folder):
+        stem, _, suffix = name.partition(".")
+        if suffix != ext or len(stem) != digits:
+            continue
+        try:
+            found.append((int(stem, 16), os.path.join(folder, name)))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
+def numbered_path(folder: str, number: int, ext: str, digits: int) -> str:
+    """numbered_path names file `number` in `folder` the way `numbered_files` finds it."""
+    return os.path.join(folder, f"{number:0{digits}x}.{ext}")
+
+
+def fsync_dir(folder: str) -> None:
+    """fsync_dir makes the names created, renamed or removed in `folder` durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

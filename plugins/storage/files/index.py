@@ -1,0 +1,144 @@
+"""walkit.plugins.storage.files.index maps entry ids to entry-log locations, on disk, per ledger.
+
+Ledger L's index is ``index/<L as 16 hex digits>.idx``: a sparse file of fixed 16-byte slots,
+slot e at offset e * 16::
+
+    log id u32 | offset u64 | length u32                     (little-endian; all zero: absent)
+
+Log ids start at 1, so a hole in the sparse file reads as "absent". A lookup is one
+``os.pread``; slot writes are staged during a group commit and written in runs of consecutive
+entries, one ``os.pwrite`` per run. Index files are fsynced by checkpoints only: until then the
+journal can rebuild every slot written since the last checkpoint.
+
+Open files are kept in a small LRU, so thousands of ledgers do not need thousands of open files.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import OrderedDict
+
+from walkit.plugins.storage.files.disk import fsync_dir, numbered_files, numbered_path
+
+SLOT = struct.Struct("<IQI")            # log id, offset, length
+_FLUSH_AT = 1 << 16                     # write staged slots once this many are waiting
+
+
+def index_path(folder: str, ledger_id: int) -> str:
+    """index_path names the index file of `ledger_id` in `folder`."""
+    return numbered_path(folder, ledger_id, "idx", 16)
+
+
+class LedgerIndex:
+    """LedgerIndex reads and writes the per-ledger index files under `folder`."""
+
+    def __init__(self, folder: str, open_files: int) -> None:
+        """__init__ prepares the index files in `folder`, keeping at most `open_files` open."""
+        self.folder = folder
+        self.open_files = open_files
+        self._fds: OrderedDict[int, int] = OrderedDict()
+        self._staged: dict[int, dict[int, bytes]] = {}
+        self._staged_count = 0
+        self._dirty: set[int] = set()
+        self._names_changed = False
+
+    def _fd(self, ledger_id: int, create: bool) -> int | None:
+        """_fd returns an open descriptor of a ledger's index file (None if absent and not `create`)."""
+        fd = self._fds.get(ledger_id)
+        if fd is not None:
+            self._fds.move_to_end(ledger_id)
+            return fd
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        try:
+            fd = os.open(index_path(self.folder, ledger_id), flags, 0o644)
+        except FileNotFoundError:
+            return None
+        if create:
+            self._names_changed = True
+        self._fds[ledger_id] = fd
+        while len(self._fds) > self.open_files:
+            os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    def lookup(self, ledger_id: int, entry_id: int) -> tuple[int, int, int] | None:
+        """lookup returns (log id, offset, length) of an entry, or None if it has no slot."""
+        staged = self._staged.get(ledger_id)
+        slot = staged.get(entry_id) if staged else None
+        if slot is None:
+            fd = self._fd(ledger_id, create=False)
+            if fd is None:
+                return None
+            slot = os.pread(fd, SLOT.size, entry_id * SLOT.size)
+            if len(slot) < SLOT.size:
+                return None
+        location = SLOT.unpack(slot)
+        return None if location[0] == 0 else location
+
+    def stage(self, ledger_id: int, entry_id: int, location: tuple[int, int, int]) -> None:
+        """stage records an entry's location; `flush` writes it."""
+        self._staged.setdefault(ledger_id, {})[entry_id] = SLOT.pack(*location)
+        self._staged_count += 1
+        if self._staged_count >= _FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        """flush writes the staged slots, one pwrite per run of consecutive entry ids."""
+        for ledger_id, slots in self._staged.items():
+            fd = self._fd(ledger_id, create=True)
+            ids = sorted(slots)
+            start = 0
+            for i in range(1, len(ids) + 1):
+                if i == len(ids) or ids[i] != ids[i - 1] + 1:
+                    run = b"".join([slots[e] for e in ids[start:i]])
+                    os.pwrite(fd, run, ids[start] * SLOT.size)
+                    start = i
+            self._dirty.add(ledger_id)
+        self._staged.clear()
+        self._staged_count = 0
+
+    def drop(self, ledger_id: int) -> None:
+        """drop deletes a ledger's index file and any slots staged for it."""
+        self._staged_count -= len(self._staged.pop(ledger_id, ()))
+        fd = self._fds.pop(ledger_id, None)
+        if fd is not None:
+            os.close(fd)
+        try:
+            os.unlink(index_path(self.folder, ledger_id))
+            self._names_changed = True
+        except FileNotFoundError:
+            pass
+        self._dirty.discard(ledger_id)
+
+    def fsync(self) -> None:
+        """fsync makes the slots written since the last fsync durable, and new or removed names."""
+        self.flush()
+        for ledger_id in sorted(self._dirty):
+            fd = self._fds.get(ledger_id)
+            if fd is not None:
+                os.fsync(fd)
+                continue
+            try:
+                fd = os.open(index_path(self.folder, ledger_id), os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._dirty.clear()
+        if self._names_changed:
+            fsync_dir(self.folder)
+            self._names_changed = False
+
+    def keep_only(self, ledger_ids) -> None:
+        """keep_only deletes the index files of ledgers not in `ledger_ids` (left by deletes)."""
+        for ledger_id, _ in numbered_files(self.folder, "idx", 16):
+            if ledger_id not in ledger_ids:
+                self.drop(ledger_id)
+
+    def close(self) -> None:
+        """close writes staged slots and closes every file."""
+        self.flush()
+        while self._fds:
+            os.close(self._fds.popitem()[1])

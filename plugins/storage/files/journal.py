@@ -1,0 +1,229 @@
+"""walkit.plugins.storage.files.journal is the bookie's write-ahead journal: checksummed records.
+
+A journal file ``journal/<seq as 16 hex digits>.journal`` is a sequence of records::
+
+    length u32 | crc32c u32 | type u8 | payload[length]          (little-endian)
+
+The crc covers the length, the type and the payload, so a torn write, a bad length or flipped
+bits are all caught. Payloads:
+
+    PUT     ledger i64 | entry i64 | data
+    STATE   ledger i64 | fenced u8 | explicit_lac i64 | master_key
+    DELETE  ledger i64
+
+`encode_*` append records to the in-memory group-commit buffer; `JournalWriter.commit` writes the
+buffer and calls ``os.fdatasync`` once (the group commit). `verify` checks a buffer of records
+and stops at the first that is short or does not verify (its `problem` says why); `records`
+walks a verified buffer; `RecordFile` reads a file's good records in chunks.
+Entry logs (entrylog.py) hold the same PUT records, so one parser serves both.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Iterator, NamedTuple
+
+from crc32c import crc32c
+
+from walkit.core.bookie import LedgerState
+from walkit.plugins.storage.files.disk import fsync_dir, numbered_files, numbered_path
+
+PUT, STATE, DELETE = 1, 2, 3
+KINDS = frozenset((PUT, STATE, DELETE))
+
+HEADER = struct.Struct("<IIB")         # length, crc32c, type
+_CHECKED = struct.Struct("<IB")        # what the crc covers before the payload: length, type
+PUT_IDS = struct.Struct("<qq")          # ledger, entry
+_STATE = struct.Struct("<qBq")          # ledger, fenced, explicit_lac (then the master key)
+_LEDGER = struct.Struct("<q")
+_PUT_HEAD = struct.Struct("<IIBqq")     # HEADER and PUT_IDS in one
+_PUT_CHECKED = struct.Struct("<IBqq")   # _CHECKED and PUT_IDS in one
+
+#: A longer record is taken as a corrupt length (the bookie's frames are far smaller).
+MAX_RECORD = 1 << 30
+_CHUNK = 8 << 20                        # read_records reads files in chunks of about this size
+
+
+def _record(buffer: bytearray, kind: int, head: bytes, tail: bytes = b"") -> None:
+    """_record appends one record (header, `head` and `tail` as its payload) to `buffer`."""
+    length = len(head) + len(tail)
+    if length > MAX_RECORD:
+        raise ValueError(f"journal record of {length} bytes exceeds the {MAX_RECORD}-byte limit")
+    crc = crc32c(tail, crc32c(_CHECKED.pack(length, kind) + head))
+    buffer += HEADER.pack(length, crc, kind)
+    buffer += head
+    buffer += tail
+
+
+def encode_put(buffer: bytearray, ledger_id: int, entry_id: int, data: bytes) -> None:
+    """encode_put appends a PUT record (an entry's bytes) to `buffer` (the hot path: one call per add)."""
+    length = PUT_IDS.size + len(data)
+    if length > MAX_RECORD:
+        raise ValueError(f"journal record of {length} bytes exceeds the {MAX_RECORD}-byte limit")
+    crc = crc32c(data, crc32c(_PUT_CHECKED.pack(length, PUT, ledger_id, entry_id)))
+    buffer += _PUT_HEAD.pack(length, crc, PUT, ledger_id, entry_id)
+    buffer += data
+
+
+def encode_state(buffer: bytearray, ledger_id: int, state: LedgerState) -> None:
+    """encode_state appends a STATE record (fenced flag, explicit LAC, master key) to `buffer`."""
+    _record(buffer, STATE, _STATE.pack(ledger_id, bool(state.fenced), state.explicit_lac), bytes(state.master_key))
+
+
+def encode_delete(buffer: bytearray, ledger_id: int) -> None:
+    """encode_delete appends a DELETE record (drop the ledger's entries and state) to `buffer`."""
+    _record(buffer, DELETE, _LEDGER.pack(ledger_id))
+
+
+def decode_state(payload: bytes) -> tuple[int, LedgerState]:
+    """decode_state returns (ledger, state) of a STATE payload."""
+    ledger_id, fenced, lac = _STATE.unpack_from(payload)
+    return ledger_id, LedgerState(fenced=bool(fenced), master_key=bytes(payload[_STATE.size:]), explicit_lac=lac)
+
+
+def decode_delete(payload: bytes) -> int:
+    """decode_delete returns the ledger of a DELETE payload."""
+    return _LEDGER.unpack_from(payload)[0]
+
+
+class Scan(NamedTuple):
+    """Scan is what `verify` found: where the good records end and why the next one is not good.
+
+    `problem` is None when the records end exactly at the end of the buffer. `incomplete` means
+    the next record is cut short by the buffer's end (more data may complete it: `needed` bytes
+    from `end`); otherwise the problem is a bad header or checksum.
+    """
+
+    end: int
+    problem: str | None = None
+    incomplete: bool = False
+    needed: int = 0
+
+
+def verify(view: memoryview) -> Scan:
+    """verify checks the records of `view` from its start, stopping at the first that is not good."""
+    pos, size = 0, len(view)
+    unpack, checked = HEADER.unpack_from, _CHECKED.pack
+    while pos < size:
+        if size - pos < HEADER.size:
+            return Scan(pos, f"torn record header ({size - pos} of {HEADER.size} bytes)", True, HEADER.size)
+        length, crc, kind = unpack(view, pos)
+        if length > MAX_RECORD or kind not in KINDS:
+            return Scan(pos, f"bad record header (length {length}, type {kind})")
+        end = pos + HEADER.size + length
+        if end > size:
+            return Scan(pos, f"torn record ({size - pos - HEADER.size} of {length} payload bytes)", True,
+                        HEADER.size + length)
+        if crc32c(view[pos + HEADER.size:end], crc32c(checked(length, kind))) != crc:
+            return Scan(pos, "record checksum mismatch")
+        pos = end
+    return Scan(pos)
+
+
+def records(view: memoryview) -> Iterator[tuple[int, int, int]]:
+    """records yields (offset, type, payload length) of each record in an already verified buffer."""
+    pos, size, unpack = 0, len(view), HEADER.unpack_from
+    while pos < size:
+        length, _, kind = unpack(view, pos)
+        yield pos, kind, length
+        pos += HEADER.size + length
+
+
+class RecordFile:
+    """RecordFile reads the good records of a journal or entry-log file, from `start`, in chunks.
+
+    `chunks()` yields (view, file offset) for runs of whole, verified records; a view is valid
+    until the next one is asked for. Afterwards `end` is the end of the last good record and
+    `problem` is None at a clean end of file, or says why the next record is not good.
+    """
+
+    def __init__(self, path: str, start: int = 0) -> None:
+        """__init__ prepares to read `path` from offset `start`."""
+        self.path = path
+        self.end = start
+        self.problem: str | None = None
+
+    def chunks(self) -> Iterator[tuple[memoryview, int]]:
+        """chunks yields the file's good records as (view, offset) runs; see the class doc."""
+        carry, needed = b"", _CHUNK
+        with open(self.path, "rb") as stream:
+            stream.seek(self.end)
+            while True:
+                more = stream.read(max(_CHUNK, needed - len(carry)))
+                if not more:
+                    self.problem = verify(memoryview(carry)).problem if carry else None
+                    return
+                chunk = carry + more if carry else more
+                view = memoryview(chunk)
+                scan = verify(view)
+                if scan.end:
+                    yield view[:scan.end], self.end
+                self.end += scan.end
+                if scan.problem is not None and not scan.incomplete:
+                    self.problem = scan.problem
+                    return
+                carry, needed = chunk[scan.end:], scan.needed
+
+
+def journal_files(folder: str) -> list[tuple[int, str]]:
+    """journal_files lists (sequence number, path) of the journal files in `folder`, oldest first."""
+    return numbered_files(folder, "journal", 16)
+
+
+def journal_path(folder: str, seq: int) -> str:
+    """journal_path names journal file number `seq` in `folder`."""
+    return numbered_path(folder, seq, "journal", 16)
+
+
+class JournalWriter:
+    """JournalWriter appends group-commit buffers to the current journal file, one fdatasync each."""
+
+    def __init__(self, folder: str, seq: int) -> None:
+        """__init__ opens (creating if needed) journal file `seq` in `folder` for appending."""
+        self.folder = folder
+        self.seq = seq
+        self.fd = os.open(journal_path(folder, seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        fsync_dir(folder)
+
+    def commit(self, buffer: bytes | bytearray) -> None:
+        """commit writes `buffer` and returns once it is on stable storage (write + fdatasync).
+
+        On any error the file is cut back to its previous size, so no partial record stays in
+        the middle of the journal, and the error is raised.
+        """
+        start = self.size
+        view = memoryview(buffer)
+        try:
+            written = 0
+            while written < len(view):
+                written += os.write(self.fd, view[written:])
+            os.fdatasync(self.fd)
+        except BaseException:
+            os.ftruncate(self.fd, start)
+            raise
+        finally:
+            view.release()
+        self.size = start + len(buffer)
+
+    def rotate(self) -> None:
+        """rotate starts the next journal file (its name made durable); the old one stays until removed."""
+        os.close(self.fd)
+        self.seq += 1
+        self.fd = os.open(journal_path(self.folder, self.seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = 0
+        fsync_dir(self.folder)
+
+    def remove_before(self, seq: int) -> int:
+        """remove_before deletes the journal files numbered below `seq` and returns how many."""
+        removed = 0
+        for number, path in journal_files(self.folder):
+            if number < seq:
+                os.unlink(path)
+                removed += 1
+        return removed
+
+    def close(self) -> None:
+        """close closes the current journal file."""
+        os.close(self.fd)

@@ -1,0 +1,389 @@
+"""walkit.plugins.storage.files.storage is the ``files:///dir`` EntryStorage: journal, entry logs, index.
+
+The directory holds::
+
+    LOCK                 flock'ed while open: one storage per directory
+    checkpoint           where recovery starts (checkpoint.py)
+    journal/*.journal    the write-ahead journal (journal.py)
+    logs/*.log           entry logs (entrylog.py)
+    index/*.idx          one index file per ledger (index.py)
+
+Writes. `put`, `set_ledger_state` and `delete_ledger` encode a journal record into the group
+buffer and update the in-memory view (pending entries, per-ledger summary). `sync()` writes the
+buffer to the journal with one ``os.fdatasync`` (the group commit), and only then applies it:
+the same bytes are appended to the active entry log (one write) and each entry's slot to its
+ledger's index file, both without fsync. So everything in the entry logs and indexes is already
+durable in the journal. A put past `write_buffer_mb` (or 65,536 unsynced entries) syncs early.
+
+Checkpoints. Every `journal_max_mb` of journal or `checkpoint_s` seconds (checked at `sync()`),
+on `compact()` and on `close()`: reclaim entry logs of deleted ledgers (copying the live entries
+of mostly dead logs forward through the journal), fsync the entry logs, index files and their
+directories, start a new journal file, and atomically write a checkpoint naming it plus every
+ledger's summary and every live log. Older journal files and reclaimed logs are then deleted.
+
+Recovery (on open). Load the checkpoint; delete entry logs it does not list and cut the active
+log back to its checkpointed size; delete index files of ledgers it does not know; replay the
+journal from the checkpoint (appending entries to the entry logs again and rewriting their
+slots, which makes replay idempotent). A record that is short or fails its crc ends the journal:
+the file is truncated there and a warning names the file and offset. Then checkpoint.
+
+Memory: the per-ledger summary (last entry id, state), per-log byte counts, the entries put since
+the last sync, and bounded LRUs of open files; nothing per stored entry.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+
+from walkit.core.bookie import LedgerState
+from walkit.errors import ConfigError, StorageError
+from walkit.plugins.storage.files import checkpoint as checkpoints
+from walkit.plugins.storage.files.entrylog import EntryLogs
+from walkit.plugins.storage.files.index import LedgerIndex
+from walkit.plugins.storage.files.journal import (
+    HEADER, PUT, PUT_IDS, STATE, JournalWriter, RecordFile, decode_delete, decode_state, encode_delete,
+    encode_put, encode_state, journal_files, records,
+)
+from walkit.plugins.storage.options import Option, check_options, split_uri
+
+log = logging.getLogger("walkit.storage")
+
+_MB = 1 << 20
+_MAX_PENDING_ENTRIES = 1 << 16          # put() syncs early past this many unsynced entries
+
+OPTIONS = {
+    "journal_max_mb": Option(float, 64),          # checkpoint (and start a new journal) past this size
+    "checkpoint_s": Option(float, 30),            # ... or this long after the previous checkpoint
+    "entrylog_max_mb": Option(float, 128),        # start a new entry log past this size
+    "compact_ratio": Option(float, 0.5, minimum=0, maximum=1, exclusive_minimum=False),
+    "write_buffer_mb": Option(float, 32),         # put() syncs early past this much unsynced data
+    "open_files": Option(int, 256),               # open index files and entry logs kept (each)
+}
+
+
+class _Ledger:
+    """_Ledger is the in-memory summary of one ledger: its highest entry id and its state."""
+
+    __slots__ = ("last", "state")
+
+    def __init__(self, last: int = -1, state: LedgerState = LedgerState()) -> None:
+        """__init__ makes a summary; a new ledger has no entries and the default state."""
+        self.last = last
+        self.state = state
+
+
+class FileStorage:
+    """FileStorage is the ``files://`` EntryStorage (see the module doc for formats and recovery).
+
+    Besides the EntryStorage methods it offers `checkpoint()`/`compact()` for the bookie to call
+    periodically, and counters for tests and metrics: `fsyncs` (journal group commits),
+    `checkpoints`, and `replayed_records` (journal records replayed when it was opened).
+    """
+
+    durable = True
+
+    def __init__(self, path: str, **options) -> None:
+        """__init__ opens (creating if needed) the storage in directory `path` and recovers it; see OPTIONS."""
+        settings = check_options("files", OPTIONS, options)
+        self.path = path
+        self.journal_max = int(settings["journal_max_mb"] * _MB)
+        self.checkpoint_s = settings["checkpoint_s"]
+        self.compact_ratio = settings["compact_ratio"]
+        self.buffer_max = int(settings["write_buffer_mb"] * _MB)
+        self.fsyncs = 0
+        self.checkpoints = 0
+        self.replayed_records = 0
+        self._buffer = bytearray()                        # journal records not yet synced
+        self._pending: dict[int, dict[int, bytes]] = {}   # entries not yet synced, for reads
+        self._pending_count = 0
+        self._shadowed: set[int] = set()                  # deleted since the last sync: index is stale
+        self._ledgers: dict[int, _Ledger] = {}
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._in_checkpoint = False
+        self._last_checkpoint = time.monotonic()
+        self._journal: JournalWriter | None = None
+        try:
+            for name in ("journal", "logs", "index"):
+                os.makedirs(os.path.join(path, name), exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"files storage: cannot create {path!r}: {exc.strerror}") from None
+        self._lock_fd = _lock(path)
+        self._logs = EntryLogs(os.path.join(path, "logs"), max(1, int(settings["entrylog_max_mb"] * _MB)),
+                               settings["open_files"])
+        self._index = LedgerIndex(os.path.join(path, "index"), settings["open_files"])
+        try:
+            self._recover()
+        except BaseException:
+            self._release()
+            raise
+
+    @classmethod
+    def from_uri(cls, uri: str, **options) -> "FileStorage":
+        """from_uri opens ``files:///abs/dir`` or ``files://rel/dir``, with options in the query."""
+        from walkit.plugins import path_of
+        base, query = split_uri(uri)
+        return cls(path_of(base), **{**query, **options})
+
+    # -- EntryStorage ---------------------------------------------------------------------
+    def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
+        """put buffers an entry (a journal record); it is durable after the next sync()."""
+        self._check()
+        if ledger_id < 0 or entry_id < 0:
+            raise ValueError(f"ledger and entry ids must not be negative, got {ledger_id}, {entry_id}")
+        data = bytes(data)
+        encode_put(self._buffer, ledger_id, entry_id, data)
+        self._pending.setdefault(ledger_id, {})[entry_id] = data
+        self._pending_count += 1
+        self._note_put(ledger_id, entry_id)
+        if len(self._buffer) >= self.buffer_max or self._pending_count >= _MAX_PENDING_ENTRIES:
+            self.sync()
+
+    def sync(self) -> None:
+        """sync writes the buffered records to the journal with one fdatasync, then applies them."""
+        self._check()
+        if not self._buffer:
+            return
+        buffer, self._buffer = self._buffer, bytearray()
+        try:
+            self._journal.commit(buffer)
+            self.fsyncs += 1
+            with memoryview(buffer) as view:
+                self._apply(view, replay=False)
+        except BaseException as exc:
+            self._failed = exc
+            raise StorageError(f"files storage {self.path}: sync failed: {exc}") from exc
+        self._pending.clear()
+        self._pending_count = 0
+        self._shadowed.clear()
+        due = (self._journal.size >= self.journal_max
+               or time.monotonic() - self._last_checkpoint >= self.checkpoint_s)
+        if due and not self._in_checkpoint:
+            self.checkpoint()
+
+    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+        """get returns an entry's bytes (unsynced ones from memory, others with two preads), or None."""
+        self._check()
+        pending = self._pending.get(ledger_id)
+        if pending is not None and entry_id in pending:
+            return pending[entry_id]
+        summary = self._ledgers.get(ledger_id)
+        if summary is None or not 0 <= entry_id <= summary.last or ledger_id in self._shadowed:
+            return None
+        location = self._index.lookup(ledger_id, entry_id)
+        return None if location is None else self._logs.read(*location, ledger_id, entry_id)
+
+    def last_entry(self, ledger_id: int) -> int:
+        """last_entry returns the highest entry id stored for a ledger, or -1 (from memory)."""
+        summary = self._ledgers.get(ledger_id)
+        return -1 if summary is None else summary.last
+
+    def ledger_state(self, ledger_id: int) -> LedgerState | None:
+        """ledger_state returns a ledger's state, or None if the ledger is unknown here."""
+        summary = self._ledgers.get(ledger_id)
+        return None if summary is None else summary.state
+
+    def set_ledger_state(self, ledger_id: int, state: LedgerState) -> None:
+        """set_ledger_state buffers a ledger's new state (a journal record); durable after sync()."""
+        self._check()
+        encode_state(self._buffer, ledger_id, state)
+        self._summary(ledger_id).state = state
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """delete_ledger forgets a ledger at once; its files go at the next sync, its space at a checkpoint."""
+        self._check()
+        encode_delete(self._buffer, ledger_id)
+        self._pending_count -= len(self._pending.pop(ledger_id, ()))
+        self._ledgers.pop(ledger_id, None)
+        self._shadowed.add(ledger_id)
+
+    def ledgers(self) -> list[int]:
+        """ledgers lists the ids of the ledgers known here, sorted."""
+        return sorted(self._ledgers)
+
+    def close(self) -> None:
+        """close takes a final checkpoint (unless the storage failed) and releases every file."""
+        if self._closed:
+            return
+        try:
+            if self._failed is None:
+                self.checkpoint()
+        finally:
+            self._closed = True
+            self._release()
+
+    # -- checkpoints and garbage collection ---------------------------------------------------
+    def checkpoint(self) -> int:
+        """checkpoint syncs, reclaims dead entry logs, makes logs and indexes durable and drops old journal.
+
+        It returns the bytes of entry logs given back to the file system.
+        """
+        self._check()
+        self._in_checkpoint = True
+        try:
+            self.sync()
+            dead, sparse = self._logs.plan(self.compact_ratio)
+            for log_id in sparse:
+                self._copy_live(log_id)
+            self.sync()
+            self._logs.fsync()
+            self._index.fsync()
+            self._journal.rotate()
+            checkpoints.save(self.path, self._snapshot(set(dead) | set(sparse)))
+            self._journal.remove_before(self._journal.seq)
+            freed = self._logs.remove(dead + sparse)
+        except StorageError:
+            raise
+        except BaseException as exc:
+            self._failed = exc
+            raise StorageError(f"files storage {self.path}: checkpoint failed: {exc}") from exc
+        finally:
+            self._in_checkpoint = False
+        self.checkpoints += 1
+        self._last_checkpoint = time.monotonic()
+        if dead or sparse:
+            log.info("files storage %s: reclaimed %d entry logs (%d compacted), %d bytes",
+                     self.path, len(dead) + len(sparse), len(sparse), freed)
+        return freed
+
+    def compact(self) -> int:
+        """compact is the garbage collector's entry point: a checkpoint now; returns the bytes freed."""
+        return self.checkpoint()
+
+    def _copy_live(self, log_id: int) -> None:
+        """_copy_live re-puts the live entries of a mostly dead log, so it can be removed."""
+        for ledger_id, entry_id, offset, length, data in self._logs.scan(log_id):
+            if ledger_id in self._ledgers and self._index.lookup(ledger_id, entry_id) == (log_id, offset, length):
+                self.put(ledger_id, entry_id, data)
+
+    def _snapshot(self, dropped: set[int]) -> checkpoints.Checkpoint:
+        """_snapshot describes the current durable state as a Checkpoint, without the `dropped` logs."""
+        logs = self._logs
+        return checkpoints.Checkpoint(
+            journal_seq=self._journal.seq, journal_offset=0, active_log=logs.active,
+            log_totals={k: v for k, v in logs.totals.items() if k not in dropped},
+            log_usage={k: v for k, v in logs.usage.items() if k not in dropped},
+            ledgers={ledger_id: (s.last, s.state) for ledger_id, s in self._ledgers.items()})
+
+    # -- recovery -------------------------------------------------------------------------
+    def _recover(self) -> None:
+        """_recover restores the checkpoint, replays the journal after it, and checkpoints."""
+        start = checkpoints.load(self.path) or checkpoints.Checkpoint(journal_seq=0)
+        self._ledgers = {lid: _Ledger(last, state) for lid, (last, state) in start.ledgers.items()}
+        self._logs.restore(start.active_log, start.log_totals.get(start.active_log, 0), start.log_totals,
+                           start.log_usage)
+        self._index.keep_only(self._ledgers)
+        folder = os.path.join(self.path, "journal")
+        files = [(seq, path) for seq, path in journal_files(folder) if seq >= start.journal_seq]
+        for i, (seq, path) in enumerate(files):
+            reader = RecordFile(path, start.journal_offset if seq == start.journal_seq else 0)
+            for view, _ in reader.chunks():
+                self.replayed_records += self._apply(view, replay=True)
+            if reader.problem is not None:
+                _repair(reader, [p for _, p in files[i + 1:]])
+                break
+        self._journal = JournalWriter(folder, max([start.journal_seq, 1] + [seq for seq, _ in files]))
+        self.checkpoint()
+
+    def _apply(self, view: memoryview, replay: bool) -> int:
+        """_apply carries verified journal records into an entry log and the indexes; returns their count.
+
+        The records are appended to the active entry log as they are (one write); each PUT's slot
+        then points at its record there. put, set_ledger_state and delete_ledger update the
+        ledger summaries at once, so only a `replay` updates them here.
+        """
+        log_id, base = self._logs.append(view)
+        usage, stage, note_put = self._logs.usage[log_id], self._index.stage, self._note_put
+        count = 0
+        for pos, kind, length in records(view):
+            count += 1
+            if kind == PUT:
+                ledger_id, entry_id = PUT_IDS.unpack_from(view, pos + HEADER.size)
+                stage(ledger_id, entry_id, (log_id, base + pos, length))
+                usage[ledger_id] = usage.get(ledger_id, 0) + HEADER.size + length
+                if replay:
+                    note_put(ledger_id, entry_id)
+            elif kind == STATE:
+                if replay:
+                    ledger_id, state = decode_state(view[pos + HEADER.size:pos + HEADER.size + length])
+                    self._summary(ledger_id).state = state
+            else:
+                ledger_id = decode_delete(view[pos + HEADER.size:pos + HEADER.size + length])
+                self._index.drop(ledger_id)
+                self._logs.forget(ledger_id)
+                if replay:
+                    self._ledgers.pop(ledger_id, None)
+        self._index.flush()
+        return count
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _summary(self, ledger_id: int) -> _Ledger:
+        """_summary returns a ledger's summary, making the ledger known if it was not."""
+        summary = self._ledgers.get(ledger_id)
+        if summary is None:
+            summary = self._ledgers[ledger_id] = _Ledger()
+        return summary
+
+    def _note_put(self, ledger_id: int, entry_id: int) -> None:
+        """_note_put raises a ledger's last entry id to `entry_id`, making the ledger known."""
+        summary = self._ledgers.get(ledger_id)
+        if summary is None:
+            summary = self._ledgers[ledger_id] = _Ledger()
+        if entry_id > summary.last:
+            summary.last = entry_id
+
+    def _check(self) -> None:
+        """_check raises StorageError if the storage is closed or failed earlier."""
+        if self._closed:
+            raise StorageError(f"files storage {self.path} is closed")
+        if self._failed is not None:
+            raise StorageError(f"files storage {self.path} failed earlier ({self._failed}); reopen it to "
+                               f"recover from the journal")
+
+    def _release(self) -> None:
+        """_release closes every file and the lock, carrying on past errors."""
+        closers = [self._logs.close, self._index.close, lambda: os.close(self._lock_fd)]
+        if self._journal is not None:
+            closers.insert(0, self._journal.close)
+        for close in closers:
+            try:
+                close()
+            except OSError as exc:
+                log.warning("files storage %s: closing failed: %s", self.path, exc)
+
+
+def _lock(path: str) -> int:
+    """_lock takes the directory's LOCK file, or raises ConfigError if another storage holds it."""
+    fd = os.open(os.path.join(path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"files storage {path!r} is already open (by another bookie process or storage "
+                          f"object)") from None
+    return fd
+
+
+def _repair(reader: RecordFile, later: list[str]) -> None:
+    """_repair truncates a journal at its first bad record, if that record is the journal's tail.
+
+    A torn or corrupt record followed by later journal data is not a crash artefact (records
+    are written in order and synced before a new file starts), so it is refused, not dropped.
+    """
+    path, end = reader.path, reader.end
+    later_bytes = sum(os.path.getsize(p) for p in later)
+    if later_bytes:
+        raise StorageError(f"journal {path} is corrupt at offset {end} ({reader.problem}) and "
+                           f"{later_bytes} bytes of later journal follow; refusing to drop synced records")
+    size = os.path.getsize(path)
+    log.warning("journal %s: %s at offset %d; truncating the journal there (%d bytes dropped)",
+                path, reader.problem, end, size - end)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, end)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

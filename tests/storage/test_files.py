@@ -1,0 +1,342 @@
+"""The files:// backend: the EntryStorage conformance suite plus journal, checkpoint and GC checks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import tracemalloc
+
+import pytest
+
+from walkit.core.bookie import LedgerState
+from walkit.errors import ConfigError, StorageError
+from walkit.plugins import open_storage
+from walkit.plugins.storage.files import FileStorage
+from walkit.plugins.storage.files import checkpoint as checkpoint_format
+from walkit.plugins.storage.files import journal as journal_format
+from walkit.testing.crash import kill_self, run_in_child
+from walkit.testing.storage import EntryStorageConformance, Workload, payload
+
+
+class TestFilesConformance(EntryStorageConformance):
+    @pytest.fixture
+    def storage_factory(self):
+        """storage_factory opens ``files://<path>`` through the plugin registry, with small files."""
+        return lambda path: open_storage(f"files://{path}?entrylog_max_mb=1&journal_max_mb=2")
+
+
+def journal_of(path: str) -> str:
+    """journal_of returns the one journal file a files storage directory holds."""
+    files = journal_format.journal_files(os.path.join(path, "journal"))
+    assert len(files) == 1, files
+    return files[0][1]
+
+
+def folder_bytes(path: str) -> int:
+    """folder_bytes sums the sizes of the files under `path`."""
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)
+
+
+def crash_after(path: str, workload: Workload, groups: int, **options) -> None:
+    """crash_after writes and syncs `groups` groups in a child process that then exits without close."""
+    reports, how = run_in_child(lambda report: workload.run(lambda p: FileStorage(p, **options), path, report,
+                                                            groups=groups))
+    assert how == "exit 0" and len(reports) == groups
+
+
+def _put_record(ledger_id: int, entry_id: int, data: bytes) -> bytes:
+    buffer = bytearray()
+    journal_format.encode_put(buffer, ledger_id, entry_id, data)
+    return bytes(buffer)
+
+
+_TORN_TAILS = {
+    "half a header": lambda: _put_record(9, 0, b"x" * 100)[:4],
+    "half a record": lambda: _put_record(9, 0, b"x" * 100)[:60],
+    "garbage": lambda: b"\xde\xad\xbe\xef" * 8,
+    "huge length": lambda: struct.pack("<IIB", 0xFFFFFFF0, 0, 1) + b"x" * 20,
+    "zeroes": lambda: b"\0" * 64,
+}
+
+
+@pytest.mark.parametrize("tail", sorted(_TORN_TAILS))
+def test_torn_journal_tail_is_truncated_with_a_warning(tmp_path, caplog, tail):
+    path, workload = str(tmp_path / "s"), Workload()
+    crash_after(path, workload, groups=6)
+    journal = journal_of(path)
+    good = os.path.getsize(journal)
+    assert good > 0
+    with open(journal, "ab") as f:
+        f.write(_TORN_TAILS[tail]())
+    with caplog.at_level(logging.WARNING, logger="walkit.storage"):
+        storage = FileStorage(path)
+    try:
+        warnings = [r.getMessage() for r in caplog.records if r.name == "walkit.storage"]
+        assert len(warnings) == 1 and journal in warnings[0] and f"offset {good}" in warnings[0], warnings
+        assert storage.replayed_records > 0
+        workload.check(storage, 6)
+        assert storage.get(9, 0) is None
+    finally:
+        storage.close()
+
+
+def test_corrupt_crc_at_the_tail_drops_only_that_record(tmp_path, caplog):
+    path, workload = str(tmp_path / "s"), Workload()
+    crash_after(path, workload, groups=4)
+    journal = journal_of(path)
+    start = os.path.getsize(journal)
+    with open(journal, "ab") as f:                           # a last, complete record ...
+        f.write(_put_record(2, 500, b"last record"))
+    with open(journal, "r+b") as f:                          # ... with one flipped payload byte
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0x01]))
+    with caplog.at_level(logging.WARNING, logger="walkit.storage"):
+        storage = FileStorage(path)
+    try:
+        message = caplog.records[-1].getMessage()
+        assert "checksum" in message and journal in message and f"offset {start}" in message
+        workload.check(storage, 4)
+        assert storage.get(2, 500) is None
+    finally:
+        storage.close()
+
+
+def test_corruption_before_later_journal_data_is_refused(tmp_path):
+    path = str(tmp_path / "s")
+    crash_after(path, Workload(), groups=3)
+    journal = journal_of(path)
+    with open(journal, "r+b") as f:                          # flip a byte of the first record
+        f.seek(20)
+        byte = f.read(1)
+        f.seek(20)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    seq = journal_format.journal_files(os.path.join(path, "journal"))[0][0]
+    with open(journal_format.journal_path(os.path.join(path, "journal"), seq + 1), "wb") as f:
+        f.write(_put_record(1, 999, b"later"))
+    with pytest.raises(StorageError, match="refusing to drop synced records"):
+        FileStorage(path)
+
+
+def test_group_commit_is_one_fdatasync_per_sync(tmp_path, monkeypatch):
+    storage = FileStorage(str(tmp_path / "s"), checkpoint_s=1e9)
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    for group in range(10):
+        for entry_id in range(group * 25, (group + 1) * 25):
+            storage.put(group % 3, entry_id, b"e" * 100)
+        storage.set_ledger_state(group % 3, LedgerState(explicit_lac=group))
+        storage.sync()
+        storage.sync()                                       # nothing new: no fdatasync
+    assert len(calls) == 10 and storage.fsyncs == 10
+    storage.close()
+
+
+def test_checkpoints_rotate_the_journal_by_size_and_time(tmp_path):
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
+    for group in range(40):
+        for entry_id in range(group * 20, (group + 1) * 20):
+            storage.put(1, entry_id, payload(1, entry_id, 1000))
+        storage.sync()
+    assert storage.checkpoints >= 10                        # 800 KB of journal, one per 50 KB
+    journal_of(path)                                         # the older journal files are gone
+    before = storage.checkpoints
+    storage.put(1, 10_000, b"x")
+    storage._last_checkpoint -= 1e10                         # as if checkpoint_s had passed
+    storage.sync()
+    assert storage.checkpoints == before + 1
+    storage.close()
+
+
+def test_restart_replays_only_the_journal_after_the_checkpoint(tmp_path):
+    path = str(tmp_path / "s")
+
+    def work(report):
+        storage = FileStorage(path, checkpoint_s=1e9)
+        for entry_id in range(500):
+            storage.put(1, entry_id, payload(1, entry_id))
+            if entry_id % 100 == 99:
+                storage.sync()
+        storage.checkpoint()
+        for entry_id in range(500, 530):
+            storage.put(2, entry_id, payload(2, entry_id))
+            if entry_id % 10 == 9:
+                storage.sync()
+        storage.set_ledger_state(2, LedgerState(fenced=True, master_key=b"k"))
+        storage.sync()
+        report(len(journal_format.journal_files(os.path.join(path, "journal"))))
+    reports, how = run_in_child(work)
+    assert how == "exit 0" and reports == [1]
+    storage = FileStorage(path)
+    try:
+        assert storage.replayed_records == 31                # 30 puts and a state after the checkpoint
+        assert all(storage.get(1, e) == payload(1, e) for e in range(500))
+        assert all(storage.get(2, e) == payload(2, e) for e in range(500, 530))
+        assert storage.ledger_state(2) == LedgerState(fenced=True, master_key=b"k")
+    finally:
+        storage.close()
+    storage = FileStorage(path)                              # close checkpointed: nothing to replay
+    assert storage.replayed_records == 0 and storage.get(2, 529) == payload(2, 529)
+    storage.close()
+
+
+def test_delete_and_compaction_give_disk_space_back(tmp_path):
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, entrylog_max_mb=0.25, checkpoint_s=1e9)
+    for entry_id in range(600):                              # four ledgers interleaved in every log
+        for ledger_id in (1, 2, 3, 4):
+            storage.put(ledger_id, entry_id, payload(ledger_id, entry_id, 1024))
+        storage.sync()
+    storage.checkpoint()
+    before = folder_bytes(path)
+    logs_before = len(os.listdir(os.path.join(path, "logs")))
+    for ledger_id in (1, 2, 3):
+        storage.delete_ledger(ledger_id)
+    storage.sync()
+    freed = storage.compact()
+    after = folder_bytes(path)
+    assert freed > 0 and after < 0.4 * before, (before, after)
+    assert len(os.listdir(os.path.join(path, "logs"))) < logs_before / 2
+    assert sorted(os.listdir(os.path.join(path, "index"))) == [f"{4:016x}.idx"]
+    assert all(storage.get(4, e) == payload(4, e, 1024) for e in range(600))
+    storage.close()
+    storage = FileStorage(path)
+    try:
+        assert storage.ledgers() == [4] and storage.last_entry(4) == 599
+        assert all(storage.get(4, e) == payload(4, e, 1024) for e in range(600))
+    finally:
+        storage.close()
+
+
+def test_logs_of_deleted_ledgers_are_removed_and_compaction_survives_a_crash(tmp_path):
+    path = str(tmp_path / "s")
+
+    def work(report):
+        storage = FileStorage(path, entrylog_max_mb=0.1, checkpoint_s=1e9)
+        for ledger_id in (1, 2):                             # ledger 1 fills the first logs alone
+            for entry_id in range(300):
+                storage.put(ledger_id, entry_id, payload(ledger_id, entry_id, 1024))
+            storage.sync()
+        storage.put(3, 0, b"small")
+        storage.delete_ledger(1)
+        storage.sync()
+        report(storage.compact())
+        storage.put(2, 300, b"after compaction")
+        storage.sync()
+        kill_self()
+    reports, how = run_in_child(work)
+    assert how == "killed" and reports[0] > 300 * 1024
+    storage = FileStorage(path)
+    try:
+        assert storage.ledgers() == [2, 3] and storage.get(1, 0) is None
+        assert all(storage.get(2, e) == payload(2, e, 1024) for e in range(300))
+        assert storage.get(2, 300) == b"after compaction" and storage.get(3, 0) == b"small"
+    finally:
+        storage.close()
+
+
+@pytest.mark.parametrize("crash_point", ["copied", "rotated", "saved"])
+def test_a_crash_inside_a_compacting_checkpoint_loses_nothing(tmp_path, crash_point):
+    path = str(tmp_path / "s")
+
+    def work(report):
+        storage = FileStorage(path, entrylog_max_mb=0.1, checkpoint_s=1e9)
+        for entry_id in range(200):
+            for ledger_id in (1, 2, 3):
+                storage.put(ledger_id, entry_id, payload(ledger_id, entry_id, 1024))
+            storage.sync()
+        storage.checkpoint()                                 # the entries now live in the entry logs only
+        storage.delete_ledger(1)
+        storage.delete_ledger(2)
+        storage.sync()
+        owner, name = {"copied": (storage._logs, "fsync"), "rotated": (storage._journal, "rotate"),
+                       "saved": (checkpoint_format, "save")}[crash_point]
+        original = getattr(owner, name)
+
+        def crash(*args):
+            if crash_point != "copied":
+                original(*args)
+            kill_self()
+        setattr(owner, name, crash)
+        report(0)
+        storage.compact()
+    reports, how = run_in_child(work)
+    assert how == "killed" and reports == [0]
+    storage = FileStorage(path)
+    try:
+        assert storage.ledgers() == [3] and storage.get(1, 0) is None and storage.last_entry(2) == -1
+        assert all(storage.get(3, e) == payload(3, e, 1024) for e in range(200))
+        storage.compact()
+        assert all(storage.get(3, e) == payload(3, e, 1024) for e in range(200))
+    finally:
+        storage.close()
+
+
+def test_a_corrupt_entry_log_record_is_an_error_not_garbage(tmp_path):
+    path = str(tmp_path / "s")
+    storage = FileStorage(path)
+    storage.put(1, 0, b"precious bytes")
+    storage.close()
+    log_file = os.path.join(path, "logs", os.listdir(os.path.join(path, "logs"))[0])
+    with open(log_file, "r+b") as f:
+        f.seek(-3, os.SEEK_END)
+        f.write(b"XYZ")
+    storage = FileStorage(path)
+    with pytest.raises(StorageError, match="missing or corrupt"):
+        storage.get(1, 0)
+    storage.close()
+
+
+def _footprint(path: str, entries: int) -> tuple[int, int]:
+    """_footprint stores `entries` small entries; returns (Python memory retained, peak) in bytes."""
+    tracemalloc.start()
+    try:
+        storage = FileStorage(path, journal_max_mb=4, checkpoint_s=1e9)
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        data = b"m" * 40
+        for group in range(entries // 1000):
+            for n in range(group * 1000, (group + 1) * 1000):
+                storage.put(1 + n % 8, n // 8, data)
+            storage.sync()
+        assert storage.get(3, entries // 8 - 1) == data and storage.last_entry(3) == entries // 8 - 1
+        current, peak = tracemalloc.get_traced_memory()
+        storage.close()
+        return current - base, peak - base
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_stays_flat_as_entries_grow(tmp_path):
+    small = _footprint(str(tmp_path / "small"), 20_000)
+    large = _footprint(str(tmp_path / "large"), 200_000)
+    assert large[0] < 2 * small[0] + 64 * 1024, (small, large)     # retained after the last sync
+    assert large[1] < 2 * small[1] + 256 * 1024, (small, large)    # peak while writing
+
+
+@pytest.mark.parametrize("query", ["journal_max_mb=0", "journal_max_mb=-5", "checkpoint_s=soon",
+                                   "entrylog_max_mb=nan", "compact_ratio=1.5", "open_files=2.5",
+                                   "open_files=0", "fsync=always"])
+def test_bad_options_are_config_errors(tmp_path, query):
+    with pytest.raises(ConfigError) as error:
+        open_storage(f"files://{tmp_path}/s?{query}")
+    assert query.split("=")[0] in str(error.value)
+
+
+def test_options_from_the_uri_and_keywords(tmp_path):
+    storage = FileStorage.from_uri(f"files://{tmp_path}/s?journal_max_mb=8&compact_ratio=0.25",
+                                   checkpoint_s=5)
+    assert (storage.journal_max, storage.compact_ratio, storage.checkpoint_s) == (8 << 20, 0.25, 5.0)
+    storage.close()
+
+
+def test_one_storage_per_directory(tmp_path):
+    storage = FileStorage(str(tmp_path / "s"))
+    with pytest.raises(ConfigError, match="already open"):
+        FileStorage(str(tmp_path / "s"))
+    storage.close()
+    FileStorage(str(tmp_path / "s")).close()
