@@ -24,5 +24,6 @@ def memory_cluster(metadata_url):
 @pytest.fixture
 def local_cluster(tmp_path):
     """local_cluster is 3 real bookie processes (memory storage) with SQLite metadata."""
-    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), bookie_args=("--gc-interval", "0.2")) as cluster:
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), storage="memory",
+                      bookie_args=("--gc-interval", "0.2")) as cluster:
         yield cluster

@@ -62,39 +62,58 @@ def main(verbose: int) -> None:
 
 # -- bookie ----------------------------------------------------------------------------------
 @main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="TOML file with bookie settings (keys as below, with underscores); flags override it.")
 @metadata_option
-@click.option("--storage", default="memory://", show_default=True, metavar="URI",
-              help="Entry storage: memory://, files:///dir or sqlite:///path/bookie.db.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", type=int, default=3181, show_default=True, help="TCP port (0: pick a free one).")
-@click.option("--max-frame-bytes", type=int, default=64 * 1024 * 1024, show_default=True,
-              help="Largest request frame accepted; larger ones get BAD_REQUEST.")
-@click.option("--gc-interval", type=float, default=60.0, show_default=True,
-              help="Seconds between garbage collections of deleted ledgers.")
+@click.option("--storage", default=None, metavar="URI",
+              help="Entry storage: files:///dir, sqlite:///path/bookie.db or memory:// "
+                   "[default: files under ./walkit-data/bookie-PORT].")
+@click.option("--host", default=None, help="Interface to listen on [default: 127.0.0.1].")
+@click.option("--port", type=int, default=None, help="TCP port; 0 picks a free one [default: 3181].")
+@click.option("--max-frame-bytes", type=int, default=None,
+              help="Largest request frame accepted; larger ones get BAD_REQUEST [default: 64 MiB].")
+@click.option("--max-batch-frames", type=int, default=None,
+              help="Most frames taken per group commit round [default: 1024].")
+@click.option("--group-wait-ms", type=float, default=None,
+              help="After the first add of a group, wait this long for more before the sync "
+                   "(BookKeeper's journalMaxGroupWaitMSec) [default: 0].")
+@click.option("--group-max-entries", type=int, default=None,
+              help="Stop waiting once this many entries await the sync [default: 20000].")
+@click.option("--gc-interval", "gc_interval_s", type=float, default=None,
+              help="Seconds between garbage collections of deleted ledgers and compactions [default: 60].")
+@click.option("--disk-usage-threshold", type=float, default=None,
+              help="Fraction of the disk in use at which the bookie turns read-only [default: 0.95].")
+@click.option("--disk-usage-lwm", type=float, default=None,
+              help="Fraction of the disk in use below which it is writable again [default: 0.90].")
+@click.option("--disk-check-interval", "disk_check_interval_s", type=float, default=None,
+              help="Seconds between disk usage checks [default: 5].")
 @click.option("--exit-with-parent", is_flag=True, hidden=True,
               help="Exit when the parent process dies (used by LocalCluster).")
 @_friendly
-def bookie(metadata, storage, host, port, max_frame_bytes, gc_interval, exit_with_parent) -> None:
+def bookie(config_path, metadata, exit_with_parent, **flags) -> None:
     """Run one bookie (a storage server) until SIGTERM or Ctrl-C.
 
     The bookie registers itself in the metadata store, serves adds and reads on a ZeroMQ ROUTER
-    socket at HOST:PORT, acknowledges an add only once its storage synced it, and deletes the
-    data of ledgers whose metadata is gone.
+    socket at HOST:PORT, acknowledges an add only once its storage synced it (one sync per
+    group of requests), turns read-only when its disk fills up, and deletes the data of
+    ledgers whose metadata is gone. Settings come from --config, then the flags.
     """
     from walkit.bookie.server import BookieConfig, BookieServer
     logging.getLogger("walkit").setLevel(min(logging.getLogger().level, logging.INFO))
-    config = BookieConfig(metadata=metadata or default_metadata(), storage=storage, host=host, port=port,
-                          max_frame_bytes=max_frame_bytes, gc_interval_s=gc_interval,
-                          parent_pid=os.getppid() if exit_with_parent else None)
-    BookieServer(config).serve_forever()
+    config = BookieConfig.load(config_path, defaults={"metadata": default_metadata()}, metadata=metadata,
+                               parent_pid=os.getppid() if exit_with_parent else None, **flags)
+    server = BookieServer(config)
+    server.serve_forever()
+    if server.failed is not None:
+        raise click.ClickException(f"storage failed: {server.failed}")
 
 
 # -- local -----------------------------------------------------------------------------------
 @main.command()
 @click.option("--bookies", type=int, default=3, show_default=True, help="Number of bookie processes.")
 @click.option("--data-dir", default=DEFAULT_DATA_DIR, show_default=True, help="Where the cluster keeps its data.")
-@click.option("--storage", default="memory", show_default=True,
-              help="Bookie storage: memory, files, sqlite, or a storage URI ({i} = bookie index).")
+@click.option("--storage", default="files", show_default=True,
+              help="Bookie storage: files, sqlite, memory, or a storage URI ({i} = bookie index).")
 @click.option("--metadata", default="sqlite", show_default=True,
               help="'sqlite' (a file in --data-dir) or a metadata URI.")
 @click.option("--demo", is_flag=True, help="Write a ledger and read it back once the cluster is up.")

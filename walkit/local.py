@@ -48,13 +48,13 @@ class _Bookie:
 class LocalCluster:
     """LocalCluster starts `bookies` bookie processes and a metadata store under `data_dir`.
 
-    `storage` is a storage kind ("memory", "files", "sqlite"; each bookie gets its own folder)
+    `storage` is a storage kind ("files", "sqlite", "memory"; each bookie gets its own folder)
     or a storage URI used as is with ``{i}`` replaced by the bookie index. `metadata` is
     "sqlite" (a file in data_dir) or any metadata URI. `bookie_args` are extra `walkit bookie`
     options for every bookie. As a context manager it stops every process on exit.
     """
 
-    def __init__(self, bookies: int = 3, data_dir: str = "walkit-data", storage: str = "memory",
+    def __init__(self, bookies: int = 3, data_dir: str = "walkit-data", storage: str = "files",
                  metadata: str = "sqlite", *, bookie_args: tuple[str, ...] = (), ready_timeout: float = 30.0,
                  start: bool = True) -> None:
         if bookies < 0:

@@ -33,7 +33,7 @@ def servers(metadata_url):
     started: list[tuple[BookieServer, threading.Thread]] = []
 
     def start(**options) -> BookieServer:
-        server = BookieServer(BookieConfig(metadata=metadata_url, port=0, **options))
+        server = BookieServer(BookieConfig(metadata=metadata_url, port=0, **{"storage": "memory://", **options}))
         thread = threading.Thread(target=server.serve, name=f"bookie-{server.address}", daemon=True)
         thread.start()
         started.append((server, thread))
@@ -78,7 +78,7 @@ def test_server_refuses_bad_configuration(metadata_url):
     for options in ({"max_frame_bytes": 100}, {"port": 70000}, {"gc_interval_s": 0}, {"tick_ms": 0},
                     {"max_batch_frames": 0}):
         with pytest.raises(ConfigError):
-            BookieServer(BookieConfig(metadata=metadata_url, **options))
+            BookieServer(BookieConfig(metadata=metadata_url, **{"storage": "memory://", **options}))
     assert _live(metadata_url) == set()
 
 
@@ -88,7 +88,7 @@ def test_server_on_a_busy_port_raises_config_error_and_registers_nothing(metadat
         busy.listen()
         port = busy.getsockname()[1]
         with pytest.raises(ConfigError, match="cannot listen"):
-            BookieServer(BookieConfig(metadata=metadata_url, port=port))
+            BookieServer(BookieConfig(metadata=metadata_url, port=port, storage="memory://"))
     assert _live(metadata_url) == set()
 
 

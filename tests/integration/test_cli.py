@@ -117,7 +117,7 @@ def test_bookies_list_shows_three_writable_bookies(walkit_cli, cluster):
     lines = walkit_cli("bookies", "list").stdout.splitlines()
     rows = [line.split("\t") for line in lines]
     assert sorted(r[0] for r in rows) == sorted(cluster.addresses)
-    assert all(r[1] == "writable" and r[2] == "memory://" for r in rows)
+    assert all(r[1] == "writable" and r[2].startswith("files://") for r in rows)
 
 
 def test_plugins_lists_the_installed_schemes():

@@ -1,11 +1,18 @@
 """walkit.bookie.server is the bookie process: a ZeroMQ ROUTER socket in front of BookieService.
 
 One thread serves the socket. Each round it takes every frame that is already waiting (up to
-`max_batch_frames`), hands them to the service, lets the service sync storage once for all of
-them (group commit: one sync covers every add that arrived while the previous one ran), then
-sends the replies. A background thread registers the bookie in the metadata store and collects
-garbage: ledgers stored here whose metadata no longer exists are deleted; a ledger whose
-metadata cannot be read is kept.
+`max_batch_frames`), hands them to the service, optionally waits up to `group_wait_ms` for more
+adds, lets the service sync storage once for all of them (group commit: one sync covers every
+add that arrived while the previous sync ran), then sends the replies. Around that loop:
+
+- garbage collection: a background thread checks the ledgers stored here against the metadata;
+  ledgers whose metadata is gone are deleted and storage is compacted; a ledger whose metadata
+  cannot be read is kept;
+- read-only mode: past `disk_usage_threshold` of the storage's disk in use, adds get READ_ONLY
+  and the registration says read-only (new ledgers avoid the bookie, writers replace it);
+  below `disk_usage_lwm` the bookie is writable again; reads are served throughout;
+- a storage that fails to sync (StorageError) stops the bookie: its data is intact up to the
+  last sync and a restart replays its journal.
 """
 
 from __future__ import annotations
@@ -16,50 +23,22 @@ import signal
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+import shutil
 
 import zmq
 
+from walkit.bookie.config import BookieConfig
 from walkit.bookie.service import BookieService
 from walkit.core.messages import ErrorResponse, Status
 from walkit.core.metadata import ledger_key
-from walkit.errors import ConfigError, MetadataError, NodeExists, NoSuchKey
+from walkit.errors import ConfigError, MetadataError, NodeExists, NoSuchKey, StorageError
 from walkit.plugins import open_metadata, open_storage
 from walkit.registry import BookieInfo, BookieRegistry
-from walkit.wire.codec import DEFAULT_MAX_FRAME, encode_responses
+from walkit.wire.codec import encode_responses
+
+__all__ = ["BookieConfig", "BookieServer"]
 
 log = logging.getLogger("walkit.bookie")
-
-
-@dataclass(slots=True)
-class BookieConfig:
-    """BookieConfig is everything a bookie process needs; see `walkit bookie --help`."""
-
-    metadata: str
-    storage: str = "memory://"
-    host: str = "127.0.0.1"
-    port: int = 3181
-    max_frame_bytes: int = DEFAULT_MAX_FRAME
-    max_batch_frames: int = 1024
-    gc_interval_s: float = 60.0
-    tick_ms: int = 10
-    parent_pid: int | None = None       # exit when this process is gone (LocalCluster children)
-    register_timeout_s: float = 30.0    # how long to wait for a dead predecessor's registration to expire
-
-    def validate(self) -> None:
-        """validate raises ConfigError for values the bookie cannot run with."""
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port must be in 0..65535, got {self.port}")
-        if self.max_frame_bytes < 1024:
-            raise ConfigError(f"max_frame_bytes must be at least 1024, got {self.max_frame_bytes}")
-        if self.max_batch_frames < 1:
-            raise ConfigError(f"max_batch_frames must be at least 1, got {self.max_batch_frames}")
-        if self.gc_interval_s <= 0:
-            raise ConfigError(f"gc_interval_s must be positive, got {self.gc_interval_s}")
-        if self.tick_ms < 1:
-            raise ConfigError(f"tick_ms must be at least 1, got {self.tick_ms}")
-        if self.register_timeout_s < 0:
-            raise ConfigError(f"register_timeout_s must not be negative, got {self.register_timeout_s}")
 
 
 class BookieServer:
@@ -99,6 +78,9 @@ class BookieServer:
                     pass
             raise
         self._gc_thread = threading.Thread(target=self._gc_loop, name="walkit-bookie-gc", daemon=True)
+        self._poller = zmq.Poller()
+        self._next_gc = self._next_disk_check = self._next_parent_check = 0.0
+        self.failed: StorageError | None = None
 
     def _register(self, info: BookieInfo):
         """_register registers this bookie, first waiting out a registration left by a dead one.
@@ -134,22 +116,14 @@ class BookieServer:
                  self.config.metadata)
         self._gc_thread.start()
         sock, service, config = self.socket, self.service, self.config
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        next_gc = time.monotonic() + config.gc_interval_s
-        next_parent_check = 0.0
+        self._poller.register(sock, zmq.POLLIN)
+        self._next_gc = time.monotonic() + config.gc_interval_s
         try:
             while not self._stopping.is_set():
-                poller.poll(config.tick_ms)
-                for _ in range(config.max_batch_frames):
-                    try:
-                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=True)
-                    except zmq.Again:
-                        break
-                    if len(frames) != 2:
-                        self._refuse(frames[0], f"expected one frame per message, got {len(frames) - 1}")
-                        continue
-                    service.receive(frames[0], frames[1])
+                self._poller.poll(config.tick_ms)
+                self._receive_round()
+                if config.group_wait_ms and service.unsynced_entries:
+                    self._wait_for_group()
                 service.tick(int(time.monotonic() * 1000))
                 while self._deletions:
                     ledger_id = self._deletions.popleft()
@@ -157,17 +131,88 @@ class BookieServer:
                     service.delete_ledger(ledger_id)
                 for peer, frame in service.flush():
                     sock.send_multipart((peer, frame), zmq.NOBLOCK)
-                now = time.monotonic()
-                if now >= next_gc:
-                    next_gc = now + config.gc_interval_s
-                    self._gc_candidates.append(list(self.storage.ledgers()))
-                if config.parent_pid is not None and now >= next_parent_check:
-                    next_parent_check = now + 0.5
-                    if os.getppid() != config.parent_pid:
-                        log.warning("parent process %d is gone; stopping", config.parent_pid)
-                        break
+                if service.failed is not None:
+                    raise service.failed
+                if not self._maintain(time.monotonic()):
+                    break
+        except StorageError as exc:
+            log.critical("storage failed, stopping the bookie (a restart replays its journal): %s", exc)
+            self.failed = exc
         finally:
             self._shutdown()
+
+    def _receive_round(self) -> int:
+        """_receive_round hands every waiting frame (up to max_batch_frames) to the service."""
+        sock, service = self.socket, self.service
+        count = 0
+        for count in range(1, self.config.max_batch_frames + 1):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return count - 1
+            if len(frames) != 2:
+                self._refuse(frames[0], f"expected one frame per message, got {len(frames) - 1}")
+                continue
+            service.receive(frames[0], frames[1])
+        return count
+
+    def _wait_for_group(self) -> None:
+        """_wait_for_group lets more adds join this group commit, for at most group_wait_ms."""
+        config, service = self.config, self.service
+        deadline = time.monotonic() + config.group_wait_ms / 1000
+        while service.unsynced_entries < config.group_max_entries:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._poller.poll(left * 1000):
+                return
+            self._receive_round()
+
+    def _maintain(self, now: float) -> bool:
+        """_maintain runs the periodic work; it returns False when the bookie must stop."""
+        config = self.config
+        if now >= self._next_gc:
+            self._next_gc = now + config.gc_interval_s
+            self._gc_candidates.append(list(self.storage.ledgers()))
+            compact = getattr(self.storage, "compact", None)
+            if compact is not None:
+                compact()
+        if now >= self._next_disk_check:
+            self._next_disk_check = now + config.disk_check_interval_s
+            self._check_disk()
+        if config.parent_pid is not None and now >= self._next_parent_check:
+            self._next_parent_check = now + 0.5
+            if os.getppid() != config.parent_pid:
+                log.warning("parent process %d is gone; stopping", config.parent_pid)
+                return False
+        return True
+
+    def _check_disk(self) -> None:
+        """_check_disk switches read-only mode on and off with the disk usage of the storage."""
+        path = getattr(self.storage, "path", None)
+        if path is None:
+            return
+        try:
+            usage = shutil.disk_usage(path if os.path.isdir(path) else os.path.dirname(path))
+        except OSError as exc:
+            log.warning("cannot read disk usage of %s: %s", path, exc)
+            return
+        used = (usage.total - usage.free) / usage.total
+        service = self.service
+        if not service.read_only and used >= self.config.disk_usage_threshold:
+            log.warning("disk %.1f%% full (threshold %.1f%%): bookie %s is read-only", used * 100,
+                        self.config.disk_usage_threshold * 100, self.address)
+            self._set_read_only(True)
+        elif service.read_only and used < self.config.disk_usage_lwm:
+            log.warning("disk %.1f%% full (below %.1f%%): bookie %s is writable again", used * 100,
+                        self.config.disk_usage_lwm * 100, self.address)
+            self._set_read_only(False)
+
+    def _set_read_only(self, read_only: bool) -> None:
+        self.service.read_only = read_only
+        info = BookieInfo(self.address, read_only=read_only, storage=self.config.storage)
+        try:
+            self._registration.update(info.to_bytes())
+        except MetadataError as exc:
+            log.warning("could not update the registration of %s: %s", self.address, exc)
 
     def _refuse(self, peer: bytes, message: str) -> None:
         frame = encode_responses([ErrorResponse(txn=0, status=Status.BAD_REQUEST, message=message)])

@@ -20,6 +20,7 @@ from walkit.core.messages import (
     AddRequest, AddResponse, ErrorResponse, ReadLacRequest, ReadLacResponse, ReadRequest, ReadResponse,
     Status, WriteLacRequest, WriteLacResponse,
 )
+from walkit.errors import StorageError
 from walkit.wire.codec import DEFAULT_MAX_FRAME, WireError, decode_requests, encode_responses
 
 log = logging.getLogger("walkit.bookie")
@@ -37,8 +38,10 @@ class BookieService:
         self.handler = BookieHandler(storage, read_only=read_only)
         self._replies: list[Reply] = []
         self._dirty = False
+        self.unsynced_entries = 0       # entries stored since the last sync (group commit size)
         self.entries_stored = 0
         self.syncs = 0
+        self.failed: Exception | None = None    # set when storage.sync() raised StorageError
 
     @property
     def read_only(self) -> bool:
@@ -91,6 +94,7 @@ class BookieService:
                 for entry_id, data in command.entries:
                     storage.put(ledger_id, entry_id, data)
                 self.entries_stored += len(command.entries)
+                self.unsynced_entries += len(command.entries)
                 self._dirty = True
             elif kind is StoreLedgerState:
                 storage.set_ledger_state(command.ledger_id, command.state)
@@ -105,11 +109,14 @@ class BookieService:
         replies, self._replies = self._replies, []
         if self._dirty:
             self._dirty = False
+            self.unsynced_entries = 0
             try:
                 self.storage.sync()
                 self.syncs += 1
             except Exception as exc:  # noqa: BLE001 - never acknowledge what did not sync
                 log.error("storage sync failed: %s", exc)
+                if isinstance(exc, StorageError):
+                    self.failed = exc
                 replies = [r if not r.durable else Reply(r.peer, _as_io_error(r.response, exc), False)
                            for r in replies]
         by_peer: dict[bytes, list] = {}
@@ -125,9 +132,8 @@ class BookieService:
 
 
 def _as_io_error(response, exc: Exception):
+    """_as_io_error turns a reply that needed a failed sync into an IO_ERROR reply (no entries)."""
     fields = {"status": Status.IO_ERROR, "message": f"storage sync failed: {exc}"}
-    if isinstance(response, (AddResponse,)):
-        return replace(response, **fields)
     if isinstance(response, ReadResponse):
-        return replace(response, entries=[], **fields)
+        fields["entries"] = []
     return replace(response, **fields)

@@ -1,0 +1,127 @@
+"""walkit.bookie.config is a bookie's configuration: defaults, a TOML file, command-line flags.
+
+    # bookie.toml (keys may also sit under a [bookie] table)
+    metadata = "zk://127.0.0.1:2181/walkit"
+    storage = "files:///var/lib/walkit/bookie"
+    port = 3181
+    group_wait_ms = 1.0
+
+`walkit bookie --config bookie.toml --port 3182` reads the file, then applies the flags given on
+the command line. Every value is checked at start-up; a bad one is a ConfigError naming the key
+and what it must be, and the bookie does not start.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields
+
+from walkit.errors import ConfigError
+from walkit.wire.codec import DEFAULT_MAX_FRAME
+
+
+def _positive(value) -> bool:
+    return value > 0
+
+
+def _fraction(value) -> bool:
+    return 0 < value <= 1
+
+
+#: Per key: (type, check, what the check requires) for values read from files and flags.
+_RULES = {
+    "metadata": (str, lambda v: "://" in v, "a metadata URI such as sqlite:///path or zk://host:port/root"),
+    "storage": (str, lambda v: "://" in v, "a storage URI such as files:///dir"),
+    "host": (str, bool, "an interface address such as 127.0.0.1"),
+    "port": (int, lambda v: 0 <= v <= 65535, "a TCP port in 0..65535"),
+    "max_frame_bytes": (int, lambda v: v >= 1024, "at least 1024"),
+    "max_batch_frames": (int, _positive, "a positive number of frames"),
+    "group_wait_ms": (float, lambda v: 0 <= v <= 1000, "between 0 and 1000 ms"),
+    "group_max_entries": (int, _positive, "a positive number of entries"),
+    "gc_interval_s": (float, _positive, "a positive number of seconds"),
+    "disk_usage_threshold": (float, _fraction, "a fraction in (0, 1]"),
+    "disk_usage_lwm": (float, _fraction, "a fraction in (0, 1]"),
+    "disk_check_interval_s": (float, _positive, "a positive number of seconds"),
+    "register_timeout_s": (float, lambda v: v >= 0, "zero or more seconds"),
+    "tick_ms": (int, _positive, "a positive number of milliseconds"),
+}
+
+
+@dataclass(slots=True)
+class BookieConfig:
+    """BookieConfig is everything a bookie process needs.
+
+    - `metadata`, `storage`: backend URIs (storage defaults to files under ./walkit-data);
+    - `host`, `port`: where the ROUTER socket listens (port 0 picks a free port);
+    - `max_frame_bytes`: larger request frames get BAD_REQUEST;
+    - group commit (BookKeeper's journalMaxGroupWaitMSec / journalBufferedWritesThreshold):
+      a round takes up to `max_batch_frames` waiting frames; if they changed storage, the
+      bookie waits up to `group_wait_ms` for more until `group_max_entries` entries are
+      pending, then syncs once for all of them;
+    - `gc_interval_s`: how often data of deleted ledgers is dropped and storage compacted;
+    - read-only mode: past `disk_usage_threshold` of its disk in use the bookie refuses adds
+      (READ_ONLY) and registers as read-only; below `disk_usage_lwm` it is writable again;
+      checked every `disk_check_interval_s`;
+    - `register_timeout_s`: how long start-up waits for a dead predecessor's registration;
+    - `parent_pid`: exit when that process is gone (set by LocalCluster).
+    """
+
+    metadata: str
+    storage: str = ""
+    host: str = "127.0.0.1"
+    port: int = 3181
+    max_frame_bytes: int = DEFAULT_MAX_FRAME
+    max_batch_frames: int = 1024
+    group_wait_ms: float = 0.0
+    group_max_entries: int = 20000
+    gc_interval_s: float = 60.0
+    disk_usage_threshold: float = 0.95
+    disk_usage_lwm: float = 0.90
+    disk_check_interval_s: float = 5.0
+    register_timeout_s: float = 30.0
+    tick_ms: int = 10
+    parent_pid: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.storage:
+            self.storage = f"files://{os.path.abspath(os.path.join('walkit-data', f'bookie-{self.port}'))}"
+
+    def validate(self) -> None:
+        """validate raises ConfigError for any value the bookie cannot run with."""
+        for key, (kind, check, requirement) in _RULES.items():
+            value = getattr(self, key)
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+                setattr(self, key, value)
+            if not isinstance(value, kind) or isinstance(value, bool) or not check(value):
+                raise ConfigError(f"bookie config: {key} must be {requirement}, got {value!r}")
+        if self.disk_usage_lwm > self.disk_usage_threshold:
+            raise ConfigError(f"bookie config: disk_usage_lwm ({self.disk_usage_lwm}) must not exceed "
+                              f"disk_usage_threshold ({self.disk_usage_threshold})")
+
+    @classmethod
+    def load(cls, path: str | None = None, defaults: dict | None = None, **overrides) -> "BookieConfig":
+        """load starts from `defaults`, reads `path` (TOML) if given, applies `overrides` that are
+        not None, and validates the result."""
+        values: dict = {}
+        if path is not None:
+            try:
+                with open(path, "rb") as f:
+                    document = tomllib.load(f)
+            except OSError as exc:
+                raise ConfigError(f"cannot read bookie config {path}: {exc.strerror}") from None
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"bookie config {path} is not valid TOML: {exc}") from None
+            values = document.get("bookie", document)
+            known = {f.name for f in fields(cls)} - {"parent_pid"}
+            unknown = sorted(set(values) - known)
+            if unknown:
+                raise ConfigError(f"bookie config {path}: unknown key(s) {', '.join(unknown)}; "
+                                  f"known keys: {', '.join(sorted(known))}")
+        values = {**(defaults or {}), **values, **{k: v for k, v in overrides.items() if v is not None}}
+        if "metadata" not in values:
+            raise ConfigError("bookie config: metadata is required (--metadata, WALKIT_METADATA or the file)")
+        config = cls(**values)
+        config.validate()
+        return config
