@@ -110,3 +110,7 @@ class NoSuchLog(WalkitError, KeyError):
 
 class LogContention(WalkitError):
     """LogContention is raised when open_log keeps losing the ledger-list CAS to other writers."""
+
+
+class LogTruncated(WalkitError):
+    """LogTruncated is raised to a log reader when truncation removed records it had not read yet."""

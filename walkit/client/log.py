@@ -21,7 +21,8 @@ from typing import Iterator, NamedTuple
 
 from walkit.core.log import LOG_PREFIX, LogConfig, LogMetadata, LogSegment, Position, check_log_name, log_key
 from walkit.errors import (
-    BadVersion, LedgerFenced, LogContention, NodeExists, NoSuchKey, NoSuchLedger, NoSuchLog, WalkitError,
+    BadVersion, LedgerFenced, LogContention, LogTruncated, NodeExists, NoSuchKey, NoSuchLedger, NoSuchLog,
+    WalkitError,
 )
 from walkit.faults import fault_point
 
@@ -229,6 +230,7 @@ class LogWriter:
                              size=size if last + 1 == entries else None, closed_ms=_now_ms())
         try:
             self._update(lambda md: md.updated(segment) if md.segment(segment.ledger_id) else md)
+            self._apply_retention()          # the ledger's size is known now
         except WalkitError as exc:
             log.warning("log %s: recording the end of ledger %d failed: %s", self.name, handle.ledger_id, exc)
 
@@ -290,18 +292,26 @@ def read_log(client, name: str, *, start: Position | None = None, follow: bool =
     """read_log yields the records of a log from `start` (default: the oldest), in order.
 
     Without `follow` it stops at the end: the last entry of closed ledgers and the LAC of the
-    open one. With `follow` it never stops: it tails the open ledger with long-poll LAC reads,
+    open one. If truncation removes records the reader has not read yet, it raises LogTruncated
+    (a replica then reloads from a snapshot) rather than skip them. With `follow` it never stops: it tails the open ledger with long-poll LAC reads,
     moves on when the next ledger appears, and survives a writer handover (the new writer closes
     the old ledger at its true end, which the reader then reads up to).
     """
     check_log_name(name)
     next_position = start
+    expected: int | None = None          # the ledger that must come next, as the metadata last said
     changed = threading.Event()
     watch = client.store.watch(log_key(name), lambda key: changed.set()) if follow else None
     try:
         while True:
             metadata, _ = read_log_metadata(client.store, name)
             changed.clear()
+            ids = metadata.ledger_ids
+            gone = expected if expected is not None else (
+                next_position.ledger_id if next_position is not None and next_position.entry_id > 0 else None)
+            if gone is not None and gone not in ids and (not ids or ids[0] > gone):
+                raise LogTruncated(f"log {name!r} was truncated past the reader's position "
+                                   f"{next_position}: ledger {gone} is gone")
             segments = [s for s in metadata.segments if next_position is None or s.ledger_id >= next_position.ledger_id]
             if not segments:
                 if not follow:
@@ -315,8 +325,9 @@ def read_log(client, name: str, *, start: Position | None = None, follow: bool =
                     next_position = Position(record.position.ledger_id, record.position.entry_id + 1)
                     yield record
             except NoSuchLedger:
-                pass                              # truncated under us: go on with the next one
+                raise LogTruncated(f"log {name!r}: ledger {segment.ledger_id} was deleted while being read") from None
             next_position = Position(segment.ledger_id + 1, 0)
+            expected = next((i for i in ids if i > segment.ledger_id), None)
             if not follow and segment is metadata.segments[-1]:
                 return
     finally:

@@ -1,0 +1,66 @@
+"""Logs over in-process bookies (fast): positions, rolling, truncation seen by readers."""
+
+from __future__ import annotations
+
+import pytest
+
+from walkit.core.log import Position
+from walkit.errors import LogTruncated, NoSuchLog
+
+
+def test_positions_are_ordered_across_rolls(memory_cluster):
+    client = memory_cluster.client()
+    writer = client.open_log("rolls", roll_entries=4)
+    positions = [writer.append(f"r{i}".encode()) for i in range(10)]
+    writer.close()
+    assert positions == sorted(positions)
+    assert len({p.ledger_id for p in positions}) == 3
+    assert [r.payload for r in client.read_log("rolls")] == [f"r{i}".encode() for i in range(10)]
+    assert [r.position for r in client.read_log("rolls", start=positions[5])] == positions[5:]
+
+
+def test_reader_overtaken_by_truncation_gets_log_truncated(memory_cluster):
+    client = memory_cluster.client()
+    writer = client.open_log("trim", roll_entries=5)
+    positions = [writer.append(f"r{i}".encode()) for i in range(20)]
+    reader = client.read_log("trim")
+    assert next(reader).payload == b"r0"
+    writer.truncate(before=positions[12])          # removes the ledgers of r0..r9 under the reader
+    with pytest.raises(LogTruncated):
+        list(reader)
+    with pytest.raises(LogTruncated):
+        list(client.read_log("trim", start=positions[3]))
+    assert [r.payload for r in client.read_log("trim")][0] == b"r10"
+    writer.close()
+
+
+def test_unknown_log_is_no_such_log(memory_cluster):
+    client = memory_cluster.client()
+    with pytest.raises(NoSuchLog):
+        client.log_metadata("nope")
+    with pytest.raises(NoSuchLog):
+        list(client.read_log("nope"))
+
+
+def test_retention_by_size_drops_the_oldest_closed_ledgers(memory_cluster):
+    client = memory_cluster.client()
+    writer = client.open_log("kept", roll_entries=10, retention_bytes=250)
+    for i in range(50):
+        writer.append(b"x" * 10)                   # 100 bytes per ledger
+    writer.close()
+    segments = client.log_metadata("kept").segments
+    assert sum(s.size or 0 for s in segments) <= 250 + 100
+    assert len(segments) <= 4
+
+
+def test_delete_log_removes_it_and_its_ledgers(memory_cluster):
+    client = memory_cluster.client()
+    writer = client.open_log("gone", roll_entries=3)
+    for i in range(7):
+        writer.append(b"r")
+    writer.close()
+    ledgers = client.log_metadata("gone").ledger_ids
+    client.delete_log("gone")
+    assert "gone" not in client.list_logs()
+    assert not set(ledgers) & set(client.list_ledgers())
+    assert Position(1, 2) < Position(2, 0)
