@@ -53,6 +53,9 @@ class EntryStorage(Protocol):
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
         """get returns an entry's bytes, or None if the entry is not stored."""
 
+    # Optional, for speed: get_many(ledger_id, entry_ids) -> list[bytes | None] returns what `get`
+    # would for each id, in order; bookies use it for batched reads when a backend defines it.
+
     def last_entry(self, ledger_id: int) -> int:
         """last_entry returns the highest entry id stored for a ledger, or -1."""
 

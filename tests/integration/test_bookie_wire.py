@@ -183,12 +183,26 @@ def test_add_with_another_master_key_gets_unauthorized(local_cluster, raw):
     assert_serving(raw, local_cluster, 0)
 
 
-def test_entry_of_another_ledger_in_an_add_gets_bad_request(local_cluster, raw):
+def test_add_whose_entry_columns_disagree_gets_bad_request(local_cluster, raw):
+    """An entry batch is columns (ids, LACs, digests, payloads); columns of different lengths are refused."""
+    from walkit.wire.codec import schema
     ledger_id = PROBE_LEDGER + 7
-    response = raw.request(AddRequest(txn=RawBookie.next_txn(), ledger_id=ledger_id, master_key=MASTER_KEY,
-                                      entries=[Entry(ledger_id + 1, 0, -1, b"", b"stray")]))
+    message = schema.Envelope.new_message()
+    request = message.init("requests", 1)[0]
+    request.txnId = txn = RawBookie.next_txn()
+    add = request.init("add")
+    add.ledgerId = ledger_id
+    add.masterKey = MASTER_KEY
+    batch = add.init("entries")
+    batch.entryIds = [0, 1]
+    batch.lacs = [-1, -1]
+    batch.digests = [b"", b""]
+    batch.payloads = [b"only one payload"]
+    raw.send(message.to_bytes())
+    response = next(r for r in raw.recv_responses() if r.txn == txn)
     assert response.status == Status.BAD_REQUEST
-    assert raw.read_lac(ledger_id + 1).status == Status.NO_SUCH_LEDGER
+    assert "differ in length" in response.message
+    assert raw.read_lac(ledger_id).status == Status.NO_SUCH_LEDGER
     assert_serving(raw, local_cluster, 0)
 
 

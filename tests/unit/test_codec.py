@@ -168,3 +168,12 @@ def test_corrupted_response_frames_decode_or_raise_wire_error():
     frame = encode_responses([RESPONSES["add-fenced"], RESPONSES["read-lac"], RESPONSES["error"]])
     outcomes = {seed: outcome(decode_responses, corrupted(frame, seed)) for seed in range(500)}
     assert {s: o for s, o in outcomes.items() if o not in ("ok", "wire-error")} == {}
+
+
+def test_an_entry_of_another_ledger_cannot_be_encoded_into_a_batch():
+    from walkit.core.messages import AddRequest, Entry
+    from walkit.wire.codec import encode_requests
+    import pytest
+    request = AddRequest(txn=1, ledger_id=5, master_key=b"k", entries=[Entry(6, 0, -1, b"", b"stray")])
+    with pytest.raises(ValueError, match="another ledger"):
+        encode_requests([request])

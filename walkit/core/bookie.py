@@ -69,6 +69,8 @@ class StorageView(Protocol):
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None: ...
 
+    # Optional: get_many(ledger_id, entry_ids) -> list[bytes | None], used for reads when present.
+
     def last_entry(self, ledger_id: int) -> int: ...
 
     def ledger_state(self, ledger_id: int) -> LedgerState | None: ...
@@ -293,14 +295,14 @@ class BookieHandler:
     def _read_reply(self, peer: bytes, request: ReadRequest, ledger: _Ledger, durable: bool,
                     fresh: dict[int, Entry] | None = None) -> Reply:
         """_read_reply reads the requested entries; `fresh` holds entries added in this step, not yet stored."""
-        ledger_id, get = request.ledger_id, self.storage.get
+        ledger_id, ids = request.ledger_id, request.entry_ids
+        get_many = getattr(self.storage, "get_many", None)
+        datas = get_many(ledger_id, ids) if get_many is not None else [self.storage.get(ledger_id, e) for e in ids]
         entries = []
-        for entry_id in request.entry_ids:
+        for entry_id, data in zip(ids, datas):
             if fresh and entry_id in fresh:
                 entries.append(fresh[entry_id])
-                continue
-            data = get(ledger_id, entry_id)
-            if data is not None:
+            elif data is not None:
                 entries.append(unpack_entry(ledger_id, entry_id, data))
         return Reply(peer, ReadResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
                                         entries=entries, lac=ledger.lac), durable)

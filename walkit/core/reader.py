@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from walkit.core import events as ev
 from walkit.core.digest import Digest
-from walkit.core.distribution import ensemble_coverage, write_set_bookies
+from walkit.core.distribution import ensemble_coverage, write_sets_of
 from walkit.core.messages import Entry, Status
 from walkit.core.metadata import LedgerMetadata
 from walkit.errors import BookieError, DigestMismatch, NoSuchEntry, Unauthorized
@@ -57,6 +57,7 @@ class RangeReader:
         self._consumed = first          # entries below this were taken by the caller
         self._wanted: dict[int, _Wanted] = {}
         self._received: dict[int, Entry] = {}
+        self._write_sets: dict[int, list[tuple[str, ...]]] = {}     # per fragment start
         self._handlers = {ev.EntriesRead: self._on_read, ev.ReadFailed: self._on_failed, ev.Ticked: self._on_tick,
                           ev.EntriesConsumed: self._on_consumed}
 
@@ -81,13 +82,27 @@ class RangeReader:
             return []
         sends: dict[str, list[int]] = {}
         stop = min(self.last, self._consumed + self.window - 1)
-        quorum = self.metadata.write_quorum
-        for entry_id in range(self._next_request, stop + 1):
-            wanted = _Wanted(write_set_bookies(entry_id, self.metadata.ensemble_at(entry_id), quorum))
-            self._wanted[entry_id] = wanted
-            self._ask(entry_id, wanted, sends)
+        wanted_map, ask = self._wanted, self._ask
+        for first, last, write_sets in self._fragments_between(self._next_request, stop):
+            size = len(write_sets)
+            for entry_id in range(first, last + 1):
+                wanted = wanted_map[entry_id] = _Wanted(write_sets[entry_id % size])
+                ask(entry_id, wanted, sends)
         self._next_request = stop + 1
         return self._sends(sends)
+
+    def _fragments_between(self, first: int, last: int):
+        """_fragments_between yields (first, last, write sets) for each fragment overlapping first..last."""
+        starts = self.metadata.fragment_starts
+        for i, start in enumerate(starts):
+            end = starts[i + 1] - 1 if i + 1 < len(starts) else last
+            low, high = max(first, start), min(last, end)
+            if low <= high:
+                sets = self._write_sets.get(start)
+                if sets is None:
+                    sets = self._write_sets[start] = write_sets_of(self.metadata.ensembles[start],
+                                                                     self.metadata.write_quorum)
+                yield low, high, sets
 
     def _ask(self, entry_id: int, wanted: _Wanted, sends: dict[str, list[int]]) -> bool:
         if wanted.tried >= len(wanted.replicas):

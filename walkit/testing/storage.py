@@ -232,6 +232,22 @@ class EntryStorageConformance:
             assert all(storage.get(ledger_id, e) == payload(ledger_id, e) for e in range(3))
 
     # -- ledger state -----------------------------------------------------------------------
+    def test_get_many_matches_get_when_defined(self, storage):
+        get_many = getattr(storage, "get_many", None)
+        if get_many is None:
+            pytest.skip("this backend has no optional get_many")
+        for entry_id in range(0, 300, 3):                  # striped: gaps between stored ids
+            storage.put(5, entry_id, payload(5, entry_id))
+        storage.sync()
+        storage.put(5, 301, payload(5, 301))               # unsynced
+        storage.put(6, 1, payload(6, 1))                   # another ledger
+        ids = [301, 0, 1, 3, 150, 297, 298, 5000, 3]
+        assert get_many(5, ids) == [storage.get(5, e) for e in ids]
+        assert get_many(5, []) == []
+        assert get_many(99, [0, 1]) == [None, None]
+        storage.delete_ledger(5)
+        assert get_many(5, [0, 3]) == [None, None]
+
     def test_ledger_state_none_set_get(self, storage):
         """test_ledger_state_none_set_get checks that a state is None until set, then the last one set."""
         assert storage.ledger_state(1) is None

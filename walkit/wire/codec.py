@@ -44,19 +44,25 @@ def _load(data: bytes, max_frame: int):
                                       nesting_limit=_NESTING)
 
 
-def _set_entries(builder, entries: list[Entry]) -> None:
-    out = builder.init("entries", len(entries))
-    for i, entry in enumerate(entries):
-        e = out[i]
-        e.ledgerId = entry.ledger_id
-        e.entryId = entry.entry_id
-        e.lac = entry.lac
-        e.digest = entry.digest
-        e.payload = entry.payload
+def _set_entries(builder, ledger_id: int, entries: list[Entry]) -> None:
+    """_set_entries writes entries of one ledger as the columns of an EntryBatch."""
+    if any(e.ledger_id != ledger_id for e in entries):
+        raise ValueError(f"an entry batch of ledger {ledger_id} holds entries of another ledger")
+    batch = builder.init("entries")
+    batch.entryIds = [e.entry_id for e in entries]
+    batch.lacs = [e.lac for e in entries]
+    batch.digests = [e.digest for e in entries]
+    batch.payloads = [e.payload for e in entries]
 
 
-def _get_entries(reader) -> list[Entry]:
-    return [Entry(e.ledgerId, e.entryId, e.lac, e.digest, e.payload) for e in reader.entries]
+def _get_entries(reader, ledger_id: int) -> list[Entry]:
+    """_get_entries reads an EntryBatch back into Entry tuples of `ledger_id`."""
+    batch = reader.entries
+    ids, lacs, digests, payloads = list(batch.entryIds), list(batch.lacs), list(batch.digests), list(batch.payloads)
+    if not len(ids) == len(lacs) == len(digests) == len(payloads):
+        raise WireError(f"entry batch columns differ in length: {len(ids)}, {len(lacs)}, {len(digests)}, "
+                        f"{len(payloads)}")
+    return list(map(Entry, [ledger_id] * len(ids), ids, lacs, digests, payloads))
 
 
 # -- requests ------------------------------------------------------------------------------------
@@ -73,7 +79,7 @@ def encode_requests(requests: list) -> bytes:
             a.ledgerId = request.ledger_id
             a.masterKey = request.master_key
             a.recovery = request.recovery
-            _set_entries(a, request.entries)
+            _set_entries(a, request.ledger_id, request.entries)
         elif kind is ReadRequest:
             rd = r.init("read")
             rd.ledgerId = request.ledger_id
@@ -105,7 +111,7 @@ def _decode_request(r):
     if which == "add":
         a = r.add
         return AddRequest(txn=txn, ledger_id=a.ledgerId, master_key=a.masterKey, recovery=a.recovery,
-                          entries=_get_entries(a))
+                          entries=_get_entries(a, a.ledgerId))
     if which == "read":
         rd = r.read
         return ReadRequest(txn=txn, ledger_id=rd.ledgerId, entry_ids=list(rd.entryIds), fence=rd.fence,
@@ -176,7 +182,7 @@ def encode_responses(responses: list) -> bytes:
             rd = r.init("read")
             rd.ledgerId = response.ledger_id
             rd.lac = response.lac
-            _set_entries(rd, response.entries)
+            _set_entries(rd, response.ledger_id, response.entries)
         elif kind is ReadLacResponse:
             rl = r.init("readLac")
             rl.ledgerId = response.ledger_id
@@ -214,7 +220,7 @@ def _decode_response(r):
         return AddResponse(txn=txn, status=status, ledger_id=a.ledgerId, entry_ids=list(a.entryIds), message=message)
     if which == "read":
         rd = r.read
-        return ReadResponse(txn=txn, status=status, ledger_id=rd.ledgerId, entries=_get_entries(rd),
+        return ReadResponse(txn=txn, status=status, ledger_id=rd.ledgerId, entries=_get_entries(rd, rd.ledgerId),
                             lac=rd.lac, message=message)
     if which == "readLac":
         rl = r.readLac

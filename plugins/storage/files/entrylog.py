@@ -24,6 +24,8 @@ from walkit.plugins.storage.files.disk import fsync_dir, numbered_files, numbere
 from walkit.plugins.storage.files.journal import HEADER, PUT, PUT_IDS, RecordFile, records, verify
 
 _DATA = HEADER.size + PUT_IDS.size      # where an entry's data starts in its record
+_COALESCE_GAP = 64 * 1024               # read_many merges records fewer than this many bytes apart
+_COALESCE_MAX = 4 * 1024 * 1024         # into one pread of at most this many bytes
 
 
 def log_path(folder: str, log_id: int) -> str:
@@ -151,6 +153,42 @@ class EntryLogs:
             return bytes(record[_DATA:])
         raise StorageError(f"entry log {log_path(self.folder, log_id)} offset {offset}: record of ledger "
                            f"{ledger_id} entry {entry_id} is missing or corrupt")
+
+    def read_many(self, wanted: list[tuple[int, int, int, int, int]]) -> list[bytes]:
+        """read_many is `read` for many (log id, offset, length, ledger id, entry id) at once.
+
+        Records of one log that lie close together are read with one pread of the range that
+        covers them; each record is still checked (crc and ids) on its own.
+        """
+        out: list[bytes | None] = [None] * len(wanted)
+        order = sorted(range(len(wanted)), key=lambda i: (wanted[i][0], wanted[i][1]))
+        group: list[int] = []
+
+        def flush() -> None:
+            log_id, start = wanted[group[0]][0], wanted[group[0]][1]
+            end = max(wanted[i][1] + HEADER.size + wanted[i][2] for i in group)
+            block = memoryview(os.pread(self._reader(log_id), end - start, start))
+            for i in group:
+                _, offset, length, ledger_id, entry_id = wanted[i]
+                record = block[offset - start:offset - start + HEADER.size + length]
+                if not (verify(record).end == len(record) == HEADER.size + length and record[8] == PUT
+                        and PUT_IDS.unpack_from(record, HEADER.size) == (ledger_id, entry_id)):
+                    raise StorageError(f"entry log {log_path(self.folder, log_id)} offset {offset}: record of "
+                                       f"ledger {ledger_id} entry {entry_id} is missing or corrupt")
+                out[i] = bytes(record[_DATA:])
+
+        group_end = 0
+        for i in order:
+            log_id, offset, length = wanted[i][0], wanted[i][1], wanted[i][2]
+            if group and (log_id != wanted[group[0]][0] or offset > group_end + _COALESCE_GAP
+                          or offset + HEADER.size + length - wanted[group[0]][1] > _COALESCE_MAX):
+                flush()
+                group = []
+            group.append(i)
+            group_end = max(group_end if len(group) > 1 else 0, offset + HEADER.size + length)
+        if group:
+            flush()
+        return out
 
     def scan(self, log_id: int) -> Iterator[tuple[int, int, int, int, bytes]]:
         """scan yields (ledger, entry, offset, payload length, data) of each entry in a finished log."""

@@ -76,6 +76,29 @@ class LedgerIndex:
         location = SLOT.unpack(slot)
         return None if location[0] == 0 else location
 
+    def lookup_many(self, ledger_id: int, entry_ids: list[int]) -> list[tuple[int, int, int] | None]:
+        """lookup_many is `lookup` for many entries: one pread covers the span of their slots."""
+        if len(entry_ids) < 2:
+            return [self.lookup(ledger_id, e) for e in entry_ids]
+        low, high = min(entry_ids), max(entry_ids)
+        span = high - low + 1
+        if span > _SPAN_SLOTS and span > 4 * len(entry_ids):
+            return [self.lookup(ledger_id, e) for e in entry_ids]
+        fd = self._fd(ledger_id, create=False)
+        block = os.pread(fd, span * SLOT.size, low * SLOT.size) if fd is not None else b""
+        staged = self._staged.get(ledger_id) or {}
+        size, unpack = SLOT.size, SLOT.unpack_from
+        found: list[tuple[int, int, int] | None] = []
+        for entry_id in entry_ids:
+            slot = staged.get(entry_id)
+            if slot is not None:
+                location = SLOT.unpack(slot)
+            else:
+                at = (entry_id - low) * size
+                location = unpack(block, at) if at + size <= len(block) else (0, 0, 0)
+            found.append(None if location[0] == 0 else location)
+        return found
+
     def stage(self, ledger_id: int, entry_id: int, location: tuple[int, int, int]) -> None:
         """stage records an entry's location; `flush` writes it."""
         self._staged.setdefault(ledger_id, {})[entry_id] = SLOT.pack(*location)
