@@ -1,0 +1,164 @@
+"""walkit.bench_peers runs what a user might pick instead of walkit through walkit's bench harness.
+
+Each peer starts on loopback, gets the same payload size, entry count and in-flight window as
+walkit, and is measured by the same `pipelined` driver (entries/s, latency percentiles):
+
+- etcd with 3 members (Debian's etcd-server): puts through the v3 JSON gateway over keep-alive
+  HTTP connections (one request in flight per connection; at most 64 connections);
+- NATS JetStream, a 3-node cluster with a stream of 3 replicas (Debian's nats-server, nats-py):
+  note that JetStream acknowledges a publish once replicated in memory, BEFORE its fsync (its
+  default sync interval is 2 minutes), so it is not durable in the sense walkit is;
+- ZooKeeper (Debian's zookeeper, one server with forceSync) sequential znodes created with
+  kazoo's asynchronous API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from walkit.bench import BenchConfig, pipelined
+from walkit.errors import ConfigError
+
+PEERS = ("etcd", "nats", "zookeeper")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_peers(names: list[str], config: BenchConfig) -> dict:
+    """run_peers benchmarks each named peer with `config`'s size, entries and window."""
+    unknown = [n for n in names if n not in PEERS]
+    if unknown:
+        raise ConfigError(f"unknown peer(s) {', '.join(unknown)}; choose from {', '.join(PEERS)}")
+    results = {}
+    for name in names:
+        runner = {"etcd": _etcd, "nats": _nats, "zookeeper": _zookeeper}[name]
+        runs = [runner(config) for _ in range(config.runs)]
+        best = sorted(runs, key=lambda r: r["entries_per_s"])[len(runs) // 2]     # the median run
+        results[name] = {k: v for k, v in best.items() if k != "latencies"}
+    return results
+
+
+# -- etcd ---------------------------------------------------------------------------------------
+def _etcd(config: BenchConfig) -> dict:
+    from walkit.testing.servers import EtcdCluster
+    payload = base64.b64encode(os.urandom(config.size)).decode()
+    with EtcdCluster(members=3, data_dir=tempfile.mkdtemp(prefix="bench-etcd-", dir=config.data_dir)) as cluster:
+        host, port = cluster.addresses[0].rsplit(":", 1)
+        local = threading.local()
+
+        def put(i: int) -> None:
+            connection = getattr(local, "connection", None)
+            if connection is None:
+                connection = local.connection = http.client.HTTPConnection(host, port, timeout=30)
+            body = json.dumps({"key": base64.b64encode(f"bench/{i:012d}".encode()).decode(), "value": payload})
+            connection.request("POST", "/v3/kv/put", body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"etcd put failed: HTTP {response.status}")
+
+        connections = min(config.window, 64)
+        with ThreadPoolExecutor(max_workers=connections) as pool:
+            result = pipelined(lambda i: pool.submit(put, i), config.entries, connections)
+        return {**result, "note": f"3 members, {connections} keep-alive HTTP connections"}
+
+
+# -- NATS JetStream -----------------------------------------------------------------------------
+async def _ignore(error: Exception) -> None:
+    """_ignore swallows nats-py's error callbacks (refused connects while the cluster forms)."""
+
+
+def _nats(config: BenchConfig) -> dict:
+    import nats
+    folder = tempfile.mkdtemp(prefix="bench-nats-", dir=config.data_dir)
+    ports = [(_free_port(), _free_port()) for _ in range(3)]
+    routes = ",".join(f"nats-route://127.0.0.1:{cluster}" for _, cluster in ports)
+    processes = []
+    try:
+        for i, (client_port, cluster_port) in enumerate(ports):
+            conf = os.path.join(folder, f"n{i}.conf")
+            with open(conf, "w") as f:
+                f.write(f'server_name: n{i}\nlisten: 127.0.0.1:{client_port}\n'
+                        f'jetstream {{ store_dir: "{folder}/n{i}" }}\n'
+                        f'cluster {{ name: bench\n listen: 127.0.0.1:{cluster_port}\n routes: [{routes}] }}\n')
+            processes.append(subprocess.Popen(["nats-server", "-c", conf], stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL))
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        payload = os.urandom(config.size)
+
+        async def connect():
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    connection = await nats.connect(f"nats://127.0.0.1:{ports[0][0]}", max_reconnect_attempts=0,
+                                                    error_cb=_ignore, allow_reconnect=False)
+                    js = connection.jetstream()
+                    await js.add_stream(name="BENCH", subjects=["bench"], num_replicas=3)
+                    return connection, js
+                except Exception:  # noqa: BLE001 - the cluster is still forming
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.2)
+
+        connection, js = asyncio.run_coroutine_threadsafe(connect(), loop).result(60)
+
+        def publish(i: int) -> Future:
+            return asyncio.run_coroutine_threadsafe(js.publish("bench", payload), loop)
+
+        try:
+            result = pipelined(publish, config.entries, config.window)
+        finally:
+            asyncio.run_coroutine_threadsafe(connection.close(), loop).result(10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+        return {**result, "note": "3-node cluster, stream R3; acks before fsync"}
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(10)
+
+
+# -- ZooKeeper ----------------------------------------------------------------------------------
+def _zookeeper(config: BenchConfig) -> dict:
+    from kazoo.client import KazooClient
+    from walkit.testing.servers import ZooKeeperServer
+    payload = os.urandom(config.size)
+    with ZooKeeperServer(data_dir=tempfile.mkdtemp(prefix="bench-zk-", dir=config.data_dir)) as server:
+        client = KazooClient(hosts=f"127.0.0.1:{server.port}")
+        client.start(timeout=30)
+        client.ensure_path("/bench")
+        try:
+            def create(i: int) -> Future:
+                future: Future = Future()
+                result = client.create_async("/bench/e-", payload, sequence=True)
+
+                def settle(async_result) -> None:
+                    try:
+                        future.set_result(async_result.get())
+                    except Exception as exc:  # noqa: BLE001 - reported by the driver
+                        future.set_exception(exc)
+                result.rawlink(settle)
+                return future
+
+            result = pipelined(create, config.entries, config.window)
+        finally:
+            client.stop()
+            client.close()
+        return {**result, "note": "one server, sequential znodes, kazoo async"}
