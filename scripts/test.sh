@@ -4,5 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# Real ZooKeeper and etcd servers for tests/metadata (walkit.testing.servers runs them).
+missing=()
+[ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+if [ ${#missing[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python3 -m pip install --quiet --disable-pip-version-check -e '.[all,test]'
 python3 -m pytest -q "$@"

@@ -21,6 +21,7 @@ from typing import Callable
 from urllib.parse import parse_qsl, urlsplit
 
 from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
+from walkit.plugins.metadata import check_key as _check_key
 from walkit.spi import SessionState
 
 _SCHEMA = """
@@ -39,12 +40,6 @@ CREATE TABLE IF NOT EXISTS counters (
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _check_key(key: str) -> str:
-    if not isinstance(key, str) or not key or key.startswith("/") or key.endswith("/") or "//" in key:
-        raise ConfigError(f"invalid metadata key {key!r}: use a/b/c paths without leading or trailing '/'")
-    return key
 
 
 class _Registration:
@@ -70,9 +65,11 @@ class _PollingWatch:
         self.prefix = prefix
         self.callback = callback
         self.snapshot = store._versions_under(prefix)
+        self.cancelled = False
         self._store = store
 
     def cancel(self) -> None:
+        self.cancelled = True
         self._store._watches.discard(self)
 
 
@@ -319,6 +316,8 @@ class SqliteMetadataStore:
                        if current.get(k) != watch.snapshot.get(k)}
             watch.snapshot = current
             for key in sorted(changed):
+                if watch.cancelled:          # cancelled while this round ran: report nothing more
+                    break
                 try:
                     watch.callback(key)
                 except Exception:  # noqa: BLE001 - a watcher's bug must not stop the heartbeats

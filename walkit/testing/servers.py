@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,7 +31,6 @@ import time
 import urllib.request
 import weakref
 
-from walkit.local import free_port
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 ETCD_BINARY = "/usr/bin/etcd"
@@ -60,15 +60,55 @@ def etcd_missing() -> str | None:
     return None
 
 
-def _die_with_parent() -> None:
-    """_die_with_parent asks Linux to SIGKILL this (child) process when its parent thread exits."""
-    os.setsid()
-    if sys.platform.startswith("linux"):
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def server_port() -> int:
+    """server_port returns a free TCP port on 127.0.0.1 outside the kernel's ephemeral port range.
+
+    A stopped server's port must stay free until restart(). Ports that bind(0) hands out (the
+    usual "free port") come from the ephemeral range, which every other test's free port and
+    every outgoing connection also use, so one of them could take the port meanwhile, or a
+    client reconnecting to the stopped server could even connect to itself. Ports outside that
+    range are only taken by someone who asks for them by number.
+    """
+    low, high = _ephemeral_range()
+    choices = range(10000, low) if low - 10000 >= 1000 else range(high + 1, 65536)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.choice(choices)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {choices.start}-{choices.stop - 1} on 127.0.0.1")
+
+
+def _load_prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
         import ctypes
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)     # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_prctl = _load_prctl()          # loaded here: a forked child must not import anything
+
+
+def _die_with_parent() -> None:
+    """_die_with_parent asks Linux to SIGKILL this (child) process when the thread that forked it ends."""
+    if _prctl is not None:
+        _prctl(1, signal.SIGKILL)                 # 1 = PR_SET_PDEATHSIG
 
 
 def _stop_all() -> None:
@@ -115,7 +155,7 @@ class _ServerProcess:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, cwd=self.data_dir,
-                                            preexec_fn=_die_with_parent)
+                                            start_new_session=True, preexec_fn=_die_with_parent)
         _running.add(self)
 
     def wait_ready(self) -> None:
@@ -257,9 +297,9 @@ class ZooKeeperServer(_Managed):
     """ZooKeeperServer is one standalone ZooKeeper 3.8 server on 127.0.0.1.
 
     `tick_ms` is ZooKeeper's tick (sessions may last from 2 ticks to `max_session_s`). The
-    data directory is a new temp dir unless `data_dir` is given; the port is free unless `port`
-    is given. It raises ServerMissing (saying to run scripts/test.sh) if ZooKeeper or java is
-    not installed.
+    data directory is a new temp dir unless `data_dir` is given; the port is a free one (see
+    `server_port`) unless `port` is given. It raises ServerMissing (saying to run
+    scripts/test.sh) if ZooKeeper or java is not installed.
     """
 
     def __init__(self, data_dir: str | None = None, port: int | None = None, *, tick_ms: int = 100,
@@ -268,7 +308,7 @@ class ZooKeeperServer(_Managed):
         if missing:
             raise ServerMissing(missing)
         self.data_dir = self._make_dir(data_dir, "walkit-zk-")
-        self.port = port or free_port()
+        self.port = port or server_port()
         self._process = _ZooKeeperProcess(self.data_dir, self.port, tick_ms, max_session_s, ready_timeout)
         self._processes = [self._process]
         if start:
@@ -324,8 +364,8 @@ class EtcdCluster(_Managed):
     """EtcdCluster is `members` etcd 3.4 members on 127.0.0.1, one process each.
 
     Members start together (etcd needs a quorum to answer), each with a free client port and a
-    free peer port, under one temp data directory unless `data_dir` is given. It raises
-    ServerMissing (saying to run scripts/test.sh) if etcd is not installed.
+    free peer port (see `server_port`), under one temp data directory unless `data_dir` is
+    given. It raises ServerMissing (saying to run scripts/test.sh) if etcd is not installed.
     """
 
     def __init__(self, members: int = 3, data_dir: str | None = None, *, ready_timeout: float = 60.0,
@@ -337,7 +377,7 @@ class EtcdCluster(_Managed):
             raise ValueError(f"an etcd cluster needs at least one member, not {members}")
         self.data_dir = self._make_dir(data_dir, "walkit-etcd-")
         names = [f"m{i}" for i in range(members)]
-        ports = [(free_port(), free_port()) for _ in names]
+        ports = [(server_port(), server_port()) for _ in names]
         cluster = ",".join(f"{n}=http://127.0.0.1:{peer}" for n, (_, peer) in zip(names, ports))
         self._processes = [_EtcdProcess(self.data_dir, n, c, p, cluster, ready_timeout)
                            for n, (c, p) in zip(names, ports)]
