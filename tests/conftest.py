@@ -1,11 +1,61 @@
-"""Shared fixtures: an in-process cluster (fast) and a LocalCluster of real bookie processes (slow)."""
+"""Shared fixtures: in-process clusters (fast), LocalClusters of real bookie processes, and real
+ZooKeeper and etcd servers (started once per session on 127.0.0.1; a missing binary fails the
+test with a message saying to run scripts/test.sh, which installs them)."""
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 
 from walkit.local import LocalCluster
 from walkit.testing.memory import MemoryCluster
+from walkit.testing.servers import EtcdServer, ZooKeeperServer, etcd_missing, zookeeper_missing
+
+#: Session and lease lengths for clusters on ZooKeeper and etcd: short, so that a killed
+#: bookie's registration expires quickly, yet long enough for a loaded 2-core machine.
+ZK_SESSION_S = 4.0
+ETCD_LEASE_S = 3
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--seed", type=int, default=None, help="simulate only this seed (tests/sim)")
+    parser.addoption("--seeds", type=int, default=2000, help="number of random seeds to simulate (default 2000)")
+
+
+def fresh_root() -> str:
+    """fresh_root is a metadata root path no other test uses."""
+    return f"/t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def zk_server():
+    """zk_server is a ZooKeeper server shared by the test session."""
+    missing = zookeeper_missing()
+    if missing:
+        pytest.fail(missing, pytrace=False)
+    with ZooKeeperServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def etcd_server():
+    """etcd_server is an etcd server shared by the test session."""
+    missing = etcd_missing()
+    if missing:
+        pytest.fail(missing, pytrace=False)
+    with EtcdServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "zk", "etcd"])
+def backend_metadata_url(request, tmp_path) -> str:
+    """backend_metadata_url is a fresh metadata store on each backend in turn (real servers)."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path}/metadata.db"
+    if request.param == "zk":
+        return request.getfixturevalue("zk_server").url(fresh_root(), session_timeout=ZK_SESSION_S, timeout=10)
+    return request.getfixturevalue("etcd_server").url(fresh_root(), lease_ttl=ETCD_LEASE_S, timeout=10)
 
 
 @pytest.fixture

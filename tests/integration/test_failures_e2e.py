@@ -1,5 +1,7 @@
 """Failure handling with real bookie processes: ensemble change, fencing, recovery, tailing.
 
+Every test runs on each metadata backend: SQLite, a real ZooKeeper and a real etcd server.
+
 These are the failures issue's end-to-end checks: a bookie SIGKILLed under pipelined appends is
 replaced; a recovering reader fences a live writer; a writer process killed mid-stream leaves a
 ledger that concurrent recoverers close at the same entry, keeping every acknowledged one.
@@ -26,8 +28,14 @@ WRITER = os.path.join(os.path.dirname(__file__), "writer_process.py")
 
 
 @pytest.fixture
-def five_bookies(tmp_path):
-    with LocalCluster(bookies=5, data_dir=str(tmp_path / "cluster")) as cluster:
+def five_bookies(tmp_path, backend_metadata_url):
+    with LocalCluster(bookies=5, data_dir=str(tmp_path / "cluster"), metadata=backend_metadata_url) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def local_cluster(tmp_path, backend_metadata_url):
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), metadata=backend_metadata_url) as cluster:
         yield cluster
 
 

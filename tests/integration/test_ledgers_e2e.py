@@ -1,4 +1,8 @@
-"""Ledgers end to end on real bookie processes (LocalCluster: 3 bookies, SQLite metadata)."""
+"""Ledgers end to end on real bookie processes (LocalCluster: 3 bookies), on every metadata backend.
+
+Every test runs three times: with SQLite metadata, on a real ZooKeeper server and on a real etcd
+server (the `local_cluster` fixture below overrides the shared one).
+"""
 
 from __future__ import annotations
 
@@ -16,9 +20,19 @@ from walkit.errors import (
 from walkit.transport.zmq import ZmqTransport
 from walkit.wire.codec import decode_responses, encode_responses
 
+from walkit.local import LocalCluster
+
 from .helpers import RawBookie, wait_until
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def local_cluster(tmp_path, backend_metadata_url):
+    """local_cluster is 3 real bookie processes (memory storage) on each metadata backend."""
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), storage="memory", metadata=backend_metadata_url,
+                      bookie_args=("--gc-interval", "0.2")) as cluster:
+        yield cluster
 
 PASSWORD = b"secret"
 

@@ -7,43 +7,17 @@ with a message that says to run scripts/test.sh, which installs them; nothing is
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from walkit.testing.metadata import StoreFactory
-from walkit.testing.servers import EtcdServer, ZooKeeperServer, etcd_missing, zookeeper_missing
+
+from tests.conftest import fresh_root  # noqa: F401  (the servers are session fixtures in tests/conftest.py)
 
 #: Short sessions, so that the registrations of killed processes expire quickly in tests.
 ZK_SESSION_S = 1.5
 ETCD_LEASE_S = 1
 SQLITE_TTL_S = 1.0
 TIMEOUT_S = 5.0
-
-
-@pytest.fixture(scope="session")
-def zk_server():
-    """zk_server is a ZooKeeper server shared by the test session."""
-    missing = zookeeper_missing()
-    if missing:
-        pytest.fail(missing, pytrace=False)
-    with ZooKeeperServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def etcd_server():
-    """etcd_server is an etcd server shared by the test session."""
-    missing = etcd_missing()
-    if missing:
-        pytest.fail(missing, pytrace=False)
-    with EtcdServer() as server:
-        yield server
-
-
-def fresh_root() -> str:
-    """fresh_root is a root path no other test uses."""
-    return f"/t-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture

@@ -1,11 +1,7 @@
-"""Options for the simulator tier: `pytest tests/sim --seed N` replays one run; --seeds sets how many."""
+"""The simulator tier runs one test per seed: `--seed N` replays one run, `--seeds` sets how many
+(the options are declared in tests/conftest.py)."""
 
 from __future__ import annotations
-
-
-def pytest_addoption(parser) -> None:
-    parser.addoption("--seed", type=int, default=None, help="run the simulation of this one seed")
-    parser.addoption("--seeds", type=int, default=2000, help="number of random seeds to simulate (default 2000)")
 
 
 def pytest_generate_tests(metafunc) -> None:
