@@ -33,6 +33,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def _port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """_port_free tells whether a listening socket could bind host:port now (nobody listens on it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)      # as ZeroMQ does: TIME_WAIT is no obstacle
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 @dataclass
 class _Bookie:
     port: int
@@ -119,6 +130,7 @@ class LocalCluster:
         """start starts every bookie that is not running and waits until all are registered."""
         stopped = [i for i in range(self._count) if not self.is_running(i)]
         self._wait_deregistered(stopped)
+        self._wait_ports_free(stopped)
         for i in stopped:
             self._spawn(i)
         self._wait_registered([i for i in range(self._count)])
@@ -165,6 +177,21 @@ class LocalCluster:
                 time.sleep(0.05)
         finally:
             store.close()
+
+    def _wait_ports_free(self, indexes: list[int]) -> None:
+        """_wait_ports_free waits until no process listens on the ports of bookies about to start.
+
+        A bookie of an earlier run whose parent was killed exits on its own within a moment, but
+        it deregisters first and closes its storage and then its socket last: until then a new
+        bookie on the same port and folder would fail to start.
+        """
+        deadline = time.monotonic() + self.ready_timeout
+        for i in indexes:
+            while not _port_free(self._bookies[i].port):
+                if time.monotonic() > deadline:
+                    raise WalkitError(f"port {self._bookies[i].port} of bookie {i} is still in use after "
+                                      f"{self.ready_timeout:g} s (another cluster on {self.data_dir}?)")
+                time.sleep(0.05)
 
     def _wait_registered(self, indexes: list[int]) -> None:
         from walkit.plugins import open_metadata
@@ -218,6 +245,7 @@ class LocalCluster:
         """start_bookie (re)starts bookie `i` on its port and data, and waits until it registered."""
         if not self.is_running(i):
             self._wait_deregistered([i])
+            self._wait_ports_free([i])
             self._spawn(i)
         self._wait_registered([i])
 

@@ -1,0 +1,62 @@
+"""walkit.adapters.kv.cli is `walkit kv`: the key-value store's commands (registered in walkit.cli)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+
+import click
+
+
+def _store_name(ctx, param, value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", value):
+        raise click.BadParameter("use 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    return value
+
+
+@click.group(name="kv")
+def kv() -> None:
+    """A replicated key-value store on a walkit log, served over the Redis protocol."""
+
+
+@kv.command()
+@click.option("--port", type=int, default=6380, show_default=True, help="RESP port (0 picks a free one).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--advertise", default=None, metavar="HOST:PORT",
+              help="Address other servers give clients for this one when it leads [default: HOST:PORT].")
+@click.option("--data-dir", default="walkit-data", show_default=True,
+              help="Where the embedded cluster keeps its data (without --metadata).")
+@click.option("--metadata", envvar="WALKIT_METADATA", default=None, metavar="URI",
+              help="Join the cluster of this metadata store instead of running an embedded one "
+                   "[env WALKIT_METADATA].")
+@click.option("--bookies", type=int, default=3, show_default=True, help="Bookies of the embedded cluster.")
+@click.option("--name", default="default", show_default=True, callback=_store_name,
+              help="Store name: servers with the same name on one cluster replicate one store.")
+@click.option("--snapshot-every", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Write a snapshot (and truncate the log) after this many records.")
+@click.option("--ensemble", "-e", type=int, default=None, help="Ensemble of the log's ledgers [default: 3].")
+@click.option("--write-quorum", "-w", type=int, default=None, help="Write quorum [default: 2].")
+@click.option("--ack-quorum", "-a", type=int, default=None, help="Ack quorum [default: 2].")
+@click.option("--roll-entries", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Start a new ledger of the log every N entries (truncation drops whole ledgers).")
+@click.option("--password", default="", help="Password of the log's and snapshots' ledgers.")
+def serve(**options) -> None:
+    """Serve a replicated key-value store over RESP, the Redis protocol, until Ctrl-C.
+
+    redis-cli, redis-py and redis-benchmark work unchanged. Every write is appended to a walkit
+    log and answered once the log acknowledged it. Without --metadata it runs an embedded
+    cluster of bookie processes under --data-dir; with --metadata URI it joins that cluster,
+    and servers of the same --name elect one leader: the others follow the log, serve reads,
+    and answer writes with READONLY naming the leader.
+
+    Example: walkit kv serve, then in another terminal: redis-cli -p 6380 SET greeting hello
+    """
+    from walkit.adapters.kv.service import ServeOptions, run
+    from walkit.errors import WalkitError
+    logging.getLogger("walkit.adapters.kv").setLevel(min(logging.getLogger().level, logging.INFO))
+    try:
+        status = run(ServeOptions(**options), echo=lambda line: click.echo(line, err=True))
+    except (WalkitError, OSError) as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    sys.exit(status)

@@ -1,0 +1,369 @@
+"""walkit.adapters.kv.commands is the command table of the RESP server: arity, kind and handler.
+
+Each handler takes (server, connection, args) where args[0] is the command name:
+
+- read commands return the reply, computed from the replica's state at the time they run;
+- write commands return the record to append (records.py) or raise ReplyError for bad
+  arguments; the reply is what applying the record returns;
+- other commands (PING, INFO, CONFIG, HELLO...) return the reply and change no data.
+
+Errors follow Redis' wording, so clients map them to the same exceptions.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, NamedTuple
+
+from walkit.adapters.kv.records import GET, KEEPTTL, NX, XX, Delete, FlushDb, IncrBy, MSet, Set
+from walkit.adapters.kv.resp import OK, PONG, ReplyError, Simple
+from walkit.adapters.kv.state import INT64_MAX, NOT_AN_INTEGER, compile_pattern, parse_int
+
+READ, WRITE, OTHER = "read", "write", "other"
+SYNTAX = "ERR syntax error"
+
+
+class Command(NamedTuple):
+    """Command is one entry of the table: `arity` counts the name (negative: at least that many)."""
+
+    name: str
+    arity: int
+    kind: str
+    handler: Callable
+
+
+COMMANDS: dict[bytes, Command] = {}
+
+
+def command(name: str, arity: int, kind: str):
+    """command registers a handler under `name` (and returns it unchanged)."""
+    def register(handler: Callable) -> Callable:
+        """register adds the handler to COMMANDS."""
+        COMMANDS[name.encode()] = Command(name.lower(), arity, kind, handler)
+        return handler
+    return register
+
+
+def _integer(text: bytes) -> int:
+    value = parse_int(text)
+    if value is None:
+        raise ReplyError(NOT_AN_INTEGER)
+    return value
+
+
+# -- reads -------------------------------------------------------------------------------
+@command("GET", 2, READ)
+def get(server, conn, args):
+    """get answers GET key: the value, or nil if absent or expired."""
+    return server.replica.state.get(args[1], server.replica.now_ms())
+
+
+@command("MGET", -2, READ)
+def mget(server, conn, args):
+    """mget answers MGET key...: the values, nil for absent keys."""
+    state, now = server.replica.state, server.replica.now_ms()
+    return [state.get(key, now) for key in args[1:]]
+
+
+@command("EXISTS", -2, READ)
+def exists(server, conn, args):
+    """exists answers EXISTS key...: how many of the keys exist (repeats count again)."""
+    state, now = server.replica.state, server.replica.now_ms()
+    return sum(1 for key in args[1:] if state.alive(key, now))
+
+
+@command("TTL", 2, READ)
+def ttl(server, conn, args):
+    """ttl answers TTL key: seconds left, -1 without expiry, -2 if absent."""
+    left = server.replica.state.ttl_ms(args[1], server.replica.now_ms())
+    return left if left < 0 else (left + 500) // 1000
+
+
+@command("PTTL", 2, READ)
+def pttl(server, conn, args):
+    """pttl answers PTTL key: milliseconds left, -1 without expiry, -2 if absent."""
+    return server.replica.state.ttl_ms(args[1], server.replica.now_ms())
+
+
+@command("TYPE", 2, READ)
+def type_(server, conn, args):
+    """type_ answers TYPE key: string, or none if absent."""
+    return Simple("string" if server.replica.state.alive(args[1], server.replica.now_ms()) else "none")
+
+
+@command("KEYS", 2, READ)
+def keys(server, conn, args):
+    """keys answers KEYS pattern: every live key matching a glob, in key order."""
+    return server.replica.state.keys(args[1], server.replica.now_ms())
+
+
+@command("DBSIZE", 1, READ)
+def dbsize(server, conn, args):
+    """dbsize answers DBSIZE: the number of live keys."""
+    return server.replica.state.size(server.replica.now_ms())
+
+
+@command("SCAN", -2, READ)
+def scan(server, conn, args):
+    """scan answers SCAN cursor [MATCH p] [COUNT n] [TYPE t]: the next cursor and some keys."""
+    cursor = parse_int(args[1])
+    if cursor is None or cursor < 0:
+        raise ReplyError("ERR invalid cursor")
+    pattern, count, only_strings = None, 10, True
+    options = args[2:]
+    for i in range(0, len(options), 2):
+        if i + 1 >= len(options):
+            raise ReplyError(SYNTAX)
+        option, value = options[i].upper(), options[i + 1]
+        if option == b"MATCH":
+            pattern = None if value == b"*" else value
+        elif option == b"COUNT":
+            count = _integer(value)
+            if count < 1:
+                raise ReplyError(SYNTAX)
+        elif option == b"TYPE":
+            only_strings = value.lower() == b"string"
+        else:
+            raise ReplyError(SYNTAX)
+    if cursor == 0:
+        after = None
+    else:
+        after = server.cursors.pop(cursor, None)
+        if after is None:
+            return [b"0", []]                   # unknown or expired cursor: the iteration ends
+    found, last = server.replica.state.scan(after, count, pattern, server.replica.now_ms())
+    if not only_strings:
+        found = []
+    return [b"%d" % (server.cursors.add(last) if last is not None else 0), found]
+
+
+# -- writes ------------------------------------------------------------------------------
+_EXPIRY_OPTIONS = {b"EX": 1000, b"PX": 1, b"EXAT": 1000, b"PXAT": 1}
+
+
+@command("SET", -3, WRITE)
+def set_(server, conn, args):
+    """set_ turns SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL] into a Set record."""
+    flags, expire_at, expiry_seen = 0, 0, False
+    i, n = 3, len(args)
+    while i < n:
+        option = args[i].upper()
+        if option == b"NX" and not flags & XX:
+            flags |= NX
+        elif option == b"XX" and not flags & NX:
+            flags |= XX
+        elif option == b"GET":
+            flags |= GET
+        elif option == b"KEEPTTL" and not expiry_seen:
+            flags |= KEEPTTL
+            expiry_seen = True
+        elif option in _EXPIRY_OPTIONS and not expiry_seen and i + 1 < n:
+            amount = _integer(args[i + 1])
+            scale = _EXPIRY_OPTIONS[option]
+            absolute = option.endswith(b"AT")
+            if amount <= 0 or amount > INT64_MAX // 1000:
+                raise ReplyError("ERR invalid expire time in 'set' command")
+            expire_at = amount * scale if absolute else server.replica.now_ms() + amount * scale
+            expiry_seen = True
+            i += 1
+        else:
+            raise ReplyError(SYNTAX)
+        i += 1
+    return Set(args[1], args[2], expire_at, flags)
+
+
+@command("MSET", -3, WRITE)
+def mset(server, conn, args):
+    """mset turns MSET key value [key value...] into an MSet record."""
+    if len(args) % 2 == 0:
+        raise ReplyError("ERR wrong number of arguments for 'mset' command")
+    return MSet(tuple(args[1:]))
+
+
+@command("DEL", -2, WRITE)
+def delete(server, conn, args):
+    """delete turns DEL key... (and UNLINK) into a Delete record."""
+    return Delete(tuple(args[1:]))
+
+
+COMMANDS[b"UNLINK"] = Command("unlink", -2, WRITE, delete)
+
+
+@command("INCR", 2, WRITE)
+def incr(server, conn, args):
+    """incr turns INCR key into IncrBy(key, 1)."""
+    return IncrBy(args[1], 1)
+
+
+@command("DECR", 2, WRITE)
+def decr(server, conn, args):
+    """decr turns DECR key into IncrBy(key, -1)."""
+    return IncrBy(args[1], -1)
+
+
+@command("INCRBY", 3, WRITE)
+def incrby(server, conn, args):
+    """incrby turns INCRBY key n into IncrBy(key, n)."""
+    return IncrBy(args[1], _integer(args[2]))
+
+
+@command("DECRBY", 3, WRITE)
+def decrby(server, conn, args):
+    """decrby turns DECRBY key n into IncrBy(key, -n)."""
+    delta = _integer(args[2])
+    if delta == -(1 << 63):
+        raise ReplyError("ERR decrement would overflow")
+    return IncrBy(args[1], -delta)
+
+
+@command("FLUSHDB", -1, WRITE)
+def flushdb(server, conn, args):
+    """flushdb turns FLUSHDB [ASYNC|SYNC] (and FLUSHALL) into a FlushDb record."""
+    if len(args) > 2 or (len(args) == 2 and args[1].upper() not in (b"ASYNC", b"SYNC")):
+        raise ReplyError(SYNTAX)
+    return FlushDb()
+
+
+COMMANDS[b"FLUSHALL"] = Command("flushall", -1, WRITE, flushdb)
+
+
+# -- connection and server commands ------------------------------------------------------
+@command("PING", -1, OTHER)
+def ping(server, conn, args):
+    """ping answers PING [message]."""
+    if len(args) > 2:
+        raise ReplyError("ERR wrong number of arguments for 'ping' command")
+    return args[1] if len(args) == 2 else PONG
+
+
+@command("ECHO", 2, OTHER)
+def echo(server, conn, args):
+    """echo answers ECHO message."""
+    return args[1]
+
+
+@command("TIME", 1, OTHER)
+def time_(server, conn, args):
+    """time_ answers TIME: seconds and microseconds."""
+    now = time.time_ns() // 1000
+    return [b"%d" % (now // 1_000_000), b"%d" % (now % 1_000_000)]
+
+
+@command("SELECT", 2, OTHER)
+def select(server, conn, args):
+    """select answers SELECT db: only database 0 exists."""
+    if _integer(args[1]) != 0:
+        raise ReplyError("ERR DB index is out of range")
+    return OK
+
+
+@command("QUIT", -1, OTHER)
+def quit_(server, conn, args):
+    """quit_ answers QUIT: OK, then the connection closes."""
+    conn.close_after_reply = True
+    return OK
+
+
+@command("INFO", -1, OTHER)
+def info(server, conn, args):
+    """info answers INFO [section...] (KVServer.info_text)."""
+    return server.info_text([a.decode("utf-8", "replace").lower() for a in args[1:]])
+
+
+@command("ROLE", 1, OTHER)
+def role(server, conn, args):
+    """role answers ROLE (KVServer.role_reply)."""
+    return server.role_reply()
+
+
+@command("HELLO", -1, OTHER)
+def hello(server, conn, args):
+    """hello answers HELLO [2|3] [AUTH user pass] [SETNAME name] and switches the protocol version."""
+    if len(args) > 1:
+        version = parse_int(args[1])
+        if version not in (2, 3):
+            raise ReplyError("NOPROTO unsupported protocol version")
+        i = 2
+        while i < len(args):
+            option = args[i].upper()
+            if option == b"AUTH" and i + 2 < len(args):
+                i += 3                          # no users here: any credentials are accepted
+            elif option == b"SETNAME" and i + 1 < len(args):
+                conn.name = args[i + 1]
+                i += 2
+            else:
+                raise ReplyError(SYNTAX)
+        conn.resp3 = version == 3
+    return {"server": "redis", "version": server.REDIS_VERSION, "proto": 3 if conn.resp3 else 2,
+            "id": conn.id, "mode": "standalone", "role": "master" if server.is_leader else "replica",
+            "modules": []}
+
+
+@command("AUTH", -2, OTHER)
+def auth(server, conn, args):
+    """auth answers AUTH: there are no users, so any credentials are accepted."""
+    return OK
+
+
+@command("CLIENT", -2, OTHER)
+def client(server, conn, args):
+    """client answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO and LIST."""
+    sub = args[1].upper()
+    if sub == b"SETNAME" and len(args) == 3:
+        conn.name = args[2]
+        return OK
+    if sub == b"GETNAME" and len(args) == 2:
+        return conn.name
+    if sub == b"ID" and len(args) == 2:
+        return conn.id
+    if sub in (b"SETINFO", b"NO-EVICT", b"NO-TOUCH", b"REPLY"):
+        return OK
+    if sub in (b"INFO", b"LIST"):
+        return conn.describe() if sub == b"INFO" else "".join(c.describe() for c in server.connections)
+    raise ReplyError(f"ERR unknown subcommand '{args[1].decode('utf-8', 'replace')}'. Try CLIENT HELP.")
+
+
+@command("CONFIG", -2, OTHER)
+def config(server, conn, args):
+    """config answers CONFIG GET pattern... (KVServer.config_values); CONFIG SET is accepted and ignored."""
+    sub = args[1].upper()
+    if sub == b"GET" and len(args) >= 3:
+        settings = server.config_values()
+        matchers = [compile_pattern(p.lower()).match for p in args[2:]]
+        return {name: value for name, value in settings.items() if any(m(name.encode()) for m in matchers)}
+    if sub in (b"SET", b"RESETSTAT", b"REWRITE"):
+        return OK
+    raise ReplyError(f"ERR unknown subcommand '{args[1].decode('utf-8', 'replace')}'. Try CONFIG HELP.")
+
+
+@command("COMMAND", -1, OTHER)
+def command_(server, conn, args):
+    """command_ answers COMMAND, COMMAND COUNT, INFO, LIST and DOCS (empty), enough for redis-cli."""
+    if len(args) == 1:
+        return [[name.lower(), spec.arity] for name, spec in sorted(COMMANDS.items())]
+    sub = args[1].upper()
+    if sub == b"COUNT":
+        return len(COMMANDS)
+    if sub == b"DOCS":
+        return {}
+    if sub == b"INFO":
+        return [[name.lower(), COMMANDS[name.upper()].arity] if name.upper() in COMMANDS else None
+                for name in args[2:]]
+    if sub == b"LIST":
+        return [name.lower() for name in sorted(COMMANDS)]
+    raise ReplyError(f"ERR unknown subcommand '{args[1].decode('utf-8', 'replace')}'. Try COMMAND HELP.")
+
+
+def check_arity(spec: Command, args: list[bytes]) -> None:
+    """check_arity raises Redis' error for a wrong number of arguments."""
+    n = len(args)
+    if (spec.arity >= 0 and n != spec.arity) or (spec.arity < 0 and n < -spec.arity):
+        raise ReplyError(f"ERR wrong number of arguments for '{spec.name}' command")
+
+
+def unknown(args: list[bytes]) -> ReplyError:
+    """unknown is Redis' error for an unknown command."""
+    shown = " ".join(f"'{a[:64].decode('utf-8', 'replace')}'" for a in args[1:8])
+    return ReplyError(f"ERR unknown command '{args[0][:64].decode('utf-8', 'replace')}', "
+                      f"with args beginning with: {shown}")
+

@@ -1,0 +1,107 @@
+"""walkit.adapters.kv.service starts a whole `walkit kv serve`: cluster, replica, election and RESP server.
+
+    run(ServeOptions(port=6380, data_dir="walkit-data"))      # until SIGTERM or Ctrl-C
+
+Without `metadata` it runs an embedded LocalCluster (bookie processes under `data_dir`, which
+exit on their own if this process dies); with a metadata URI it joins that cluster, and several
+servers on one cluster elect one leader among themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from dataclasses import dataclass
+
+import walkit
+from walkit.adapters.kv.membership import Membership
+from walkit.adapters.kv.replica import Replica
+from walkit.adapters.kv.server import KVServer
+
+
+@dataclass
+class ServeOptions:
+    """ServeOptions are the settings of `walkit kv serve` (see its --help)."""
+
+    host: str = "127.0.0.1"
+    port: int = 6380
+    advertise: str | None = None
+    data_dir: str = "walkit-data"
+    metadata: str | None = None
+    bookies: int = 3
+    name: str = "default"
+    snapshot_every: int = 100_000
+    ensemble: int | None = None
+    write_quorum: int | None = None
+    ack_quorum: int | None = None
+    roll_entries: int = 10_000
+    password: str = ""
+
+    def log_options(self) -> dict:
+        """log_options are the LogConfig fields of the store's log (used when it is created)."""
+        top = self.bookies if self.metadata is None else 3
+        ensemble = self.ensemble or min(3, top)
+        write_quorum = self.write_quorum or min(2, ensemble)
+        ack_quorum = self.ack_quorum or min(2, write_quorum)
+        return {"ensemble": ensemble, "write_quorum": write_quorum, "ack_quorum": ack_quorum,
+                "roll_entries": self.roll_entries}
+
+
+def run(options: ServeOptions, echo=print) -> int:
+    """run serves until SIGTERM/SIGINT and returns the exit status (1 if the replica failed)."""
+    cluster = None
+    metadata = options.metadata
+    if metadata is None:
+        cluster = walkit.LocalCluster(bookies=options.bookies, data_dir=options.data_dir)
+        metadata = cluster.metadata_url
+        where = f"embedded cluster of {options.bookies} bookies under {cluster.data_dir}"
+    else:
+        where = f"cluster {metadata}"
+    try:
+        return asyncio.run(_serve(options, metadata, where, echo))
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _advertised(options: ServeOptions, port: int) -> str:
+    if options.advertise:
+        return options.advertise
+    host = options.host
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return f"{host}:{port}"
+
+
+async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
+    loop = asyncio.get_running_loop()
+    replica = Replica(loop, snapshot_every=options.snapshot_every)
+    server = KVServer(replica, host=options.host, port=options.port, cluster=metadata)
+    await server.start()
+    address = _advertised(options, server.port)
+    membership = Membership(replica, lambda: walkit.Client(metadata), name=options.name, address=address,
+                            password=options.password.encode(), log_options=options.log_options())
+    membership.start()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    listening = f"{options.host}:{server.port}"
+    echo(f"walkit kv: serving RESP on {listening}{'' if address == listening else f' as {address}'} "
+         f"(store {options.name!r}, {where})")
+    host = "" if options.host in ("127.0.0.1", "localhost") else f"-h {address.rpartition(':')[0]} "
+    echo(f"connect with: redis-cli {host}-p {server.port}   (or any Redis client; Ctrl-C stops the server)")
+    while not stop.is_set() and membership.failed is None:
+        try:
+            await asyncio.wait_for(stop.wait(), 0.5)
+        except asyncio.TimeoutError:
+            pass
+    echo("walkit kv: stopping")
+    server.stop_listening()
+    await loop.run_in_executor(None, membership.stop)        # writes in flight are answered first
+    await server.close()
+    if membership.failed is not None:
+        echo(f"walkit kv: the replica failed: {type(membership.failed).__name__}: {membership.failed}")
+        return 1
+    return 0
+

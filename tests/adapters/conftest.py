@@ -1,0 +1,86 @@
+"""Fixtures for the key-value adapter: in-process servers on an in-process cluster (fast tier)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+import walkit
+from walkit.adapters.kv.membership import Membership
+from walkit.adapters.kv.replica import LEADER, Replica
+from walkit.adapters.kv.server import KVServer
+from walkit.testing.memory import MemoryCluster
+
+
+class KVNode:
+    """KVNode is one `walkit kv serve` inside the test process: its own event loop thread and clients.
+
+    Its walkit Clients use the in-memory transport of a MemoryCluster, each with its own
+    metadata store (an election needs one per candidate).
+    """
+
+    def __init__(self, cluster: MemoryCluster, *, name: str = "test", snapshot_every: int = 100_000,
+                 roll_entries: int = 10_000) -> None:
+        self.cluster = cluster
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="kv-node-loop", daemon=True)
+        self._thread.start()
+        self._clients: list = []
+        self.replica = Replica(self.loop, snapshot_every=snapshot_every)
+        self.server = KVServer(self.replica, host="127.0.0.1", port=0)
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
+        self.address = f"127.0.0.1:{self.server.port}"
+        self.membership = Membership(self.replica, self.new_client, name=name, address=self.address,
+                                     log_options={"ensemble": 3, "write_quorum": 2, "ack_quorum": 2,
+                                                  "roll_entries": roll_entries})
+        self.membership.start()
+        self._stopped = False
+
+    def new_client(self):
+        """new_client is a walkit Client on the memory cluster with its own metadata store."""
+        client = walkit.Client(self.cluster.metadata_url, transport=self.cluster.network.transport(),
+                               add_timeout=2.0, request_timeout=2.0)
+        self._clients.append(client)
+        return client
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def is_leader(self) -> bool:
+        return self.replica.role is LEADER
+
+    def redis(self, **options):
+        """redis is a redis-py client of this node."""
+        import redis
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=20, **options)
+
+    def stop(self) -> None:
+        """stop shuts the node down cleanly (like SIGTERM)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.membership.stop()
+        asyncio.run_coroutine_threadsafe(self.server.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+        for client in self._clients:
+            client.close()
+
+
+@pytest.fixture
+def kv_nodes(memory_cluster):
+    """kv_nodes starts KVNodes on one memory cluster (`kv_nodes(**options)`) and stops them all."""
+    nodes: list[KVNode] = []
+
+    def start(**options) -> KVNode:
+        node = KVNode(memory_cluster, **options)
+        nodes.append(node)
+        return node
+    yield start
+    for node in reversed(nodes):
+        node.stop()

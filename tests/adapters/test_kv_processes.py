@@ -1,0 +1,176 @@
+"""`walkit kv serve` as real processes: SIGKILL and restart, failover between two servers, redis tools."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from walkit.local import LocalCluster
+
+from ..integration.helpers import wait_until
+from .kvprocess import KVProcess, redis, redis_cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def servers(tmp_path):
+    """servers makes KVProcesses (`servers(**options)`) and stops every one at the end."""
+    made: list[KVProcess] = []
+
+    def make(**options) -> KVProcess:
+        server = KVProcess(tmp_path, **options)
+        made.append(server)
+        return server
+    yield make
+    for server in made:
+        server.stop()
+
+
+def write_everything(server: KVProcess, tag: str, count: int) -> dict[bytes, bytes]:
+    """write_everything writes through redis-py (pipelined and not) and redis-cli; it returns what was acked."""
+    r = server.redis()
+    expected: dict[bytes, bytes] = {}
+    pipe = r.pipeline(transaction=False)
+    for i in range(count):
+        pipe.set(f"{tag}:py:{i}", f"value-{i}")
+        expected[f"{tag}:py:{i}".encode()] = f"value-{i}".encode()
+    assert all(pipe.execute())
+    for _ in range(25):
+        r.incr(f"{tag}:counter")
+    expected[f"{tag}:counter".encode()] = b"25"
+    assert r.set(f"{tag}:ttl", "lasting", ex=3600)
+    expected[f"{tag}:ttl".encode()] = b"lasting"
+    for i in range(5):
+        assert redis_cli(server.port, "SET", f"{tag}:cli:{i}", f"from cli {i}") == "OK"
+        expected[f"{tag}:cli:{i}".encode()] = f"from cli {i}".encode()
+    assert redis_cli(server.port, "INCRBY", f"{tag}:cli:counter", "7") == "7"
+    expected[f"{tag}:cli:counter".encode()] = b"7"
+    return expected
+
+
+def assert_present(server: KVProcess, expected: dict[bytes, bytes]) -> None:
+    keys = sorted(expected)
+    assert server.redis().mget(keys) == [expected[k] for k in keys]
+    for key in [k for k in keys if b":cli:" in k]:
+        assert redis_cli(server.port, "GET", key.decode()) == expected[key].decode()
+
+
+def test_values_survive_sigkill_of_the_server_and_of_the_server_with_its_bookies(servers, tmp_path):
+    server = servers(data_dir=tmp_path / "data", args=("--snapshot-every", "150", "--roll-entries", "20"))
+    server.start().wait_role(b"master")
+    expected = write_everything(server, "first", 400)
+
+    server.kill()                                        # the server only; its bookies follow on their own
+    server.start().wait_role(b"master")
+    assert_present(server, expected)
+    assert server.redis().info("persistence")["snapshot_position"]     # it started from a snapshot
+    assert 3500 < server.redis().ttl("first:ttl") <= 3600
+    expected |= write_everything(server, "second", 300)
+
+    server.kill(with_bookies=True)                       # the server and every bookie at once
+    server.start().wait_role(b"master")
+    assert_present(server, expected)
+    assert server.redis().dbsize() == len(expected)
+
+
+def test_failover_keeps_every_acked_write_and_the_old_leader_comes_back_as_a_follower(servers, tmp_path):
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), storage="files") as cluster:
+        a = servers(metadata=cluster.metadata_url).start()
+        a.wait_role(b"master")
+        b = servers(metadata=cluster.metadata_url).start()
+        assert b.wait_role(b"slave")[1:3] == [b"127.0.0.1", a.port]
+        expected = write_everything(a, "before", 300)
+
+        acked: dict[bytes, bytes] = {}
+        attempted: list[bytes] = []
+        stop = threading.Event()
+
+        def writer() -> None:                            # writes until the leader dies under it
+            r = a.redis(socket_timeout=5)
+            i = 0
+            while not stop.is_set():
+                key, value = f"live:{i}".encode(), f"v{i}".encode()
+                attempted.append(key)
+                try:
+                    if r.set(key, value):
+                        acked[key] = value
+                except redis.RedisError:
+                    return
+                i += 1
+        thread = threading.Thread(target=writer)
+        thread.start()
+        wait_until(lambda: len(acked) >= 200, 30, message="writes acknowledged before the kill")
+        a.kill()
+        killed = time.monotonic()
+        thread.join(30)
+        stop.set()
+
+        b.wait_role(b"master", timeout=30)
+        took = time.monotonic() - killed
+        assert took < 10, f"failover took {took:.1f} s"
+        expected |= acked
+        assert_present(b, expected)
+        expected |= write_everything(b, "after", 100)
+
+        a.start()                                        # the old leader, restarted, must follow
+        assert a.wait_role(b"slave")[1:3] == [b"127.0.0.1", b.port]
+        with pytest.raises(redis.ReadOnlyError, match=f"Leader: {b.address}"):
+            a.redis().set("behind-its-back", "x")
+        assert redis_cli(a.port, "SET", "behind-its-back", "x") == f"READONLY You can't write against a read " \
+                                                                  f"only replica. Leader: {b.address}"
+        leader_records = b.redis().info("replication")["applied_records"]
+        wait_until(lambda: a.redis().info("replication")["applied_records"] == leader_records, 30)
+        assert_present(a, expected)
+        in_doubt = {attempted[-1]}                       # sent when the leader died: it may or may not be in
+        keys = set(b.redis().keys("*"))
+        assert keys - set(expected) <= in_doubt and set(a.redis().keys("*")) == keys
+        assert b.redis().get("behind-its-back") is None
+
+
+def test_redis_benchmark_and_redis_cli_work_unchanged(servers, tmp_path):
+    server = servers(data_dir=tmp_path / "data").start()
+    server.wait_role(b"master")
+    done = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(server.port), "-t", "set,get,incr,mset",
+                           "-n", "2000", "-c", "20", "-r", "1000", "-q"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rates = dict(re.findall(r"(SET|GET|INCR|MSET \(10 keys\)): ([\d.]+) requests per second", done.stdout))
+    assert set(rates) == {"SET", "GET", "INCR", "MSET (10 keys)"} and all(float(v) > 0 for v in rates.values())
+    assert "ERR" not in done.stdout + done.stderr
+    assert int(redis_cli(server.port, "DBSIZE")) > 0
+    counters = server.redis().keys("counter:*")
+    assert sum(int(v) for v in server.redis().mget(counters)) == 2000      # every INCR applied once
+    scanned = subprocess.run(["redis-cli", "-p", str(server.port), "--scan", "--pattern", "key:*"],
+                             capture_output=True, text=True, timeout=30)
+    assert scanned.returncode == 0
+    assert sorted(scanned.stdout.split()) == sorted(k.decode() for k in server.redis().keys("key:*"))
+    piped = subprocess.run(["redis-cli", "-p", str(server.port)], input="SET piped yes\nGET piped\nNOSUCH\nPING\n",
+                           capture_output=True, text=True, timeout=30)
+    assert [line for line in piped.stdout.splitlines() if line] == [
+        "OK", "yes", "ERR unknown command 'NOSUCH', with args beginning with: ", "PONG"]
+    assert "role:master" in redis_cli(server.port, "INFO", "replication")
+
+
+def test_a_restart_waits_until_bookies_of_the_previous_run_release_their_ports(tmp_path):
+    data = str(tmp_path / "data")
+    with LocalCluster(bookies=1, data_dir=data, storage="memory") as cluster:
+        port = int(cluster.addresses[0].rsplit(":", 1)[1])
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", port))
+    squatter.listen()
+    # Like a bookie of a killed run that is still shutting down: it lets go of its port later.
+    release = threading.Timer(3.0, squatter.close)
+    release.start()
+    try:
+        with LocalCluster(bookies=1, data_dir=data, storage="memory") as cluster:
+            assert cluster.is_running(0) and cluster.addresses == [f"127.0.0.1:{port}"]
+    finally:
+        release.cancel()
+        squatter.close()
