@@ -17,10 +17,11 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from typing import Callable
 from urllib.parse import parse_qsl, urlsplit
 
-from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
+from walkit.errors import SessionLost, BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
 from walkit.plugins.metadata import check_key as _check_key
 from walkit.spi import SessionState
 
@@ -29,7 +30,8 @@ CREATE TABLE IF NOT EXISTS nodes (
     key TEXT PRIMARY KEY,
     value BLOB NOT NULL,
     version INTEGER NOT NULL,
-    expires_ms INTEGER            -- NULL: persistent; else ephemeral, absent once past
+    expires_ms INTEGER,           -- NULL: persistent; else ephemeral, absent once past
+    owner TEXT                    -- the session (store instance) that holds an ephemeral key
 );
 CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
@@ -94,14 +96,18 @@ class SqliteMetadataStore:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(nodes)")}
+            if "owner" not in columns:      # a file made before sessions had owners
+                self._db.execute("ALTER TABLE nodes ADD COLUMN owner TEXT")
         except (OSError, sqlite3.Error) as exc:
             raise MetadataError(f"cannot open sqlite metadata at {path}: {exc}") from exc
         self._lock = threading.RLock()
         self._registrations: dict[str, _Registration] = {}
+        self._values: dict[str, bytes] = {}       # registered values, to register again in a new session
         self._watches: set[_PollingWatch] = set()
         self._listeners: list[Callable[[SessionState], None]] = []
         self._closed = threading.Event()
-        self._data_version = -1
+        self._session = uuid.uuid4().hex      # owner of this store's ephemeral rows; renewed when lost
         self._thread = threading.Thread(target=self._background, name="walkit-sqlite-meta", daemon=True)
         self._thread.start()
 
@@ -214,32 +220,47 @@ class SqliteMetadataStore:
         return self._run(work)
 
     def register(self, key: str, value: bytes) -> _Registration:
-        """register creates an ephemeral key; a live registration of another process is NodeExists.
+        """register creates an ephemeral key; a live registration of another session is NodeExists.
 
         A stale row left by a killed process expires after `ttl` seconds; one of this store is
-        replaced.
+        replaced. Rows carry this store's session id: heartbeats, updates and deletes touch only
+        rows of the session, so a paused process that wakes up never refreshes or removes the
+        registration of whoever took the key over.
         """
         _check_key(key)
-
-        def work(c: sqlite3.Cursor) -> None:
-            if self._live(c, key) is not None and key not in self._registrations:
-                raise NodeExists(f"metadata key {key!r} is registered by a live session")
-            c.execute("INSERT OR REPLACE INTO nodes (key, value, version, expires_ms) VALUES (?, ?, 0, ?)",
-                      (key, bytes(value), _now_ms() + int(self.ttl * 1000)))
-        self._run(work)
+        self._insert_ephemeral(key, value)
         registration = self._registrations[key] = _Registration(self, key)
+        self._values[key] = bytes(value)
         return registration
 
-    def _update_ephemeral(self, key: str, value: bytes) -> None:
+    def _insert_ephemeral(self, key: str, value: bytes) -> None:
+        session = self._session
+
         def work(c: sqlite3.Cursor) -> None:
-            c.execute("UPDATE nodes SET value = ?, version = version + 1, expires_ms = ? WHERE key = ?",
-                      (bytes(value), _now_ms() + int(self.ttl * 1000), key))
+            row = c.execute("SELECT expires_ms, owner FROM nodes WHERE key = ?", (key,)).fetchone()
+            if row is not None and (row[0] is None or row[0] >= _now_ms()) and row[1] != session:
+                raise NodeExists(f"metadata key {key!r} is registered by a live session")
+            c.execute("INSERT OR REPLACE INTO nodes (key, value, version, expires_ms, owner) VALUES (?, ?, 0, ?, ?)",
+                      (key, bytes(value), _now_ms() + int(self.ttl * 1000), session))
         self._run(work)
 
+    def _update_ephemeral(self, key: str, value: bytes) -> None:
+        session = self._session
+
+        def work(c: sqlite3.Cursor) -> int:
+            return c.execute("UPDATE nodes SET value = ?, version = version + 1, expires_ms = ? "
+                             "WHERE key = ? AND owner = ? AND expires_ms >= ?",
+                             (bytes(value), _now_ms() + int(self.ttl * 1000), key, session, _now_ms())).rowcount
+        if not self._run(work):
+            raise SessionLost(f"the registration of {key!r} expired (its session was lost)")
+        self._values[key] = bytes(value)
+
     def _end_registration(self, key: str) -> None:
+        self._values.pop(key, None)
         if self._registrations.pop(key, None) is None or self._closed.is_set():
             return
-        self._run(lambda c: c.execute("DELETE FROM nodes WHERE key = ? AND expires_ms IS NOT NULL", (key,)))
+        session = self._session
+        self._run(lambda c: c.execute("DELETE FROM nodes WHERE key = ? AND owner = ?", (key, session)))
 
     def watch(self, prefix: str, callback: Callable[[str], None]) -> _PollingWatch:
         """watch calls `callback(key)` from the store's thread after keys under `prefix` change."""
@@ -296,16 +317,43 @@ class SqliteMetadataStore:
             try:
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + beat_every
-                    keys = list(self._registrations)
-                    if keys:
-                        expires = _now_ms() + int(self.ttl * 1000)
-                        self._run(lambda c: c.executemany(
-                            "UPDATE nodes SET expires_ms = ? WHERE key = ? AND expires_ms IS NOT NULL",
-                            [(expires, k) for k in keys]))
+                    self._heartbeat()
                 if self._watches:
                     self._poll_watches()
             except MetadataError:
                 continue     # the file is busy or gone for a moment; the next round retries
+
+    def _heartbeat(self) -> None:
+        """_heartbeat pushes this session's registrations forward; a lapsed one means the session is lost.
+
+        Like a ZooKeeper session that expired (for example while the process was paused), a
+        lapsed registration ends the session: listeners hear LOST, a new session re-registers
+        the keys still registered (those free to take) and listeners hear CONNECTED.
+        """
+        keys = list(self._registrations)
+        if not keys:
+            return
+        now, session = _now_ms(), self._session
+        expires = now + int(self.ttl * 1000)
+
+        def work(c: sqlite3.Cursor) -> int:
+            return sum(c.execute("UPDATE nodes SET expires_ms = ? WHERE key = ? AND owner = ? AND expires_ms >= ?",
+                                 (expires, k, session, now)).rowcount for k in keys)
+        if self._run(work) == len(keys):
+            return
+        # Like ZooKeeper expiring a session: every ephemeral row of the old session goes.
+        self._run(lambda c: c.execute("DELETE FROM nodes WHERE owner = ?", (session,)))
+        self._session = uuid.uuid4().hex
+        for listener in list(self._listeners):
+            listener(SessionState.LOST)
+        for key in list(self._registrations):
+            try:
+                self._insert_ephemeral(key, self._values[key])
+            except NodeExists:
+                self._registrations.pop(key, None)
+                self._values.pop(key, None)
+        for listener in list(self._listeners):
+            listener(SessionState.CONNECTED)
 
     def _poll_watches(self) -> None:
         for watch in list(self._watches):
