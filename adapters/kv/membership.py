@@ -25,7 +25,7 @@ from walkit.errors import LogTruncated, NoSuchLedger, NoSuchLog, Timeout, Walkit
 from walkit.adapters.kv.replica import FOLLOWER, PROMOTING, STOPPED, Replica
 from walkit.adapters.kv.resp import ReplyError
 from walkit.adapters.kv.snapshot import (
-    Image, SnapshotPointer, delete_quietly, load_snapshot, publish, read_pointer, write_snapshot,
+    Image, SnapshotPointer, collect_garbage, delete_quietly, load_snapshot, publish, read_pointer, write_snapshot,
 )
 from walkit.adapters.kv.state import State
 from walkit.adapters.kv.tailer import Tailer, read_from
@@ -281,8 +281,7 @@ class Membership:
                 delete_quietly(self.client, written.ledger_id)
             else:
                 pointer = written
-                if replaced is not written:
-                    delete_quietly(self.client, replaced.ledger_id)
+                collect_garbage(self.client, self.name, written)     # the replaced one, and any leaked
                 deleted = writer.truncate(before=image.position)
                 log.info("snapshot at %s: %d keys in ledger %d; truncated ledgers %s", image.position,
                          written.keys, written.ledger_id, deleted or "none")

@@ -188,6 +188,30 @@ def _decode_chunk(data: bytes):
         raise SnapshotError("a snapshot chunk is truncated")
 
 
+def collect_garbage(client, name: str, pointer: SnapshotPointer) -> list[int]:
+    """collect_garbage deletes the store's snapshot ledgers at or before `pointer` except its own.
+
+    The pointer only moves forward, so such a ledger can never be published again: it is the
+    previous snapshot, or one whose writer died before publishing it. Ledgers of snapshots
+    past the pointer are left alone (their writer may still publish them); once a later
+    snapshot is published they are collected too. Returns the deleted ledger ids.
+    """
+    deleted = []
+    for ledger_id in client.list_ledgers():
+        if ledger_id == pointer.ledger_id:
+            continue
+        try:
+            custom = client.ledger_metadata(ledger_id).custom
+        except NoSuchLedger:
+            continue
+        if custom.get("kv") != name or "snapshot" not in custom:
+            continue
+        if Position.parse(custom["snapshot"]) <= pointer.position:
+            delete_quietly(client, ledger_id)
+            deleted.append(ledger_id)
+    return deleted
+
+
 def delete_quietly(client, ledger_id: int) -> None:
     """delete_quietly deletes a snapshot ledger that is no longer pointed to (absent is fine)."""
     try:

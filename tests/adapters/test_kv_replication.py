@@ -12,7 +12,8 @@ import pytest
 from walkit import Position
 from walkit.adapters.kv.membership import Membership
 from walkit.adapters.kv.replica import Replica
-from walkit.adapters.kv.snapshot import read_pointer
+from walkit import Position
+from walkit.adapters.kv.snapshot import Image, read_pointer, write_snapshot
 from walkit.adapters.kv.tailer import Tailer, read_from
 from walkit.errors import LogTruncated
 
@@ -125,6 +126,8 @@ def test_snapshots_truncate_the_log_and_new_replicas_start_from_them(kv_nodes, m
     a = kv_nodes(snapshot_every=200, roll_entries=20)
     wait_until(lambda: a.is_leader, 10)
     r = a.redis()
+    leaked = write_snapshot(a.new_client(), "test", Image({}, {}, Position(0, 0), 0, 0), ensemble=3,
+                            write_quorum=2, ack_quorum=2)      # as if its writer died before publishing it
     for i in range(1000):
         r.set(f"key{i}", i, ex=3600 if i % 2 else None)
     r.set("gone", "soon", px=1)
@@ -135,6 +138,9 @@ def test_snapshots_truncate_the_log_and_new_replicas_start_from_them(kv_nodes, m
     pointer, _ = read_pointer(client.store, "test")
     segments = client.log_metadata("kv-test").segments
     assert segments[0].ledger_id >= pointer.position.ledger_id > 0    # ledgers before the snapshot are gone
+    snapshot_ledgers = [i for i in client.list_ledgers() if "snapshot" in client.ledger_metadata(i).custom]
+    assert snapshot_ledgers == [pointer.ledger_id]                     # earlier and leaked ones collected
+    assert leaked.ledger_id not in client.list_ledgers()
     b = kv_nodes(snapshot_every=200, roll_entries=20)
     wait_until(lambda: b.replica.snapshot_position is not None, 10, message="b loads the snapshot")
     follower = b.redis()
