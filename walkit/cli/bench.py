@@ -1,0 +1,56 @@
+"""walkit.cli.bench: `walkit bench`, the benchmark harness with peers side by side."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from walkit.cli.common import friendly, main
+
+
+# -- bench -----------------------------------------------------------------------------------
+@main.command()
+@click.option("--bookies", type=int, default=3, show_default=True, help="Bookie processes.")
+@click.option("--ensemble", "-e", type=int, default=3, show_default=True, help="Ensemble size E.")
+@click.option("--write-quorum", "-w", type=int, default=2, show_default=True, help="Write quorum Qw.")
+@click.option("--ack-quorum", "-a", type=int, default=2, show_default=True, help="Ack quorum Qa.")
+@click.option("--size", type=int, default=1024, show_default=True, help="Payload bytes per entry.")
+@click.option("--entries", type=int, default=50000, show_default=True, help="Appends in the throughput phase.")
+@click.option("--window", type=int, default=1000, show_default=True, help="Appends in flight.")
+@click.option("--storage", default="files", show_default=True, help="Bookie storage: files, sqlite, memory.")
+@click.option("--runs", type=int, default=3, show_default=True, help="Runs per phase; medians are reported.")
+@click.option("--peers", default="", metavar="LIST",
+              help="Also run peers through the same harness: comma-separated etcd,nats,zookeeper.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write results as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw throughput over time and latency to this PNG (needs matplotlib).")
+@friendly
+def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, storage, runs, peers,
+          json_path, plot_path) -> None:
+    """Benchmark appends (throughput, latency), catch-up reads and recovery on a LocalCluster.
+
+    Every phase runs RUNS times on fresh bookie processes; medians are printed. With --peers,
+    etcd (3 members), NATS JetStream (R3) and ZooKeeper run the same appends, back to back, and
+    a table of ratios is printed.
+    """
+    from walkit import bench as harness
+    config = harness.BenchConfig(bookies=bookies, ensemble=ensemble, write_quorum=write_quorum,
+                                 ack_quorum=ack_quorum, size=size, entries=entries, window=window,
+                                 storage=storage, runs=runs)
+    config.validate()
+    total = runs * (entries + config.latency_entries)
+    with click.progressbar(length=total, label="walkit appends", file=sys.stderr) as bar:
+        result = harness.run(config, progress=bar.update)
+    if peers:
+        from walkit.bench_peers import run_peers
+        result["peers"] = run_peers([p.strip() for p in peers.split(",") if p.strip()], config)
+    for line in harness.summary_lines(result):
+        click.echo(line)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1)
+    if plot_path:
+        harness.plot(result, plot_path)
+        click.echo(f"plot: {plot_path}")

@@ -1,0 +1,53 @@
+"""walkit.cli.common holds what every `walkit` command shares: the `main` group, options, errors."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import click
+
+from walkit.errors import WalkitError
+
+DEFAULT_DATA_DIR = "walkit-data"
+
+
+def default_metadata() -> str:
+    """default_metadata is the embedded cluster's metadata URI under ./walkit-data."""
+    return f"sqlite://{os.path.abspath(os.path.join(DEFAULT_DATA_DIR, 'metadata.db'))}"
+
+
+def friendly(fn):
+    """friendly turns walkit errors into one-line messages and exit status 1."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except WalkitError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    return wrapper
+
+
+metadata_option = click.option(
+    "--metadata", "metadata", envvar="WALKIT_METADATA", default=None, metavar="URI",
+    help="Metadata store: sqlite:///path, zk://host:port/root or etcd://host:port/root "
+         "[env WALKIT_METADATA; default: the embedded cluster under ./walkit-data].")
+password_option = click.option("--password", default="", help="Ledger password.")
+
+
+def client_for(metadata: str | None):
+    from walkit.client.api import Client
+    return Client(metadata or default_metadata())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """walkit: a replicated write-ahead log (Apache BookKeeper's protocol in Python).
+
+    Start an embedded cluster with `walkit local`, then create, append to and read ledgers
+    from another terminal. Every command has --help.
+    """
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")

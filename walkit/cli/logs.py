@@ -1,0 +1,141 @@
+"""walkit.cli.logs: `walkit log append|read|tail|list|info|truncate`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from walkit.cli.common import client_for, friendly, main, metadata_option, password_option
+from walkit.errors import WalkitError
+
+
+# -- log -------------------------------------------------------------------------------------
+@main.group(name="log")
+def log_group() -> None:
+    """Append to, read, tail, inspect and truncate logs (unbounded, single-writer)."""
+
+
+def _print_record(record, fmt: str) -> None:
+    payload = record.payload
+    if fmt == "json":
+        click.echo(json.dumps({"position": str(record.position),
+                               "payload": payload.decode("utf-8", "backslashreplace")}))
+    elif fmt == "hex":
+        click.echo(f"{record.position}\t{payload.hex()}")
+    else:
+        click.echo(f"{record.position}\t{payload.decode('utf-8', 'backslashreplace')}")
+
+
+format_option = click.option("--format", "fmt", type=click.Choice(["text", "hex", "json"]), default="text",
+                             show_default=True, help="How payloads are printed.")
+
+
+@log_group.command(name="append")
+@metadata_option
+@password_option
+@click.argument("name")
+@click.argument("data", nargs=-1)
+@click.option("--file", "-f", "source", type=click.File("rb"), default=None,
+              help="Append the lines of this file ('-': standard input) instead of DATA.")
+@click.option("--roll-entries", type=int, default=0, help="Roll to a new ledger every N records (new logs).")
+@friendly
+def log_append(metadata, password, name, data, source, roll_entries) -> None:
+    """Append DATA (one record per argument) or lines of a file to log NAME.
+
+    Opening the log for writing fences its previous writer. Prints each record's position
+    (LEDGER:ENTRY).
+    """
+    payloads = [d.encode() for d in data] if source is None else [line.rstrip(b"\n") for line in source]
+    with client_for(metadata) as client:
+        options = {"roll_entries": roll_entries} if roll_entries else {}
+        with client.open_log(name, password=password, **options) as writer:
+            futures = [writer.append_async(p) for p in payloads]
+            for future in futures:
+                click.echo(str(future.result()))
+
+
+@log_group.command(name="read")
+@metadata_option
+@password_option
+@click.argument("name")
+@click.option("--from", "start", default=None, metavar="LEDGER:ENTRY", help="Start at this position.")
+@click.option("--follow", is_flag=True, help="Keep reading new records as they are appended (Ctrl-C to stop).")
+@format_option
+@friendly
+def log_read(metadata, password, name, start, follow, fmt) -> None:
+    """Print the records of log NAME in order: position, then payload."""
+    from walkit.core.log import Position
+    with client_for(metadata) as client:
+        position = Position.parse(start) if start else None
+        try:
+            for record in client.read_log(name, start=position, follow=follow, password=password):
+                _print_record(record, fmt)
+        except KeyboardInterrupt:
+            pass
+
+
+@log_group.command(name="tail")
+@metadata_option
+@password_option
+@click.argument("name")
+@format_option
+@friendly
+def log_tail(metadata, password, name, fmt) -> None:
+    """Print records appended to log NAME from now on, as they arrive (Ctrl-C to stop)."""
+    from walkit.core.log import Position
+    with client_for(metadata) as client:
+        segments = client.log_metadata(name).segments
+        start = None
+        if segments:
+            last = segments[-1]
+            if last.is_closed:
+                start = Position(last.ledger_id + 1, 0)
+            else:
+                lac = client.open_ledger(last.ledger_id, password=password).last_add_confirmed
+                start = Position(last.ledger_id, lac + 1)
+        try:
+            for record in client.read_log(name, start=start, follow=True, password=password):
+                _print_record(record, fmt)
+        except KeyboardInterrupt:
+            pass
+
+
+@log_group.command(name="list")
+@metadata_option
+@friendly
+def log_list(metadata) -> None:
+    """List logs with their number of ledgers."""
+    with client_for(metadata) as client:
+        for name in client.list_logs():
+            try:
+                segments = client.log_metadata(name).segments
+            except WalkitError:
+                continue
+            click.echo(f"{name}\tledgers={len(segments)}")
+
+
+@log_group.command(name="info")
+@metadata_option
+@click.argument("name")
+@friendly
+def log_info(metadata, name) -> None:
+    """Print the metadata of log NAME (config and ledgers) as JSON."""
+    with client_for(metadata) as client:
+        click.echo(json.dumps(json.loads(client.log_metadata(name).to_bytes()), indent=2))
+
+
+@log_group.command(name="truncate")
+@metadata_option
+@password_option
+@click.argument("name")
+@click.option("--before", required=True, metavar="LEDGER:ENTRY",
+              help="Delete the whole ledgers that end before this position.")
+@friendly
+def log_truncate(metadata, password, name, before) -> None:
+    """Delete the ledgers of log NAME that end before a position (this fences the log's writer)."""
+    from walkit.core.log import Position
+    with client_for(metadata) as client:
+        with client.open_log(name, password=password) as writer:
+            deleted = writer.truncate(before=Position.parse(before))
+        click.echo(f"deleted ledgers: {', '.join(map(str, deleted)) or 'none'}")

@@ -1,0 +1,137 @@
+"""walkit.cli.servers: `walkit bookie`, `walkit local`, `walkit bookies list` and `walkit plugins`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import click
+
+from walkit.cli.common import DEFAULT_DATA_DIR, client_for, default_metadata, friendly, main, metadata_option
+
+
+# -- bookie ----------------------------------------------------------------------------------
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="TOML file with bookie settings (keys as below, with underscores); flags override it.")
+@metadata_option
+@click.option("--storage", default=None, metavar="URI",
+              help="Entry storage: files:///dir, sqlite:///path/bookie.db or memory:// "
+                   "[default: files under ./walkit-data/bookie-PORT].")
+@click.option("--host", default=None, help="Interface to listen on [default: 127.0.0.1].")
+@click.option("--port", type=int, default=None, help="TCP port; 0 picks a free one [default: 3181].")
+@click.option("--max-frame-bytes", type=int, default=None,
+              help="Largest request frame accepted; larger ones get BAD_REQUEST [default: 64 MiB].")
+@click.option("--max-batch-frames", type=int, default=None,
+              help="Most frames taken per group commit round [default: 1024].")
+@click.option("--group-wait-ms", type=float, default=None,
+              help="After the first add of a group, wait this long for more before the sync "
+                   "(BookKeeper's journalMaxGroupWaitMSec) [default: 0].")
+@click.option("--group-max-entries", type=int, default=None,
+              help="Stop waiting once this many entries await the sync [default: 20000].")
+@click.option("--gc-interval", "gc_interval_s", type=float, default=None,
+              help="Seconds between garbage collections of deleted ledgers and compactions [default: 60].")
+@click.option("--disk-usage-threshold", type=float, default=None,
+              help="Fraction of the disk in use at which the bookie turns read-only [default: 0.95].")
+@click.option("--disk-usage-lwm", type=float, default=None,
+              help="Fraction of the disk in use below which it is writable again [default: 0.90].")
+@click.option("--disk-check-interval", "disk_check_interval_s", type=float, default=None,
+              help="Seconds between disk usage checks [default: 5].")
+@click.option("--exit-with-parent", is_flag=True, hidden=True,
+              help="Exit when the parent process dies (used by LocalCluster).")
+@friendly
+def bookie(config_path, metadata, exit_with_parent, **flags) -> None:
+    """Run one bookie (a storage server) until SIGTERM or Ctrl-C.
+
+    The bookie registers itself in the metadata store, serves adds and reads on a ZeroMQ ROUTER
+    socket at HOST:PORT, acknowledges an add only once its storage synced it (one sync per
+    group of requests), turns read-only when its disk fills up, and deletes the data of
+    ledgers whose metadata is gone. Settings come from --config, then the flags.
+    """
+    from walkit.bookie.server import BookieConfig, BookieServer
+    logging.getLogger("walkit").setLevel(min(logging.getLogger().level, logging.INFO))
+    config = BookieConfig.load(config_path, defaults={"metadata": default_metadata()}, metadata=metadata,
+                               parent_pid=os.getppid() if exit_with_parent else None, **flags)
+    server = BookieServer(config)
+    server.serve_forever()
+    if server.failed is not None:
+        raise click.ClickException(f"storage failed: {server.failed}")
+
+
+# -- local -----------------------------------------------------------------------------------
+@main.command()
+@click.option("--bookies", type=int, default=3, show_default=True, help="Number of bookie processes.")
+@click.option("--data-dir", default=DEFAULT_DATA_DIR, show_default=True, help="Where the cluster keeps its data.")
+@click.option("--storage", default="files", show_default=True,
+              help="Bookie storage: files, sqlite, memory, or a storage URI ({i} = bookie index).")
+@click.option("--metadata", default="sqlite", show_default=True,
+              help="'sqlite' (a file in --data-dir) or a metadata URI.")
+@click.option("--demo", is_flag=True, help="Write a ledger and read it back once the cluster is up.")
+@friendly
+def local(bookies, data_dir, storage, metadata, demo) -> None:
+    """Run an embedded cluster: BOOKIES bookie processes and a metadata store, until Ctrl-C."""
+    from walkit.local import LocalCluster
+    with LocalCluster(bookies=bookies, data_dir=data_dir, storage=storage, metadata=metadata) as cluster:
+        click.echo(f"walkit local cluster: {bookies} bookies at {', '.join(cluster.addresses)}")
+        click.echo(f"metadata: {cluster.metadata_url}")
+        if demo:
+            _demo(cluster.metadata_url, bookies)
+        try:
+            # Inside the try: a Ctrl-C right after this line is a clean stop too, not "Aborted!".
+            click.echo("Ctrl-C to stop.")
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            click.echo("stopping")
+
+
+def _demo(metadata_url: str, bookies: int = 3) -> None:
+    from walkit.client.api import Client
+    ensemble = min(3, bookies)                  # the demo runs on clusters of 1 or 2 bookies too
+    with Client(metadata_url) as client:
+        writer = client.create_ledger(ensemble=ensemble, write_quorum=min(2, ensemble),
+                                      ack_quorum=min(2, ensemble), password=b"demo")
+        started = time.perf_counter()
+        futures = [writer.append_async(f"entry {i}".encode()) for i in range(1000)]
+        for future in futures:
+            future.result()
+        elapsed = time.perf_counter() - started
+        writer.close()
+        click.echo(f"demo: wrote 1000 entries to ledger {writer.ledger_id} in {elapsed * 1000:.0f} ms "
+                   f"({1000 / elapsed:,.0f} entries/s)")
+        reader = client.open_ledger(writer.ledger_id, password=b"demo")
+        entries = list(reader.read())
+        click.echo(f"demo: read back {len(entries)} entries; first {entries[0].payload!r}, "
+                   f"last {entries[-1].payload!r}")
+        ensembles = client.ledger_metadata(writer.ledger_id).ensembles
+        click.echo(f"demo: ledger {writer.ledger_id} is CLOSED on bookies {', '.join(ensembles[0])}")
+
+
+# -- bookies, plugins ------------------------------------------------------------------------
+@main.group()
+def bookies() -> None:
+    """Inspect the registered bookies."""
+
+
+@bookies.command(name="list")
+@metadata_option
+@friendly
+def list_bookies(metadata) -> None:
+    """List live bookies: address, mode and storage."""
+    with client_for(metadata) as client:
+        live = client.bookies()
+        if not live:
+            click.echo("no live bookies (start some with `walkit local` or `walkit bookie`)", err=True)
+        for address, info in sorted(live.items()):
+            click.echo(f"{address}\t{'read-only' if info.read_only else 'writable'}\t{info.storage}")
+
+
+@main.command()
+def plugins() -> None:
+    """List the installed storage and metadata plugins (URI schemes)."""
+    from walkit.plugins import METADATA_GROUP, STORAGE_GROUP, available
+    for title, group in (("storage", STORAGE_GROUP), ("metadata", METADATA_GROUP)):
+        click.echo(f"{title}:")
+        for scheme, entry_point in sorted(available(group).items()):
+            click.echo(f"  {scheme}://\t{entry_point.value}")
