@@ -13,11 +13,12 @@ from walkit.client.api import Client, ReadHandle, WriteHandle
 from walkit.client.log import LogRecord, LogWriter
 from walkit.core.log import LogConfig, LogMetadata, Position
 from walkit.core.messages import Entry
+from walkit.election import LeaderElection
 from walkit.core.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
 from walkit.local import LocalCluster
 
 __all__ = [
-    "CLOSED", "Client", "Entry", "IN_RECOVERY", "LedgerMetadata", "LocalCluster", "LogConfig", "LogMetadata",
+    "CLOSED", "Client", "Entry", "IN_RECOVERY", "LeaderElection", "LedgerMetadata", "LocalCluster", "LogConfig", "LogMetadata",
     "LogRecord", "LogWriter", "OPEN", "Position", "ReadHandle", "WriteHandle", "errors",
 ]
 __version__ = "0.1.0"

@@ -111,7 +111,14 @@ class MetadataStore(Protocol):
     in walkit itself, so every backend gets them unchanged.
 
     Errors: NodeExists, NoSuchKey, BadVersion, SessionLost and MetadataError from walkit.errors.
-    Every call returns or raises within the store's `timeout` (seconds).
+    Every call returns or raises within the store's `timeout` (seconds). A write cut off by a
+    lost connection may fail with a MetadataError saying its outcome is unknown (it may or may
+    not have been applied); callers re-read before deciding.
+
+    Left to each backend: whether the parents of a key exist as keys of their own (ZooKeeper's
+    do, as empty znodes; SQLite's and etcd's do not), so callers neither read nor delete
+    parents. Watch callbacks are at-least-once and may name a parent path or the prefix itself.
+    The key prefix ``.counters/`` is reserved for `next_id`.
     """
 
     @classmethod

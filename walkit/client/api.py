@@ -89,7 +89,10 @@ class Client:
         """create_ledger makes a new ledger on `ensemble` random live bookies and opens it for writing.
 
         It raises ConfigError unless ensemble >= write_quorum >= ack_quorum >= 1, and
-        NotEnoughBookies when fewer than `ensemble` writable bookies are registered.
+        NotEnoughBookies when fewer than `ensemble` writable bookies are registered. Creating
+        takes three metadata calls (pick bookies, draw an id, create the record), each bounded
+        by the metadata store's own timeout; `timeout` becomes the default timeout of the
+        returned handle's blocking calls.
         """
         self._check_open()
         check_quorums(ensemble, write_quorum, ack_quorum)
