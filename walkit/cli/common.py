@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 
@@ -51,3 +52,21 @@ def main(verbose: int) -> None:
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+format_option = click.option("--format", "fmt", type=click.Choice(["text", "hex", "json"]), default="text",
+                             show_default=True, help="How payloads are printed.")
+
+
+def echo_payload(key: str, label, payload: bytes, fmt: str) -> None:
+    """echo_payload prints one record: `label` (an entry id or position), a tab, then the payload.
+
+    `fmt` is text (UTF-8, undecodable bytes escaped), hex, or json ({key: label, "payload": text}).
+    """
+    if fmt == "json":
+        label = label if isinstance(label, int) else str(label)
+        click.echo(json.dumps({key: label, "payload": payload.decode("utf-8", "backslashreplace")}))
+    elif fmt == "hex":
+        click.echo(f"{label}\t{payload.hex()}")
+    else:
+        click.echo(f"{label}\t{payload.decode('utf-8', 'backslashreplace')}")

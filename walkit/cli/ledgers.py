@@ -6,7 +6,7 @@ import json
 
 import click
 
-from walkit.cli.common import client_for, friendly, main, metadata_option, password_option
+from walkit.cli.common import echo_payload, format_option, client_for, friendly, main, metadata_option, password_option
 from walkit.errors import WalkitError
 
 
@@ -81,20 +81,14 @@ def append(metadata, password, ensemble, write_quorum, ack_quorum, digest, sourc
 @click.option("--first", type=int, default=0, show_default=True, help="First entry to read.")
 @click.option("--last", type=int, default=None, help="Last entry to read [default: the last confirmed one].")
 @click.option("--recover", is_flag=True, help="Fence and recover the ledger first (stops its writer).")
-@click.option("--format", "fmt", type=click.Choice(["text", "hex", "json"]), default="text", show_default=True)
+@format_option
 @friendly
 def read(metadata, password, ledger_id, first, last, recover, fmt) -> None:
     """Print the entries of LEDGER_ID, one per line: entry id, then payload."""
     with client_for(metadata) as client:
         reader = client.open_ledger(ledger_id, password=password, recover=recover)
         for entry in reader.read(first, last):
-            if fmt == "json":
-                click.echo(json.dumps({"entry_id": entry.entry_id,
-                                       "payload": entry.payload.decode("utf-8", "backslashreplace")}))
-            elif fmt == "hex":
-                click.echo(f"{entry.entry_id}\t{entry.payload.hex()}")
-            else:
-                click.echo(f"{entry.entry_id}\t{entry.payload.decode('utf-8', 'backslashreplace')}")
+            echo_payload("entry_id", entry.entry_id, entry.payload, fmt)
 
 
 @ledger.command()

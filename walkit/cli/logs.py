@@ -6,7 +6,7 @@ import json
 
 import click
 
-from walkit.cli.common import client_for, friendly, main, metadata_option, password_option
+from walkit.cli.common import echo_payload, format_option, client_for, friendly, main, metadata_option, password_option
 from walkit.errors import WalkitError
 
 
@@ -14,21 +14,6 @@ from walkit.errors import WalkitError
 @main.group(name="log")
 def log_group() -> None:
     """Append to, read, tail, inspect and truncate logs (unbounded, single-writer)."""
-
-
-def _print_record(record, fmt: str) -> None:
-    payload = record.payload
-    if fmt == "json":
-        click.echo(json.dumps({"position": str(record.position),
-                               "payload": payload.decode("utf-8", "backslashreplace")}))
-    elif fmt == "hex":
-        click.echo(f"{record.position}\t{payload.hex()}")
-    else:
-        click.echo(f"{record.position}\t{payload.decode('utf-8', 'backslashreplace')}")
-
-
-format_option = click.option("--format", "fmt", type=click.Choice(["text", "hex", "json"]), default="text",
-                             show_default=True, help="How payloads are printed.")
 
 
 @log_group.command(name="append")
@@ -70,7 +55,7 @@ def log_read(metadata, password, name, start, follow, fmt) -> None:
         position = Position.parse(start) if start else None
         try:
             for record in client.read_log(name, start=position, follow=follow, password=password):
-                _print_record(record, fmt)
+                echo_payload("position", record.position, record.payload, fmt)
         except KeyboardInterrupt:
             pass
 
@@ -96,7 +81,7 @@ def log_tail(metadata, password, name, fmt) -> None:
                 start = Position(last.ledger_id, lac + 1)
         try:
             for record in client.read_log(name, start=start, follow=True, password=password):
-                _print_record(record, fmt)
+                echo_payload("position", record.position, record.payload, fmt)
         except KeyboardInterrupt:
             pass
 
