@@ -64,3 +64,14 @@ def test_delete_log_removes_it_and_its_ledgers(memory_cluster):
     assert "gone" not in client.list_logs()
     assert not set(ledgers) & set(client.list_ledgers())
     assert Position(1, 2) < Position(2, 0)
+
+
+def test_reopening_deletes_the_previous_writers_empty_ledger(memory_cluster):
+    client = memory_cluster.client()
+    first = client.open_log("idle")
+    empty_ledger = first.ledger_id                     # the first writer appends nothing
+    second = client.open_log("idle")                   # fences it; its ledger holds no entry
+    assert client.log_metadata("idle").ledger_ids == [second.ledger_id]
+    assert empty_ledger not in client.list_ledgers()
+    second.append(b"r")
+    second.close()

@@ -52,12 +52,16 @@ def log_read(metadata, password, name, start, follow, fmt) -> None:
     """Print the records of log NAME in order: position, then payload."""
     from walkit.core.log import Position
     with client_for(metadata) as client:
-        position = Position.parse(start) if start else None
-        try:
-            for record in client.read_log(name, start=position, follow=follow, password=password):
-                echo_payload("position", record.position, record.payload, fmt)
-        except KeyboardInterrupt:
-            pass
+        _print_records(client, name, Position.parse(start) if start else None, follow, password, fmt)
+
+
+def _print_records(client, name: str, start, follow: bool, password: str, fmt: str) -> None:
+    """_print_records prints the records of a log from `start` until its end (or Ctrl-C when following)."""
+    try:
+        for record in client.read_log(name, start=start, follow=follow, password=password):
+            echo_payload("position", record.position, record.payload, fmt)
+    except KeyboardInterrupt:
+        pass
 
 
 @log_group.command(name="tail")
@@ -79,11 +83,7 @@ def log_tail(metadata, password, name, fmt) -> None:
             else:
                 lac = client.open_ledger(last.ledger_id, password=password).last_add_confirmed
                 start = Position(last.ledger_id, lac + 1)
-        try:
-            for record in client.read_log(name, start=start, follow=True, password=password):
-                echo_payload("position", record.position, record.payload, fmt)
-        except KeyboardInterrupt:
-            pass
+        _print_records(client, name, start, True, password, fmt)
 
 
 @log_group.command(name="list")

@@ -32,7 +32,7 @@ from walkit.core.reader import LacReader, RangeReader
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import LedgerWriter
 from walkit.errors import (
-    ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, Timeout, Unauthorized,
+    ClientClosed, ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, Timeout, Unauthorized,
 )
 from walkit.plugins import open_metadata
 from walkit.registry import BookieInfo, BookieRegistry
@@ -222,7 +222,6 @@ class Client:
     # -- internals --------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
-            from walkit.errors import ClientClosed
             raise ClientClosed("the client is closed")
 
     def _get_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:

@@ -66,7 +66,9 @@ def open_log(client, name: str, *, password: bytes = b"", config: LogConfig | No
                 version = store.create(log_key(name), metadata.to_bytes())
             except NodeExists:
                 continue                      # created by a racing writer: read theirs
-        metadata = _recover_tail(client, metadata, password, timeout)
+        recovered = _recover_tail(client, metadata, password, timeout)
+        empty = set(metadata.ledger_ids) - set(recovered.ledger_ids)      # dropped: they hold no entry
+        metadata = recovered
         cfg = metadata.config
         handle = client.create_ledger(cfg.ensemble, cfg.write_quorum, cfg.ack_quorum, password=password,
                                       digest=cfg.digest, custom={"log": name}, timeout=timeout)
@@ -78,8 +80,7 @@ def open_log(client, name: str, *, password: bytes = b"", config: LogConfig | No
             log.info("log %s changed while opening (attempt %d); starting over", name, attempt + 1)
             _discard(client, handle)
             continue
-        _delete_quietly(client, {s.ledger_id for s in metadata.segments if s.entries == 0
-                                 and s.ledger_id not in proposed.ledger_ids})
+        _delete_quietly(client, empty)         # out of the list now, so nobody reads them
         return LogWriter(client, proposed, version, handle, password, timeout)
     raise LogContention(f"could not open log {name!r}: the ledger list changed {OPEN_ATTEMPTS} times "
                         "while opening (another writer keeps opening it)")
