@@ -101,6 +101,18 @@ class StorageError(WalkitError, OSError):
     """StorageError is raised when a bookie's entry storage is corrupt or failed and must be reopened."""
 
 
+class LedgerStorageError(StorageError):
+    """LedgerStorageError is raised by `EntryStorage.sync()` when only some ledgers failed.
+
+    `ledgers` names them; every other change made before the sync is durable, so a bookie fails
+    the requests of those ledgers and goes on serving the rest.
+    """
+
+    def __init__(self, message: str, ledgers) -> None:
+        super().__init__(message)
+        self.ledgers = frozenset(ledgers)
+
+
 class NoSuchLog(WalkitError, KeyError):
     """NoSuchLog is raised when a log name is not in the metadata store."""
 

@@ -62,9 +62,13 @@ class BookieRegistry:
             found[info.address] = info
         return found
 
-    def writable(self, exclude=frozenset()) -> list[str]:
-        """writable lists live, writable bookies outside `exclude`, in random order."""
-        candidates = [a for a, info in self.live().items() if not info.read_only and a not in exclude]
+    def writable(self, exclude=frozenset(), live: dict[str, BookieInfo] | None = None) -> list[str]:
+        """writable lists live, writable bookies outside `exclude`, in random order.
+
+        `live` is a listing from `live()` to use instead of reading the store again.
+        """
+        live = self.live() if live is None else live
+        candidates = [a for a, info in live.items() if not info.read_only and a not in exclude]
         random.shuffle(candidates)
         return candidates
 

@@ -104,6 +104,67 @@ def test_corrupt_crc_at_the_tail_drops_only_that_record(tmp_path, caplog):
         storage.close()
 
 
+@pytest.mark.parametrize("ledger_id, entry_id", [(3, 1 << 40), (3, 1 << 62), (-5, 0)],
+                         ids=["entry-2^40", "entry-2^62", "negative-ledger"])
+def test_a_journal_record_no_index_can_hold_is_reported_and_skipped_at_replay(tmp_path, caplog, ledger_id, entry_id):
+    """Issue 11: such a record (written by a bookie before ids were checked) once failed every restart."""
+    path, workload = str(tmp_path / "s"), Workload()
+    crash_after(path, workload, groups=2)
+    journal = journal_of(path)
+    with open(journal, "ab") as f:
+        f.write(_put_record(ledger_id, entry_id, b"unindexable"))
+        f.write(_put_record(2, 700, b"after it"))
+    with caplog.at_level(logging.ERROR, logger="walkit.storage"):
+        storage = FileStorage(path)
+    try:
+        assert any("out of range" in r.getMessage() and journal in r.getMessage() for r in caplog.records)
+        workload.check(storage, 2)
+        assert storage.get(2, 700) == b"after it"       # the records after it are replayed
+        assert storage.get(ledger_id, entry_id) is None
+    finally:
+        storage.close()
+    FileStorage(path).close()                             # and the next restart is clean too
+
+
+def test_put_refuses_ids_the_index_cannot_hold(tmp_path):
+    storage = FileStorage(str(tmp_path / "s"))
+    try:
+        for ledger_id, entry_id in [(1, FileStorage.max_entry_id + 1), (-1, 0), (1, -1)]:
+            with pytest.raises(ValueError):
+                storage.put(ledger_id, entry_id, b"x")
+        storage.put(1, FileStorage.max_entry_id, b"highest")
+        storage.sync()
+        assert storage.get(1, FileStorage.max_entry_id) == b"highest"
+    finally:
+        storage.close()
+
+
+def test_an_index_write_failure_fails_that_ledger_only(tmp_path, monkeypatch):
+    from walkit.errors import LedgerStorageError
+    from walkit.plugins.storage.files import index as index_module
+    storage = FileStorage(str(tmp_path / "s"))
+    try:
+        real = index_module.LedgerIndex._write_slots
+
+        def failing(self, ledger_id, slots):
+            if ledger_id == 13:
+                raise OSError(27, "File too large")
+            return real(self, ledger_id, slots)
+        monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+        storage.put(12, 0, b"fine")
+        storage.put(13, 0, b"doomed")
+        with pytest.raises(LedgerStorageError) as caught:
+            storage.sync()
+        assert caught.value.ledgers == {13}
+        monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", real)
+        assert storage.get(12, 0) == b"fine"
+        storage.put(12, 1, b"still working")
+        storage.sync()                                    # the storage as a whole did not fail
+        assert storage.get(12, 1) == b"still working"
+    finally:
+        storage.close()
+
+
 def test_corruption_before_later_journal_data_is_refused(tmp_path):
     path = str(tmp_path / "s")
     crash_after(path, Workload(), groups=3)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from walkit.core.bookie import (
-    BookieHandler, LedgerState, Reply, StoreEntries, StoreLedgerState, pack_entry, unpack_entry,
+    BookieHandler, BookieLimits, LedgerState, Reply, StoreEntries, StoreLedgerState, pack_entry, unpack_entry,
 )
 from walkit.core.digest import master_key
 from walkit.core.messages import (
@@ -358,3 +358,97 @@ def test_stored_entries_are_readable_after_reload():
 def test_pack_entry_unpack_entry_round_trip():
     entry = make_entry(3, b"", lac=2)
     assert unpack_entry(LEDGER_ID, 3, pack_entry(entry.lac, entry.digest, entry.payload)) == entry
+
+
+# -- requests outside the limits (issue 11) ---------------------------------------------------
+def bad_request(replies: list[Reply]) -> str:
+    """bad_request asserts one non-durable BAD_REQUEST reply and returns its message."""
+    reply = the_reply(replies)
+    assert (reply.response.status, reply.durable) == (Status.BAD_REQUEST, False), reply
+    return reply.response.message
+
+
+def test_add_to_a_negative_ledger_id_is_a_bad_request_and_stores_nothing():
+    bookie = Bookie()
+    assert "ledger id -5" in bad_request(bookie.send(add(0, ledger_id=-5)))
+    assert of_type(bookie.commands, StoreEntries) == of_type(bookie.commands, StoreLedgerState) == []
+
+
+def test_entry_id_above_the_storage_limit_is_a_bad_request_and_stores_nothing():
+    bookie = Bookie(limits=BookieLimits(max_entry_id=(1 << 40) - 1))
+    assert "entry id 1099511627776" in bad_request(bookie.send(add(1 << 40)))
+    assert of_type(bookie.commands, StoreEntries) == of_type(bookie.commands, StoreLedgerState) == []
+    assert the_reply(bookie.send(add((1 << 40) - 1, lac=-1))).response.status == Status.OK
+
+
+def test_read_of_an_entry_id_out_of_range_is_a_bad_request():
+    bookie = Bookie(limits=BookieLimits(max_entry_id=100))
+    bookie.send(add(0))
+    assert "entry id -1" in bad_request(bookie.send(read(-1)))
+    assert "entry id 101" in bad_request(bookie.send(read(101)))
+
+
+def test_digest_longer_than_255_bytes_is_a_bad_request_not_an_io_error():
+    bookie = Bookie()
+    entry = make_entry(0)._replace(digest=b"d" * 256)
+    request = AddRequest(txn=1, ledger_id=LEDGER_ID, master_key=MASTER_KEY, entries=[entry])
+    assert "digest of 256 bytes" in bad_request(bookie.send(request))
+
+
+def test_entry_carrying_a_lac_not_below_its_own_id_is_a_bad_request():
+    bookie = Bookie()
+    assert "LAC 5" in bad_request(bookie.send(add(3, lac=5)))
+    assert "LAC -7" in bad_request(bookie.send(add(3, lac=-7)))
+
+
+def test_oversized_master_key_is_a_bad_request():
+    bookie = Bookie()
+    assert "master key of 65 bytes" in bad_request(bookie.send(add(0, key=b"k" * 65)))
+    assert "master key of 65 bytes" in bad_request(bookie.send(fence(key=b"k" * 65)))
+
+
+def test_write_lac_out_of_range_is_a_bad_request():
+    bookie = Bookie()
+    bookie.send(add(0))
+    request = WriteLacRequest(txn=9, ledger_id=LEDGER_ID, master_key=MASTER_KEY, lac=-3)
+    assert "LAC -3" in bad_request(bookie.send(request))
+
+
+def test_long_poll_timeout_is_capped():
+    bookie = Bookie(limits=BookieLimits(max_long_poll_ms=500))
+    bookie.send(add(0, lac=-1))
+    bookie.tick(0)
+    bookie.send(read_lac(previous_lac=-1, timeout_ms=49 * 24 * 3600 * 1000))
+    assert bookie.tick(499) == []
+    reply = the_reply(bookie.tick(500))
+    assert (reply.response.status, reply.response.lac) == (Status.OK, -1)
+
+
+def test_long_polls_beyond_the_cap_get_too_many_requests():
+    bookie = Bookie(limits=BookieLimits(max_long_polls=2))
+    bookie.send(add(0, lac=-1))
+    assert bookie.send(read_lac(previous_lac=-1, timeout_ms=1000)) == []
+    assert bookie.send(read(0, previous_lac=-1, timeout_ms=1000)) == []
+    reply = the_reply(bookie.send(read_lac(previous_lac=-1, timeout_ms=1000)))
+    assert (reply.response.status, reply.durable) == (Status.TOO_MANY_REQUESTS, False)
+    assert bookie.handler.poll_count == 2
+
+
+def test_long_polls_of_a_peer_that_went_away_are_answered_and_dropped():
+    bookie = Bookie()
+    bookie.send(add(0, lac=-1))
+    bookie.send(read_lac(previous_lac=-1, timeout_ms=60_000))
+    other = bookie.handler.step(b"client-2", read_lac(previous_lac=-1, timeout_ms=60_000))
+    assert other == [] and bookie.handler.poll_count == 2
+    replies = bookie.storage.apply(bookie.handler.peer_gone(PEER))
+    assert [r.peer for r in replies] == [PEER]
+    assert bookie.handler.poll_count == 1
+
+
+def test_malformed_requests_change_no_state():
+    """A refused request leaves the ledger as it was: no master key claimed, no fence, no LAC."""
+    bookie = Bookie(limits=BookieLimits(max_entry_id=1000))
+    bad_request(bookie.send(add(0, 5000, key=OTHER_KEY)))
+    assert bookie.handler.lac(LEDGER_ID) == -1
+    assert bookie.storage.states == {}
+    assert the_reply(bookie.send(add(0))).response.status == Status.OK

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from walkit.core.messages import (
     AddRequest, AddResponse, Entry, ErrorResponse, ReadLacRequest, ReadLacResponse, ReadRequest,
     ReadResponse, Status, WriteLacRequest, WriteLacResponse,
 )
-from walkit.wire.codec import WireError, decode_requests, decode_responses, encode_requests, encode_responses
+from walkit.wire.codec import FrameTooBusy, WireError, decode_requests, decode_responses, encode_requests, encode_responses
 
 from .helpers import MASTER_KEY, make_entry
 
@@ -177,3 +179,30 @@ def test_an_entry_of_another_ledger_cannot_be_encoded_into_a_batch():
     request = AddRequest(txn=1, ledger_id=5, master_key=b"k", entries=[Entry(6, 0, -1, b"", b"stray")])
     with pytest.raises(ValueError, match="another ledger"):
         encode_requests([request])
+
+
+# -- frames that cost more to decode than they weigh (issue 11) -------------------------------------
+def zero_size_requests(count: int) -> bytes:
+    """zero_size_requests is a 40-byte Envelope claiming `count` requests of zero size."""
+    return struct.pack("<IIQQQQ", 0, 4, 1 << 32 | 1 << 48, 0, 1 | 7 << 32, count << 2)
+
+
+@pytest.mark.parametrize("count", [1 << 20, 1 << 22, (1 << 29) - 1])
+def test_a_tiny_frame_claiming_millions_of_requests_is_refused(count):
+    with pytest.raises(WireError, match="traversal limit"):
+        decode_requests(zero_size_requests(count))
+
+
+def test_a_frame_with_more_requests_than_the_limit_is_refused_as_too_busy():
+    frame = encode_requests([ReadLacRequest(txn=i, ledger_id=1) for i in range(11)])
+    with pytest.raises(FrameTooBusy, match="11 requests"):
+        decode_requests(frame, max_requests=10)
+    assert len(decode_requests(frame, max_requests=11)) == 11
+
+
+def test_large_real_frames_stay_within_the_traversal_limit():
+    many = [AddRequest(txn=i, ledger_id=5, master_key=b"k" * 32,
+                       entries=[Entry(5, j, j - 1, b"", b"") for j in range(2000)]) for i in range(20)]
+    assert [len(r.entries) for r in decode_requests(encode_requests(many))] == [2000] * 20
+    reads = [ReadResponse(txn=1, status=Status.OK, ledger_id=5, entries=[Entry(5, i, -1, b"", b"") for i in range(5000)])]
+    assert len(decode_responses(encode_responses(reads))[0].entries) == 5000

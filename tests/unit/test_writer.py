@@ -184,8 +184,57 @@ def test_rejected_bookie_asks_for_a_replacement_outside_the_ensemble(status):
     writer = make_writer()
     append(writer)
     commands = reject(writer, "B2", 0, status=status)
-    assert commands == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)))]
+    # Only an unreachable bookie (its connection closed) may be used again if it comes back.
+    recheck = frozenset({"B2"}) if status == Status.UNREACHABLE else frozenset()
+    assert commands == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)), recheck=recheck)]
     assert writer.changing_ensemble
+
+
+# -- a restarted bookie is used again in place (issue 11, case 5) --------------------------------
+def test_unreachable_bookie_back_with_no_spare_is_retried_in_place_without_a_metadata_change():
+    writer = make_writer(3, 3, 3)
+    append(writer, 2)
+    ack(writer, "B1", 0, 1)
+    ack(writer, "B3", 0, 1)
+    reject(writer, "B2", 0, 1, status=Status.UNREACHABLE)
+    commands = writer.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=[], back=frozenset({"B2"})))
+    assert of_type(commands, ev.WriteMetadata) == []
+    assert sent_adds(commands) == {"B2": [0, 1]}
+    assert not writer.changing_ensemble
+    assert completed(ack(writer, "B2", 0, 1)) == [1]
+    assert writer.metadata.ensembles == {0: tuple(bookies(3))}
+
+
+def test_a_spare_bookie_is_preferred_to_retrying_a_returned_one():
+    writer = make_writer(3, 3, 2)
+    append(writer)
+    reject(writer, "B2", 0, status=Status.UNREACHABLE)
+    commands = writer.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=["B4"], back=frozenset({"B2"})))
+    assert only(commands, ev.WriteMetadata).metadata.current_ensemble == ("B1", "B4", "B3")
+
+
+def test_a_bookie_that_stopped_answering_on_a_live_connection_is_not_retried_in_place():
+    writer = make_writer(3, 3, 3, add_timeout_ms=100)
+    append(writer)
+    ack(writer, "B1", 0)
+    ack(writer, "B3", 0)
+    commands = writer.step(ev.Ticked(now_ms=100))          # B2 holds its ack (SIGSTOP)
+    assert only(commands, ev.ChooseBookies).recheck == frozenset()
+    assert writer.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=[], back=frozenset({"B2"}))) == []
+    assert writer.changing_ensemble
+
+
+def test_in_place_retries_stop_once_the_bookie_was_unreachable_for_add_timeout():
+    writer = make_writer(3, 3, 3, add_timeout_ms=100)
+    append(writer)
+    reject(writer, "B2", 0, status=Status.UNREACHABLE)
+    writer.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=[], back=frozenset({"B2"})))
+    writer.step(ev.Ticked(now_ms=60))
+    reject(writer, "B2", 0, status=Status.UNREACHABLE)     # connected, then lost again
+    writer.step(ev.Ticked(now_ms=120))
+    assert writer.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=[], back=frozenset({"B2"}))) == []
+    failure = only(writer.step(ev.Ticked(now_ms=300)), ev.FailAdds)
+    assert isinstance(failure.error, NotEnoughBookies)
 
 
 def test_rejection_from_a_bookie_outside_the_ensemble_is_ignored():

@@ -18,7 +18,7 @@ import tomllib
 from dataclasses import dataclass, fields
 
 from walkit.errors import ConfigError
-from walkit.wire.codec import DEFAULT_MAX_FRAME
+from walkit.wire.codec import DEFAULT_MAX_FRAME, DEFAULT_MAX_REQUESTS
 
 
 def _positive(value) -> bool:
@@ -36,6 +36,9 @@ _RULES = {
     "host": (str, bool, "an interface address such as 127.0.0.1"),
     "port": (int, lambda v: 0 <= v <= 65535, "a TCP port in 0..65535"),
     "max_frame_bytes": (int, lambda v: v >= 1024, "at least 1024"),
+    "max_requests_per_frame": (int, _positive, "a positive number of requests"),
+    "max_long_poll_ms": (int, _positive, "a positive number of milliseconds"),
+    "max_long_polls": (int, _positive, "a positive number of long polls"),
     "max_batch_frames": (int, _positive, "a positive number of frames"),
     "group_wait_ms": (float, lambda v: 0 <= v <= 1000, "between 0 and 1000 ms"),
     "group_max_entries": (int, _positive, "a positive number of entries"),
@@ -55,6 +58,9 @@ class BookieConfig:
     - `metadata`, `storage`: backend URIs (storage defaults to files under ./walkit-data);
     - `host`, `port`: where the ROUTER socket listens (port 0 picks a free port);
     - `max_frame_bytes`: larger request frames get BAD_REQUEST;
+    - `max_requests_per_frame`: frames with more requests get TOO_MANY_REQUESTS;
+    - `max_long_poll_ms`: longer long-poll timeouts are shortened to this;
+    - `max_long_polls`: long polls waiting at once; one more gets TOO_MANY_REQUESTS;
     - group commit (BookKeeper's journalMaxGroupWaitMSec / journalBufferedWritesThreshold):
       a round takes up to `max_batch_frames` waiting frames; if they changed storage, the
       bookie waits up to `group_wait_ms` for more until `group_max_entries` entries are
@@ -72,6 +78,9 @@ class BookieConfig:
     host: str = "127.0.0.1"
     port: int = 3181
     max_frame_bytes: int = DEFAULT_MAX_FRAME
+    max_requests_per_frame: int = DEFAULT_MAX_REQUESTS
+    max_long_poll_ms: int = 60_000
+    max_long_polls: int = 10_000
     max_batch_frames: int = 1024
     group_wait_ms: float = 0.0
     group_max_entries: int = 20000

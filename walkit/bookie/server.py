@@ -12,7 +12,11 @@ add that arrived while the previous sync ran), then sends the replies. Around th
   and the registration says read-only (new ledgers avoid the bookie, writers replace it);
   below `disk_usage_lwm` the bookie is writable again; reads are served throughout;
 - a storage that fails to sync (StorageError) stops the bookie: its data is intact up to the
-  last sync and a restart replays its journal.
+  last sync and a restart replays its journal; a storage failure that concerns some ledgers
+  only (LedgerStorageError) fails their requests and the bookie serves on;
+- disconnects: a monitor on the ROUTER socket reports closed connections by file descriptor;
+  every frame's descriptor (ZMQ_SRCFD) says which peers used it, so the long polls of a client
+  that went away are answered (and so dropped) at once.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections import deque
 import shutil
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from walkit.bookie.config import BookieConfig
 from walkit.bookie.service import BookieService
@@ -52,7 +57,9 @@ class BookieServer:
         self._gc_candidates: deque[list[int]] = deque()
         self._context = zmq.Context.instance()
         self.storage = open_storage(config.storage)
-        self.service = BookieService(self.storage, max_frame=config.max_frame_bytes)
+        self.service = BookieService(self.storage, max_frame=config.max_frame_bytes,
+                                     max_requests=config.max_requests_per_frame,
+                                     max_long_poll_ms=config.max_long_poll_ms, max_long_polls=config.max_long_polls)
         self.metadata = open_metadata(config.metadata)
         self.socket = self._context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -78,6 +85,8 @@ class BookieServer:
                     pass
             raise
         self._gc_thread = threading.Thread(target=self._gc_loop, name="walkit-bookie-gc", daemon=True)
+        self._monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._peers_by_fd: dict[int, set[bytes]] = {}
         self._poller = zmq.Poller()
         self._next_gc = self._next_disk_check = self._next_parent_check = 0.0
         self.failed: StorageError | None = None
@@ -117,11 +126,13 @@ class BookieServer:
         self._gc_thread.start()
         sock, service, config = self.socket, self.service, self.config
         self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
         self._next_gc = time.monotonic() + config.gc_interval_s
         try:
             while not self._stopping.is_set():
                 self._poller.poll(config.tick_ms)
                 self._receive_round()
+                self._disconnects()
                 if config.group_wait_ms and service.unsynced_entries:
                     self._wait_for_group()
                 service.tick(int(time.monotonic() * 1000))
@@ -143,18 +154,35 @@ class BookieServer:
 
     def _receive_round(self) -> int:
         """_receive_round hands every waiting frame (up to max_batch_frames) to the service."""
-        sock, service = self.socket, self.service
+        sock, service, peers_by_fd = self.socket, self.service, self._peers_by_fd
         count = 0
         for count in range(1, self.config.max_batch_frames + 1):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=True)
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return count - 1
+            peer = frames[0].bytes
+            fd = frames[0].get(zmq.SRCFD)
+            peers = peers_by_fd.get(fd)
+            if peers is None:
+                peers_by_fd[fd] = {peer}
+            elif peer not in peers:
+                peers.add(peer)
             if len(frames) != 2:
-                self._refuse(frames[0], f"expected one frame per message, got {len(frames) - 1}")
+                self._refuse(peer, f"expected one frame per message, got {len(frames) - 1}")
                 continue
-            service.receive(frames[0], frames[1])
+            service.receive(peer, frames[1].bytes)
         return count
+
+    def _disconnects(self) -> None:
+        """_disconnects answers the long polls of peers whose connection closed."""
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            for peer in self._peers_by_fd.pop(event["value"], ()):
+                self.service.peer_gone(peer)
 
     def _wait_for_group(self) -> None:
         """_wait_for_group lets more adds join this group commit, for at most group_wait_ms."""
@@ -223,7 +251,11 @@ class BookieServer:
         self._stopping.set()
 
     def _shutdown(self) -> None:
-        for action in (self._registration.close, self.metadata.close, self.storage.close, self.socket.close):
+        def close_monitor() -> None:
+            self.socket.disable_monitor()
+            self._monitor.close(linger=0)
+        for action in (self._registration.close, self.metadata.close, self.storage.close, close_monitor,
+                       self.socket.close):
             try:
                 action()
             except Exception as exc:  # noqa: BLE001 - shut down as much as possible

@@ -7,6 +7,12 @@ covers every request received since the previous flush -- and returns the encode
 frame per peer. A reply is never returned before the sync that covers it (DESIGN.md §2); if the
 sync fails, the replies that needed it become IO_ERROR instead.
 
+Nothing a peer sends can stop the service: a frame above `max_frame` bytes or holding more than
+`max_requests` requests is refused whole; a request the handler refuses gets its error; and an
+exception while storing one request's changes fails that request alone (IO_ERROR), after which
+the handler re-reads the ledger from storage. A storage that reports `LedgerStorageError` from
+`sync()` failed some ledgers only: their replies become IO_ERROR and every other reply goes out.
+
 Both the ZeroMQ server (`walkit.bookie.server`) and the in-memory transport use this class.
 """
 
@@ -15,27 +21,32 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from walkit.core.bookie import BookieHandler, Reply, StoreEntries, StoreLedgerState
-from walkit.core.messages import (
-    AddRequest, AddResponse, ErrorResponse, ReadLacRequest, ReadLacResponse, ReadRequest, ReadResponse,
-    Status, WriteLacRequest, WriteLacResponse,
+from walkit.core.bookie import MAX_ID, BookieHandler, BookieLimits, Reply, StoreEntries, StoreLedgerState, error_response
+from walkit.core.messages import ErrorResponse, ReadResponse, Status
+from walkit.errors import LedgerStorageError, StorageError
+from walkit.wire.codec import (
+    DEFAULT_MAX_FRAME, DEFAULT_MAX_REQUESTS, FrameTooBusy, WireError, decode_requests, encode_responses,
 )
-from walkit.errors import StorageError
-from walkit.wire.codec import DEFAULT_MAX_FRAME, WireError, decode_requests, encode_responses
 
 log = logging.getLogger("walkit.bookie")
 
-_ERROR_KIND = {AddRequest: AddResponse, ReadRequest: ReadResponse, ReadLacRequest: ReadLacResponse,
-               WriteLacRequest: WriteLacResponse}
-
 
 class BookieService:
-    """BookieService is one bookie's request processing and group commit over `storage`."""
+    """BookieService is one bookie's request processing and group commit over `storage`.
 
-    def __init__(self, storage, *, max_frame: int = DEFAULT_MAX_FRAME, read_only: bool = False) -> None:
+    `max_frame` and `max_requests` bound one frame; `max_long_poll_ms` and `max_long_polls`
+    bound long polls (see walkit.core.bookie.BookieLimits). The highest entry id accepted is
+    the storage's `max_entry_id` if it declares one.
+    """
+
+    def __init__(self, storage, *, max_frame: int = DEFAULT_MAX_FRAME, max_requests: int = DEFAULT_MAX_REQUESTS,
+                 max_long_poll_ms: int = 60_000, max_long_polls: int = 10_000, read_only: bool = False) -> None:
         self.storage = storage
         self.max_frame = max_frame
-        self.handler = BookieHandler(storage, read_only=read_only)
+        self.max_requests = max_requests
+        limits = BookieLimits(max_entry_id=getattr(storage, "max_entry_id", MAX_ID),
+                              max_long_poll_ms=max_long_poll_ms, max_long_polls=max_long_polls)
+        self.handler = BookieHandler(storage, read_only=read_only, limits=limits)
         self._replies: list[Reply] = []
         self._dirty = False
         self.unsynced_entries = 0       # entries stored since the last sync (group commit size)
@@ -60,24 +71,28 @@ class BookieService:
     def receive(self, peer: bytes, frame: bytes) -> None:
         """receive handles one frame from `peer`; replies wait for `flush`."""
         try:
-            requests = decode_requests(frame, self.max_frame)
+            requests = decode_requests(frame, self.max_frame, self.max_requests)
         except WireError as exc:
             log.warning("bad frame from peer %s: %s", peer.hex(), exc)
-            self._replies.append(Reply(peer, ErrorResponse(txn=0, status=Status.BAD_REQUEST, message=str(exc)),
-                                       False))
+            status = Status.TOO_MANY_REQUESTS if isinstance(exc, FrameTooBusy) else Status.BAD_REQUEST
+            self._replies.append(Reply(peer, ErrorResponse(txn=0, status=status, message=str(exc)), False))
             return
         for request in requests:
             if isinstance(request, ErrorResponse):
                 self._replies.append(Reply(peer, request, False))
                 continue
             try:
-                commands = self.handler.step(peer, request)
+                self._apply(self.handler.step(peer, request))
             except Exception as exc:  # noqa: BLE001 - one bad request must not stop the bookie
-                log.exception("request %s failed", type(request).__name__)
-                commands = [Reply(peer, _ERROR_KIND[type(request)](
-                    txn=request.txn, status=Status.IO_ERROR, ledger_id=request.ledger_id,
-                    message=f"internal error: {exc}"), False)]
-            self._apply(commands)
+                log.exception("request %s on ledger %d failed", type(request).__name__, request.ledger_id)
+                # The handler may have noted changes that never reached storage: it re-reads the ledger.
+                self._apply(self.handler.forget(request.ledger_id))
+                self._replies.append(Reply(peer, error_response(request, Status.IO_ERROR,
+                                                                f"internal error: {exc}"), False))
+
+    def peer_gone(self, peer: bytes) -> None:
+        """peer_gone tells the service a client's connection closed (its long polls are answered)."""
+        self._apply(self.handler.peer_gone(peer))
 
     def tick(self, now_ms: int) -> None:
         """tick passes time to the handler (long-poll timeouts)."""
@@ -91,14 +106,14 @@ class BookieService:
                 self._replies.append(command)
             elif kind is StoreEntries:
                 ledger_id = command.ledger_id
+                self._dirty = True
                 for entry_id, data in command.entries:
                     storage.put(ledger_id, entry_id, data)
                 self.entries_stored += len(command.entries)
                 self.unsynced_entries += len(command.entries)
-                self._dirty = True
             elif kind is StoreLedgerState:
-                storage.set_ledger_state(command.ledger_id, command.state)
                 self._dirty = True
+                storage.set_ledger_state(command.ledger_id, command.state)
             else:
                 raise TypeError(f"unknown bookie command {command!r}")
 
@@ -113,6 +128,14 @@ class BookieService:
             try:
                 self.storage.sync()
                 self.syncs += 1
+            except LedgerStorageError as exc:   # some ledgers failed; the rest is durable
+                log.error("storage sync failed for ledgers %s: %s", sorted(exc.ledgers), exc)
+                self.syncs += 1
+                for ledger_id in exc.ledgers:
+                    replies += self.handler.forget(ledger_id)
+                replies = [Reply(r.peer, _as_io_error(r.response, exc), False)
+                           if r.durable and getattr(r.response, "ledger_id", None) in exc.ledgers else r
+                           for r in replies]
             except Exception as exc:  # noqa: BLE001 - never acknowledge what did not sync
                 log.error("storage sync failed: %s", exc)
                 if isinstance(exc, StorageError):
@@ -127,8 +150,8 @@ class BookieService:
     def delete_ledger(self, ledger_id: int) -> None:
         """delete_ledger drops a ledger's data (garbage collection of deleted ledgers)."""
         self.storage.delete_ledger(ledger_id)
-        self.handler.forget(ledger_id)
         self._dirty = True
+        self._apply(self.handler.forget(ledger_id))
 
 
 def _as_io_error(response, exc: Exception):

@@ -23,6 +23,12 @@ from walkit.cli.common import DEFAULT_DATA_DIR, client_for, default_metadata, fr
 @click.option("--port", type=int, default=None, help="TCP port; 0 picks a free one [default: 3181].")
 @click.option("--max-frame-bytes", type=int, default=None,
               help="Largest request frame accepted; larger ones get BAD_REQUEST [default: 64 MiB].")
+@click.option("--max-requests-per-frame", type=int, default=None,
+              help="Most requests one frame may hold; more get TOO_MANY_REQUESTS [default: 4096].")
+@click.option("--max-long-poll-ms", type=int, default=None,
+              help="Longest a long-poll read is held; longer timeouts are shortened [default: 60000].")
+@click.option("--max-long-polls", type=int, default=None,
+              help="Long polls waiting at once; one more gets TOO_MANY_REQUESTS [default: 10000].")
 @click.option("--max-batch-frames", type=int, default=None,
               help="Most frames taken per group commit round [default: 1024].")
 @click.option("--group-wait-ms", type=float, default=None,

@@ -26,7 +26,7 @@ from walkit.core.messages import AddRequest, ErrorResponse, ReadLacRequest, Read
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import BadVersion, ClientClosed, NoSuchKey, NoSuchLedger, WalkitError
 from walkit.registry import BookieRegistry
-from walkit.wire.codec import WireError, decode_responses, encode_requests
+from walkit.wire.codec import DEFAULT_MAX_REQUESTS, WireError, decode_responses, encode_requests
 
 log = logging.getLogger("walkit.client")
 
@@ -146,9 +146,11 @@ class ClientLoop:
         while self._outgoing:
             outgoing, self._outgoing = self._outgoing, {}
             for bookie, requests in outgoing.items():
-                if not self.transport.send(bookie, encode_requests(requests)):
-                    for request in requests:
-                        self._unreachable(request.txn, f"bookie {bookie} is down")
+                for start in range(0, len(requests), DEFAULT_MAX_REQUESTS):   # bookies refuse larger frames
+                    chunk = requests[start:start + DEFAULT_MAX_REQUESTS]
+                    if not self.transport.send(bookie, encode_requests(chunk)):
+                        for request in chunk:
+                            self._unreachable(request.txn, f"bookie {bookie} is down")
 
     def _unreachable(self, txn: int, why: str) -> None:
         found = self._inflight.pop(txn, None)
@@ -198,11 +200,18 @@ class ClientLoop:
 
     def _choose_bookies(self, driver: Driver, command: ev.ChooseBookies) -> None:
         try:
-            bookies = self.registry.writable(command.exclude)
+            live = self.registry.live()
         except WalkitError as exc:
             log.warning("cannot list bookies: %s", exc)
-            bookies = []
-        self._post(lambda: self.step(driver, ev.BookiesChosen(ledger_id=command.ledger_id, bookies=bookies)))
+            live = {}
+        bookies = self.registry.writable(command.exclude, live)
+        back = frozenset(b for b in command.recheck if b in live and not live[b].read_only)
+
+        def deliver() -> None:
+            for bookie in back:          # registered again: connect now rather than at ZeroMQ's next retry
+                self.transport.revive(bookie)
+            self.step(driver, ev.BookiesChosen(ledger_id=command.ledger_id, bookies=bookies, back=back))
+        self._post(deliver)
 
     def _post(self, fn: Callable[[], None]) -> None:
         if not self._stopping:

@@ -18,7 +18,11 @@ Rules applied here (DESIGN.md §3):
   refused too;
 - the bookie's LAC of a ledger is the highest LAC carried by its entries or sent explicitly;
   long-poll requests wait until it passes their `previous_lac` or their timeout expires;
-- a read-only bookie refuses ordinary adds with READ_ONLY and keeps serving reads.
+- a read-only bookie refuses ordinary adds with READ_ONLY and keeps serving reads;
+- every request is checked against `BookieLimits` before it touches storage or state: ids the
+  storage can hold, digest and master-key sizes, long-poll timeouts and how many long polls
+  may wait. A request outside them gets BAD_REQUEST (TOO_MANY_REQUESTS for one long poll too
+  many) naming what was wrong, and changes nothing.
 
 Reads go through `storage`, a read-only view of the bookie's EntryStorage (as etcd raft reads
 its log through a Storage interface); every change goes out as a command.
@@ -50,6 +54,28 @@ class LedgerState:
 
 
 _STORED = struct.Struct(">qB")
+
+#: The highest ledger or entry id the wire can carry (Cap'n Proto Int64).
+MAX_ID = 2**63 - 1
+#: A stored entry keeps its digest length in one byte.
+MAX_DIGEST_BYTES = 255
+#: Master keys are 32-byte hashes of the password; anything much longer is not one.
+MAX_MASTER_KEY_BYTES = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BookieLimits:
+    """BookieLimits bounds what one request may ask of a bookie.
+
+    `max_entry_id` is the highest entry id the storage can hold (an EntryStorage may declare
+    its own `max_entry_id`); `max_long_poll_ms` caps how long a long poll is held (longer
+    timeouts are shortened to it); `max_long_polls` caps how many long polls wait at once
+    (one more gets TOO_MANY_REQUESTS).
+    """
+
+    max_entry_id: int = MAX_ID
+    max_long_poll_ms: int = 60_000
+    max_long_polls: int = 10_000
 
 
 def pack_entry(lac: int, digest: bytes, payload: bytes) -> bytes:
@@ -124,11 +150,14 @@ class BookieHandler:
     Time comes from `tick(now_ms)`, which also expires long polls.
     """
 
-    def __init__(self, storage: StorageView, *, read_only: bool = False) -> None:
+    def __init__(self, storage: StorageView, *, read_only: bool = False,
+                 limits: BookieLimits = BookieLimits()) -> None:
         self.storage = storage
         self.read_only = read_only
+        self.limits = limits
         self._ledgers: dict[int, _Ledger] = {}
         self._polls: dict[int, list[_Poll]] = {}
+        self._poll_count = 0
         self._now = 0
         self._handlers = {AddRequest: self._on_add, ReadRequest: self._on_read,
                           ReadLacRequest: self._on_read_lac, WriteLacRequest: self._on_write_lac}
@@ -136,7 +165,24 @@ class BookieHandler:
     # -- public ---------------------------------------------------------------------------
     def step(self, peer: bytes, request) -> list:
         """step handles one request from `peer` and returns the commands to carry out in order."""
+        problem = self._invalid(request)
+        if problem is not None:
+            return [Reply(peer, error_response(request, Status.BAD_REQUEST, problem), False)]
         return self._handlers[type(request)](peer, request)
+
+    def peer_gone(self, peer: bytes) -> list:
+        """peer_gone answers, at once, the long polls of a client whose connection closed.
+
+        The answers are sent in case the connection comes back; if it does not, the shell's
+        socket drops them. Either way the polls stop taking room.
+        """
+        commands: list = []
+        for ledger_id in list(self._polls):
+            polls = self._polls[ledger_id]
+            gone = [p for p in polls if p.peer == peer]
+            if gone:
+                commands += self._take_polls(ledger_id, [p for p in polls if p.peer != peer], gone)
+        return commands
 
     def tick(self, now_ms: int) -> list:
         """tick advances time and answers the long polls whose timeout expired."""
@@ -146,16 +192,18 @@ class BookieHandler:
             polls = self._polls[ledger_id]
             expired = [p for p in polls if p.deadline_ms <= now_ms]
             if expired:
-                self._polls[ledger_id] = [p for p in polls if p.deadline_ms > now_ms]
-                if not self._polls[ledger_id]:
-                    del self._polls[ledger_id]
-                commands += [self._answer_poll(p) for p in expired]
+                commands += self._take_polls(ledger_id, [p for p in polls if p.deadline_ms > now_ms], expired)
         return commands
 
     def forget(self, ledger_id: int) -> None:
-        """forget drops the cached state of a ledger whose data the shell deleted."""
+        """forget drops the cached state of a ledger whose data the shell deleted or failed to store.
+
+        The next request re-reads the ledger from storage; long polls on it are answered from
+        there (NO_SUCH_LEDGER if it is gone).
+        """
         self._ledgers.pop(ledger_id, None)
-        self._polls.pop(ledger_id, None)
+        polls = self._polls.get(ledger_id)
+        return self._take_polls(ledger_id, [], polls) if polls else []
 
     def lac(self, ledger_id: int) -> int:
         """lac returns the bookie's LAC for a ledger (-1 if unknown)."""
@@ -165,7 +213,41 @@ class BookieHandler:
     @property
     def poll_count(self) -> int:
         """poll_count is the number of long polls waiting."""
-        return sum(len(p) for p in self._polls.values())
+        return self._poll_count
+
+    # -- validation -----------------------------------------------------------------------
+    def _invalid(self, request) -> str | None:
+        """_invalid says what is wrong with a request that must not reach storage, or None."""
+        ledger_id = request.ledger_id
+        if not 0 <= ledger_id <= MAX_ID:
+            return f"ledger id {ledger_id} is out of range (0..{MAX_ID})"
+        if len(request.master_key) > MAX_MASTER_KEY_BYTES:
+            return f"master key of {len(request.master_key)} bytes exceeds {MAX_MASTER_KEY_BYTES}"
+        max_entry = self.limits.max_entry_id
+        kind = type(request)
+        if kind is AddRequest:
+            for entry in request.entries:
+                if entry.ledger_id != ledger_id:
+                    return f"entry ({entry.ledger_id}, {entry.entry_id}) does not belong to ledger {ledger_id}"
+                if not 0 <= entry.entry_id <= max_entry:
+                    return f"entry id {entry.entry_id} is out of range (0..{max_entry} on this bookie)"
+                if not NO_ENTRY <= entry.lac < entry.entry_id:
+                    return f"entry {entry.entry_id} carries LAC {entry.lac}, not in -1..{entry.entry_id - 1}"
+                if len(entry.digest) > MAX_DIGEST_BYTES:
+                    return f"digest of {len(entry.digest)} bytes exceeds {MAX_DIGEST_BYTES} (entry {entry.entry_id})"
+        elif kind is ReadRequest:
+            for entry_id in request.entry_ids:
+                if not 0 <= entry_id <= max_entry:
+                    return f"entry id {entry_id} is out of range (0..{max_entry} on this bookie)"
+        elif kind is WriteLacRequest:
+            if not NO_ENTRY <= request.lac <= max_entry:
+                return f"LAC {request.lac} is out of range (-1..{max_entry})"
+        if kind is ReadRequest or kind is ReadLacRequest:
+            if request.previous_lac < NO_LONG_POLL:
+                return f"previous LAC {request.previous_lac} is below {NO_LONG_POLL}"
+            if request.timeout_ms < 0:
+                return f"long-poll timeout {request.timeout_ms} ms is negative"
+        return None
 
     # -- ledger state ---------------------------------------------------------------------
     def _ledger(self, ledger_id: int) -> _Ledger | None:
@@ -207,10 +289,6 @@ class BookieHandler:
             return refuse(Status.READ_ONLY, "bookie is read-only")
         if not request.master_key:
             return refuse(Status.BAD_REQUEST, "add without a master key")
-        for entry in request.entries:
-            if entry.ledger_id != ledger_id or entry.entry_id < 0:
-                return refuse(Status.BAD_REQUEST, f"entry ({entry.ledger_id}, {entry.entry_id}) "
-                                                  f"does not belong to ledger {ledger_id}")
         existing = self._ledger(ledger_id)
         if existing is not None and existing.state.master_key and existing.state.master_key != request.master_key:
             return refuse(Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}")
@@ -318,9 +396,26 @@ class BookieHandler:
                 and ledger.lac <= request.previous_lac)
 
     def _park(self, peer: bytes, request: ReadRequest | ReadLacRequest) -> list:
-        self._polls.setdefault(request.ledger_id, []).append(
-            _Poll(peer, request, self._now + request.timeout_ms))
+        """_park holds a long poll until the LAC passes its previous_lac or its (capped) timeout."""
+        limits = self.limits
+        if self._poll_count >= limits.max_long_polls:
+            return [Reply(peer, error_response(request, Status.TOO_MANY_REQUESTS,
+                                               f"{self._poll_count} long polls are waiting already "
+                                               f"(limit {limits.max_long_polls})"), False)]
+        timeout = min(request.timeout_ms, limits.max_long_poll_ms)
+        self._polls.setdefault(request.ledger_id, []).append(_Poll(peer, request, self._now + timeout))
+        self._poll_count += 1
         return []
+
+    def _take_polls(self, ledger_id: int, keep: list[_Poll], answer: list[_Poll],
+                    fresh: dict[int, Entry] | None = None) -> list:
+        """_take_polls keeps `keep` waiting on a ledger and answers `answer` now."""
+        if keep:
+            self._polls[ledger_id] = keep
+        else:
+            self._polls.pop(ledger_id, None)
+        self._poll_count -= len(answer)
+        return [self._answer_poll(p, fresh) for p in answer]
 
     def _answer_poll(self, poll: _Poll, fresh: dict[int, Entry] | None = None) -> Reply:
         ledger = self._ledger(poll.request.ledger_id)
@@ -340,8 +435,17 @@ class BookieHandler:
         if not ready:
             return []
         rest = [p for p in polls if ledger.lac <= p.request.previous_lac]
-        if rest:
-            self._polls[ledger_id] = rest
-        else:
-            del self._polls[ledger_id]
-        return [self._answer_poll(p, fresh) for p in ready]
+        return self._take_polls(ledger_id, rest, ready, fresh)
+
+
+_RESPONSE_OF = {AddRequest: AddResponse, ReadRequest: ReadResponse, ReadLacRequest: ReadLacResponse,
+                WriteLacRequest: WriteLacResponse}
+
+
+def error_response(request, status: Status, message: str):
+    """error_response is the response of the request's own kind that refuses it with `status`."""
+    kind = _RESPONSE_OF[type(request)]
+    if kind is AddResponse:
+        return AddResponse(txn=request.txn, status=status, ledger_id=request.ledger_id,
+                           entry_ids=[e.entry_id for e in request.entries], message=message)
+    return kind(txn=request.txn, status=status, ledger_id=request.ledger_id, message=message)

@@ -55,10 +55,15 @@ class AddsRejected:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BookiesChosen:
-    """BookiesChosen answers ChooseBookies with live writable candidates, in random order."""
+    """BookiesChosen answers ChooseBookies with live writable candidates, in random order.
+
+    `back` lists the bookies of ChooseBookies.recheck that are registered and writable again
+    (restarted); the shell has started reconnecting to them.
+    """
 
     ledger_id: int
     bookies: list[str]
+    back: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,10 +203,15 @@ class FailAdds:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChooseBookies:
-    """ChooseBookies asks the shell for live writable bookies outside `exclude`."""
+    """ChooseBookies asks the shell for live writable bookies outside `exclude`.
+
+    `recheck` names unreachable bookies the machine would use again if they came back: the
+    shell reports those registered and writable in BookiesChosen.back.
+    """
 
     ledger_id: int
     exclude: frozenset[str]
+    recheck: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

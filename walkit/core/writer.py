@@ -10,6 +10,10 @@ and completes adds strictly in entry order (seed 000, "Writing to ledgers"):
   fragment starts at LAC + 1 and is written by compare-and-swap; while that change is in flight
   no add completes, and unacknowledged adds are re-sent to the replacement only after the CAS
   succeeded (DESIGN.md §2, ordering contract);
+- when no bookie outside the ensemble is free, a bookie that failed by being unreachable (its
+  connection closed: a restart) and is registered again within `add_timeout_ms` of that is
+  used again in place: its unacknowledged adds are re-sent to it, and the metadata does not
+  change. A bookie that stopped answering on a live connection is never retried in place;
 - on a CAS conflict the writer re-reads: if the ledger is no longer OPEN (someone is recovering
   it) every pending add fails with LedgerFenced, otherwise the change is retried on the new
   metadata (seed 000);
@@ -72,6 +76,7 @@ class LedgerWriter:
         self._pending: deque[_Pending] = deque()
         self._write_sets = write_sets_of(metadata.current_ensemble, metadata.write_quorum)
         self._failed: dict[str, str] = {}           # bookie -> why, awaiting replacement
+        self._unreachable_since: dict[str, int] = {}  # bookie -> when it first became unreachable
         self._changing = False                        # an ensemble change is in flight
         self._replacements: dict[str, str] | None = None   # old -> new, while its CAS is in flight
         self._change_started_ms = 0
@@ -138,6 +143,8 @@ class LedgerWriter:
         head = pending[0].entry.entry_id
         write_sets, size, count = self._write_sets, len(self._write_sets), len(pending)
         bookie = event.bookie
+        if self._unreachable_since:
+            self._unreachable_since.pop(bookie, None)
         for entry_id in event.entry_ids:
             index = entry_id - head
             if 0 <= index < count and bookie in write_sets[entry_id % size]:
@@ -170,6 +177,8 @@ class LedgerWriter:
         if event.status == Status.UNAUTHORIZED:
             return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger "
                                            f"{self.ledger_id}"))
+        if event.status == Status.UNREACHABLE:
+            self._unreachable_since.setdefault(event.bookie, self._now)
         return self._bookie_failed(event.bookie, f"{event.status.name}: {event.message}".rstrip(": "))
 
     def _bookie_failed(self, bookie: str, why: str) -> list:
@@ -186,8 +195,18 @@ class LedgerWriter:
         self._changing = True
         self._change_started_ms = self._now
         self._choose_again_ms = None
+        return [self._choose()]
+
+    def _choose(self) -> ev.ChooseBookies:
+        """_choose asks for replacements, and whether unreachable failed bookies came back."""
         exclude = frozenset(self.metadata.current_ensemble) | frozenset(self._failed)
-        return [ev.ChooseBookies(ledger_id=self.ledger_id, exclude=exclude)]
+        recheck = frozenset(b for b in self._failed if self._retriable(b))
+        return ev.ChooseBookies(ledger_id=self.ledger_id, exclude=exclude, recheck=recheck)
+
+    def _retriable(self, bookie: str) -> bool:
+        """_retriable tells whether a failed bookie may be used again in place (see the module doc)."""
+        since = self._unreachable_since.get(bookie)
+        return since is not None and self._now - since < self.add_timeout_ms
 
     def _on_bookies_chosen(self, event: ev.BookiesChosen) -> list:
         if not self._changing or self._replacements is not None or self.error is not None or self.closed:
@@ -198,6 +217,11 @@ class LedgerWriter:
         if not to_replace:          # the failed bookies left the ensemble meanwhile
             return self._finish_change(resend_to=set())
         if len(candidates) < len(to_replace):
+            back = {b for b in to_replace if b in event.back and self._retriable(b)}
+            if back:                # restarted: use them again; a change goes on for any others
+                for bookie in back:
+                    del self._failed[bookie]
+                return self._finish_change(resend_to=back)
             self._choose_again_ms = self._now + CHOOSE_RETRY_MS
             return []
         self._replacements = dict(zip(to_replace, candidates))
@@ -210,6 +234,7 @@ class LedgerWriter:
         self._write_sets = write_sets_of(metadata.current_ensemble, metadata.write_quorum)
         ensemble = set(metadata.current_ensemble)
         self._failed = {b: why for b, why in self._failed.items() if b in ensemble}
+        self._unreachable_since = {b: t for b, t in self._unreachable_since.items() if b in ensemble}
 
     def _finish_change(self, resend_to: set[str]) -> list:
         """_finish_change re-sends what `resend_to` bookies lack, then completes or changes again."""
@@ -324,8 +349,7 @@ class LedgerWriter:
                     f"{self.add_timeout_ms} ms"))
             if self._choose_again_ms is not None and now >= self._choose_again_ms:
                 self._choose_again_ms = None
-                exclude = frozenset(self.metadata.current_ensemble) | frozenset(self._failed)
-                return [ev.ChooseBookies(ledger_id=self.ledger_id, exclude=exclude)]
+                return [self._choose()]
             return []
         if self._pending:
             head = self._pending[0]

@@ -418,8 +418,9 @@ class ScriptedCluster:
         owner, command = self._take_op(ev.ChooseBookies, client)
         if bookies is None:
             bookies = [b for b, bookie in self.bookies.items() if bookie.up and b not in command.exclude]
-        self.log(f"{owner.name} is offered bookies {bookies}")
-        return owner.step(ev.BookiesChosen(ledger_id=command.ledger_id, bookies=bookies))
+        back = frozenset(b for b in command.recheck if self.bookies[b].up)
+        self.log(f"{owner.name} is offered bookies {bookies}" + (f", {sorted(back)} back" if back else ""))
+        return owner.step(ev.BookiesChosen(ledger_id=command.ledger_id, bookies=bookies, back=back))
 
     def transform_metadata(self, change: Callable[[LedgerMetadata], LedgerMetadata]) -> None:
         """transform_metadata has another client write `change(metadata)` successfully."""

@@ -431,8 +431,9 @@ class Simulation:
         elif kind is ev.ChooseBookies:
             live = [b for b, bookie in self.bookies.items() if bookie.up and b not in command.exclude]
             self.rng.shuffle(live)
+            back = frozenset(b for b in command.recheck if self.bookies[b].up)
             self.at(self.rng.randint(1, self.config.metadata_delay_ms), "deliver_event", client,
-                    ev.BookiesChosen(ledger_id=command.ledger_id, bookies=live))
+                    ev.BookiesChosen(ledger_id=command.ledger_id, bookies=live, back=back))
         else:
             self._outcome(client, command)
 

@@ -105,6 +105,9 @@ class MemoryTransport:
             down, self._down = self._down, []
         return received, down
 
+    def revive(self, address: str) -> None:
+        """revive does nothing: an in-memory bookie that is back is reachable at once."""
+
     def is_up(self, address: str) -> bool:
         """is_up tells whether the bookie is reachable."""
         return address in self.network.bookies and address not in self.network.down

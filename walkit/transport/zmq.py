@@ -56,7 +56,7 @@ class ZmqTransport:
             socket.setsockopt(zmq.SNDHWM, 0)
             socket.setsockopt(zmq.RCVHWM, 0)
             socket.setsockopt(zmq.RECONNECT_IVL, 100)
-            socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            socket.setsockopt(zmq.RECONNECT_IVL_MAX, 200)
             monitor = socket.get_monitor_socket(_UP | _DOWN | _REFUSED)
             socket.connect(f"tcp://{address}")
             channel = _Channel(address, socket, monitor, time.monotonic() + self.connect_timeout_ms / 1000)
@@ -127,6 +127,27 @@ class ZmqTransport:
                 channel.held.clear()
                 self._down.append(channel.address)
 
+    def revive(self, address: str) -> None:
+        """revive reconnects to a bookie that is down now (it registered again after a restart).
+
+        The channel starts over as a new connection: frames sent meanwhile are held until the
+        handshake, or dropped (and the bookie reported down) after `connect_timeout_ms`.
+        """
+        channel = self._channels.get(address)
+        if channel is None or channel.state != "down":
+            return
+        self._close_channel(channel)
+        self._channel(address)
+
+    def _close_channel(self, channel: _Channel) -> None:
+        del self._channels[channel.address]
+        for item in (channel.socket, channel.monitor):
+            self._poller.unregister(item)
+            del self._by_socket[item]
+        channel.socket.disable_monitor()
+        channel.monitor.close(linger=0)
+        channel.socket.close(linger=0)
+
     def is_up(self, address: str) -> bool:
         """is_up tells whether the connection to a bookie is established."""
         channel = self._channels.get(address)
@@ -138,10 +159,6 @@ class ZmqTransport:
 
     def close(self) -> None:
         """close closes every socket."""
-        for channel in self._channels.values():
-            channel.socket.disable_monitor()
-            channel.monitor.close(linger=0)
-            channel.socket.close(linger=0)
-        self._channels.clear()
-        self._by_socket.clear()
+        for channel in list(self._channels.values()):
+            self._close_channel(channel)
         os.close(self._wake_fd)

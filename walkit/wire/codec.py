@@ -23,8 +23,16 @@ schema = capnp.load(os.path.join(os.path.dirname(__file__), "walkit.capnp"))
 
 #: Frames larger than this are refused before decoding (BAD_REQUEST).
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
-_TRAVERSAL_WORDS = DEFAULT_MAX_FRAME // 8 * 2
+#: Frames holding more requests than this are refused whole (TOO_MANY_REQUESTS); clients split
+#: what they send to stay below it.
+DEFAULT_MAX_REQUESTS = 4096
 _NESTING = 16
+#: Cap'n Proto's traversal limit counts every word read, and a list of zero-size elements costs
+#: one word per element however short the frame. The limit follows the frame's own size, so a
+#: few bytes cannot make the decoder walk millions of elements (each word of a frame is read
+#: about once by the decoder; the factor and the floor leave room for list headers).
+_TRAVERSAL_FACTOR = 4
+_TRAVERSAL_FLOOR = 64
 
 _STATUS_NAMES = {s: "".join([w.lower() if i == 0 else w.capitalize()
                              for i, w in enumerate(s.name.split("_"))]) for s in Status if s < 100}
@@ -35,12 +43,17 @@ class WireError(ProtocolError):
     """WireError is raised when a frame is not a walkit Envelope at all."""
 
 
+class FrameTooBusy(WireError):
+    """FrameTooBusy is raised when a frame holds more requests than the receiver takes at once."""
+
+
 def _load(data: bytes, max_frame: int):
     if len(data) > max_frame:
         raise WireError(f"frame of {len(data)} bytes exceeds the limit of {max_frame} bytes")
     if len(data) < 8 or len(data) % 8:
         raise WireError(f"frame of {len(data)} bytes is not a Cap'n Proto message")
-    return schema.Envelope.from_bytes(data, traversal_limit_in_words=_TRAVERSAL_WORDS,
+    words = len(data) // 8
+    return schema.Envelope.from_bytes(data, traversal_limit_in_words=words * _TRAVERSAL_FACTOR + _TRAVERSAL_FLOOR,
                                       nesting_limit=_NESTING)
 
 
@@ -126,17 +139,21 @@ def _decode_request(r):
     raise WireError(f"unknown request kind {which!r}")
 
 
-def decode_requests(data: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> list:
+def decode_requests(data: bytes, max_frame: int = DEFAULT_MAX_FRAME, max_requests: int = DEFAULT_MAX_REQUESTS) -> list:
     """decode_requests returns the requests of a frame; undecodable ones become ErrorResponses.
 
-    It raises WireError when the frame is not an Envelope of requests at all.
+    It raises WireError when the frame is not an Envelope of requests at all, and FrameTooBusy
+    when it holds more than `max_requests` requests.
     """
     try:
         with _load(data, max_frame) as envelope:
             if envelope.which() != "requests":
                 raise WireError("expected requests, got responses")
+            requests = envelope.requests
+            if len(requests) > max_requests:
+                raise FrameTooBusy(f"frame holds {len(requests)} requests, more than the limit of {max_requests}")
             decoded: list = []
-            for r in envelope.requests:
+            for r in requests:
                 try:
                     decoded.append(_decode_request(r))
                 except (capnp.KjException, WireError, ValueError) as exc:

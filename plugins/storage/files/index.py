@@ -11,6 +11,10 @@ read-patch-write of the span of slots they cover. Index files are fsynced by che
 journal can rebuild every slot written since the last checkpoint.
 
 Open files are kept in a small LRU, so thousands of ledgers do not need thousands of open files.
+
+Slot e lives at byte e * 16, so entry ids stop at MAX_ENTRY_ID = 2^39 - 1: its slot ends at
+8 TiB, half the largest file ext4 holds (16 TiB less one block). A ledger whose slots cannot be written (a disk error) is
+reported in `failed` and its staged slots are dropped; other ledgers are not affected.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from collections import OrderedDict
 from walkit.plugins.storage.files.disk import fsync_dir, numbered_files, numbered_path
 
 SLOT = struct.Struct("<IQI")            # log id, offset, length
+#: The highest entry id an index file holds (its slot ends at 8 TiB; ext4 stops short of 16 TiB).
+MAX_ENTRY_ID = (1 << 39) - 1
 _FLUSH_AT = 1 << 16                     # write staged slots once this many are waiting
 _SPAN_SLOTS = 4096                      # spans up to this many slots are rewritten whole
 
@@ -43,6 +49,7 @@ class LedgerIndex:
         self._staged_count = 0
         self._dirty: set[int] = set()
         self._names_changed = False
+        self.failed: dict[int, str] = {}     # ledger -> why its slots could not be written
 
     def _fd(self, ledger_id: int, create: bool) -> int | None:
         """_fd returns an open descriptor of a ledger's index file (None if absent and not `create`)."""
@@ -113,27 +120,39 @@ class LedgerIndex:
         short; reading the span, patching it and writing it back costs two system calls per
         ledger instead of one per entry. Very sparse spans fall back to one write per run.
         """
-        size = SLOT.size
         for ledger_id, slots in self._staged.items():
-            fd = self._fd(ledger_id, create=True)
-            ids = sorted(slots)
-            low, span = ids[0], ids[-1] - ids[0] + 1
-            if span <= _SPAN_SLOTS or span <= 4 * len(ids):
-                block = bytearray(os.pread(fd, span * size, low * size))
-                block.extend(bytes(span * size - len(block)))
-                for entry_id in ids:
-                    at = (entry_id - low) * size
-                    block[at:at + size] = slots[entry_id]
-                os.pwrite(fd, block, low * size)
-            else:
-                start = 0
-                for i in range(1, len(ids) + 1):
-                    if i == len(ids) or ids[i] != ids[i - 1] + 1:
-                        os.pwrite(fd, b"".join([slots[e] for e in ids[start:i]]), ids[start] * size)
-                        start = i
-            self._dirty.add(ledger_id)
+            try:
+                self._write_slots(ledger_id, slots)
+            except (OSError, OverflowError, ValueError) as exc:
+                self.failed[ledger_id] = str(exc)
         self._staged.clear()
         self._staged_count = 0
+
+    def take_failures(self) -> dict[int, str]:
+        """take_failures returns and clears the ledgers whose slots could not be written."""
+        failed, self.failed = self.failed, {}
+        return failed
+
+    def _write_slots(self, ledger_id: int, slots: dict[int, bytes]) -> None:
+        """_write_slots writes one ledger's staged slots (see `flush`)."""
+        size = SLOT.size
+        fd = self._fd(ledger_id, create=True)
+        ids = sorted(slots)
+        low, span = ids[0], ids[-1] - ids[0] + 1
+        if span <= _SPAN_SLOTS or span <= 4 * len(ids):
+            block = bytearray(os.pread(fd, span * size, low * size))
+            block.extend(bytes(span * size - len(block)))
+            for entry_id in ids:
+                at = (entry_id - low) * size
+                block[at:at + size] = slots[entry_id]
+            os.pwrite(fd, block, low * size)
+        else:
+            start = 0
+            for i in range(1, len(ids) + 1):
+                if i == len(ids) or ids[i] != ids[i - 1] + 1:
+                    os.pwrite(fd, b"".join([slots[e] for e in ids[start:i]]), ids[start] * size)
+                    start = i
+        self._dirty.add(ledger_id)
 
     def drop(self, ledger_id: int) -> None:
         """drop deletes a ledger's index file and any slots staged for it."""

@@ -25,7 +25,14 @@ Recovery (on open). Load the checkpoint; delete entry logs it does not list and 
 log back to its checkpointed size; delete index files of ledgers it does not know; replay the
 journal from the checkpoint (appending entries to the entry logs again and rewriting their
 slots, which makes replay idempotent). A record that is short or fails its crc ends the journal:
-the file is truncated there and a warning names the file and offset. Then checkpoint.
+the file is truncated there and a warning names the file and offset. A record that verifies but
+cannot be applied (an id no index can hold, an index write that fails) is reported and skipped:
+it was never acknowledged, because the sync that wrote it failed for its ledger. Then checkpoint.
+
+Failures. Entry ids above `max_entry_id` are refused by `put`. If the index slots of some
+ledgers cannot be written at a sync, `sync()` raises LedgerStorageError naming them after
+making everything else durable; any other failure of a sync or checkpoint fails the storage as
+a whole (StorageError; reopen it to recover from the journal).
 
 Memory: the per-ledger summary (last entry id, state), per-log byte counts, the entries put since
 the last sync, and bounded LRUs of open files; nothing per stored entry.
@@ -39,10 +46,10 @@ import os
 import time
 
 from walkit.core.bookie import LedgerState
-from walkit.errors import ConfigError, StorageError
+from walkit.errors import ConfigError, LedgerStorageError, StorageError
 from walkit.plugins.storage.files import checkpoint as checkpoints
 from walkit.plugins.storage.files.entrylog import EntryLogs
-from walkit.plugins.storage.files.index import LedgerIndex
+from walkit.plugins.storage.files.index import MAX_ENTRY_ID, LedgerIndex
 from walkit.plugins.storage.files.journal import (
     HEADER, PUT, PUT_IDS, STATE, JournalWriter, RecordFile, decode_delete, decode_state, encode_delete,
     encode_put, encode_state, journal_files, records,
@@ -84,6 +91,8 @@ class FileStorage:
     """
 
     durable = True
+    #: The highest entry id the per-ledger index files can hold.
+    max_entry_id = MAX_ENTRY_ID
 
     def __init__(self, path: str, **options) -> None:
         """__init__ opens (creating if needed) the storage in directory `path` and recovers it; see OPTIONS."""
@@ -132,8 +141,9 @@ class FileStorage:
     def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
         """put buffers an entry (a journal record); it is durable after the next sync()."""
         self._check()
-        if ledger_id < 0 or entry_id < 0:
-            raise ValueError(f"ledger and entry ids must not be negative, got {ledger_id}, {entry_id}")
+        if ledger_id < 0 or not 0 <= entry_id <= MAX_ENTRY_ID:
+            raise ValueError(f"ledger id {ledger_id} or entry id {entry_id} is out of range "
+                             f"(ledger ids from 0, entry ids 0..{MAX_ENTRY_ID})")
         data = bytes(data)
         encode_put(self._buffer, ledger_id, entry_id, data)
         self._pending.setdefault(ledger_id, {})[entry_id] = data
@@ -143,10 +153,21 @@ class FileStorage:
             self.sync()
 
     def sync(self) -> None:
-        """sync writes the buffered records to the journal with one fdatasync, then applies them."""
+        """sync writes the buffered records to the journal with one fdatasync, then applies them.
+
+        It raises LedgerStorageError if only some ledgers' index slots could not be written.
+        """
+        failures = self._sync()
+        if failures:
+            raise LedgerStorageError(f"files storage {self.path}: could not index ledger(s) "
+                                     + "; ".join(f"{lid}: {why}" for lid, why in sorted(failures.items())),
+                                     failures)
+
+    def _sync(self) -> dict[int, str]:
+        """_sync is `sync`; it returns the ledgers whose index slots could not be written."""
         self._check()
         if not self._buffer:
-            return
+            return {}
         buffer, self._buffer = self._buffer, bytearray()
         try:
             self._journal.commit(buffer)
@@ -156,6 +177,9 @@ class FileStorage:
         except BaseException as exc:
             self._failed = exc
             raise StorageError(f"files storage {self.path}: sync failed: {exc}") from exc
+        failures = self._index.take_failures()
+        for ledger_id, why in failures.items():
+            log.error("files storage %s: index of ledger %d could not be written: %s", self.path, ledger_id, why)
         self._pending.clear()
         self._pending_count = 0
         self._shadowed.clear()
@@ -163,6 +187,7 @@ class FileStorage:
                or time.monotonic() - self._last_checkpoint >= self.checkpoint_s)
         if due and not self._in_checkpoint:
             self.checkpoint()
+        return failures
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
         """get returns an entry's bytes (unsynced ones from memory, others with two preads), or None."""
@@ -245,11 +270,13 @@ class FileStorage:
         self._check()
         self._in_checkpoint = True
         try:
-            self.sync()
+            failures = self._sync()
             dead, sparse = self._logs.plan(self.compact_ratio)
             for log_id in sparse:
                 self._copy_live(log_id)
-            self.sync()
+            failures.update(self._sync())
+            if failures:     # copies of live entries may lack their slots: removing logs would lose them
+                raise OSError(f"index writes failed for ledgers {sorted(failures)}")
             self._logs.fsync()
             self._index.fsync()
             self._journal.rotate()
@@ -301,20 +328,25 @@ class FileStorage:
         files = [(seq, path) for seq, path in journal_files(folder) if seq >= start.journal_seq]
         for i, (seq, path) in enumerate(files):
             reader = RecordFile(path, start.journal_offset if seq == start.journal_seq else 0)
-            for view, _ in reader.chunks():
-                self.replayed_records += self._apply(view, replay=True)
+            for view, offset in reader.chunks():
+                self.replayed_records += self._apply(view, replay=True, where=(path, offset))
+                for ledger_id, why in self._index.take_failures().items():
+                    log.error("files storage %s: journal %s: skipped the entries of ledger %d near offset %d, "
+                              "their index could not be written (%s); they were never acknowledged",
+                              self.path, path, ledger_id, offset, why)
             if reader.problem is not None:
                 _repair(reader, [p for _, p in files[i + 1:]])
                 break
         self._journal = JournalWriter(folder, max([start.journal_seq, 1] + [seq for seq, _ in files]))
         self.checkpoint()
 
-    def _apply(self, view: memoryview, replay: bool) -> int:
+    def _apply(self, view: memoryview, replay: bool, where: tuple[str, int] = ("", 0)) -> int:
         """_apply carries verified journal records into an entry log and the indexes; returns their count.
 
         The records are appended to the active entry log as they are (one write); each PUT's slot
         then points at its record there. put, set_ledger_state and delete_ledger update the
-        ledger summaries at once, so only a `replay` updates them here.
+        ledger summaries at once, so only a `replay` updates them here. A replayed PUT whose ids
+        no index can hold (`where` names its journal file and chunk) is reported and skipped.
         """
         log_id, base = self._logs.append(view)
         usage, stage, note_put = self._logs.usage[log_id], self._index.stage, self._note_put
@@ -323,6 +355,11 @@ class FileStorage:
             count += 1
             if kind == PUT:
                 ledger_id, entry_id = PUT_IDS.unpack_from(view, pos + HEADER.size)
+                if replay and (ledger_id < 0 or not 0 <= entry_id <= MAX_ENTRY_ID):
+                    log.error("files storage %s: journal %s: skipped the record at offset %d, entry (%d, %d) is "
+                              "out of range; it was never acknowledged", self.path, where[0], where[1] + pos,
+                              ledger_id, entry_id)
+                    continue
                 stage(ledger_id, entry_id, (log_id, base + pos, length))
                 usage[ledger_id] = usage.get(ledger_id, 0) + HEADER.size + length
                 if replay:
