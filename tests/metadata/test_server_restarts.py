@@ -78,7 +78,8 @@ def test_zookeeper_restart_under_a_connected_store(zk, factories):
     zk.stop()
     wait_until(lambda: store.state is SessionState.SUSPENDED, 10, "the store noticed the outage")
     error = assert_fails_in_time(lambda: store.get("ledgers/1"))
-    assert "unreachable" in str(error)
+    # On a loaded machine the 2 s lease may run out before the 2 s call timeout: either error says why.
+    assert "unreachable" in str(error) or "session was lost" in str(error), error
     assert_fails_in_time(lambda: store.put("ledgers/1", b"v1", version))
     assert_fails_in_time(lambda: store.next_id("ids"))
 
@@ -145,7 +146,8 @@ def test_etcd_restart_under_a_connected_store(etcd, factories):
 
     etcd.stop()
     error = assert_fails_in_time(lambda: store.get("ledgers/1"))
-    assert "unreachable" in str(error)
+    # On a loaded machine the 2 s lease may run out before the 2 s call timeout: either error says why.
+    assert "unreachable" in str(error) or "session was lost" in str(error), error
     assert_fails_in_time(lambda: store.put("ledgers/1", b"v1", version))
     assert_fails_in_time(lambda: store.next_id("ids"))
     wait_until(lambda: store.state is SessionState.LOST, 10, "the lease could not be kept alive")
