@@ -11,7 +11,7 @@ See README.md for concepts, configuration and the command line.
 from walkit import errors
 from walkit.client.api import Client, ReadHandle, WriteHandle
 from walkit.client.log import LogRecord, LogWriter
-from walkit.core.log import LogConfig, LogMetadata, Position
+from walkit.core.loglist import LogConfig, LogMetadata, Position
 from walkit.core.messages import Entry
 from walkit.election import LeaderElection
 from walkit.core.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata

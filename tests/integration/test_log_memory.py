@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from walkit.core.log import Position
+from walkit.core.loglist import Position
 from walkit.errors import LogTruncated, NoSuchLog
 
 

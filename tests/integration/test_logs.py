@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import walkit
-from walkit.core.log import Position
+from walkit.core.loglist import Position
 from walkit.errors import LedgerFenced, NoSuchLedger
 
 pytestmark = pytest.mark.slow

@@ -50,7 +50,7 @@ def log_append(metadata, password, name, data, source, roll_entries) -> None:
 @friendly
 def log_read(metadata, password, name, start, follow, fmt) -> None:
     """Print the records of log NAME in order: position, then payload."""
-    from walkit.core.log import Position
+    from walkit.core.loglist import Position
     with client_for(metadata) as client:
         _print_records(client, name, Position.parse(start) if start else None, follow, password, fmt)
 
@@ -72,7 +72,7 @@ def _print_records(client, name: str, start, follow: bool, password: str, fmt: s
 @friendly
 def log_tail(metadata, password, name, fmt) -> None:
     """Print records appended to log NAME from now on, as they arrive (Ctrl-C to stop)."""
-    from walkit.core.log import Position
+    from walkit.core.loglist import Position
     with client_for(metadata) as client:
         segments = client.log_metadata(name).segments
         start = None
@@ -119,7 +119,7 @@ def log_info(metadata, name) -> None:
 @friendly
 def log_truncate(metadata, password, name, before) -> None:
     """Delete the ledgers of log NAME that end before a position (this fences the log's writer)."""
-    from walkit.core.log import Position
+    from walkit.core.loglist import Position
     with client_for(metadata) as client:
         with client.open_log(name, password=password) as writer:
             deleted = writer.truncate(before=Position.parse(before))

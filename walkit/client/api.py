@@ -165,7 +165,7 @@ class Client:
         roll_age_s, retention_age_s, retention_bytes, digest) apply when the log is created.
         """
         from walkit.client.log import open_log
-        from walkit.core.log import LogConfig
+        from walkit.core.loglist import LogConfig
         self._check_open()
         return open_log(self, name, password=_password(password), config=LogConfig(**config) if config else None,
                         timeout=timeout)

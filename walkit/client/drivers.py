@@ -33,9 +33,13 @@ class WriterDriver(Driver):
                 entry_id += 1
             self.first_entry = entry_id
         elif kind is ev.FailAdds:
-            while futures:
-                futures.popleft().set_exception(command.error)
-            self.first_entry = max(self.first_entry, self.machine.last_add_pushed + 1)
+            # Only entries from first_entry_id fail: adds still pending before them complete later.
+            keep = max(0, command.first_entry_id - self.first_entry)
+            failed = [futures.pop() for _ in range(len(futures) - keep)]
+            for future in reversed(failed):
+                future.set_exception(command.error)
+            if not futures:
+                self.first_entry = self.machine.last_add_pushed + 1
         elif kind is ev.CompleteClose:
             for future in self.close_futures:
                 future.set_result(command.metadata)

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator, NamedTuple
 
-from walkit.core.log import LOG_PREFIX, LogConfig, LogMetadata, LogSegment, Position, check_log_name, log_key
+from walkit.core.loglist import LOG_PREFIX, LogConfig, LogMetadata, LogSegment, Position, check_log_name, log_key
 from walkit.errors import (
     BadVersion, LedgerFenced, LogContention, LogTruncated, NodeExists, NoSuchKey, NoSuchLedger, NoSuchLog,
     WalkitError,

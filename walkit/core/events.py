@@ -21,9 +21,14 @@ from walkit.core.metadata import LedgerMetadata
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ticked:
-    """Ticked tells a machine the current time in milliseconds (monotonic clock)."""
+    """Ticked tells a machine the current time in milliseconds.
+
+    `now_ms` is a monotonic clock for timeouts; `wall_ms` is wall-clock time (milliseconds since
+    the epoch) for what is recorded in metadata, such as when a ledger was created or closed.
+    """
 
     now_ms: int
+    wall_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,9 +89,39 @@ class MetadataConflict:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetadataFailed:
-    """MetadataFailed reports that the metadata store could not complete an operation."""
+    """MetadataFailed reports that a metadata operation failed for certain (the ledger is gone).
+
+    An operation whose outcome is unknown (a timeout, a lost answer) is never reported as
+    failed: the dispatcher re-reads and reports MetadataWritten or MetadataConflict instead.
+    """
 
     ledger_id: int
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerMetadataRead:
+    """LedgerMetadataRead answers ReadLedgerMetadata: the metadata and version, or None if absent."""
+
+    ledger_id: int
+    metadata: LedgerMetadata | None
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerCreated:
+    """LedgerCreated answers CreateLedger with the new ledger's metadata (OPEN) and version."""
+
+    token: int
+    metadata: LedgerMetadata
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerCreateFailed:
+    """LedgerCreateFailed answers CreateLedger that could not create a ledger (NotEnoughBookies, ...)."""
+
+    token: int
     error: Exception
 
 
@@ -224,6 +259,43 @@ class WriteMetadata:
 
     metadata: LedgerMetadata
     expected_version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadLedgerMetadata:
+    """ReadLedgerMetadata asks for a ledger's current metadata (answered by LedgerMetadataRead)."""
+
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateLedger:
+    """CreateLedger asks for a new OPEN ledger on `ensemble` writable bookies (LedgerCreated).
+
+    The shell draws the id and the bookies and creates the metadata; `token` names the request.
+    """
+
+    token: int
+    ensemble: int
+    write_quorum: int
+    ack_quorum: int
+    digest: str
+    password_check: str
+    custom: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteLedger:
+    """DeleteLedger removes a ledger's metadata; bookies drop its data at their garbage collection."""
+
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failpoint:
+    """Failpoint marks a named step where crash tests stop a process (walkit.faults); nothing else."""
+
+    name: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

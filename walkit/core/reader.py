@@ -205,6 +205,10 @@ class LacReader:
     `timeout_ms` > 0 each bookie holds the request until its LAC passes `previous_lac`; the
     reader completes at the first answer above it, or with the highest answer once all bookies
     answered. It fails only if no bookie answered at all.
+
+    The answer is never below (first entry of the last fragment) - 1 (BookKeeper issue 2615): a
+    fragment starts at LAC + 1 when it is made, so every entry before it was confirmed, even
+    when the bookies of the new fragment have seen no entry yet and answer -1.
     """
 
     def __init__(self, metadata: LedgerMetadata, *, previous_lac: int = -2, timeout_ms: int = 0) -> None:
@@ -247,4 +251,4 @@ class LacReader:
             detail = ", ".join(f"{b}: {why}" for b, why in self._errors.items())
             return [ev.FailRead(ledger_id=self.ledger_id,
                                 error=BookieError(f"no bookie of ledger {self.ledger_id} answered ({detail})"))]
-        return [ev.CompleteRead(ledger_id=self.ledger_id, lac=best)]
+        return [ev.CompleteRead(ledger_id=self.ledger_id, lac=max(best, self.metadata.last_fragment_start - 1))]

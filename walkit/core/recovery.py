@@ -14,12 +14,22 @@ Opening a ledger with recovery (seed 004, "Fencing internals"; DESIGN.md §3) go
    said NO_SUCH_ENTRY; otherwise it is unknown and asked again, never guessed;
 4. write back: each present entry is re-added, unchanged, to its whole write set with the
    recovery flag (which passes the fence) and counts once Qa bookies acknowledged it. A bookie
-   that fails a write-back is replaced; the new fragment is recorded only with the close;
+   that fails a write-back is replaced; the new fragment starts at the first entry not yet
+   written back in full (every entry before it is on Qa bookies of its old write set, and every
+   later one, read already or not, goes to the new write sets) and is recorded only with the
+   close;
 5. close: CAS to CLOSED with last entry = (first absent entry) - 1. On a conflict with a CLOSED
    ledger the recoverer adopts that close, so concurrent recoverers converge on one last entry.
+
+States (`RecoveryState`, transitions in `_TRANSITIONS`, each one asserted): MARKING (the CAS to
+IN_RECOVERY), FENCING, RECOVERING (reading and writing back), CLOSING (the CAS of CLOSED), DONE.
+A metadata write whose outcome is unknown is settled by the dispatcher (walkit.core.dispatch);
+MetadataFailed means the ledger is gone.
 """
 
 from __future__ import annotations
+
+import enum
 
 from walkit.core import events as ev
 from walkit.core.digest import Digest
@@ -31,7 +41,27 @@ from walkit.errors import LedgerFenced, NotEnoughBookies, Timeout, Unauthorized
 #: How long an undecided read or an unanswered fence waits before it is asked again.
 RETRY_MS = 100
 
-MARKING, FENCING, RECOVERING, CLOSING, DONE = "MARKING", "FENCING", "RECOVERING", "CLOSING", "DONE"
+
+
+class RecoveryState(str, enum.Enum):
+    """RecoveryState is the phase a LedgerRecovery is in (see the module doc)."""
+
+    MARKING = "MARKING"
+    FENCING = "FENCING"
+    RECOVERING = "RECOVERING"
+    CLOSING = "CLOSING"
+    DONE = "DONE"
+
+
+MARKING, FENCING, RECOVERING, CLOSING, DONE = RecoveryState
+
+_TRANSITIONS = {
+    MARKING: {MARKING, FENCING, DONE},
+    FENCING: {RECOVERING, DONE},
+    RECOVERING: {CLOSING, DONE},
+    CLOSING: {CLOSING, DONE},
+    DONE: set(),
+}
 
 
 class _Probe:
@@ -113,6 +143,11 @@ class LedgerRecovery:
             ev.BookiesChosen: self._on_chosen, ev.Ticked: self._on_tick,
         }
 
+    def _to(self, phase: RecoveryState) -> None:
+        """_to moves to `phase`, asserting the transition is one recovery allows."""
+        assert phase in _TRANSITIONS[self.phase], f"ledger {self.ledger_id}: recovery cannot go {self.phase.name} -> {phase.name}"
+        self.phase = phase
+
     @property
     def last_entry_id(self) -> int | None:
         """last_entry_id is the recovered last entry once known."""
@@ -124,6 +159,7 @@ class LedgerRecovery:
             return self._finish(self.metadata, self.version)
         if self.metadata.state == IN_RECOVERY:
             return self._fence()
+        self._to(MARKING)
         return [ev.WriteMetadata(metadata=self.metadata.in_recovery(), expected_version=self.version)]
 
     def step(self, event) -> list:
@@ -153,6 +189,7 @@ class LedgerRecovery:
         if self.phase == MARKING:
             return self.start()
         if self.phase == CLOSING:
+            self._to(CLOSING)
             return [self._close_write()]
         return []
 
@@ -161,7 +198,7 @@ class LedgerRecovery:
 
     # -- fencing --------------------------------------------------------------------------
     def _fence(self) -> list:
-        self.phase = FENCING
+        self._to(FENCING)
         self._ensemble = self.metadata.current_ensemble
         return [self._fence_request(b) for b in self._ensemble]
 
@@ -181,7 +218,7 @@ class LedgerRecovery:
         md = self.metadata
         if len(self._fence_answers) < ensemble_coverage(md.ensemble_size, md.ack_quorum):
             return []
-        self.phase = RECOVERING
+        self._to(RECOVERING)
         self.start_entry = max(max(self._fence_answers.values()), md.last_fragment_start - 1)
         self._next_read = self._done_upto = self.start_entry
         self._next_read += 1
@@ -315,11 +352,11 @@ class LedgerRecovery:
         mapping = dict(zip(to_replace, candidates))
         self._ensemble = tuple(mapping.get(b, b) for b in self._ensemble)
         self._failed.clear()
-        # The new fragment starts at the first write-back not yet replicated; everything written
-        # back from there on goes to the new write sets, replicated already or not (entries below
-        # it are all replicated in the old ensemble).
-        unfinished = [e for e, wb in self._writebacks.items() if len(wb.acked) < self.metadata.ack_quorum]
-        first = min(unfinished, default=self._done_upto + 1)
+        # The new fragment starts right after the entries written back in full: each of those is
+        # on Qa bookies of its old write set. Every later entry, written back already, being read
+        # or not read yet, goes to the new write sets (an entry read later must not go to a
+        # write set that still names the replaced bookie).
+        first = self._done_upto + 1
         self._fragments = {f: ens for f, ens in self._fragments.items() if f < first}
         self._fragments[first] = self._ensemble
         commands: list = []
@@ -346,7 +383,7 @@ class LedgerRecovery:
         if self._absent_at is not None and self._done_upto >= self._absent_at - 1:
             self._probes.clear()
             self._writebacks.clear()
-            self.phase = CLOSING
+            self._to(CLOSING)
             return [self._close_write()]
         return self._read_ahead()
 
@@ -359,12 +396,12 @@ class LedgerRecovery:
         return ev.WriteMetadata(metadata=proposed.closed(last), expected_version=self.version)
 
     def _finish(self, metadata: LedgerMetadata, version: int) -> list:
-        self.phase = DONE
+        self._to(DONE)
         self.metadata, self.version = metadata, version
         return [ev.CompleteRecovery(metadata=metadata, version=version)]
 
     def _fail(self, error: Exception) -> list:
-        self.phase = DONE
+        self._to(DONE)
         return [ev.FailRecovery(ledger_id=self.ledger_id, error=error)]
 
     # -- time -----------------------------------------------------------------------------

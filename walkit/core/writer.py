@@ -19,24 +19,64 @@ and completes adds strictly in entry order (seed 000, "Writing to ledgers"):
   metadata (seed 000);
 - FENCED from any bookie ends the writer: pending and later adds fail with LedgerFenced;
 - closing waits for pending adds, then writes CLOSED with the LAC; a conflict follows seed 000:
-  IN_RECOVERY is an error, CLOSED at the same last entry is success, any other is an error.
+  IN_RECOVERY is an error, CLOSED at the same last entry is success, any other is an error;
+- a metadata write whose outcome is unknown never ends the writer: the dispatcher re-reads and
+  reports what the store holds (walkit.core.dispatch); MetadataFailed means the ledger is gone.
 
 An idle writer sends its LAC explicitly (WriteLac) so tailing readers are not one entry behind.
+
+States (`WriterState`, transitions in `_TRANSITIONS`, each one asserted):
+
+    WRITING   adds flow; completions happen only here
+    CHOOSING  a bookie failed: waiting for candidates (BookiesChosen)
+    CHANGING  the CAS of a new fragment is in flight
+    CLOSING   the CAS of CLOSED is in flight (close requested and nothing pending)
+    CLOSED    final: the ledger is closed at last_add_confirmed
+    FAILED    final: `error` says why; every pending and later add failed
+
+A close requested while adds are pending or an ensemble change runs is remembered
+(`close_requested`): appends are refused from then on, and the writer moves to CLOSING once it is
+back in WRITING with nothing pending.
 """
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 
 from walkit.core import events as ev
 from walkit.core.digest import Digest
 from walkit.core.distribution import write_sets_of
 from walkit.core.messages import Entry, Status
-from walkit.core.metadata import OPEN, CLOSED, LedgerMetadata
+from walkit.core import metadata as ledger_states
+from walkit.core.metadata import LedgerMetadata
 from walkit.errors import LedgerClosed, LedgerFenced, NotEnoughBookies, Unauthorized, WalkitError
 
 #: How long the writer waits before asking again for bookies when none could replace a failure.
 CHOOSE_RETRY_MS = 200
+
+
+class WriterState(str, enum.Enum):
+    """WriterState is where a LedgerWriter is in its life (see the module doc)."""
+
+    WRITING = "WRITING"
+    CHOOSING = "CHOOSING"
+    CHANGING = "CHANGING"
+    CLOSING = "CLOSING"
+    CLOSED = "CLOSED"
+    FAILED = "FAILED"
+
+
+WRITING, CHOOSING, CHANGING, CLOSING, CLOSED, FAILED = WriterState
+
+_TRANSITIONS = {
+    WRITING: {CHOOSING, CLOSING, FAILED},
+    CHOOSING: {CHANGING, WRITING, FAILED},
+    CHANGING: {WRITING, FAILED},
+    CLOSING: {CLOSING, CLOSED, FAILED},
+    CLOSED: set(),
+    FAILED: set(),
+}
 
 
 class _Pending:
@@ -60,7 +100,7 @@ class LedgerWriter:
 
     def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
                  add_timeout_ms: int = 5000, explicit_lac_ms: int = 100, now_ms: int = 0) -> None:
-        if metadata.state != OPEN:
+        if metadata.state != ledger_states.OPEN:
             raise LedgerClosed(f"ledger {metadata.ledger_id} is {metadata.state}, not OPEN")
         self.metadata = metadata
         self.version = version
@@ -68,21 +108,19 @@ class LedgerWriter:
         self.master_key = master_key
         self.add_timeout_ms = add_timeout_ms
         self.explicit_lac_ms = explicit_lac_ms
+        self.state = WRITING
+        self.close_requested = False
         self.last_add_confirmed = -1
         self.last_add_pushed = -1
         self.error: WalkitError | None = None
-        self.closed = False
         self._sign = digest.sign
         self._pending: deque[_Pending] = deque()
         self._write_sets = write_sets_of(metadata.current_ensemble, metadata.write_quorum)
         self._failed: dict[str, str] = {}           # bookie -> why, awaiting replacement
         self._unreachable_since: dict[str, int] = {}  # bookie -> when it first became unreachable
-        self._changing = False                        # an ensemble change is in flight
-        self._replacements: dict[str, str] | None = None   # old -> new, while its CAS is in flight
+        self._replacements: dict[str, str] | None = None   # old -> new, while CHANGING
         self._change_started_ms = 0
         self._choose_again_ms: int | None = None
-        self._closing = False
-        self._close_in_flight = False
         self._now = now_ms
         self._last_add_ms = now_ms
         self._lac_sent = -1
@@ -100,6 +138,11 @@ class LedgerWriter:
         return self._handlers[type(event)](event)
 
     @property
+    def closed(self) -> bool:
+        """closed is True once the ledger is closed by this writer."""
+        return self.state is CLOSED
+
+    @property
     def pending_count(self) -> int:
         """pending_count is the number of adds sent but not yet complete."""
         return len(self._pending)
@@ -107,13 +150,18 @@ class LedgerWriter:
     @property
     def changing_ensemble(self) -> bool:
         """changing_ensemble is True while failure handling (an ensemble change) is under way."""
-        return self._changing
+        return self.state is CHOOSING or self.state is CHANGING
+
+    def _to(self, state: WriterState) -> None:
+        """_to moves to `state`, asserting the transition is one the writer allows."""
+        assert state in _TRANSITIONS[self.state], f"ledger {self.ledger_id}: writer cannot go {self.state.name} -> {state.name}"
+        self.state = state
 
     # -- appends --------------------------------------------------------------------------
     def _on_append(self, event: ev.AppendRequested) -> list:
         first = self.last_add_pushed + 1
-        if self.error is not None or self.closed or self._closing:
-            self.last_add_pushed += len(event.payloads)
+        if self.error is not None or self.close_requested or self.state is CLOSED:
+            # Refused appends take no entry ids: the next ids stay with whatever comes next.
             error = self.error or LedgerClosed(f"ledger {self.ledger_id} is closed")
             return [ev.FailAdds(ledger_id=self.ledger_id, first_entry_id=first, error=error)]
         sends: dict[str, list[Entry]] = {}
@@ -153,7 +201,7 @@ class LedgerWriter:
 
     def _complete(self) -> list:
         """_complete pops every add at the head that reached Qa; nothing completes mid-change."""
-        if self._changing or self.error is not None:
+        if self.state is not WRITING:
             return []
         pending, quorum = self._pending, self.metadata.ack_quorum
         last = self.last_add_confirmed
@@ -163,7 +211,7 @@ class LedgerWriter:
         if last != self.last_add_confirmed:
             self.last_add_confirmed = last
             commands.append(ev.CompleteAdds(ledger_id=self.ledger_id, last_entry_id=last))
-        if self._closing and not pending and not self._close_in_flight:
+        if self.close_requested and not pending:
             commands.append(self._write_close())
         return commands
 
@@ -184,15 +232,15 @@ class LedgerWriter:
     def _bookie_failed(self, bookie: str, why: str) -> list:
         if bookie not in self.metadata.current_ensemble or bookie in self._failed:
             return []
-        if self.closed or self._close_in_flight:
+        if self.state is CLOSING or self.state is CLOSED or self.state is FAILED:
             return []       # nothing left to write: a change now would rewrite a closing ledger
         self._failed[bookie] = why
-        if self._changing:
+        if self.state is not WRITING:
             return []      # handled once the change in flight finished
         return self._start_change()
 
     def _start_change(self) -> list:
-        self._changing = True
+        self._to(CHOOSING)
         self._change_started_ms = self._now
         self._choose_again_ms = None
         return [self._choose()]
@@ -209,7 +257,7 @@ class LedgerWriter:
         return since is not None and self._now - since < self.add_timeout_ms
 
     def _on_bookies_chosen(self, event: ev.BookiesChosen) -> list:
-        if not self._changing or self._replacements is not None or self.error is not None or self.closed:
+        if self.state is not CHOOSING:
             return []
         ensemble = self.metadata.current_ensemble
         to_replace = [b for b in ensemble if b in self._failed]
@@ -227,6 +275,7 @@ class LedgerWriter:
         self._replacements = dict(zip(to_replace, candidates))
         new_ensemble = tuple(self._replacements.get(b, b) for b in ensemble)
         proposed = self.metadata.with_fragment(self.last_add_confirmed + 1, new_ensemble)
+        self._to(CHANGING)
         return [ev.WriteMetadata(metadata=proposed, expected_version=self.version)]
 
     def _adopt(self, metadata: LedgerMetadata, version: int) -> None:
@@ -238,7 +287,7 @@ class LedgerWriter:
 
     def _finish_change(self, resend_to: set[str]) -> list:
         """_finish_change re-sends what `resend_to` bookies lack, then completes or changes again."""
-        self._changing = False
+        self._to(WRITING)
         self._replacements = None
         sends: dict[str, list[Entry]] = {}
         size = len(self._write_sets)
@@ -257,12 +306,11 @@ class LedgerWriter:
         return commands + self._complete()
 
     def _on_metadata_written(self, event: ev.MetadataWritten) -> list:
-        if self._close_in_flight:
-            self._close_in_flight = False
-            self.closed = True
+        if self.state is CLOSING:
+            self._to(CLOSED)
             self._adopt(event.metadata, event.version)
             return [ev.CompleteClose(metadata=event.metadata, version=event.version)]
-        if self._replacements is None:
+        if self.state is not CHANGING:
             return []
         replacements = set(self._replacements.values())
         self._adopt(event.metadata, event.version)
@@ -270,66 +318,65 @@ class LedgerWriter:
 
     def _on_conflict(self, event: ev.MetadataConflict) -> list:
         current = event.metadata
-        if self._close_in_flight:
-            self._close_in_flight = False
+        if self.state is CLOSING:
             return self._close_conflict(current, event.version)
-        if self._replacements is None:
+        if self.state is not CHANGING:
             return []
-        if current.state != OPEN:
+        if current.state != ledger_states.OPEN:
             return self._fail(LedgerFenced(f"ledger {self.ledger_id} is {current.state}: another "
                                            "client is recovering or closed it"))
         # Still OPEN: someone else changed the metadata; retry the change on top of theirs and
         # send every unacknowledged entry to whichever write set it has now.
-        self._replacements = None
         self._adopt(current, event.version)
         return self._finish_change(resend_to=set(current.current_ensemble))
 
     def _on_metadata_failed(self, event: ev.MetadataFailed) -> list:
-        self._close_in_flight = False
-        return self._fail(event.error)        # FailAdds, and FailClose if a close was requested
+        if self.state is CHANGING or self.state is CLOSING:
+            return self._fail(event.error)        # FailAdds, and FailClose if a close was requested
+        return []
 
     def _fail(self, error: WalkitError) -> list:
         """_fail ends the writer: every pending and later add fails with `error`."""
         if self.error is not None:
             return []
         self.error = error
+        self._to(FAILED)
         first = self._pending[0].entry.entry_id if self._pending else self.last_add_pushed + 1
         self._pending.clear()
-        self._changing = False
         self._replacements = None
         commands: list = [ev.FailAdds(ledger_id=self.ledger_id, first_entry_id=first, error=error)]
-        if self._closing and not self.closed:
+        if self.close_requested:
             commands.append(ev.FailClose(ledger_id=self.ledger_id, error=error))
         return commands
 
     # -- close ----------------------------------------------------------------------------
     def _on_close(self, event: ev.CloseRequested) -> list:
-        if self.closed:
+        if self.state is CLOSED:
             return [ev.CompleteClose(metadata=self.metadata, version=self.version)]
-        if self.error is not None:
+        if self.state is FAILED:
             return [ev.FailClose(ledger_id=self.ledger_id, error=self.error)]
-        if self._closing:
+        if self.close_requested:
             return []
-        self._closing = True
-        if not self._pending and not self._changing:
+        self.close_requested = True
+        if self.state is WRITING and not self._pending:
             return [self._write_close()]
         return []
 
     def _write_close(self) -> ev.WriteMetadata:
-        self._close_in_flight = True
+        self._to(CLOSING)
         proposed = self.metadata.closed(self.last_add_confirmed)
         return ev.WriteMetadata(metadata=proposed, expected_version=self.version)
 
     def _close_conflict(self, current: LedgerMetadata, version: int) -> list:
         """_close_conflict applies seed 000's rules for a failed CAS of a writer's close."""
-        if current.state == OPEN:
+        if current.state == ledger_states.OPEN:
             self.metadata, self.version = current, version
             return [self._write_close()]
-        if current.state == CLOSED and current.last_entry_id == self.last_add_confirmed:
-            self.closed = True
+        if current.state == ledger_states.CLOSED and current.last_entry_id == self.last_add_confirmed:
+            self._to(CLOSED)
             self._adopt(current, version)
             return [ev.CompleteClose(metadata=current, version=version)]
-        if current.state == CLOSED:
+        if current.state == ledger_states.CLOSED:
             why = (f"ledger {self.ledger_id} was closed by another client at entry "
                    f"{current.last_entry_id}, not at {self.last_add_confirmed}")
         else:
@@ -339,10 +386,11 @@ class LedgerWriter:
     # -- time -----------------------------------------------------------------------------
     def _on_tick(self, event: ev.Ticked) -> list:
         self._now = now = event.now_ms
-        if self.error is not None or self.closed:
+        state = self.state
+        if state is CLOSED or state is FAILED or state is CLOSING:
             return []
-        if self._changing:
-            if self._replacements is None and now - self._change_started_ms >= self.add_timeout_ms:
+        if state is CHOOSING:
+            if now - self._change_started_ms >= self.add_timeout_ms:
                 failed = ", ".join(sorted(self._failed))
                 return self._fail(NotEnoughBookies(
                     f"no live bookie could replace {failed} in ledger {self.ledger_id} within "
@@ -350,6 +398,8 @@ class LedgerWriter:
             if self._choose_again_ms is not None and now >= self._choose_again_ms:
                 self._choose_again_ms = None
                 return [self._choose()]
+            return []
+        if state is CHANGING:
             return []
         if self._pending:
             head = self._pending[0]
@@ -361,7 +411,7 @@ class LedgerWriter:
                         commands += self._bookie_failed(bookie, f"no answer within {self.add_timeout_ms} ms")
                 return commands
             return []
-        if (self.last_add_confirmed > self._lac_sent and not self._closing
+        if (self.last_add_confirmed > self._lac_sent and not self.close_requested
                 and now - self._last_add_ms >= self.explicit_lac_ms):
             self._lac_sent = self.last_add_confirmed
             return [ev.SendWriteLac(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,

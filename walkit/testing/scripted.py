@@ -29,13 +29,14 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable
 
-from walkit.client.loop import _failure_event, _response_event
 from walkit.core import events as ev
+from walkit.core.dispatch import Dispatcher, StoreCall
 from walkit.core.bookie import BookieHandler, Reply, StoreEntries, StoreLedgerState, unpack_entry
 from walkit.core.digest import Digest, master_key
 from walkit.core.distribution import write_set_bookies
 from walkit.core.messages import AddRequest, ReadLacRequest, ReadRequest, Status, WriteLacRequest
-from walkit.core.metadata import LedgerMetadata
+from walkit.core.metadata import LedgerMetadata, ledger_key
+from walkit.errors import BadVersion, NoSuchKey
 from walkit.core.reader import RangeReader
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import LedgerWriter
@@ -46,8 +47,8 @@ PASSWORD = b"scripted"
 
 #: The `kind` of a message, named after the request it is or answers.
 KINDS = {AddRequest: "add", ReadRequest: "read", ReadLacRequest: "lac", WriteLacRequest: "write_lac"}
-#: The core commands a client turns into bookie requests.
-_REQUESTS = (ev.SendAdds, ev.SendRead, ev.SendReadLac, ev.SendWriteLac)
+#: The metadata commands the test runs by hand with cas() and choose().
+_METADATA_OPS = (ev.WriteMetadata, ev.ChooseBookies)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,21 @@ class ScriptedMetadataStore:
             return ev.MetadataConflict(metadata=self.metadata, version=self.version)
         self._write(proposed)
         return ev.MetadataWritten(metadata=self.metadata, version=self.version)
+
+    def run(self, call: StoreCall):
+        """run answers the dispatcher's get or put of the ledger's key as (value, error)."""
+        key = ledger_key(self.metadata.ledger_id)
+        if call.args[0] != key:
+            return None, NoSuchKey(call.args[0])
+        if call.method == "get":
+            return (self.metadata.to_bytes(), self.version), None
+        if call.method == "put":
+            _, value, expected = call.args
+            if expected != self.version:
+                return None, BadVersion(f"{key} is at version {self.version}, not {expected}")
+            self._write(LedgerMetadata.from_bytes(value))
+            return self.version, None
+        raise AssertionError(f"the scripted store does not do {call.method}")
 
     def transform(self, change: Callable[[LedgerMetadata], LedgerMetadata]) -> None:
         """transform applies `change` as another client's successful write would (BookKeeper's
@@ -222,6 +238,7 @@ class ScriptedCluster:
         self.digest = Digest("crc32c", PASSWORD)
         self.master_key = master_key(PASSWORD)
         self.network: list[Message] = []
+        self.dispatcher = Dispatcher()
         self.metadata_ops: list[tuple[ScriptedClient, object]] = []   # WriteMetadata / ChooseBookies
         self.clients: dict[str, ScriptedClient] = {}
         self.now = 0
@@ -259,38 +276,31 @@ class ScriptedCluster:
         return client
 
     def _execute(self, client: ScriptedClient, commands: list) -> list:
-        """_execute carries out a machine's commands: requests and metadata operations are queued."""
+        """_execute carries out a machine's commands: requests are queued on the network through the
+        dispatcher, metadata operations wait for cas() and choose(), outcomes are recorded."""
         outcomes = []
         for command in commands:
-            if isinstance(command, _REQUESTS):
-                self._send(client, command)
-            elif isinstance(command, (ev.WriteMetadata, ev.ChooseBookies)):
+            if isinstance(command, _METADATA_OPS):
                 self.metadata_ops.append((client, command))
-            else:
-                self.log(f"{client.name}: {_describe(command)}")
-                outcomes.append(command)
+                continue
+            for outcome in self.dispatcher.execute(client, [command], self.now):
+                self.log(f"{client.name}: {_describe(outcome)}")
+                outcomes.append(outcome)
+        for bookie, requests in self.dispatcher.take_requests().items():
+            for request in requests:
+                message = self._sent[request.txn] = Message(client.name, bookie, request)
+                if self.bookies[bookie].up:
+                    self.network.append(message)
+                else:                                  # the shell sees the connection down at once
+                    self._unreachable(message, f"bookie {bookie} is down")
         client.outcomes += outcomes
         return outcomes
 
-    def _send(self, client: ScriptedClient, command) -> None:
-        txn, kind = next(self._txns), type(command)
-        if kind is ev.SendAdds:
-            request = AddRequest(txn=txn, ledger_id=command.ledger_id, master_key=command.master_key,
-                                 entries=command.entries, recovery=command.recovery)
-        elif kind is ev.SendRead:
-            request = ReadRequest(txn=txn, ledger_id=command.ledger_id, entry_ids=command.entry_ids,
-                                  fence=command.fence, master_key=command.master_key)
-        elif kind is ev.SendReadLac:
-            request = ReadLacRequest(txn=txn, ledger_id=command.ledger_id, fence=command.fence,
-                                     master_key=command.master_key)
-        else:
-            request = WriteLacRequest(txn=txn, ledger_id=command.ledger_id, master_key=command.master_key,
-                                      lac=command.lac)
-        message = self._sent[txn] = Message(client.name, command.bookie, request)
-        if self.bookies[command.bookie].up:
-            self.network.append(message)
-        else:                                  # the shell sees the connection down at once
-            self._unreachable(message, f"bookie {command.bookie} is down")
+    def _answer_client(self, client: ScriptedClient, events: list) -> list:
+        outcomes: list = []
+        for _, event in events:
+            outcomes += client.step(event)          # a stopped client ignores it
+        return outcomes
 
     # -- network --------------------------------------------------------------------------
     def queued(self, **match) -> list[Message]:
@@ -349,10 +359,10 @@ class ScriptedCluster:
         client = self.clients[message.receiver]
         answer = message.response
         if isinstance(answer, Failure):
-            event = _failure_event(message.sender, message.request, answer.status, answer.message)
+            events = self.dispatcher.unreachable(message.sender, [message.request], answer.message, answer.status)
         else:
-            event = _response_event(message.sender, message.request, answer)
-        return client.step(event) if event is not None else []   # a stopped client ignores it
+            events = self.dispatcher.on_response(message.sender, answer)
+        return self._answer_client(client, events)
 
     def _apply(self, bookie: ScriptedBookie, commands: list) -> None:
         """_apply carries out a BookieHandler's commands: stores are volatile, durable replies wait."""
@@ -407,20 +417,39 @@ class ScriptedCluster:
         """cas runs the oldest queued metadata write (of `client`, if given) as a compare-and-swap
         and returns the outcomes the client emitted on the answer."""
         owner, command = self._take_op(ev.WriteMetadata, client)
-        event = self.store.cas(command.metadata, command.expected_version)
+        events = self._run_metadata(owner, command, bookies=None)
         self.log(f"{owner.name} CAS v{command.expected_version} {_describe(command.metadata)}: "
-                 f"{type(event).__name__} (now v{self.store.version})")
-        return owner.step(event)
+                 f"{type(events[0][1]).__name__} (now v{self.store.version})")
+        return self._answer_client(owner, events)
 
     def choose(self, client: str | ScriptedClient | None = None, bookies: list[str] | None = None) -> list:
         """choose answers the oldest request for bookies (of `client`, if given) with `bookies`, by
         default every live bookie outside the request's exclusions, in address order."""
         owner, command = self._take_op(ev.ChooseBookies, client)
         if bookies is None:
-            bookies = [b for b, bookie in self.bookies.items() if bookie.up and b not in command.exclude]
-        back = frozenset(b for b in command.recheck if self.bookies[b].up)
-        self.log(f"{owner.name} is offered bookies {bookies}" + (f", {sorted(back)} back" if back else ""))
-        return owner.step(ev.BookiesChosen(ledger_id=command.ledger_id, bookies=bookies, back=back))
+            bookies = [b for b, bookie in self.bookies.items() if bookie.up]
+        events = self._run_metadata(owner, command, bookies)
+        chosen = events[0][1]
+        self.log(f"{owner.name} is offered bookies {chosen.bookies}"
+                 + (f", {sorted(chosen.back)} back" if chosen.back else ""))
+        return self._answer_client(owner, events)
+
+    def _run_metadata(self, owner: ScriptedClient, command, bookies: list[str] | None) -> list:
+        """_run_metadata hands a metadata command to the dispatcher and runs its store calls at once
+        (a re-read after a conflict included) until the event for the machine comes out."""
+        self.dispatcher.execute(owner, [command], self.now)
+        events: list = []
+        calls = self.dispatcher.take_calls()
+        while calls and not events:
+            for call in calls:
+                if call.method == "live_bookies":
+                    value, error = list(bookies), None
+                else:
+                    value, error = self.store.run(call)
+                events += self.dispatcher.store_result(call.call_id, value, error)
+            calls = self.dispatcher.take_calls()
+        assert events, f"{command} produced no event"
+        return events
 
     def transform_metadata(self, change: Callable[[LedgerMetadata], LedgerMetadata]) -> None:
         """transform_metadata has another client write `change(metadata)` successfully."""

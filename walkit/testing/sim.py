@@ -28,7 +28,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from walkit.client.loop import _failure_event, _response_event
+from walkit.core.dispatch import failure_event as _failure_event, response_event as _response_event
 from walkit.core import events as ev
 from walkit.core.bookie import BookieHandler, LedgerState, Reply, StoreEntries, StoreLedgerState, unpack_entry
 from walkit.core.digest import Digest, master_key

@@ -1,13 +1,12 @@
-"""walkit.core.log defines a log: an ordered list of ledgers kept in metadata (seed 000, "Ledgers to logs").
+"""walkit.core.loglist defines a log's metadata: an ordered list of ledgers (seed 000, "Ledgers to logs").
 
-A log has a single writer. Its metadata lists its ledgers in order; the last one may be OPEN
-(being written), all others are CLOSED. Opening a log for writing fences and recovers the last
-two ledgers, creates a new one and appends it with compare-and-swap; rolling creates a ledger,
-appends it by CAS, then closes the previous one; truncation removes whole ledgers from the
-front. `Position(ledger_id, entry_id)` names a record and orders records: ledger ids grow with
-every new ledger, so position order is log order.
+A log has a single writer. Its metadata lists its ledgers in order; at most the last two may be
+unclosed (the last being written, the one before it closing after a roll), all others are
+CLOSED. `Position(ledger_id, entry_id)` names a record and orders records: ledger ids grow with
+every new ledger, so position order is log order. The rules that keep the list right live in
+walkit.core.log (the writer) and walkit.core.logreader (readers).
 
-Values here are immutable; each change returns new metadata for the shell to CAS.
+Values here are immutable; each change returns new metadata for the writer to CAS.
 """
 
 from __future__ import annotations
