@@ -1,0 +1,18 @@
+"""walkit.adapters.topics is a Kafka-compatible broker whose topic partitions are walkit logs.
+
+    walkit topics serve                    # embedded cluster under ./walkit-data, port 9092
+    kcat -b 127.0.0.1:9092 -t greetings -P <<< hello
+
+kafka-python, confluent-kafka (librdkafka) and kcat work unchanged. Modules:
+
+- wire.py, versions.py, errors.py: framing, the supported API versions, error codes; the
+  request and response bodies are kafka-python's `kafka.protocol` messages;
+- batches.py: record batches as producers send them (CRC checked, renumbered);
+- partition.py, producers.py, offsets.py: the replicated state machines (apply, snapshot,
+  restore) of a partition and of a group bucket's committed offsets;
+- replica.py, leader.py: a led partition: appends in order, fetch, retention;
+- ownership.py, catalog.py: which broker leads what (walkit.election), topics and brokers
+  in the metadata store;
+- coordinator.py: consumer group membership; broker.py, server.py, handlers/: the broker,
+  its connections and one module per family of requests; service.py: `walkit topics serve`.
+"""

@@ -1,0 +1,132 @@
+"""walkit.adapters.topics.batches checks, numbers and reads Kafka record batches (magic v2).
+
+A partition's log holds one record batch per entry, byte for byte as the producer sent it,
+except the first 8 bytes: the base offset, which the leader assigns. Kafka's CRC (CRC-32C)
+covers the batch from its attributes on, so renumbering keeps it valid, and a consumer gets
+exactly what the producer's CRC protects. Compressed batches stay compressed.
+
+    header := baseOffset:i64 batchLength:i32 partitionLeaderEpoch:i32 magic:i8 crc:u32
+              attributes:i16 lastOffsetDelta:i32 firstTimestamp:i64 maxTimestamp:i64
+              producerId:i64 producerEpoch:i16 baseSequence:i32 records:i32
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from kafka.record.default_records import DefaultRecordBatch
+
+from walkit.adapters.topics import errors
+from walkit.adapters.topics.errors import KafkaError
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size            # 61
+LOG_OVERHEAD = 12                    # baseOffset + batchLength
+_OFFSET = struct.Struct(">q")
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """BatchInfo is what the broker needs from a batch header (offsets are as stored)."""
+
+    base_offset: int
+    last_offset_delta: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: int
+    size: int
+    attributes: int
+
+    @property
+    def last_offset(self) -> int:
+        """last_offset is the offset of the batch's last record."""
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        """next_offset is the offset right after the batch."""
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def last_sequence(self) -> int:
+        """last_sequence is the sequence number of the batch's last record (wrapping at 2^31)."""
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+    @property
+    def idempotent(self) -> bool:
+        """idempotent tells whether an idempotent producer wrote the batch (it carries a producer id)."""
+        return self.producer_id >= 0
+
+
+def info(batch) -> BatchInfo:
+    """info reads the header of one batch (bytes or memoryview holding exactly that batch)."""
+    (base, length, _epoch, magic, _crc, attributes, last_delta, _first_ts, max_ts, pid, pepoch, seq,
+     count) = HEADER.unpack_from(batch)
+    return BatchInfo(base, last_delta, max_ts, pid, pepoch, seq, count, length + LOG_OVERHEAD, attributes)
+
+
+def split(records: bytes | None, max_batch_bytes: int) -> list[bytes]:
+    """split checks the record batches of a produce request and returns them one by one.
+
+    Every batch must be magic v2, whole, at most `max_batch_bytes`, with a matching CRC,
+    non-transactional and not a control batch, with lastOffsetDelta + 1 == records > 0.
+    Raises KafkaError: CORRUPT_MESSAGE (bad size, CRC or counts), UNSUPPORTED_FOR_MESSAGE_FORMAT
+    (magic 0 or 1), MESSAGE_TOO_LARGE, INVALID_RECORD (transactional or control batches).
+    """
+    if not records:
+        raise KafkaError(errors.CORRUPT_MESSAGE, "a produce request without records")
+    view = memoryview(records)
+    batches = []
+    position = 0
+    while position < len(view):
+        if len(view) - position < HEADER_SIZE:
+            raise KafkaError(errors.CORRUPT_MESSAGE, "a truncated record batch header")
+        length = struct.unpack_from(">i", view, position + 8)[0]
+        magic = view[position + 16]
+        if magic != 2:
+            raise KafkaError(errors.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                             f"record batches of magic {magic} are not supported; use magic 2 (Kafka 0.11+)")
+        size = length + LOG_OVERHEAD
+        if length < HEADER_SIZE - LOG_OVERHEAD or position + size > len(view):
+            raise KafkaError(errors.CORRUPT_MESSAGE, f"a record batch claims {length} bytes")
+        if size > max_batch_bytes:
+            raise KafkaError(errors.MESSAGE_TOO_LARGE, f"a record batch of {size} bytes (limit {max_batch_bytes})")
+        batch = bytes(view[position:position + size])
+        head = info(batch)
+        if head.attributes & (TRANSACTIONAL | CONTROL):
+            raise KafkaError(errors.INVALID_RECORD, "transactional and control batches are not supported")
+        if head.records <= 0 or head.last_offset_delta != head.records - 1:
+            raise KafkaError(errors.CORRUPT_MESSAGE, f"a batch of {head.records} records with "
+                                                     f"lastOffsetDelta {head.last_offset_delta}")
+        if not DefaultRecordBatch(batch).validate_crc():
+            raise KafkaError(errors.CORRUPT_MESSAGE, "a record batch failed its CRC check")
+        batches.append(batch)
+        position += size
+    return batches
+
+
+def with_base_offset(batch: bytes, base_offset: int) -> bytes:
+    """with_base_offset is `batch` renumbered to start at `base_offset` (the CRC stays valid)."""
+    return _OFFSET.pack(base_offset) + batch[8:]
+
+
+def first_offset_at(batch: bytes, timestamp: int) -> tuple[int, int] | None:
+    """first_offset_at returns (offset, timestamp) of the batch's first record stamped at or after `timestamp`.
+
+    None if it has none. A batch compressed with a codec this process lacks is answered by its
+    base offset and max timestamp.
+    """
+    parsed = DefaultRecordBatch(batch)
+    try:
+        for record in parsed:
+            if record.timestamp >= timestamp:
+                return record.offset, record.timestamp
+    except Exception:  # noqa: BLE001 - a codec kafka-python cannot load here
+        head = info(batch)
+        return (head.base_offset, head.max_timestamp) if head.max_timestamp >= timestamp else None
+    return None

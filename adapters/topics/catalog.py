@@ -1,0 +1,212 @@
+"""walkit.adapters.topics.catalog keeps topics and brokers in the cluster's metadata store.
+
+    topics/topics/<name>     {"name", "partitions", "configs", "id", "created_ms"}  (JSON)
+    topics/brokers/<id>      {"id", "host", "port"}: ephemeral, while the broker lives
+    topics/broker-ids        counter: a new broker's id
+    topics/producer-ids      counter: InitProducerId's producer ids
+
+Partition p of topic t is the walkit log ``kafka-<t>-<p>`` (topic names use the characters
+log names allow, and the numeric suffix keeps every name distinct). Group coordination is
+spread over GROUP_BUCKETS buckets, each a log ``kafkagroups-<b>`` holding committed offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+
+from walkit.adapters.topics import errors
+from walkit.adapters.topics.errors import KafkaError
+from walkit.errors import NodeExists, NoSuchKey
+
+PREFIX = "topics"
+TOPICS = f"{PREFIX}/topics"
+BROKERS = f"{PREFIX}/brokers"
+GROUP_BUCKETS = 4
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,180}")
+
+#: Topic configs the broker understands, with Kafka's defaults (segment.bytes: walkit's roll size).
+DEFAULT_CONFIGS = {
+    "cleanup.policy": "delete",
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    "segment.ms": "604800000",
+    "segment.bytes": str(64 * 1024 * 1024),
+    "max.message.bytes": "1048588",
+    "message.timestamp.type": "CreateTime",
+}
+_INTEGER_CONFIGS = {"retention.ms", "retention.bytes", "segment.ms", "segment.bytes", "max.message.bytes"}
+
+
+def partition_log(topic: str, partition: int) -> str:
+    """partition_log is the walkit log name of a topic partition."""
+    return f"kafka-{topic}-{partition}"
+
+
+def bucket_log(bucket: int) -> str:
+    """bucket_log is the walkit log name that holds the committed offsets of a group bucket."""
+    return f"kafkagroups-{bucket}"
+
+
+def group_bucket(group: str) -> int:
+    """group_bucket is the bucket (and so the coordinator) of a consumer group."""
+    return zlib.crc32(group.encode()) % GROUP_BUCKETS
+
+
+def check_topic_name(name: str) -> str:
+    """check_topic_name returns `name` or raises KafkaError(INVALID_TOPIC_EXCEPTION)."""
+    if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise KafkaError(errors.INVALID_TOPIC_EXCEPTION,
+                         f"invalid topic name {name!r}: use 1-180 letters, digits, '.', '_' or '-'")
+    return name
+
+
+def check_configs(configs: dict[str, str]) -> dict[str, str]:
+    """check_configs validates topic configs and returns them; KafkaError(INVALID_CONFIG) otherwise."""
+    for name, value in configs.items():
+        if name not in DEFAULT_CONFIGS:
+            raise KafkaError(errors.INVALID_CONFIG, f"unsupported topic config {name!r} "
+                                                    f"(supported: {', '.join(sorted(DEFAULT_CONFIGS))})")
+        if name in _INTEGER_CONFIGS:
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                raise KafkaError(errors.INVALID_CONFIG, f"{name} must be an integer, not {value!r}") from None
+            if number < -1 or (number <= 0 and name in ("segment.bytes", "segment.ms", "max.message.bytes")):
+                raise KafkaError(errors.INVALID_CONFIG, f"{name} = {value} is out of range")
+        elif name == "cleanup.policy" and value != "delete":
+            raise KafkaError(errors.INVALID_CONFIG, "only cleanup.policy=delete is supported (no compaction)")
+        elif name == "message.timestamp.type" and value != "CreateTime":
+            raise KafkaError(errors.INVALID_CONFIG, "only message.timestamp.type=CreateTime is supported")
+    return dict(configs)
+
+
+@dataclass(frozen=True)
+class Topic:
+    """Topic is a topic's record in the metadata store."""
+
+    name: str
+    partitions: int
+    configs: dict = field(default_factory=dict)
+    id: str = ""
+    created_ms: int = 0
+
+    def config(self, name: str) -> str:
+        """config is the value of a topic config (its default when not set)."""
+        return self.configs.get(name, DEFAULT_CONFIGS[name])
+
+    def int_config(self, name: str) -> int:
+        """int_config is an integer topic config."""
+        return int(self.config(name))
+
+    @property
+    def uuid(self) -> uuid.UUID:
+        """uuid is the topic id as a UUID."""
+        return uuid.UUID(self.id) if self.id else uuid.UUID(int=0)
+
+    def log_options(self) -> dict:
+        """log_options are the walkit LogConfig fields that follow from the topic's configs."""
+        return {"roll_bytes": self.int_config("segment.bytes"), "roll_age_s": self.int_config("segment.ms") / 1000}
+
+    def to_bytes(self) -> bytes:
+        """to_bytes encodes the record as JSON."""
+        return json.dumps({"name": self.name, "partitions": self.partitions, "configs": self.configs,
+                           "id": self.id, "created_ms": self.created_ms}, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Topic":
+        """from_bytes decodes a record written by `to_bytes`."""
+        doc = json.loads(data)
+        return cls(doc["name"], doc["partitions"], doc.get("configs", {}), doc.get("id", ""), doc.get("created_ms", 0))
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """BrokerInfo is a live broker's registration: its id and where clients reach it."""
+
+    id: int
+    host: str
+    port: int
+
+    def to_bytes(self) -> bytes:
+        """to_bytes encodes the registration as JSON."""
+        return json.dumps({"id": self.id, "host": self.host, "port": self.port}).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "BrokerInfo":
+        """from_bytes decodes a registration written by `to_bytes`."""
+        doc = json.loads(data)
+        return cls(int(doc["id"]), doc["host"], int(doc["port"]))
+
+
+class Catalog:
+    """Catalog reads and changes topics and broker registrations in a MetadataStore (blocking calls)."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> Topic:
+        """create_topic stores a new topic; KafkaError(TOPIC_ALREADY_EXISTS) if it exists."""
+        check_topic_name(name)
+        if not 1 <= partitions <= 10_000:
+            raise KafkaError(errors.INVALID_PARTITIONS, f"{partitions} partitions (use 1 to 10000)")
+        topic = Topic(name, partitions, check_configs(configs or {}), uuid.uuid4().hex, int(time.time() * 1000))
+        try:
+            self.store.create(f"{TOPICS}/{name}", topic.to_bytes())
+        except NodeExists:
+            raise KafkaError(errors.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists") from None
+        return topic
+
+    def topic(self, name: str) -> Topic | None:
+        """topic returns a topic's record, or None."""
+        try:
+            value, _ = self.store.get(f"{TOPICS}/{name}")
+        except NoSuchKey:
+            return None
+        return Topic.from_bytes(value)
+
+    def topics(self) -> dict[str, Topic]:
+        """topics returns every topic by name."""
+        found = {}
+        for name in self.store.children(TOPICS):
+            topic = self.topic(name)
+            if topic is not None:
+                found[name] = topic
+        return found
+
+    def delete_topic(self, name: str) -> Topic:
+        """delete_topic removes a topic's record (its leaders then delete the logs); KafkaError if absent."""
+        try:
+            value, version = self.store.get(f"{TOPICS}/{name}")
+            self.store.delete(f"{TOPICS}/{name}", version)
+        except NoSuchKey:
+            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}") from None
+        return Topic.from_bytes(value)
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        """brokers returns the live brokers by id."""
+        found = {}
+        for child in self.store.children(BROKERS):
+            try:
+                value, _ = self.store.get(f"{BROKERS}/{child}")
+            except NoSuchKey:
+                continue
+            broker = BrokerInfo.from_bytes(value)
+            found[broker.id] = broker
+        return found
+
+    def register_broker(self, broker: BrokerInfo):
+        """register_broker registers a live broker (ephemeral); it returns the registration session."""
+        return self.store.register(f"{BROKERS}/{broker.id}", broker.to_bytes())
+
+    def new_broker_id(self) -> int:
+        """new_broker_id draws an id for a broker that was given none (1, 2, 3, ...)."""
+        return self.store.next_id(f"{PREFIX}/broker-ids") + 1
+
+    def new_producer_id(self) -> int:
+        """new_producer_id draws a cluster-wide unique producer id (InitProducerId)."""
+        return self.store.next_id(f"{PREFIX}/producer-ids") + 1

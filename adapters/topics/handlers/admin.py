@@ -1,0 +1,138 @@
+"""walkit.adapters.topics.handlers.admin answers CreateTopics, DeleteTopics and DescribeConfigs.
+
+Topics live in the metadata store (catalog.py), so any broker can create or delete one.
+CreateTopics waits (up to the request's timeout, at most CREATE_WAIT_S) until every new
+partition has a leader, so a producer that starts right after finds them. The replication
+factor is accepted and not used: a partition's data is replicated by its ledgers' quorums.
+DeleteTopics removes the topic's record, then its logs; the partitions' leaders notice and
+step down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from kafka.protocol.admin import (
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
+
+from walkit.adapters.topics import errors
+from walkit.adapters.topics.catalog import DEFAULT_CONFIGS, check_configs, check_topic_name, partition_log
+from walkit.adapters.topics.errors import KafkaError
+from walkit.adapters.topics.ownership import Slot
+from walkit.errors import NoSuchLog, WalkitError
+
+CREATE_WAIT_S = 10.0
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+_INT_TYPES = {"retention.ms": 5, "retention.bytes": 5, "segment.ms": 5, "segment.bytes": 3, "max.message.bytes": 3}
+_RESULT = CreateTopicsResponse.CreatableTopicResult
+_RCONFIG = _RESULT.CreatableTopicConfigs
+_DRESULT = DescribeConfigsResponse.DescribeConfigsResult
+_DCONFIG = _DRESULT.DescribeConfigsResourceResult
+
+
+async def _wait_for_leaders(broker, name: str, partitions: int, timeout: float) -> None:
+    loop = broker.loop
+    deadline = loop.time() + timeout
+    broker.ownership.wake()
+    while loop.time() < deadline:
+        if all(broker.leader_of(Slot(name, p)) >= 0 for p in range(partitions)):
+            return
+        await asyncio.sleep(0.05)
+
+
+async def create_topics(broker, connection, request):
+    """create_topics creates topics (or only validates them, with validateOnly)."""
+    body, version = request.body, request.version
+    results, created = [], []
+    for topic in body.topics:
+        partitions = topic.num_partitions if topic.num_partitions > 0 else broker.settings.default_partitions
+        configs = {c.name: c.value for c in topic.configs}
+        code, message = errors.NONE, None
+        try:
+            if topic.assignments:
+                raise KafkaError(errors.INVALID_REQUEST, "manual replica assignments are not supported")
+            if topic.replication_factor == 0 or topic.replication_factor < -1:
+                raise KafkaError(errors.INVALID_REPLICATION_FACTOR, f"replication factor {topic.replication_factor}")
+            if body.validate_only:
+                check_topic_name(topic.name)
+                check_configs(configs)
+                if broker.view.topics.get(topic.name) is not None:
+                    raise KafkaError(errors.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
+            else:
+                await broker.loop.run_in_executor(None, broker.catalog.create_topic, topic.name, partitions, configs)
+                created.append((topic.name, partitions))
+        except KafkaError as exc:
+            code, message = exc.code, str(exc)
+        shown = [] if code != errors.NONE else [
+            _RCONFIG(name=key, value=configs.get(key, default), read_only=False,
+                     config_source=DYNAMIC_TOPIC_CONFIG if key in configs else DEFAULT_CONFIG, is_sensitive=False)
+            for key, default in sorted(DEFAULT_CONFIGS.items())]
+        results.append(_RESULT(name=topic.name, error_code=code, error_message=message,
+                               num_partitions=partitions if code == errors.NONE else -1,
+                               replication_factor=max(topic.replication_factor, 1) if code == errors.NONE else -1,
+                               configs=shown))
+    wait = min(max(body.timeout_ms, 0) / 1000, CREATE_WAIT_S)
+    for name, partitions in created:
+        await _wait_for_leaders(broker, name, partitions, wait)
+    return request.response(CreateTopicsResponse, throttle_time_ms=0, topics=results)
+
+
+def _delete_logs(client, topic) -> None:
+    for partition in range(topic.partitions):
+        try:
+            client.delete_log(partition_log(topic.name, partition))
+        except NoSuchLog:
+            pass
+
+
+async def delete_topics(broker, connection, request):
+    """delete_topics deletes topics and their partitions' logs."""
+    results = []
+    for name in request.body.topic_names:
+        code, message = errors.NONE, None
+        try:
+            topic = await broker.loop.run_in_executor(None, broker.catalog.delete_topic, name)
+            await broker.loop.run_in_executor(None, _delete_logs, broker.client, topic)
+        except KafkaError as exc:
+            code, message = exc.code, str(exc)
+        except WalkitError as exc:
+            code, message = errors.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
+        results.append(DeleteTopicsResponse.DeletableTopicResult(name=name, error_code=code, error_message=message))
+    broker.ownership.wake()
+    return request.response(DeleteTopicsResponse, throttle_time_ms=0, responses=results)
+
+
+async def describe_configs(broker, connection, request):
+    """describe_configs returns topic configs (set and default); brokers have none to show."""
+    results = []
+    for resource in request.body.resources:
+        code, message, configs = errors.NONE, None, []
+        if resource.resource_type == TOPIC_RESOURCE:
+            topic = await broker.loop.run_in_executor(None, broker.catalog.topic, resource.resource_name)
+            if topic is None:
+                code, message = errors.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {resource.resource_name!r}"
+            else:
+                keys = resource.configuration_keys or sorted(DEFAULT_CONFIGS)
+                for key in keys:
+                    if key not in DEFAULT_CONFIGS:
+                        continue
+                    explicit = key in topic.configs
+                    configs.append(_DCONFIG(
+                        name=key, value=topic.config(key), read_only=False, is_default=not explicit,
+                        config_source=DYNAMIC_TOPIC_CONFIG if explicit else DEFAULT_CONFIG, is_sensitive=False,
+                        synonyms=[], config_type=_INT_TYPES.get(key, 2), documentation=None))
+        elif resource.resource_type != BROKER_RESOURCE:
+            code, message = errors.INVALID_REQUEST, f"resource type {resource.resource_type} is not supported"
+        results.append(_DRESULT(error_code=code, error_message=message, resource_type=resource.resource_type,
+                                resource_name=resource.resource_name, configs=configs))
+    return request.response(DescribeConfigsResponse, throttle_time_ms=0, results=results)
+
+
+HANDLERS = {
+    CreateTopicsRequest.API_KEY: create_topics,
+    DeleteTopicsRequest.API_KEY: delete_topics,
+    DescribeConfigsRequest.API_KEY: describe_configs,
+}

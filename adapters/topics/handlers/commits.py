@@ -1,0 +1,92 @@
+"""walkit.adapters.topics.handlers.commits answers OffsetCommit and OffsetFetch.
+
+A commit is checked against the group's membership (generation and member id; a consumer
+outside group management commits with generation -1 and no member id), appended to the
+group bucket's log and answered once acknowledged (offsets.py), so an answered commit
+survives the coordinator. OffsetFetch reads the bucket's applied state: -1 for partitions
+without a committed offset.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse
+
+from walkit.adapters.topics import errors
+from walkit.adapters.topics.errors import KafkaError
+from walkit.adapters.topics.offsets import commit_record
+
+OFFSET_METADATA_TOO_LARGE = 12
+MAX_METADATA = 4096
+_CTOPIC = OffsetCommitResponse.OffsetCommitResponseTopic
+_CPART = _CTOPIC.OffsetCommitResponsePartition
+_FTOPIC = OffsetFetchResponse.OffsetFetchResponseTopic
+_FPART = _FTOPIC.OffsetFetchResponsePartition
+
+
+async def offset_commit(broker, connection, request):
+    """offset_commit stores a group's offsets durably."""
+    body = request.body
+    code = errors.NONE
+    try:
+        bucket = broker.bucket_for(body.group_id)
+    except KafkaError as exc:
+        code, bucket = exc.code, None
+    if code == errors.NONE:
+        code = broker.coordinator.check_commit(body.group_id, body.generation_id_or_member_epoch, body.member_id)
+    codes: dict[tuple[str, int], int] = {}
+    offsets = []
+    for topic in body.topics:
+        for part in topic.partitions:
+            metadata = part.committed_metadata
+            if code == errors.NONE and metadata is not None and len(metadata) > MAX_METADATA:
+                codes[(topic.name, part.partition_index)] = OFFSET_METADATA_TOO_LARGE
+                continue
+            codes[(topic.name, part.partition_index)] = code
+            epoch = part.committed_leader_epoch if request.version >= 6 else -1
+            offsets.append((topic.name, part.partition_index, part.committed_offset, epoch, metadata))
+    if code == errors.NONE and offsets:
+        try:
+            await bucket.commit(commit_record(body.group_id, offsets, int(time.time() * 1000)))
+        except KafkaError as exc:
+            failed = errors.NOT_COORDINATOR if exc.code == errors.NOT_LEADER_OR_FOLLOWER else exc.code
+            codes = {key: failed if value == errors.NONE else value for key, value in codes.items()}
+    topics: dict[str, list] = {}
+    for (name, index), value in codes.items():
+        topics.setdefault(name, []).append(_CPART(partition_index=index, error_code=value))
+    return request.response(OffsetCommitResponse, throttle_time_ms=0,
+                            topics=[_CTOPIC(name=name, partitions=parts) for name, parts in topics.items()])
+
+
+async def offset_fetch(broker, connection, request):
+    """offset_fetch returns a group's committed offsets (all of them when no topics are named)."""
+    body = request.body
+    try:
+        committed = broker.bucket_for(body.group_id).state.offsets(body.group_id)
+        code = errors.NONE
+    except KafkaError as exc:
+        committed, code = {}, exc.code
+    if body.topics is None:
+        wanted: dict[str, list[int]] = {}
+        for name, index in sorted(committed):
+            wanted.setdefault(name, []).append(index)
+    else:
+        wanted = {topic.name: list(topic.partition_indexes) for topic in body.topics}
+    topics = []
+    for name, indexes in wanted.items():
+        parts = []
+        for index in indexes:
+            found = committed.get((name, index))
+            parts.append(_FPART(partition_index=index, committed_offset=found.offset if found else -1,
+                                committed_leader_epoch=found.leader_epoch if found else -1,
+                                metadata=(found.metadata if found else "") or "",
+                                error_code=code if request.version < 2 else errors.NONE))
+        topics.append(_FTOPIC(name=name, partitions=parts))
+    return request.response(OffsetFetchResponse, throttle_time_ms=0, topics=topics, error_code=code)
+
+
+HANDLERS = {
+    OffsetCommitRequest.API_KEY: offset_commit,
+    OffsetFetchRequest.API_KEY: offset_fetch,
+}

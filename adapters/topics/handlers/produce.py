@@ -1,0 +1,97 @@
+"""walkit.adapters.topics.handlers.produce answers Produce and InitProducerId.
+
+Produce with acks=1 and acks=all is answered once the batches are in the partition's log,
+acknowledged by the ledger's ack quorum (walkit acknowledges nothing earlier, so both mean
+the same here); acks=0 is appended the same way and not answered. The producer's TimeoutMs
+bounds the wait: a partition not acknowledged by then answers REQUEST_TIMED_OUT (an
+idempotent producer's retry is then recognised as a duplicate, leader.py).
+
+InitProducerId hands out cluster-wide producer ids (a metadata counter) for idempotent
+producers, epoch 0. Transactions are not supported: a transactional id, in InitProducerId
+or Produce, is answered with UNSUPPORTED_VERSION / TRANSACTIONAL_ID_AUTHORIZATION_FAILED at
+once, so a transactional client fails fast with a clear error instead of waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+
+from walkit.adapters.topics import errors
+from walkit.adapters.topics.batches import split
+from walkit.adapters.topics.errors import KafkaError
+
+INVALID_REQUIRED_ACKS = 21
+_TOPIC = ProduceResponse.TopicProduceResponse
+_PARTITION = _TOPIC.PartitionProduceResponse
+
+
+def _settle(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()                      # retrieved: acks=0 has nobody to tell
+
+
+async def produce(broker, connection, request):
+    """produce appends record batches to the partitions this broker leads."""
+    body = request.body
+    pending: list[tuple[str, int, object, list]] = []     # topic, partition, leader or error code, futures
+    for topic_data in body.topic_data:
+        for data in topic_data.partition_data:
+            name, index = topic_data.name, data.index
+            try:
+                if body.transactional_id is not None:
+                    raise KafkaError(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported")
+                if body.acks not in (0, 1, -1):
+                    raise KafkaError(INVALID_REQUIRED_ACKS, f"acks={body.acks}")
+                leader = broker.partition(name, index)
+                limit = broker.view.topics[name].int_config("max.message.bytes") if name in broker.view.topics \
+                    else 1048588
+                futures = [leader.append(batch) for batch in split(data.records, limit)]
+                pending.append((name, index, leader, futures))
+            except KafkaError as exc:
+                pending.append((name, index, exc.code, []))
+    futures = [f for _, _, _, fs in pending for f in fs]
+    if body.acks == 0:
+        for future in futures:
+            future.add_done_callback(_settle)
+        return None
+    if futures:
+        await asyncio.wait(futures, timeout=max(body.timeout_ms, 1) / 1000)
+    topics: dict[str, list] = {}
+    for name, index, leader, futures in pending:
+        code, base, start = (leader, -1, -1) if isinstance(leader, int) else (errors.NONE, -1, -1)
+        for future in futures:
+            if not future.done():
+                future.add_done_callback(_settle)
+                code = errors.REQUEST_TIMED_OUT
+            elif future.exception() is not None:
+                error = future.exception()
+                code = error.code if isinstance(error, KafkaError) else errors.UNKNOWN_SERVER_ERROR
+            elif base < 0:
+                base = future.result()
+        if code == errors.NONE:
+            start = leader.state.log_start_offset
+        else:
+            base = -1
+        topics.setdefault(name, []).append(_PARTITION(index=index, error_code=code, base_offset=base,
+                                                      log_append_time_ms=-1, log_start_offset=start,
+                                                      record_errors=[], error_message=None))
+    return request.response(ProduceResponse, throttle_time_ms=0, responses=[
+        _TOPIC(name=name, partition_responses=parts) for name, parts in topics.items()])
+
+
+async def init_producer_id(broker, connection, request):
+    """init_producer_id gives an idempotent producer a new producer id (epoch 0)."""
+    if request.body.transactional_id is not None:
+        return request.response(InitProducerIdResponse, throttle_time_ms=0, error_code=errors.UNSUPPORTED_VERSION,
+                                producer_id=-1, producer_epoch=-1)
+    producer_id = await broker.loop.run_in_executor(None, broker.catalog.new_producer_id)
+    return request.response(InitProducerIdResponse, throttle_time_ms=0, error_code=errors.NONE,
+                            producer_id=producer_id, producer_epoch=0)
+
+
+HANDLERS = {
+    ProduceRequest.API_KEY: produce,
+    InitProducerIdRequest.API_KEY: init_producer_id,
+}

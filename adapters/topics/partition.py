@@ -1,0 +1,134 @@
+"""walkit.adapters.topics.partition is a partition's replicated state: offsets, positions, producers.
+
+Each entry of a partition's log is one record batch whose base offset the leader assigned
+(batches.py). `PartitionState.apply(record, position)` is fed every entry in log order, by
+the leader once the log acknowledged it and by a new leader replaying the log, and keeps:
+
+- the offset index: per batch its base offset, next offset, walkit Position, size and the
+  running maximum of record timestamps, in parallel lists searched by bisection, so Fetch
+  and ListOffsets find any offset or time without reading the log;
+- the idempotent producers' sequence state (producers.py);
+- the log start offset (the first batch still in the log) and the next offset (the high
+  watermark: every applied batch is acknowledged by the ack quorum).
+
+It has the shape of walkit's StateMachine (DESIGN.md §7): `apply`, `snapshot(out)` and
+`restore(src)`; `apply` is deterministic, so every replica that applies the same log holds
+the same state. `truncate_before` follows the log's truncation by retention.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+
+from walkit import Position
+from walkit.adapters.topics.batches import BatchInfo, info
+from walkit.adapters.topics.producers import ProducerTable
+
+log = logging.getLogger("walkit.adapters.topics")
+
+SNAPSHOT_FORMAT = 1
+
+
+class PartitionState:
+    """PartitionState is one partition's offset index and producer state (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []
+        self.nexts: list[int] = []
+        self.positions: list[Position] = []
+        self.sizes: list[int] = []
+        self.max_times: list[int] = []       # running maximum: non-decreasing, for bisection
+        self.producers = ProducerTable()
+        self.log_start_offset = 0
+        self.next_offset = 0
+        self.applied: Position | None = None
+
+    # -- the state machine ----------------------------------------------------------------
+    def apply(self, record: bytes, position: Position) -> BatchInfo | None:
+        """apply adds the batch stored at `position`; it returns its header (None if skipped).
+
+        Entries at or before the last applied position, and batches whose offsets are already
+        covered, are skipped, so replaying a log over a restored snapshot is harmless.
+        """
+        if self.applied is not None and position <= self.applied:
+            return None
+        self.applied = position
+        head = info(record)
+        if head.base_offset < self.next_offset:
+            log.warning("entry %s holds offset %d, below the next offset %d; skipped", position,
+                        head.base_offset, self.next_offset)
+            return None
+        if not self.bases:
+            self.log_start_offset = head.base_offset
+        self.bases.append(head.base_offset)
+        self.nexts.append(head.next_offset)
+        self.positions.append(position)
+        self.sizes.append(head.size)
+        previous = self.max_times[-1] if self.max_times else -1
+        self.max_times.append(max(previous, head.max_timestamp))
+        self.next_offset = head.next_offset
+        self.producers.record(head)
+        return head
+
+    def snapshot(self, out) -> None:
+        """snapshot writes the whole state to the binary file-like `out` (JSON)."""
+        doc = {"format": SNAPSHOT_FORMAT, "bases": self.bases, "nexts": self.nexts,
+               "positions": [[p.ledger_id, p.entry_id] for p in self.positions], "sizes": self.sizes,
+               "max_times": self.max_times, "producers": self.producers.to_json(),
+               "log_start_offset": self.log_start_offset, "next_offset": self.next_offset,
+               "applied": list(self.applied) if self.applied is not None else None}
+        out.write(json.dumps(doc, separators=(",", ":")).encode())
+
+    def restore(self, src) -> None:
+        """restore replaces the state with one written by `snapshot`."""
+        doc = json.loads(src.read())
+        if doc.get("format") != SNAPSHOT_FORMAT:
+            raise ValueError(f"unknown partition snapshot format {doc.get('format')!r}")
+        self.bases, self.nexts, self.sizes, self.max_times = doc["bases"], doc["nexts"], doc["sizes"], doc["max_times"]
+        self.positions = [Position(*p) for p in doc["positions"]]
+        self.producers = ProducerTable.from_json(doc["producers"])
+        self.log_start_offset, self.next_offset = doc["log_start_offset"], doc["next_offset"]
+        self.applied = Position(*doc["applied"]) if doc["applied"] is not None else None
+
+    # -- queries ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.bases)
+
+    def locate(self, offset: int) -> int | None:
+        """locate returns the index of the batch holding `offset` (None if outside the log)."""
+        if offset < self.log_start_offset or offset >= self.next_offset:
+            return None
+        return bisect.bisect_right(self.bases, offset) - 1
+
+    def locate_time(self, timestamp: int) -> int | None:
+        """locate_time returns the index of the first batch holding a record stamped >= timestamp."""
+        index = bisect.bisect_left(self.max_times, timestamp)
+        return index if index < len(self.bases) else None
+
+    def max_timestamp_index(self) -> int | None:
+        """max_timestamp_index is the index of the first batch holding the largest timestamp."""
+        if not self.max_times:
+            return None
+        return bisect.bisect_left(self.max_times, self.max_times[-1])
+
+    def ledgers(self) -> list[tuple[int, int, int, int]]:
+        """ledgers summarises the index per ledger: (ledger id, first index, bytes, max timestamp)."""
+        out: list[list[int]] = []
+        for i, position in enumerate(self.positions):
+            if out and out[-1][0] == position.ledger_id:
+                out[-1][2] += self.sizes[i]
+                out[-1][3] = self.max_times[i]
+            else:
+                out.append([position.ledger_id, i, self.sizes[i], self.max_times[i]])
+        return [tuple(row) for row in out]
+
+    def truncate_before(self, position: Position) -> int:
+        """truncate_before forgets the batches stored before `position`; it returns how many."""
+        count = bisect.bisect_left(self.positions, position)
+        if count:
+            del self.bases[:count], self.nexts[:count], self.positions[:count], self.sizes[:count]
+            del self.max_times[:count]
+        self.log_start_offset = self.bases[0] if self.bases else self.next_offset
+        return count

@@ -1,0 +1,119 @@
+"""walkit.adapters.topics.service starts a whole `walkit topics serve`: cluster, broker and server.
+
+    run(ServeOptions(port=9092, data_dir="walkit-data"))      # until SIGTERM or Ctrl-C
+
+Without `metadata` it runs an embedded LocalCluster (bookie processes under `data_dir`,
+which exit on their own if this process dies); with a metadata URI it joins that cluster,
+and every broker on one cluster shares its topics, partitions and groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from dataclasses import dataclass
+
+import walkit
+from walkit.adapters.topics.broker import Broker, BrokerSettings
+from walkit.adapters.topics.catalog import BrokerInfo, Catalog
+from walkit.adapters.topics.server import KafkaServer
+
+log = logging.getLogger("walkit.adapters.topics")
+
+
+@dataclass
+class ServeOptions:
+    """ServeOptions are the settings of `walkit topics serve` (see its --help)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertise: str | None = None
+    data_dir: str = "walkit-data"
+    metadata: str | None = None
+    bookies: int = 3
+    broker_id: int | None = None
+    partitions: int = 1
+    auto_create: bool = True
+    ensemble: int | None = None
+    write_quorum: int | None = None
+    ack_quorum: int | None = None
+    cache_mb: int = 32
+    retention_check_ms: int = 5000
+    rebalance_delay_ms: int = 1000
+    password: str = ""
+
+    def settings(self) -> BrokerSettings:
+        """settings are the broker's tunables derived from the options."""
+        top = self.bookies if self.metadata is None else 3
+        ensemble = self.ensemble or min(3, top)
+        write_quorum = self.write_quorum or min(2, ensemble)
+        ack_quorum = self.ack_quorum or min(2, write_quorum)
+        return BrokerSettings(auto_create_topics=self.auto_create, default_partitions=self.partitions,
+                              cache_bytes=self.cache_mb * 1024 * 1024, retention_check_ms=self.retention_check_ms,
+                              initial_rebalance_delay_ms=self.rebalance_delay_ms, ensemble=ensemble,
+                              write_quorum=write_quorum, ack_quorum=ack_quorum)
+
+
+def run(options: ServeOptions, echo=print) -> int:
+    """run serves until SIGTERM/SIGINT and returns the exit status."""
+    cluster = None
+    metadata = options.metadata
+    if metadata is None:
+        cluster = walkit.LocalCluster(bookies=options.bookies, data_dir=options.data_dir)
+        metadata = cluster.metadata_url
+        where = f"embedded cluster of {options.bookies} bookies under {cluster.data_dir}"
+    else:
+        where = f"cluster {metadata}"
+    try:
+        return asyncio.run(_serve(options, metadata, where, echo))
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _advertised(options: ServeOptions, port: int) -> tuple[str, int]:
+    if options.advertise:
+        host, _, advertised_port = options.advertise.rpartition(":")
+        return host, int(advertised_port)
+    host = options.host
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return host, port
+
+
+async def start_broker(options: ServeOptions, client) -> tuple[Broker, KafkaServer]:
+    """start_broker listens, registers a broker on `client`'s cluster and starts serving."""
+    loop = asyncio.get_running_loop()
+    settings = options.settings()
+    server = KafkaServer(loop, host=options.host, port=options.port, max_request_bytes=settings.max_request_bytes)
+    await server.start()
+    broker_id = options.broker_id
+    if broker_id is None:
+        broker_id = await loop.run_in_executor(None, Catalog(client.store).new_broker_id)
+    host, port = _advertised(options, server.port)
+    broker = Broker(loop, client, BrokerInfo(broker_id, host, port), settings, password=options.password.encode())
+    await broker.start()
+    server.broker = broker
+    return broker, server
+
+
+async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
+    loop = asyncio.get_running_loop()
+    client = walkit.Client(metadata)
+    try:
+        broker, server = await start_broker(options, client)
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        echo(f"walkit topics: broker {broker.id} serving the Kafka protocol on {options.host}:{server.port} "
+             f"as {broker.info.host}:{broker.info.port} ({where})")
+        echo(f"try: kcat -b 127.0.0.1:{server.port} -L   (Ctrl-C stops the broker)")
+        await stop.wait()
+        echo("walkit topics: stopping")
+        await server.close()
+        await broker.stop()
+        return 0
+    finally:
+        await loop.run_in_executor(None, client.close)
