@@ -1,24 +1,55 @@
-"""walkit.faults marks the places where crash tests kill a process on purpose.
+"""walkit.faults holds named failpoints: places where crash tests stop a process on purpose.
 
-`fault_point("log.roll.after_create")` does nothing unless the environment variable
-WALKIT_CRASH_AT names that point, in which case the process SIGKILLs itself right there, as a
-power cut would. Tests start a subprocess with the variable set to prove that a crash at that
-exact step loses nothing acknowledged. The names in use are listed in FAULT_POINTS.
+Like etcd's gofail, a failpoint is off and costs one set lookup unless a test turns it on. The
+core machines name the steps (an `ev.Failpoint(name)` command; the simulator crashes there at
+random) and the shell calls `failpoint(name)` when it executes one. A test turns a point on in
+a child process with the environment variable WALKIT_FAILPOINTS, read once at import:
+
+    WALKIT_FAILPOINTS="log.roll.after_cas=kill"      # SIGKILL this process there, as a power cut
+
+or in the same process with `enable(name, action)`, where `action` is "kill" or a callable.
+The names in use are listed in FAILPOINTS.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from typing import Callable
 
-FAULT_POINTS = (
+FAILPOINTS = (
     "log.open.after_create",     # a ledger was created for the log, the list CAS not done yet
     "log.roll.after_create",     # rolling: new ledger created, not yet in the list
     "log.roll.after_cas",        # rolling: new ledger in the list, previous one not closed yet
 )
 
+_enabled: dict[str, Callable[[], None]] = {}
 
-def fault_point(name: str) -> None:
-    """fault_point kills this process with SIGKILL if WALKIT_CRASH_AT is `name`."""
-    if os.environ.get("WALKIT_CRASH_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+
+def _kill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def enable(name: str, action: str | Callable[[], None] = "kill") -> None:
+    """enable turns failpoint `name` on: "kill" SIGKILLs the process there, a callable is called."""
+    if name not in FAILPOINTS:
+        raise ValueError(f"unknown failpoint {name!r}; known: {', '.join(FAILPOINTS)}")
+    _enabled[name] = _kill if action == "kill" else action
+
+
+def disable(name: str) -> None:
+    """disable turns failpoint `name` off."""
+    _enabled.pop(name, None)
+
+
+def failpoint(name: str) -> None:
+    """failpoint runs the action enabled for `name`, if any (nothing when it is off)."""
+    if _enabled:
+        action = _enabled.get(name)
+        if action is not None:
+            action()
+
+
+for _spec in filter(None, os.environ.get("WALKIT_FAILPOINTS", "").split(",")):
+    _name, _, _action = _spec.partition("=")
+    enable(_name.strip(), _action.strip() or "kill")

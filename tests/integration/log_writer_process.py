@@ -4,7 +4,7 @@
 
 Opens LOG as its writer, appends COUNT records PREFIX-0, PREFIX-1, ... one at a time and prints
 each acknowledged position as "acked LEDGER:ENTRY PAYLOAD". With COUNT = 0 it appends forever.
-With "roll" it then rolls the log (a WALKIT_CRASH_AT fault point may kill it there) and prints
+With "roll" it then rolls the log (a failpoint named in WALKIT_FAILPOINTS may kill it there) and prints
 "rolled". If it is fenced it prints "fenced" and exits 0.
 """
 

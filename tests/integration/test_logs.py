@@ -21,7 +21,7 @@ WRITER = os.path.join(os.path.dirname(__file__), "log_writer_process.py")
 def start_writer(url: str, name: str, prefix: str, count: int, *extra: str, crash_at: str | None = None):
     env = dict(os.environ)
     if crash_at:
-        env["WALKIT_CRASH_AT"] = crash_at
+        env["WALKIT_FAILPOINTS"] = f"{crash_at}=kill"
     return subprocess.Popen([sys.executable, WRITER, url, name, prefix, str(count), *extra],
                             stdout=subprocess.PIPE, text=True, env=env)
 
@@ -100,7 +100,7 @@ def test_follower_sees_every_record_once_across_roll_and_handover(local_cluster)
 
 
 @pytest.mark.parametrize("crash_at", ["log.open.after_create", "log.roll.after_create", "log.roll.after_cas"])
-def test_writer_killed_at_a_fault_point_loses_nothing_acked(local_cluster, crash_at):
+def test_writer_killed_at_a_failpoint_loses_nothing_acked(local_cluster, crash_at):
     url = local_cluster.metadata_url
     if crash_at == "log.open.after_create":
         setup = start_writer(url, "crashy", "A", 25)                    # a first writer finishes normally

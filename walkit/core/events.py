@@ -154,9 +154,10 @@ class ReadFailed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EntriesConsumed:
-    """EntriesConsumed tells a reader the caller took every entry up to `upto`."""
+    """EntriesConsumed tells a reader the caller took every entry up to `upto` (of `ledger_id`, if given)."""
 
     upto: int
+    ledger_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -103,6 +103,13 @@ class LogOpened:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LogOpenFailed:
+    """LogOpenFailed reports that the log could not be opened for writing."""
+
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteAppends:
     """CompleteAppends acknowledges the next appends, in log order: entries first..last of a ledger."""
 
@@ -115,6 +122,14 @@ class CompleteAppends:
 class FailAppends:
     """FailAppends ends the writer: every append not yet acknowledged, and every later one, fails."""
 
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefuseAppends:
+    """RefuseAppends fails the `count` appends just requested (the writer is closed or not open)."""
+
+    count: int
     error: Exception
 
 
@@ -155,6 +170,13 @@ class LogClosed:
     """LogClosed reports that every ledger of this writer is closed and recorded in the list."""
 
     metadata: LogMetadata
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogCloseFailed:
+    """LogCloseFailed reports that the writer ended before its ledgers were closed (see its error)."""
+
+    error: Exception
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

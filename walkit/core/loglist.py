@@ -141,7 +141,11 @@ class LogMetadata:
         return [s for s in self.segments if s.is_closed and s.ledger_id < position.ledger_id]
 
     def expired(self, now_ms: int) -> list[LogSegment]:
-        """expired lists the closed segments that retention removes at `now_ms`."""
+        """expired lists the closed segments that retention removes at `now_ms`.
+
+        A segment whose size is unknown (its ledger was recovered, not closed by its writer)
+        counts as its entries times the average entry size of the segments whose size is known.
+        """
         config = self.config
         closed = [s for s in self.segments[:-1] if s.is_closed]
         doomed: list[LogSegment] = []
@@ -149,13 +153,17 @@ class LogMetadata:
             horizon = now_ms - int(config.retention_age_s * 1000)
             doomed += [s for s in closed if s.closed_ms is not None and s.closed_ms < horizon]
         if config.retention_bytes:
-            total = sum(s.size or 0 for s in self.segments)
+            known = [s for s in self.segments if s.size is not None and s.entries]
+            per_entry = sum(s.size for s in known) / max(1, sum(s.entries for s in known))
+            sizes = {s.ledger_id: s.size if s.size is not None else int((s.entries or 0) * per_entry)
+                     for s in self.segments}
+            total = sum(sizes.values())
             for s in closed:
                 if total <= config.retention_bytes:
                     break
                 if s not in doomed:
                     doomed.append(s)
-                total -= s.size or 0
+                total -= sizes[s.ledger_id]
         return doomed
 
     # -- encoding -------------------------------------------------------------------------

@@ -1,0 +1,250 @@
+"""walkit.core.logreader is the sans-IO machine of a log reader: records in log order, once each.
+
+A reader walks the log's ledger list from `start` (default: the oldest record). For each ledger
+it reads the ledger's metadata; a CLOSED ledger is read to its last entry, an unclosed one up
+to its LAC (LacReader, with the issue-2615 floor). The reader never moves past a ledger that is
+not closed: the writer may still complete entries there (a roll closes the previous ledger only
+after its pending adds), and recovery decides its end. So:
+
+- without `follow` the read ends at the first unclosed ledger's LAC (or at the end of the list);
+- with `follow` it long-polls the LAC (`poll_ms`), re-reads the ledger's metadata when nothing
+  new came, and moves to the next ledger of the list once the ledger is closed and read to its
+  end: across rolls and writer handovers (the new writer closes the old ledger at its true end).
+
+Truncation: if the ledger the reader must read next left the list (the list now starts after
+it), records it has not read are gone, and the reader fails with LogTruncated rather than skip
+them. A deleted log fails with NoSuchLog. Bookie failures are retried every `poll_ms` (a reader
+without `follow` gives up after `attempts` tries).
+
+Memory stays bounded: within a ledger the RangeReader keeps at most `window` entries ahead of
+what the caller consumed (EntriesConsumed), and the reader moves on from a ledger (to the next
+one, or to long-polling) only once the caller consumed every record delivered so far.
+
+Events: LogMetadataRead, LedgerMetadataRead, the ledger-level events of its LacReader and
+RangeReader, EntriesConsumed (the caller's progress) and Ticked. Outcomes:
+DeliverRecords, ReaderCaughtUp (following: everything confirmed so far was delivered),
+CompleteRead (the end, without `follow`), FailRead.
+"""
+
+from __future__ import annotations
+
+from walkit.core import events as ev
+from walkit.core import logevents as lev
+from walkit.core.digest import Digest
+from walkit.core.loglist import LogMetadata, LogSegment, Position
+from walkit.core.metadata import CLOSED as LEDGER_CLOSED
+from walkit.core.metadata import LedgerMetadata
+from walkit.core.reader import LacReader, RangeReader
+from walkit.errors import LogTruncated, NoSuchLog
+
+_ROUTED = (ev.EntriesRead, ev.ReadFailed, ev.LacRead)
+
+
+class LogReader:
+    """LogReader reads log `name` in order; call `start`, then feed events to `step` (see the module doc)."""
+
+    def __init__(self, name: str, *, password: bytes = b"", start: Position | None = None, follow: bool = False,
+                 poll_ms: int = 1000, read_timeout_ms: int = 10_000, window: int = 4096, attempts: int = 5,
+                 now_ms: int = 0) -> None:
+        self.name = name
+        self.password = password
+        self.follow = follow
+        self.poll_ms = poll_ms
+        self.read_timeout_ms = read_timeout_ms
+        self.window = window
+        self.attempts = attempts
+        self.done = False
+        self.next = start                         # the next record to deliver
+        self.delivered: Position | None = None    # the last record delivered
+        self._expected: int | None = None         # the ledger that must come next, as the list last said
+        self._segment: LogSegment | None = None
+        self._last_in_list = False
+        self._ledger: LedgerMetadata | None = None
+        self._sub = None                           # the LacReader or RangeReader running
+        self._lac = -1
+        self._failures = 0
+        self._wake_at: int | None = None
+        self._wake_action = None
+        self._final = False
+        self._list_ids: list[int] = []
+        self._consumed: Position | None = None    # the last record the caller consumed
+        self._parked = None                        # what to do once the caller consumed everything
+        self._now = now_ms
+        self._digests: dict[str, Digest] = {}
+
+    def start(self) -> list:
+        """start reads the log's ledger list."""
+        return [lev.ReadLogMetadata(name=self.name)]
+
+    def step(self, event) -> list:
+        """step applies one event and returns commands and outcomes."""
+        if self.done:
+            return []
+        kind = type(event)
+        if kind in _ROUTED:
+            if self._sub is None or event.ledger_id != self._sub.ledger_id:
+                return []
+            return self._handle(self._sub.step(event))
+        if kind is lev.LogMetadataRead:
+            return self._on_list(event.metadata)
+        if kind is ev.LedgerMetadataRead:
+            return self._on_ledger(event) if self._segment and event.ledger_id == self._segment.ledger_id else []
+        if kind is ev.EntriesConsumed:
+            return self._on_consumed(event)
+        if kind is ev.Ticked:
+            return self._on_tick(event)
+        return []
+
+    # -- the list ----------------------------------------------------------------------------------
+    def _on_list(self, metadata: LogMetadata | None) -> list:
+        if metadata is None:
+            return self._fail(NoSuchLog(f"no log named {self.name!r}"))
+        ids = self._list_ids = metadata.ledger_ids
+        nxt = self.next
+        gone = self._expected if self._expected is not None else (
+            nxt.ledger_id if nxt is not None and nxt.entry_id > 0 else None)
+        if gone is not None and gone not in ids and (not ids or ids[0] > gone):
+            return self._fail(LogTruncated(f"log {self.name!r} was truncated past the reader's position {nxt}: "
+                                           f"ledger {gone} is gone"))
+        later = [s for s in metadata.segments if nxt is None or s.ledger_id >= nxt.ledger_id]
+        if not later:
+            if not self.follow:
+                return self._complete()
+            return self._caught_up() + self._wait(lambda: [lev.ReadLogMetadata(name=self.name)])
+        self._segment = later[0]
+        self._last_in_list = later[0] is metadata.segments[-1]
+        if nxt is None or nxt.ledger_id != later[0].ledger_id:
+            self.next = Position(later[0].ledger_id, 0)
+        return [ev.ReadLedgerMetadata(ledger_id=later[0].ledger_id)]
+
+    def _next_ledger(self) -> list:
+        """_next_ledger moves past a ledger read to its end and reads the list again."""
+        segment = self._segment
+        self._segment, self._ledger, self._sub = None, None, None
+        self.next = Position(segment.ledger_id + 1, 0)
+        self._expected = next((i for i in self._list_ids if i > segment.ledger_id), None)
+        return [lev.ReadLogMetadata(name=self.name)]
+
+    # -- one ledger ----------------------------------------------------------------------------------
+    def _digest(self, kind: str) -> Digest:
+        digest = self._digests.get(kind)
+        if digest is None:
+            digest = self._digests[kind] = Digest(kind, self.password)
+        return digest
+
+    def _on_ledger(self, event: ev.LedgerMetadataRead) -> list:
+        if event.metadata is None:
+            return self._fail(LogTruncated(f"log {self.name!r}: ledger {event.ledger_id} was deleted while being read"))
+        self._ledger = md = event.metadata
+        if md.state == LEDGER_CLOSED:
+            return self._read_to(md.last_entry_id, final=True)
+        self._sub = LacReader(md)
+        return self._handle(self._sub.start())
+
+    def _read_to(self, last: int, final: bool) -> list:
+        """_read_to reads the ledger from the next entry up to `last` (final: the ledger's end)."""
+        first = self.next.entry_id
+        self._final = final
+        if last < first:
+            return self._after_read()
+        self._sub = RangeReader(self._ledger, first, last, self._digest(self._ledger.digest_type),
+                                window=self.window, timeout_ms=self.read_timeout_ms, now_ms=self._now)
+        return self._handle(self._sub.start())
+
+    def _on_consumed(self, event: ev.EntriesConsumed) -> list:
+        if event.ledger_id is not None:
+            self._consumed = max(self._consumed or Position(-1, -1), Position(event.ledger_id, event.upto))
+        out: list = []
+        sub = self._sub
+        if isinstance(sub, RangeReader) and event.ledger_id in (None, sub.ledger_id):
+            out += self._handle(sub.step(event))
+        if self._parked is not None and (self.delivered is None or (self._consumed or Position(-1, -1)) >= self.delivered):
+            parked, self._parked = self._parked, None
+            out += parked()
+        return out
+
+    def _after_read(self) -> list:
+        """_after_read decides what follows reading a ledger up to its end or its LAC.
+
+        It waits until the caller consumed every record delivered, so records never pile up.
+        """
+        self._sub = None
+        self._failures = 0
+        if self.delivered is not None and (self._consumed is None or self._consumed < self.delivered):
+            self._parked = self._after_consumed
+            return []
+        return self._after_consumed()
+
+    def _after_consumed(self) -> list:
+        if self._final:
+            return self._next_ledger()
+        if not self.follow:
+            return self._complete()           # an unclosed ledger's end is not known yet
+        md = self._ledger
+        self._sub = LacReader(md, previous_lac=self.next.entry_id - 1, timeout_ms=self.poll_ms)
+        return self._caught_up() + self._handle(self._sub.start())
+
+    def _handle(self, commands: list) -> list:
+        out: list = []
+        for command in commands:
+            kind = type(command)
+            if kind is ev.DeliverEntries:
+                entries = command.entries
+                self.next = Position(command.ledger_id, entries[-1].entry_id + 1)
+                self.delivered = Position(command.ledger_id, entries[-1].entry_id)
+                out.append(lev.DeliverRecords(ledger_id=command.ledger_id, entries=entries))
+            elif kind is ev.CompleteRead:
+                if isinstance(self._sub, LacReader):
+                    out += self._on_lac(command.lac)
+                else:
+                    out += self._after_read()
+            elif kind is ev.FailRead:
+                out += self._retry(command.error)
+            else:
+                out.append(command)
+        return out
+
+    def _on_lac(self, lac: int) -> list:
+        self._sub = None
+        if lac >= self.next.entry_id:
+            return self._read_to(lac, final=False)
+        if self.follow:          # nothing new: the ledger may be closed by now
+            return [ev.ReadLedgerMetadata(ledger_id=self._ledger.ledger_id)]
+        return self._complete()
+
+    # -- outcomes, retries and time -------------------------------------------------------------------
+    def _caught_up(self) -> list:
+        return [lev.ReaderCaughtUp(position=self.delivered)]
+
+    def _retry(self, error: Exception) -> list:
+        """_retry reads the ledger's metadata again after `poll_ms`, or gives up without `follow`."""
+        self._sub = None
+        self._failures += 1
+        if not self.follow and self._failures >= self.attempts:
+            return self._fail(error)
+        ledger_id = self._segment.ledger_id
+        return self._wait(lambda: [ev.ReadLedgerMetadata(ledger_id=ledger_id)])
+
+    def _wait(self, action) -> list:
+        self._wake_at = self._now + self.poll_ms
+        self._wake_action = action
+        return []
+
+    def _complete(self) -> list:
+        self.done = True
+        return [ev.CompleteRead(ledger_id=-1)]
+
+    def _fail(self, error: Exception) -> list:
+        self.done = True
+        self._sub = None
+        return [ev.FailRead(ledger_id=-1, error=error)]
+
+    def _on_tick(self, event: ev.Ticked) -> list:
+        self._now = event.now_ms
+        out: list = []
+        if self._sub is not None:
+            out += self._handle(self._sub.step(event))
+        if self._wake_at is not None and self._now >= self._wake_at:
+            action, self._wake_at, self._wake_action = self._wake_action, None, None
+            out += action()
+        return out
