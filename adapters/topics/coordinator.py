@@ -20,6 +20,7 @@ committed offsets are durable (offsets.py). Everything here runs on the event lo
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 from walkit.adapters.topics import errors
 
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
+
+log = logging.getLogger("walkit.adapters.topics")
 
 
 @dataclass
@@ -149,7 +152,7 @@ class GroupCoordinator:
             group.deadline = now + rebalance_timeout_ms / 1000
         elif group.state == PREPARING and group.not_before > now:
             group.not_before = min(now + self.initial_delay_s, group.deadline)
-        self._prepare(group)
+        self._prepare(group, f"{member.id} joins")
         return answer
 
     def _common(self, group: Group, exclude: str) -> set[str]:
@@ -161,9 +164,10 @@ class GroupCoordinator:
             names = mine if names is None else names & mine
         return names if names is not None else {n for m in group.members.values() for n, _ in m.protocols}
 
-    def _prepare(self, group: Group) -> None:
+    def _prepare(self, group: Group, reason: str) -> None:
         """_prepare moves the group to PreparingRebalance (if it is not there) and checks for completion."""
         if group.state != PREPARING:
+            log.info("group %s rebalances (generation %d): %s", group.id, group.generation, reason)
             if group.state != EMPTY:
                 now = time.monotonic()
                 group.not_before = now
@@ -203,6 +207,8 @@ class GroupCoordinator:
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.state = COMPLETING
+        log.info("group %s: generation %d, protocol %s, leader %s, %d members", group.id, group.generation,
+                 group.protocol, group.leader, len(group.members))
         now = time.monotonic()
         for member in group.members.values():
             member.last_seen = now
@@ -277,10 +283,10 @@ class GroupCoordinator:
             codes.append(errors.NONE)
             removed = True
         if removed:
-            self._after_removal(group)
+            self._after_removal(group, "members left")
         return codes
 
-    def _after_removal(self, group: Group) -> None:
+    def _after_removal(self, group: Group, reason: str) -> None:
         if not group.members:
             if group.timer is not None:
                 group.timer.cancel()
@@ -288,7 +294,7 @@ class GroupCoordinator:
             group.state, group.leader, group.protocol = EMPTY, None, None
             group.generation += 1
         else:
-            self._prepare(group)
+            self._prepare(group, reason)
 
     def check_commit(self, group_id: str, generation: int, member_id: str) -> int:
         """check_commit returns the error code of an OffsetCommit's membership, NONE if it may commit."""
@@ -301,8 +307,8 @@ class GroupCoordinator:
         member.last_seen = time.monotonic()
         if generation != group.generation:
             return errors.ILLEGAL_GENERATION
-        if group.state == PREPARING:
-            return errors.REBALANCE_IN_PROGRESS
+        if group.state == COMPLETING:
+            return errors.REBALANCE_IN_PROGRESS          # as Kafka: commits in PreparingRebalance are allowed
         return errors.NONE
 
     # -- time and ownership -----------------------------------------------------------------
@@ -317,7 +323,7 @@ class GroupCoordinator:
                     member = group.members.pop(member_id)
                     if member.sync is not None and not member.sync.done():
                         member.sync.set_result((errors.UNKNOWN_MEMBER_ID, b""))
-                self._after_removal(group)
+                self._after_removal(group, f"session timeout of {', '.join(gone)}")
 
     def drop(self, group_ids) -> None:
         """drop forgets groups whose coordination moved away; waiting members get NOT_COORDINATOR."""

@@ -5,7 +5,7 @@ brokers, capped where a later version needs what this broker does not keep: topi
 Fetch (v13+) and Produce (v13+), KIP-848 consumer groups, two-phase commit. ApiVersions
 answers with this table; a request outside it gets UNSUPPORTED_VERSION (ApiVersions) or the
 connection closed, as Kafka does. Transactional APIs are absent on purpose: transactions are
-not supported (see handlers/producers.py).
+not supported (see handlers/produce.py).
 """
 
 from __future__ import annotations

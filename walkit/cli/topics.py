@@ -96,3 +96,192 @@ def serve(**options) -> None:
     except (WalkitError, OSError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     sys.exit(status)
+
+
+def _admin(bootstrap: str):
+    from kafka import KafkaAdminClient
+    return KafkaAdminClient(bootstrap_servers=bootstrap, client_id="walkit-topics", request_timeout_ms=30000)
+
+
+@topics.command()
+@bootstrap_option
+@click.argument("name")
+@click.option("--partitions", "-p", type=click.IntRange(min=1), default=1, show_default=True, help="Partitions.")
+@click.option("--config", "-c", "configs", multiple=True, metavar="NAME=VALUE",
+              help="Topic config, repeatable: retention.ms, retention.bytes, segment.ms, segment.bytes, "
+                   "max.message.bytes.")
+@_kafka_errors
+def create(bootstrap, name, partitions, configs) -> None:
+    """Create topic NAME (its partitions get leaders before this returns).
+
+    Example: walkit topics create orders -p 6 -c retention.ms=86400000
+    """
+    from kafka.admin import NewTopic
+    admin = _admin(bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, partitions, 1, topic_configs=_parse_configs(configs))], timeout_ms=15000)
+    finally:
+        admin.close()
+    click.echo(f"created topic {name} with {partitions} partition{'s' if partitions != 1 else ''}")
+
+
+@topics.command(name="list")
+@bootstrap_option
+@_kafka_errors
+def list_topics(bootstrap) -> None:
+    """List the topics."""
+    admin = _admin(bootstrap)
+    try:
+        for name in sorted(admin.list_topics()):
+            click.echo(name)
+    finally:
+        admin.close()
+
+
+@topics.command()
+@bootstrap_option
+@click.argument("name")
+@_kafka_errors
+def describe(bootstrap, name) -> None:
+    """Describe topic NAME: configs, and per partition its leader and offsets."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import ConfigResource
+    admin = _admin(bootstrap)
+    try:
+        found = admin.describe_topics([name])[0]
+        if found["error_code"]:
+            raise click.ClickException(f"topic {name!r}: error {found['error_code']}")
+        configs = admin.describe_configs([ConfigResource("TOPIC", name)])
+    finally:
+        admin.close()
+    click.echo(f"topic {name}\tpartitions {len(found['partitions'])}\tid {found['topic_id']}")
+    for key, value in sorted(configs.get("topic", {}).get(name, {}).items()):
+        click.echo(f"  {key}={value['value']}{'' if value['config_source'] == 'DEFAULT_CONFIG' else '  (set)'}")
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="walkit-topics", enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(name, p["partition_index"]) for p in found["partitions"]]
+        first, last = consumer.beginning_offsets(parts), consumer.end_offsets(parts)
+    finally:
+        consumer.close()
+    for p, tp in zip(found["partitions"], parts):
+        click.echo(f"  partition {tp.partition}\tleader {p['leader_id']}\toffsets {first[tp]}..{last[tp]}")
+
+
+@topics.command()
+@bootstrap_option
+@click.argument("name")
+@_kafka_errors
+def delete(bootstrap, name) -> None:
+    """Delete topic NAME and its partitions' logs."""
+    admin = _admin(bootstrap)
+    try:
+        admin.delete_topics([name], timeout_ms=15000)
+    finally:
+        admin.close()
+    click.echo(f"deleted topic {name}")
+
+
+@topics.command()
+@bootstrap_option
+@click.argument("topic")
+@click.argument("values", nargs=-1)
+@click.option("--key", "-k", default=None, help="Key of every record (murmur2 picks its partition, as in Kafka).")
+@click.option("--key-separator", "-K", default=None, metavar="SEP",
+              help="Split each value at the first SEP into key and value (like kcat -K).")
+@click.option("--partition", type=int, default=None, help="Write to this partition.")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
+@_kafka_errors
+def produce(bootstrap, topic, values, key, key_separator, partition, acks) -> None:
+    """Append VALUES (or, without any, each line of stdin) to TOPIC, idempotently.
+
+    Example: printf 'a:1\\nb:2\\n' | walkit topics produce orders -K:
+    """
+    from kafka import KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks),
+                             enable_idempotence=acks == "all", client_id="walkit-topics")
+    lines = values or (line.rstrip("\n") for line in sys.stdin)
+    futures = []
+    try:
+        for line in lines:
+            record_key = key
+            if key_separator is not None and key_separator in line:
+                record_key, line = line.split(key_separator, 1)
+            futures.append(producer.send(topic, value=line.encode(), partition=partition,
+                                         key=record_key.encode() if record_key is not None else None))
+        producer.flush()
+        if acks != "0":
+            for future in futures:
+                future.get(timeout=30)
+    finally:
+        producer.close()
+    click.echo(f"produced {len(futures)} record{'s' if len(futures) != 1 else ''} to {topic}", err=True)
+
+
+@topics.command()
+@bootstrap_option
+@click.argument("topic")
+@click.option("--group", "-g", default=None, help="Consume as a member of this group and commit offsets.")
+@click.option("--from-beginning", is_flag=True, help="Without committed offsets, start at the earliest offset.")
+@click.option("--count", "-n", type=int, default=None, help="Stop after this many records.")
+@click.option("--timeout", "timeout_s", type=float, default=None,
+              help="Stop after this many seconds without a record [default: never].")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: partition:offset, key and value separated by tabs; json: one object per line.")
+@_kafka_errors
+def consume(bootstrap, topic, group, from_beginning, count, timeout_s, fmt) -> None:
+    """Print the records of TOPIC as they arrive (Ctrl-C stops)."""
+    from kafka import KafkaConsumer
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id="walkit-topics",
+                             auto_offset_reset="earliest" if from_beginning else "latest",
+                             enable_auto_commit=group is not None,
+                             consumer_timeout_ms=int(timeout_s * 1000) if timeout_s else float("inf"))
+    seen = 0
+    try:
+        for message in consumer:
+            key = message.key.decode("utf-8", "backslashreplace") if message.key is not None else None
+            value = message.value.decode("utf-8", "backslashreplace") if message.value is not None else None
+            if fmt == "json":
+                click.echo(json.dumps({"partition": message.partition, "offset": message.offset, "key": key,
+                                       "value": value, "timestamp": message.timestamp}))
+            else:
+                click.echo(f"{message.partition}:{message.offset}\t{key or ''}\t{value or ''}")
+            seen += 1
+            if count is not None and seen >= count:
+                break
+        if group is not None:
+            consumer.commit()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+
+
+@topics.command()
+@bootstrap_option
+@click.argument("group", required=False)
+@_kafka_errors
+def groups(bootstrap, group) -> None:
+    """List consumer groups, or show GROUP: state, members, committed offsets and lag."""
+    from kafka import KafkaConsumer
+    admin = _admin(bootstrap)
+    try:
+        if group is None:
+            for found in sorted(admin.list_groups(), key=lambda g: g["group_id"]):
+                click.echo(f"{found['group_id']}\t{found['group_state']}")
+            return
+        described = admin.describe_groups([group])[group]
+        committed = admin.list_group_offsets(group).get(group, {})
+    finally:
+        admin.close()
+    click.echo(f"group {group}\tstate {described['group_state']}\tprotocol {described['protocol_data'] or '-'}")
+    for member in described["members"]:
+        click.echo(f"  member {member['member_id']}\tclient {member['client_id']}\thost {member['client_host']}")
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="walkit-topics", enable_auto_commit=False)
+    try:
+        ends = consumer.end_offsets(list(committed)) if committed else {}
+    finally:
+        consumer.close()
+    for tp, offset in sorted(committed.items()):
+        end = ends.get(tp)
+        lag = end - offset.offset if end is not None and offset.offset >= 0 else "?"
+        click.echo(f"  {tp.topic}:{tp.partition}\tcommitted {offset.offset}\tend {end}\tlag {lag}")

@@ -11,6 +11,7 @@ step down.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from kafka.protocol.admin import (
     CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
@@ -21,7 +22,7 @@ from walkit.adapters.topics import errors
 from walkit.adapters.topics.catalog import DEFAULT_CONFIGS, check_configs, check_topic_name, partition_log
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.ownership import Slot
-from walkit.errors import NoSuchLog, WalkitError
+from walkit.errors import BadVersion, NoSuchLog, WalkitError
 
 CREATE_WAIT_S = 10.0
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
@@ -81,11 +82,17 @@ async def create_topics(broker, connection, request):
 
 
 def _delete_logs(client, topic) -> None:
+    """_delete_logs deletes a deleted topic's logs, retrying while a stepping-down leader still updates one."""
     for partition in range(topic.partitions):
-        try:
-            client.delete_log(partition_log(topic.name, partition))
-        except NoSuchLog:
-            pass
+        for _ in range(50):
+            try:
+                client.delete_log(partition_log(topic.name, partition))
+            except NoSuchLog:
+                pass
+            except BadVersion:
+                time.sleep(0.1)
+                continue
+            break
 
 
 async def delete_topics(broker, connection, request):

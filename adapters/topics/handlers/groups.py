@@ -133,7 +133,7 @@ async def describe_groups(broker, connection, request):
             error_code=code, error_message=None, group_id=group_id, group_state=state,
             protocol_type=(group.protocol_type if group else "") or "",
             protocol_data=(group.protocol if group else "") or "", members=members,
-            authorized_operations=-2147483648))
+            authorized_operations=None))
     return request.response(DescribeGroupsResponse, throttle_time_ms=0, groups=described)
 
 

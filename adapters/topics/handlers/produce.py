@@ -7,9 +7,10 @@ bounds the wait: a partition not acknowledged by then answers REQUEST_TIMED_OUT 
 idempotent producer's retry is then recognised as a duplicate, leader.py).
 
 InitProducerId hands out cluster-wide producer ids (a metadata counter) for idempotent
-producers, epoch 0. Transactions are not supported: a transactional id, in InitProducerId
-or Produce, is answered with UNSUPPORTED_VERSION / TRANSACTIONAL_ID_AUTHORIZATION_FAILED at
-once, so a transactional client fails fast with a clear error instead of waiting.
+producers, epoch 0. Transactions are not supported: a transactional id, in FindCoordinator,
+InitProducerId or Produce, is answered at once with TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+which librdkafka and kafka-python treat as fatal, so a transactional client fails fast with
+a clear error instead of retrying until its timeout.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ async def produce(broker, connection, request):
 async def init_producer_id(broker, connection, request):
     """init_producer_id gives an idempotent producer a new producer id (epoch 0)."""
     if request.body.transactional_id is not None:
-        return request.response(InitProducerIdResponse, throttle_time_ms=0, error_code=errors.UNSUPPORTED_VERSION,
+        return request.response(InitProducerIdResponse, throttle_time_ms=0,
+                                error_code=errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                 producer_id=-1, producer_epoch=-1)
     producer_id = await broker.loop.run_in_executor(None, broker.catalog.new_producer_id)
     return request.response(InitProducerIdResponse, throttle_time_ms=0, error_code=errors.NONE,

@@ -1,0 +1,276 @@
+"""`walkit topics serve` with the real clients: kcat, confluent-kafka (librdkafka) and kafka-python.
+
+One broker process (on an embedded cluster of bookie processes) serves the whole module; the
+restart test kills it and starts it again on the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.errors import TransactionalIdAuthorizationFailedError
+from kafka.partitioner.default import murmur2
+
+from ..integration.helpers import wait_until
+from .topicsprocess import TopicsProcess, kcat
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """broker is one `walkit topics serve` on an embedded cluster, for the whole module."""
+    workdir = tmp_path_factory.mktemp("topics")
+    process = TopicsProcess(workdir, data_dir=workdir / "data",
+                            args=("--retention-check-ms", "200", "--rebalance-delay-ms", "500"))
+    process.start().wait_ready()
+    yield process
+    process.stop()
+
+
+def create_topic(broker: TopicsProcess, name: str, partitions: int, **configs: str) -> None:
+    """create_topic creates a topic through confluent-kafka's AdminClient and waits for it."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                            config=configs)], operation_timeout=15)
+    futures[name].result(30)
+
+
+def produce_confluent(broker: TopicsProcess, topic: str, records, **config) -> list:
+    """produce_confluent writes (key, value) records with an idempotent acks=all producer; it returns the acks."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, **config})
+    acked = []
+
+    def delivered(error, message):
+        assert error is None, error
+        acked.append((message.key(), message.value(), message.partition(), message.offset()))
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(60) == 0
+    return acked
+
+
+def consumer_config(broker: TopicsProcess, group: str, **extra) -> dict:
+    return {"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "session.timeout.ms": 10000, **extra}
+
+
+def drain(consumer: Consumer, expected: int, timeout: float = 60.0) -> list:
+    """drain polls until `expected` messages arrived (or the timeout); it returns them."""
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        assert message.error() is None, message.error()
+        got.append(message)
+    return got
+
+
+def test_kcat_lists_brokers_and_produces_with_murmur2_keys_that_it_consumes_back(broker):
+    create_topic(broker, "kcat-keys", 4)
+    metadata = json.loads(kcat("-b", broker.bootstrap, "-L", "-J"))
+    assert [b["name"] for b in metadata["brokers"]] == [f"127.0.0.1:{broker.port}"]
+    lines = "".join(f"key-{i % 25}:value {i}\n" for i in range(200))
+    kcat("-b", broker.bootstrap, "-t", "kcat-keys", "-P", "-K:", "-X", "partitioner=murmur2_random", input=lines)
+    out = kcat("-b", broker.bootstrap, "-t", "kcat-keys", "-C", "-e", "-o", "beginning", "-f", "%p %o %k %s\\n")
+    rows = [line.split(" ", 3) for line in out.splitlines()]
+    assert sorted(r[3] for r in rows) == sorted(f"value {i}" for i in range(200))
+    per_partition: dict[int, list[int]] = {}
+    for partition, offset, key, _ in rows:
+        assert int(partition) == (murmur2(key.encode()) & 0x7FFFFFFF) % 4, key     # Kafka's default partitioner
+        per_partition.setdefault(int(partition), []).append(int(offset))
+    for offsets in per_partition.values():
+        assert offsets == list(range(len(offsets)))                                  # dense offsets
+
+
+def test_kafka_python_and_confluent_agree_on_murmur2_partitions(broker):
+    create_topic(broker, "both-keys", 3)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", enable_idempotence=True)
+    sent = [producer.send("both-keys", key=b"k%d" % i, value=b"python %d" % i) for i in range(150)]
+    producer.flush()
+    python_acks = [(f.get(30).partition, f.get(30).offset) for f in sent]
+    producer.close()
+    confluent_acks = produce_confluent(broker, "both-keys", [(b"k%d" % i, b"confluent %d" % i) for i in range(150)],
+                                       partitioner="murmur2_random")
+    confluent_partitions = {key: partition for key, _, partition, _ in confluent_acks}
+    for i, (partition, _) in enumerate(python_acks):
+        assert partition == (murmur2(b"k%d" % i) & 0x7FFFFFFF) % 3
+        assert confluent_partitions[b"k%d" % i] == partition
+    consumer = KafkaConsumer("both-keys", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=10000)
+    values = sorted(m.value for m in consumer)
+    consumer.close()
+    assert values == sorted([b"python %d" % i for i in range(150)] + [b"confluent %d" % i for i in range(150)])
+
+
+def test_group_of_three_shares_partitions_commits_and_resumes_after_a_broker_restart(broker):
+    create_topic(broker, "orders", 6)
+    consumers = [Consumer(consumer_config(broker, "three")) for _ in range(3)]
+    for consumer in consumers:
+        consumer.subscribe(["orders"])
+
+    def everyone_assigned():
+        for consumer in consumers:
+            consumer.poll(0.1)
+        return all(consumer.assignment() for consumer in consumers)
+    wait_until(everyone_assigned, 60, message="three consumers with partitions")
+    owned = [{tp.partition for tp in consumer.assignment()} for consumer in consumers]
+    assert sorted(p for parts in owned for p in parts) == list(range(6))
+    acked = produce_confluent(broker, "orders", [(b"customer-%d" % (i % 50), b"order %d" % i) for i in range(3000)])
+    assert len(acked) == 3000
+
+    got: list[list] = [[] for _ in consumers]
+
+    def run(index: int) -> None:
+        deadline = time.monotonic() + 60
+        while sum(len(g) for g in got) < 3000 and time.monotonic() < deadline:
+            message = consumers[index].poll(0.2)
+            if message is not None and message.error() is None:
+                got[index].append((message.partition(), message.offset(), message.value()))
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    everything = [row for rows in got for row in rows]
+    assert sorted(v for _, _, v in everything) == sorted(b"order %d" % i for i in range(3000))   # once each
+    for index, rows in enumerate(got):
+        assert {p for p, _, _ in rows} <= owned[index]
+    for consumer in consumers:
+        consumer.commit(asynchronous=False)
+    for consumer in consumers:
+        consumer.close()
+
+    broker.kill()                                              # SIGKILL; its bookies follow it
+    broker.wait_bookies_gone()
+    broker.start().wait_ready()
+    produce_confluent(broker, "orders", [(b"late-%d" % i, b"late %d" % i) for i in range(300)])
+    resumed = Consumer(consumer_config(broker, "three"))
+    resumed.subscribe(["orders"])
+    late = drain(resumed, 300, timeout=90)
+    assert sorted(m.value() for m in late) == sorted(b"late %d" % i for i in range(300))
+    assert resumed.poll(1.0) is None                           # nothing before the committed offsets
+    resumed.close()
+
+
+def test_seek_and_offsets_for_times_with_kafka_python_and_confluent(broker):
+    create_topic(broker, "times", 1)
+    base = int(time.time() * 1000) - 60_000
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=20)
+    for i in range(100):
+        producer.send("times", value=b"t%d" % i, timestamp_ms=base + 10 * i)
+    producer.flush()
+    producer.close()
+    tp = KafkaTopicPartition("times", 0)
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000)
+    found = consumer.offsets_for_times({tp: base + 505})[tp]
+    assert (found.offset, found.timestamp) == (51, base + 510)              # inside a batch: the exact record
+    assert consumer.offsets_for_times({tp: base + 10_000})[tp] is None
+    assert consumer.beginning_offsets([tp])[tp] == 0 and consumer.end_offsets([tp])[tp] == 100
+    consumer.assign([tp])
+    consumer.seek(tp, 42)
+    assert next(consumer).offset == 42
+    consumer.seek_to_beginning(tp)
+    assert next(consumer).value == b"t0"
+    consumer.close()
+
+    confluent = Consumer(consumer_config(broker, "times-reader"))
+    [answer] = confluent.offsets_for_times([TopicPartition("times", 0, base + 700)], timeout=10)
+    assert answer.offset == 70
+    confluent.assign([TopicPartition("times", 0, 90)])
+    first = drain(confluent, 1)[0]
+    assert (first.offset(), first.value()) == (90, b"t90")
+    confluent.seek(TopicPartition("times", 0, 5))
+    assert drain(confluent, 1)[0].offset() == 5
+    confluent.close()
+
+
+def test_retention_truncates_old_ledgers_and_a_consumer_behind_resets(broker):
+    import walkit
+    create_topic(broker, "short", 1, **{"segment.ms": "200", "retention.ms": "1500"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    sent = 0
+    admin_consumer = Consumer(consumer_config(broker, "retention-probe"))
+
+    def start_moved():
+        nonlocal sent
+        producer.produce("short", value=b"r%d" % sent)      # a record now and then: ledgers roll on append
+        sent += 1
+        producer.flush(10)
+        low, _ = admin_consumer.get_watermark_offsets(TopicPartition("short", 0), timeout=5)
+        return low > 0
+    wait_until(start_moved, 60, interval=0.1, message="the log start offset moving past 0")
+    low, high = admin_consumer.get_watermark_offsets(TopicPartition("short", 0), timeout=5)
+    admin_consumer.close()
+    producer.flush(10)
+    with walkit.Client(broker.metadata_url) as client:
+        first_ledger = client.log_metadata("kafka-short-0").segments[0].ledger_id
+    assert first_ledger > 0 and low > 0
+
+    behind = Consumer(consumer_config(broker, "behind", **{"auto.offset.reset": "earliest"}))
+    behind.assign([TopicPartition("short", 0, 0)])           # offset 0 is gone: OFFSET_OUT_OF_RANGE, then reset
+    message = drain(behind, 1)[0]
+    assert message.offset() >= low
+    behind.close()
+    latest = Consumer(consumer_config(broker, "behind-latest", **{"auto.offset.reset": "latest"}))
+    latest.assign([TopicPartition("short", 0, 0)])           # reset to the end: only records written later
+
+    def next_new_record():
+        producer.produce("short", value=b"after")
+        producer.flush(10)
+        return latest.poll(0.5)
+    message = wait_until(next_new_record, 60, message="a record after the reset to latest")
+    assert message.error() is None and message.offset() >= high and message.value() == b"after"
+    latest.close()
+
+
+def test_transactional_producers_fail_fast_with_a_clear_error(broker):
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx"})
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as caught:
+        producer.init_transactions(30)
+    assert time.monotonic() - started < 10
+    assert "transactions are not supported" in str(caught.value)
+    with pytest.raises(TransactionalIdAuthorizationFailedError):
+        KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="tx2").init_transactions()
+
+
+def walkit_topics(broker: TopicsProcess, *args: str, input: str | None = None) -> str:
+    done = subprocess.run([sys.executable, "-m", "walkit", "topics", *args, "-b", broker.bootstrap], input=input,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_command_line_creates_describes_produces_consumes_and_deletes(broker):
+    assert "created topic cli" in walkit_topics(broker, "create", "cli", "-p", "2", "-c", "retention.ms=60000")
+    assert "cli" in walkit_topics(broker, "list").split()
+    walkit_topics(broker, "produce", "cli", "-K:", input="a:one\nb:two\nc:three\n")
+    out = walkit_topics(broker, "consume", "cli", "--from-beginning", "-n", "3", "-g", "cli-group", "--format", "json")
+    assert sorted(json.loads(line)["value"] for line in out.splitlines()) == ["one", "three", "two"]
+    described = walkit_topics(broker, "describe", "cli")
+    assert "retention.ms=60000" in described and "partition 1" in described
+    assert "cli-group" in walkit_topics(broker, "groups")
+    assert "lag 0" in walkit_topics(broker, "groups", "cli-group")
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    assert admin.list_group_offsets("cli-group")
+    admin.close()
+    walkit_topics(broker, "delete", "cli")
+    assert "cli" not in walkit_topics(broker, "list").split()
