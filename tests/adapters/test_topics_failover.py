@@ -1,0 +1,148 @@
+"""Three `walkit topics serve` brokers on one cluster: a partition leader is SIGKILLed mid-stream.
+
+An idempotent acks=all producer (confluent-kafka) writes keyed records while a group of three
+consumers reads them. Killing the broker that leads a partition moves its partitions (and any
+group coordination it held) to the other two: every acknowledged record is consumed, none is
+in the log twice, and the consumers go on after the rebalance.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from walkit.local import LocalCluster
+
+from ..integration.helpers import wait_until
+from .topicsprocess import TopicsProcess
+
+pytestmark = pytest.mark.slow
+
+RECORDS = 4000
+PARTITIONS = 9          # with broker ids 1-3, the partitions' preferred leaders cover all three brokers
+
+
+@pytest.fixture
+def brokers(tmp_path):
+    """brokers are three broker processes on one LocalCluster; all are stopped at the end."""
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
+        started = [TopicsProcess(tmp_path, metadata=cluster.metadata_url, args=("--rebalance-delay-ms", "500"))
+                   for _ in range(3)]
+        try:
+            for broker in started:
+                broker.start()
+            for broker in started:
+                broker.wait_ready()
+            yield started
+        finally:
+            for broker in started:
+                broker.stop()
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """leaders maps each partition of `topic` to the id of its leading broker (-1 while there is none)."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p.id: p.leader for p in metadata.topics[topic].partitions.values()}
+
+
+def broker_ids(bootstrap: str) -> dict[int, int]:
+    """broker_ids maps broker id -> port, as Metadata reports them."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    return {b.id: b.port for b in metadata.brokers.values()}
+
+
+def test_sigkill_of_a_partition_leader_loses_no_acked_record_and_duplicates_none(brokers):
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("failover", num_partitions=PARTITIONS, replication_factor=1)])["failover"].result(30)
+    wait_until(lambda: all(v >= 0 for v in leaders(bootstrap, "failover").values()), 30, message="leaders")
+    wait_until(lambda: len(broker_ids(bootstrap)) == 3, 30, message="three brokers in Metadata")
+
+    acked: list[bytes] = []
+    consumed: list[list[bytes]] = [[] for _ in range(3)]
+    assignments = [0, 0, 0]
+    stop_consuming = threading.Event()
+    errors: list = []
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                             "linger.ms": 2, "message.timeout.ms": 120000})
+
+        def delivered(error, message):
+            if error is None:
+                acked.append(message.value())
+            else:
+                errors.append(error)
+        for i in range(RECORDS):
+            producer.produce("failover", key=b"key-%d" % (i % 97), value=b"record %d" % i, on_delivery=delivered)
+            producer.poll(0)
+            time.sleep(0.002)                   # a steady stream over several seconds, around the kill
+        producer.flush(150)
+
+    def consume(index: int) -> None:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "failover-group",
+                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                             "heartbeat.interval.ms": 500})
+        def assigned(consumer, partitions):
+            assignments[index] += 1
+        consumer.subscribe(["failover"], on_assign=assigned)
+        while not stop_consuming.is_set():
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                consumed[index].append(message.value())
+        consumer.close()
+
+    consumers = [threading.Thread(target=consume, args=(i,)) for i in range(3)]
+    for thread in consumers:
+        thread.start()
+    producer = threading.Thread(target=produce)
+    producer.start()
+    wait_until(lambda: len(acked) > RECORDS // 4, 60, message="a quarter of the records acknowledged")
+
+    # The victim coordinates the group and leads partitions: its death moves both.
+    group = admin.describe_consumer_groups(["failover-group"])["failover-group"].result(10)
+    victim_id = group.coordinator.id
+    assert victim_id in leaders(bootstrap, "failover").values()
+    rebalances_before = sum(assignments)
+    ports = broker_ids(bootstrap)
+    victim = next(b for b in brokers if b.port == ports[victim_id])
+    victim.kill()
+    killed_at = len(acked)
+    survivors = ",".join(b.bootstrap for b in brokers if b is not victim)
+
+    def moved():
+        current = leaders(survivors, "failover")
+        return all(leader >= 0 and leader != victim_id for leader in current.values())
+    wait_until(moved, 30, message="every partition led by a surviving broker")
+    wait_until(lambda: sum(assignments) > rebalances_before, 60, message="the group rebalanced")
+    producer.join(180)
+    assert not producer.is_alive() and errors == []
+    assert len(acked) == RECORDS and killed_at < RECORDS
+
+    def everything_consumed():
+        return set(acked) <= {value for values in consumed for value in values}
+    wait_until(everything_consumed, 120, interval=0.2, message=lambda: (
+        f"{len(set(acked) - {v for vs in consumed for v in vs})} acknowledged records not consumed"))
+    stop_consuming.set()
+    for thread in consumers:
+        thread.join(30)
+
+    # The log: every record exactly once across the partitions.
+    reader = Consumer({"bootstrap.servers": survivors, "group.id": "audit", "enable.auto.commit": False})
+    in_log = []
+    for partition in range(PARTITIONS):
+        low, high = reader.get_watermark_offsets(TopicPartition("failover", partition), timeout=10)
+        reader.assign([TopicPartition("failover", partition, low)])
+        while high > low:
+            message = reader.poll(1.0)
+            if message is None or message.error() is not None:
+                continue
+            in_log.append(message.value())
+            if message.offset() >= high - 1:
+                break
+    reader.close()
+    assert len(in_log) == len(set(in_log)) == RECORDS
