@@ -151,7 +151,9 @@ class Broker:
         raise KafkaError(errors.NOT_LEADER_OR_FOLLOWER, f"broker {self.id} does not lead {topic}-{partition}")
 
     def bucket_for(self, group: str) -> BucketLeader:
-        """bucket_for returns the bucket coordinating `group` here, or raises NOT_COORDINATOR."""
+        """bucket_for returns the bucket coordinating `group` here, or raises NOT_COORDINATOR (INVALID_GROUP_ID)."""
+        if not isinstance(group, str) or not group:
+            raise KafkaError(errors.INVALID_GROUP_ID, "a group id is a non-empty string")
         bucket = self.buckets.get(group_bucket(group))
         if bucket is None or not bucket.replica.active:
             raise KafkaError(errors.NOT_COORDINATOR, f"broker {self.id} does not coordinate group {group!r}")

@@ -48,9 +48,9 @@ async def create_topics(broker, connection, request):
     """create_topics creates topics (or only validates them, with validateOnly)."""
     body, version = request.body, request.version
     results, created = [], []
-    for topic in body.topics:
+    for topic in body.topics or []:
         partitions = topic.num_partitions if topic.num_partitions > 0 else broker.settings.default_partitions
-        configs = {c.name: c.value for c in topic.configs}
+        configs = {c.name: c.value for c in topic.configs or []}
         code, message = errors.NONE, None
         try:
             if topic.assignments:
@@ -98,7 +98,7 @@ def _delete_logs(client, topic) -> None:
 async def delete_topics(broker, connection, request):
     """delete_topics deletes topics and their partitions' logs."""
     results = []
-    for name in request.body.topic_names:
+    for name in request.body.topic_names or []:
         code, message = errors.NONE, None
         try:
             topic = await broker.loop.run_in_executor(None, broker.catalog.delete_topic, name)
@@ -115,7 +115,7 @@ async def delete_topics(broker, connection, request):
 async def describe_configs(broker, connection, request):
     """describe_configs returns topic configs (set and default); brokers have none to show."""
     results = []
-    for resource in request.body.resources:
+    for resource in request.body.resources or []:
         code, message, configs = errors.NONE, None, []
         if resource.resource_type == TOPIC_RESOURCE:
             topic = await broker.loop.run_in_executor(None, broker.catalog.topic, resource.resource_name)

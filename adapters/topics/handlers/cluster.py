@@ -99,7 +99,7 @@ def coordinator_of(broker, key: str, key_type: int) -> tuple[int, str, object]:
         return errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED, None
     if key_type != GROUP_KEY:
         return errors.INVALID_REQUEST, f"unknown coordinator key type {key_type}", None
-    if not key:
+    if not isinstance(key, str) or not key:
         return errors.INVALID_GROUP_ID, "an empty group id", None
     brokers = live_brokers(broker)
     leader = broker.leader_of(Slot(None, group_bucket(key)))
@@ -114,7 +114,7 @@ async def find_coordinator(broker, connection, request):
     key_type = body.key_type if version >= 1 else GROUP_KEY
     if version >= 4:
         coordinators = []
-        for key in body.coordinator_keys:
+        for key in body.coordinator_keys or []:
             code, message, found = coordinator_of(broker, key, key_type)
             coordinators.append(FindCoordinatorResponse.Coordinator(
                 key=key, node_id=found.id if found else -1, host=found.host if found else "",

@@ -37,8 +37,8 @@ async def offset_commit(broker, connection, request):
         code = broker.coordinator.check_commit(body.group_id, body.generation_id_or_member_epoch, body.member_id)
     codes: dict[tuple[str, int], int] = {}
     offsets = []
-    for topic in body.topics:
-        for part in topic.partitions:
+    for topic in body.topics or []:
+        for part in topic.partitions or []:
             metadata = part.committed_metadata
             if code == errors.NONE and metadata is not None and len(metadata) > MAX_METADATA:
                 codes[(topic.name, part.partition_index)] = OFFSET_METADATA_TOO_LARGE
@@ -72,7 +72,7 @@ async def offset_fetch(broker, connection, request):
         for name, index in sorted(committed):
             wanted.setdefault(name, []).append(index)
     else:
-        wanted = {topic.name: list(topic.partition_indexes) for topic in body.topics}
+        wanted = {topic.name: list(topic.partition_indexes or []) for topic in body.topics}
     topics = []
     for name, indexes in wanted.items():
         parts = []

@@ -23,6 +23,8 @@ from walkit.adapters.topics import errors
 from walkit.adapters.topics.errors import KafkaError
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+#: Longest a Fetch is held, whatever MaxWaitMs asks (clients ask for 100-500 ms).
+MAX_WAIT_MS = 60_000
 _FTOPIC = FetchResponse.FetchableTopicResponse
 _FPART = _FTOPIC.PartitionData
 _LTOPIC = ListOffsetsResponse.ListOffsetsTopicResponse
@@ -33,9 +35,9 @@ async def _collect(broker, body) -> tuple[list, int, list, bool]:
     """_collect reads every requested partition once: (topics, bytes, leaders, any error)."""
     budget = body.max_bytes if body.max_bytes > 0 else 52_428_800
     total, leaders, failed, topics = 0, [], False, []
-    for topic in body.topics:
+    for topic in body.topics or []:
         parts = []
-        for wanted in topic.partitions:
+        for wanted in topic.partitions or []:
             code, records, hw, start = errors.NONE, b"", -1, -1
             try:
                 leader = broker.partition(topic.topic, wanted.partition)
@@ -58,7 +60,7 @@ async def fetch(broker, connection, request):
     """fetch returns batches from the partitions this broker leads, waiting for MinBytes up to MaxWaitMs."""
     body = request.body
     loop = broker.loop
-    deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
+    deadline = loop.time() + min(max(body.max_wait_ms, 0), MAX_WAIT_MS) / 1000
     while True:
         topics, total, leaders, failed = await _collect(broker, body)
         remaining = deadline - loop.time()
@@ -94,9 +96,9 @@ async def _list_offset(broker, topic: str, partition: int, timestamp: int) -> tu
 async def list_offsets(broker, connection, request):
     """list_offsets answers earliest, latest, max-timestamp and by-timestamp offset queries."""
     topics = []
-    for topic in request.body.topics:
+    for topic in request.body.topics or []:
         parts = []
-        for wanted in topic.partitions:
+        for wanted in topic.partitions or []:
             code, stamp, offset = await _list_offset(broker, topic.name, wanted.partition_index, wanted.timestamp)
             parts.append(_LPART(partition_index=wanted.partition_index, error_code=code, timestamp=stamp,
                                 offset=offset, leader_epoch=-1))

@@ -19,14 +19,14 @@ from walkit.adapters.topics.coordinator import EMPTY
 from walkit.adapters.topics.errors import KafkaError
 
 _MEMBER = JoinGroupResponse.JoinGroupResponseMember
+#: Longest a rebalance waits for members to rejoin (Kafka's max.poll.interval.ms default is 300 s).
+MAX_REBALANCE_MS = 300_000
 _DGROUP = DescribeGroupsResponse.DescribedGroup
 _DMEMBER = _DGROUP.DescribedGroupMember
 
 
 def _coordinated(broker, group: str) -> int:
     """_coordinated returns NONE if this broker coordinates `group`, else its error code."""
-    if not group:
-        return errors.INVALID_GROUP_ID
     try:
         broker.bucket_for(group)
     except KafkaError as exc:
@@ -41,11 +41,11 @@ async def join_group(broker, connection, request):
     if code != errors.NONE:
         return request.response(JoinGroupResponse, throttle_time_ms=0, error_code=code, generation_id=-1,
                                 protocol_name=None, leader="", member_id=body.member_id, members=[])
-    rebalance_ms = body.rebalance_timeout_ms if version >= 1 else body.session_timeout_ms
+    rebalance_ms = min(body.rebalance_timeout_ms if version >= 1 else body.session_timeout_ms, MAX_REBALANCE_MS)
     instance = body.group_instance_id if version >= 5 else None
     result = await broker.coordinator.join(
         body.group_id, body.member_id, instance, request.client_id or "", connection.host, body.session_timeout_ms,
-        rebalance_ms, body.protocol_type, [(p.name, bytes(p.metadata)) for p in body.protocols])
+        rebalance_ms, body.protocol_type, [(p.name, bytes(p.metadata or b"")) for p in body.protocols or []])
     return request.response(
         JoinGroupResponse, throttle_time_ms=0, error_code=result.error, generation_id=result.generation,
         protocol_type=result.protocol_type, protocol_name=result.protocol, leader=result.leader,
@@ -62,7 +62,7 @@ async def sync_group(broker, connection, request):
     if code == errors.NONE:
         code, assignment = await broker.coordinator.sync(
             body.group_id, body.generation_id, body.member_id,
-            [(a.member_id, bytes(a.assignment)) for a in body.assignments])
+            [(a.member_id, bytes(a.assignment or b"")) for a in body.assignments or []])
     return request.response(SyncGroupResponse, throttle_time_ms=0, error_code=code,
                             protocol_type=group.protocol_type if group else None,
                             protocol_name=group.protocol if group else None, assignment=assignment)
@@ -80,7 +80,7 @@ async def heartbeat(broker, connection, request):
 async def leave_group(broker, connection, request):
     """leave_group removes members (one before v3, a list from v3) and rebalances the group."""
     body, version = request.body, request.version
-    leaving = [(body.member_id, None)] if version < 3 else [(m.member_id, m.group_instance_id) for m in body.members]
+    leaving = [(body.member_id, None)] if version < 3 else [(m.member_id, m.group_instance_id) for m in body.members or []]
     code = _coordinated(broker, body.group_id)
     codes = broker.coordinator.leave(body.group_id, leaving) if code == errors.NONE else [code] * len(leaving)
     if version < 3:
@@ -120,7 +120,7 @@ async def describe_groups(broker, connection, request):
     """describe_groups describes the state, protocol and members of groups this broker coordinates."""
     described = []
     known = known_groups(broker)
-    for group_id in request.body.groups:
+    for group_id in request.body.groups or []:
         code = _coordinated(broker, group_id)
         group = broker.coordinator.groups.get(group_id)
         state = known.get(group_id, "Dead") if code == errors.NONE else ""

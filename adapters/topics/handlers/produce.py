@@ -37,8 +37,8 @@ async def produce(broker, connection, request):
     """produce appends record batches to the partitions this broker leads."""
     body = request.body
     pending: list[tuple[str, int, object, list]] = []     # topic, partition, leader or error code, futures
-    for topic_data in body.topic_data:
-        for data in topic_data.partition_data:
+    for topic_data in body.topic_data or []:
+        for data in topic_data.partition_data or []:
             name, index = topic_data.name, data.index
             try:
                 if body.transactional_id is not None:
