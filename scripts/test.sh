@@ -11,6 +11,7 @@ missing=()
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)      # the KV server's tests use redis-cli
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)                   # the topics broker's tests use kcat
 if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
