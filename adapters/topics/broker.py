@@ -11,6 +11,7 @@ lost with the metadata session.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from dataclasses import dataclass
@@ -54,19 +55,23 @@ class BucketLeader:
         self._checkpointing = False
 
     def commit(self, record: bytes) -> asyncio.Future:
-        """commit appends a commit record; the Future resolves once it is durable and applied."""
-        future = self.replica.submit(record)
-        if self.state.commits_since_checkpoint >= CHECKPOINT_EVERY and not self._checkpointing:
-            self._checkpointing = True
-            self.loop.create_task(self._checkpoint())
-        return future
+        """commit appends a commit record; the Future resolves once it is durable and applied.
 
-    async def _checkpoint(self) -> None:
-        """_checkpoint appends the whole state and truncates the log before it."""
+        Every CHECKPOINT_EVERY commits, at a moment when nothing is in flight (so the state holds
+        every record before the checkpoint in the log), the whole state is appended first and
+        the log truncated before it.
+        """
+        if (self.state.commits_since_checkpoint >= CHECKPOINT_EVERY and not self._checkpointing
+                and self.replica.in_flight == 0):
+            self._checkpointing = True
+            self.loop.create_task(self._checkpoint(self.replica.submit(self.state.checkpoint_record())))
+        return self.replica.submit(record)
+
+    async def _checkpoint(self, appended: asyncio.Future) -> None:
+        """_checkpoint waits for the checkpoint record and truncates the log before it."""
         try:
-            record = self.state.checkpoint_record()
-            await self.replica.submit(record)
-            position = self.state.applied
+            await appended
+            position = self.state.checkpoint_position
             await self.loop.run_in_executor(None, self.replica.writer.truncate, position)
         except Exception as exc:  # noqa: BLE001 - retried after the next CHECKPOINT_EVERY commits
             log.warning("group bucket %d: checkpoint failed: %s", self.bucket, exc)
@@ -163,7 +168,7 @@ class Broker:
     def _install(self, slot: Slot, writer, election) -> None:
         """_install replays a won slot's log and hands it to the loop (called on a worker thread)."""
         state = OffsetsState() if slot.topic is None else PartitionState()
-        cache: list[bytes] = []
+        cache: collections.deque[bytes] = collections.deque()
         cached = 0
         for record in self.client.read_log(slot.log_name, follow=False, password=self.password):
             applied = state.apply(record.payload, record.position)
@@ -171,8 +176,9 @@ class Broker:
                 cache.append(record.payload)
                 cached += len(record.payload)
                 while cached > self.settings.cache_bytes and len(cache) > 1:
-                    cached -= len(cache.pop(0))
-        future = asyncio.run_coroutine_threadsafe(self._activate(slot, writer, election, state, cache), self.loop)
+                    cached -= len(cache.popleft())
+        future = asyncio.run_coroutine_threadsafe(self._activate(slot, writer, election, state, list(cache)),
+                                                  self.loop)
         future.result(30)
 
     async def _activate(self, slot: Slot, writer, election, state, cache) -> None:
@@ -229,7 +235,12 @@ class Broker:
                     for (topic, _), leader in list(self.leaders.items()):
                         known = self.view.topics.get(topic)
                         if known is not None:
-                            self.loop.create_task(leader.enforce_retention(known.int_config("retention.ms"),
-                                                                           known.int_config("retention.bytes")))
+                            self.loop.create_task(self._retention(leader, known))
             except Exception:  # noqa: BLE001 - the periodic task must survive anything
                 log.exception("periodic broker work failed")
+
+    async def _retention(self, leader: PartitionLeader, topic) -> None:
+        try:
+            await leader.enforce_retention(topic.int_config("retention.ms"), topic.int_config("retention.bytes"))
+        except Exception:  # noqa: BLE001 - retried at the next check
+            log.exception("retention of %s-%d failed", leader.topic, leader.partition)

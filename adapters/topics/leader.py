@@ -24,6 +24,7 @@ import logging
 import time
 
 from walkit import Position
+from walkit.errors import LogTruncated, WalkitError
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.batches import first_offset_at, info, with_base_offset
 from walkit.adapters.topics.errors import KafkaError
@@ -117,11 +118,16 @@ class PartitionLeader:
                 waiter.set_result(None)
 
     def _trim_cache(self) -> None:
+        """_trim_cache drops the oldest cached batches beyond cache_bytes, and those retention removed."""
         cache = self.cache
-        excess = max(len(cache) - len(self.state), 0)
-        while cache and (excess > 0 or self._cached > self.cache_bytes and len(cache) > 1):
-            self._cached -= len(cache.pop(0))
-            excess -= 1
+        drop = max(len(cache) - len(self.state), 0)
+        size = self._cached - sum(len(b) for b in cache[:drop])
+        while drop < len(cache) - 1 and size > self.cache_bytes:
+            size -= len(cache[drop])
+            drop += 1
+        if drop:
+            del cache[:drop]
+            self._cached = size
 
     def wait_for_data(self) -> asyncio.Future:
         """wait_for_data resolves when the next batch is applied or the leadership ends."""
@@ -158,7 +164,12 @@ class PartitionLeader:
             return self._from_cache(index - cache_start, max_bytes)
         stop = state.positions[cache_start] if cache_start < len(state) else None
         start = state.positions[index]
-        head = await self.loop.run_in_executor(None, self._read_log, start, stop, max_bytes)
+        try:
+            head = await self.loop.run_in_executor(None, self._read_log, start, stop, max_bytes)
+        except LogTruncated:
+            raise KafkaError(errors.OFFSET_OUT_OF_RANGE, f"offset {offset} was removed by retention") from None
+        except WalkitError as exc:
+            raise KafkaError(errors.KAFKA_STORAGE_ERROR, f"reading offset {offset}: {exc}") from None
         if len(head) < max_bytes and stop is not None and len(state) > len(self.cache):
             # The log reader stopped where the cache begins: continue from memory.
             if state.positions[len(state) - len(self.cache)] == stop:
@@ -231,12 +242,16 @@ class PartitionLeader:
                 break
             total -= size
             doomed += 1
-        if not doomed or keep is None:
+        if not doomed:
             return 0
-        before = state.positions[keep]
+        before = state.positions[keep] if keep is not None else Position(current, 0)
         self.retention_running = True
         try:
             await self.loop.run_in_executor(None, self.replica.writer.truncate, before)
+        except WalkitError as exc:
+            log.warning("%s-%d: retention could not truncate the log: %s: %s", self.topic, self.partition,
+                        type(exc).__name__, exc)
+            return 0
         finally:
             self.retention_running = False
         dropped = state.truncate_before(before)

@@ -43,6 +43,7 @@ class OffsetsState:
     def __init__(self) -> None:
         self.groups: dict[str, dict[tuple[str, int], Committed]] = {}
         self.applied: Position | None = None
+        self.checkpoint_position: Position | None = None
         self.commits_since_checkpoint = 0
 
     def apply(self, record: bytes, position: Position):
@@ -52,6 +53,7 @@ class OffsetsState:
         self.applied = position
         doc = json.loads(record)
         if "checkpoint" in doc:
+            self.checkpoint_position = position
             self.groups = {group: {(t, p): Committed(o, e, m, ms) for t, p, o, e, m, ms in rows}
                            for group, rows in doc["checkpoint"].items()}
             self.commits_since_checkpoint = 0

@@ -113,7 +113,7 @@ class Ownership:
         self._stop.set()
         self._changed.set()
         self._thread.join(15)
-        self._workers.shutdown(wait=True, cancel_futures=True)
+        self._workers.shutdown(wait=True)
         for watch in self._watches:
             watch.cancel()
         for election in self._elections.values():
