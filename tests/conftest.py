@@ -20,7 +20,8 @@ ETCD_LEASE_S = 3
 
 def pytest_addoption(parser) -> None:
     parser.addoption("--seed", type=int, default=None, help="simulate only this seed (tests/sim)")
-    parser.addoption("--seeds", type=int, default=2000, help="number of random seeds to simulate (default 2000)")
+    parser.addoption("--seeds", type=int, default=5000,
+                     help="number of random seeds to simulate per scenario (default 5000)")
 
 
 def fresh_root() -> str:

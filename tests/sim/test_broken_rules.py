@@ -1,16 +1,17 @@
-"""The checker catches a broken protocol rule: recovery machines broken on purpose lose data.
+"""The checker catches a broken protocol rule: machines broken on purpose lose data or break the chain.
 
-Each test flips one rule in a LedgerRecovery subclass, searches seeds with a configuration that
-provokes the bug, and asserts that the checker reports the lost entry; the correct machine passes
-the same seeds.
+Each test flips one rule in a LedgerRecovery or LogMachine subclass, searches seeds with a
+configuration that provokes the bug, and asserts that the checker reports it; the correct
+machine passes the same seeds.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from walkit.core.log import LogMachine
 from walkit.core.recovery import LedgerRecovery
-from walkit.testing.sim import InvariantViolation, SimConfig, Simulation
+from walkit.testing.sim import InvariantViolation, LogSimConfig, LogSimulation, SimConfig, Simulation
 
 
 class RecoveryWithoutFencedReads(LedgerRecovery):
@@ -62,3 +63,46 @@ def test_checker_catches_a_broken_rule(broken, config, seeds) -> None:
 @pytest.mark.parametrize("config", [ISSUE_2614, SINGLE_VOTE], ids=["issue-2614-config", "single-vote-config"])
 def test_correct_recovery_passes_the_provoking_configurations(config) -> None:
     assert first_violation(config, LedgerRecovery, range(1000)) is None
+
+
+# -- log rules (DESIGN.md §6; seed 000 "Ledgers to logs") ------------------------------------------
+class RollWithoutWaitingForTheClose(LogMachine):
+    """A roll starts while the previous ledger is still closing (three unclosed ledgers can follow)."""
+
+    ROLL_WAITS_FOR_CLOSE = False
+
+
+class OpenRecoveringOnlyTheLastLedger(LogMachine):
+    """Opening fences and recovers only the last ledger of the list, not every unclosed one."""
+
+    RECOVER_EVERY_UNCLOSED = False
+
+
+# Rolls after every record, slow links so closes lag behind, writers handing over and crashing.
+ROLL_RACE = LogSimConfig(bookies=4, ensemble=3, write_quorum=3, ack_quorum=2, roll_entries=1, writers=3,
+                         appends=12, append_gap_ms=3, rolls=0, truncations=0, followers=1, drop_rate=0.02,
+                         max_delay_ms=25, metadata_fault_rate=0.0, session_losses=0, bookie_crashes=1,
+                         writer_crash_rate=0.6, failpoint_crash_rate=0.3, follower_crash_rate=0.0)
+
+
+def first_log_violation(config: LogSimConfig, writer_cls, seeds: range) -> InvariantViolation | None:
+    for seed in seeds:
+        try:
+            LogSimulation(seed, config, writer_cls=writer_cls).run()
+        except InvariantViolation as violation:
+            return violation
+    return None
+
+
+@pytest.mark.parametrize("broken", [RollWithoutWaitingForTheClose, OpenRecoveringOnlyTheLastLedger],
+                         ids=["roll-without-waiting-for-the-close", "open-recovering-only-the-last-ledger"])
+def test_checker_catches_a_broken_log_rule(broken):
+    violation = first_log_violation(ROLL_RACE, broken, range(3000))
+    assert violation is not None, f"{broken.__name__} broke nothing in 3000 seeds"
+    assert "not closed" in violation.message or "acknowledged" in violation.message, violation.message
+    # The correct writer survives the very run that broke the faulty one.
+    LogSimulation(violation.seed, ROLL_RACE).run()
+
+
+def test_correct_log_writer_passes_the_provoking_configuration():
+    assert first_log_violation(ROLL_RACE, LogMachine, range(300)) is None

@@ -479,7 +479,7 @@ class LogMachine:
 
         def change(metadata: LogMetadata) -> LogMetadata:
             doomed.update(doomed_of(metadata) - set(self.unclosed))
-            return metadata.without(doomed)
+            return metadata.truncated(doomed)
 
         def done() -> list:
             commands: list = [ev.DeleteLedger(ledger_id=i) for i in sorted(doomed)]

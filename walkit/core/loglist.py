@@ -103,12 +103,18 @@ class LogConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogMetadata:
-    """LogMetadata is a log's record in the metadata store: its config and its ledgers, in order."""
+    """LogMetadata is a log's record in the metadata store: its config and its ledgers, in order.
+
+    `truncated_to` is the highest ledger id that truncation or retention removed while it held
+    records (-1: none): a reader whose next record lies in a ledger up to it missed records
+    and gets LogTruncated, even if it never saw that ledger listed.
+    """
 
     name: str
     config: LogConfig = field(default_factory=LogConfig)
     segments: tuple[LogSegment, ...] = ()
     created_ms: int = 0
+    truncated_to: int = -1
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -133,44 +139,55 @@ class LogMetadata:
                                             for s in self.segments))
 
     def without(self, ledger_ids: set[int]) -> "LogMetadata":
-        """without removes the given ledgers from the log."""
+        """without removes the given ledgers from the log (ledgers found to hold no record)."""
         return replace(self, segments=tuple(s for s in self.segments if s.ledger_id not in ledger_ids))
+
+    def truncated(self, ledger_ids: set[int]) -> "LogMetadata":
+        """truncated removes the given ledgers and records how far records were removed."""
+        held = [s.ledger_id for s in self.segments if s.ledger_id in ledger_ids and s.entries != 0]
+        return replace(self.without(ledger_ids), truncated_to=max([self.truncated_to, *held]))
 
     def before(self, position: Position) -> list[LogSegment]:
         """before lists the closed segments whose every record lies before `position`."""
         return [s for s in self.segments if s.is_closed and s.ledger_id < position.ledger_id]
 
     def expired(self, now_ms: int) -> list[LogSegment]:
-        """expired lists the closed segments that retention removes at `now_ms`.
+        """expired lists the closed segments that retention removes at `now_ms`: always a prefix of the list.
 
-        A segment whose size is unknown (its ledger was recovered, not closed by its writer)
-        counts as its entries times the average entry size of the segments whose size is known.
+        Age: the oldest segments closed more than `retention_age_s` ago, up to the first that is
+        younger (removing a younger one further on would leave a gap readers could not see).
+        Size: the oldest closed segments while the log exceeds `retention_bytes`; a segment whose
+        size is unknown (its ledger was recovered, not closed by its writer) counts as its entries
+        times the average entry size of the segments whose size is known.
         """
         config = self.config
-        closed = [s for s in self.segments[:-1] if s.is_closed]
-        doomed: list[LogSegment] = []
+        prefix: list[LogSegment] = []
+        for segment in self.segments[:-1]:
+            if not segment.is_closed:
+                break
+            prefix.append(segment)
+        count = 0
         if config.retention_age_s:
             horizon = now_ms - int(config.retention_age_s * 1000)
-            doomed += [s for s in closed if s.closed_ms is not None and s.closed_ms < horizon]
+            while count < len(prefix) and prefix[count].closed_ms is not None and prefix[count].closed_ms < horizon:
+                count += 1
         if config.retention_bytes:
             known = [s for s in self.segments if s.size is not None and s.entries]
             per_entry = sum(s.size for s in known) / max(1, sum(s.entries for s in known))
-            sizes = {s.ledger_id: s.size if s.size is not None else int((s.entries or 0) * per_entry)
-                     for s in self.segments}
-            total = sum(sizes.values())
-            for s in closed:
-                if total <= config.retention_bytes:
-                    break
-                if s not in doomed:
-                    doomed.append(s)
-                total -= sizes[s.ledger_id]
-        return doomed
+            sizes = [s.size if s.size is not None else int((s.entries or 0) * per_entry) for s in self.segments]
+            total = sum(sizes)
+            by_size = 0
+            while by_size < len(prefix) and total > config.retention_bytes:
+                total -= sizes[by_size]
+                by_size += 1
+            count = max(count, by_size)
+        return prefix[:count]
 
     # -- encoding -------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         """to_bytes encodes the log metadata as JSON."""
         doc = {"name": self.name, "created_ms": self.created_ms, "config": asdict(self.config),
-               "segments": [asdict(s) for s in self.segments]}
+               "segments": [asdict(s) for s in self.segments], "truncated_to": self.truncated_to}
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -178,4 +195,4 @@ class LogMetadata:
         """from_bytes decodes log metadata written by `to_bytes`."""
         doc = json.loads(data)
         return cls(name=doc["name"], created_ms=doc.get("created_ms", 0), config=LogConfig(**doc["config"]),
-                   segments=tuple(LogSegment(**s) for s in doc["segments"]))
+                   segments=tuple(LogSegment(**s) for s in doc["segments"]), truncated_to=doc.get("truncated_to", -1))

@@ -11,9 +11,9 @@ after its pending adds), and recovery decides its end. So:
   new came, and moves to the next ledger of the list once the ledger is closed and read to its
   end: across rolls and writer handovers (the new writer closes the old ledger at its true end).
 
-Truncation: if the ledger the reader must read next left the list (the list now starts after
-it), records it has not read are gone, and the reader fails with LogTruncated rather than skip
-them. A deleted log fails with NoSuchLog. Bookie failures are retried every `poll_ms` (a reader
+Truncation: if truncation or retention removed a ledger holding records at or after the
+reader's next position (LogMetadata.truncated_to), records it has not read are gone, and the
+reader fails with LogTruncated rather than skip them. A deleted log fails with NoSuchLog. Bookie failures are retried every `poll_ms` (a reader
 without `follow` gives up after `attempts` tries).
 
 Memory stays bounded: within a ledger the RangeReader keeps at most `window` entries ahead of
@@ -37,7 +37,8 @@ from walkit.core.metadata import LedgerMetadata
 from walkit.core.reader import LacReader, RangeReader
 from walkit.errors import LogTruncated, NoSuchLog
 
-_ROUTED = (ev.EntriesRead, ev.ReadFailed, ev.LacRead)
+# Answers for the reader's sub-machines: a late answer meant for the other kind is dropped.
+_ROUTED = {ev.EntriesRead: RangeReader, ev.ReadFailed: RangeReader, ev.LacRead: LacReader}
 
 
 class LogReader:
@@ -56,7 +57,6 @@ class LogReader:
         self.done = False
         self.next = start                         # the next record to deliver
         self.delivered: Position | None = None    # the last record delivered
-        self._expected: int | None = None         # the ledger that must come next, as the list last said
         self._segment: LogSegment | None = None
         self._last_in_list = False
         self._ledger: LedgerMetadata | None = None
@@ -66,7 +66,6 @@ class LogReader:
         self._wake_at: int | None = None
         self._wake_action = None
         self._final = False
-        self._list_ids: list[int] = []
         self._consumed: Position | None = None    # the last record the caller consumed
         self._parked = None                        # what to do once the caller consumed everything
         self._now = now_ms
@@ -82,7 +81,8 @@ class LogReader:
             return []
         kind = type(event)
         if kind in _ROUTED:
-            if self._sub is None or event.ledger_id != self._sub.ledger_id:
+            sub = self._sub
+            if type(sub) is not _ROUTED[kind] or event.ledger_id != sub.ledger_id:
                 return []
             return self._handle(self._sub.step(event))
         if kind is lev.LogMetadataRead:
@@ -99,13 +99,10 @@ class LogReader:
     def _on_list(self, metadata: LogMetadata | None) -> list:
         if metadata is None:
             return self._fail(NoSuchLog(f"no log named {self.name!r}"))
-        ids = self._list_ids = metadata.ledger_ids
         nxt = self.next
-        gone = self._expected if self._expected is not None else (
-            nxt.ledger_id if nxt is not None and nxt.entry_id > 0 else None)
-        if gone is not None and gone not in ids and (not ids or ids[0] > gone):
+        if nxt is not None and nxt.ledger_id <= metadata.truncated_to and nxt.ledger_id not in metadata.ledger_ids:
             return self._fail(LogTruncated(f"log {self.name!r} was truncated past the reader's position {nxt}: "
-                                           f"ledger {gone} is gone"))
+                                           f"ledgers up to {metadata.truncated_to} are gone"))
         later = [s for s in metadata.segments if nxt is None or s.ledger_id >= nxt.ledger_id]
         if not later:
             if not self.follow:
@@ -122,7 +119,6 @@ class LogReader:
         segment = self._segment
         self._segment, self._ledger, self._sub = None, None, None
         self.next = Position(segment.ledger_id + 1, 0)
-        self._expected = next((i for i in self._list_ids if i > segment.ledger_id), None)
         return [lev.ReadLogMetadata(name=self.name)]
 
     # -- one ledger ----------------------------------------------------------------------------------

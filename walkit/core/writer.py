@@ -217,8 +217,8 @@ class LedgerWriter:
 
     # -- failures and ensemble change ----------------------------------------------------
     def _on_rejected(self, event: ev.AddsRejected) -> list:
-        if self.error is not None:
-            return []
+        if self.state is FAILED or self.state is CLOSED:
+            return []           # a late answer: nothing is pending any more
         if event.status in (Status.FENCED, Status.INVALID_TERM):
             return self._fail(LedgerFenced(f"ledger {self.ledger_id} was fenced by another client "
                                            f"(bookie {event.bookie})"))

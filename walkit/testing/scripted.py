@@ -40,7 +40,7 @@ from walkit.errors import BadVersion, NoSuchKey
 from walkit.core.reader import RangeReader
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import LedgerWriter
-from walkit.testing.sim import VolatileStorage
+from walkit.testing.sim.world import VolatileStorage
 
 LEDGER_ID = 7
 PASSWORD = b"scripted"
@@ -369,7 +369,7 @@ class ScriptedCluster:
         for command in commands:
             if type(command) is StoreEntries:
                 for entry_id, data in command.entries:
-                    bookie.storage.volatile[(command.ledger_id, entry_id)] = data
+                    bookie.storage.put(command.ledger_id, entry_id, data)
             elif type(command) is StoreLedgerState:
                 bookie.storage.volatile_states[command.ledger_id] = command.state
             elif command.durable:

@@ -1,0 +1,20 @@
+"""walkit.testing.sim runs the sans-IO core under seeded faults and checks invariants after every step.
+
+Two scenarios share one simulated world (walkit.testing.sim.world: bookies, network, metadata
+store and client processes, all driven by a seed):
+
+- `Simulation` (walkit.testing.sim.ledger): one ledger written, recovered by racing and
+  crashing recoverers, tailed by LAC readers and read back;
+- `LogSimulation` (walkit.testing.sim.log): a log with several writers that open, append, roll,
+  truncate, close and crash (also at the named failpoints), and followers tailing it.
+
+A failing seed is a one-line reproduction: ``pytest tests/sim --seed N`` or
+``python -m walkit.testing.sim --seed N [--log]``.
+"""
+
+from walkit.testing.sim.ledger import SHAPES, SimConfig, Simulation
+from walkit.testing.sim.log import LogSimConfig, LogSimulation
+from walkit.testing.sim.world import InvariantViolation, VolatileStorage, World
+
+__all__ = ["InvariantViolation", "LogSimConfig", "LogSimulation", "SHAPES", "SimConfig", "Simulation",
+           "VolatileStorage", "World"]

@@ -1,0 +1,376 @@
+"""walkit.testing.sim.ledger: one ledger written, recovered, tailed and read under seeded faults.
+
+One `Simulation(seed)` is a deterministic run in a simulated World: a writer (LedgerWriter),
+recoverers (LedgerRecovery; several may run at once, some while the writer is alive, some crash
+midway), LAC readers (LacReader, with and without long poll, while the ledger is OPEN or
+IN_RECOVERY) and readers of the closed ledger (RangeReader). Bookies crash and restart, one may
+be lost for good, the network drops, delays and duplicates, metadata calls fail or lose their
+answers, and sessions are lost. After every event the checker verifies (DESIGN.md §3, seed 000
+"Guarantees"; TLA+'s AllCommittedEntriesReachAckQuorum):
+
+- every entry acknowledged to the writer is durable on at least Qa bookies of its write set,
+  under the metadata currently in the store, with its original payload;
+- once the ledger is CLOSED, no acknowledged entry lies beyond last_entry_id and the metadata
+  never changes again;
+- no LAC reader reported an entry as confirmed beyond where the ledger closed (no dirty reads);
+- all readers of the closed ledger read the same sequence, the one the writer wrote;
+- a writer that was told LedgerFenced completes no add afterwards;
+- and, at the end (faults stop, bookies return), the ledger is closed and readable (liveness).
+
+A check is re-run only when what it depends on changed (acknowledgements, the metadata, a
+close): durable bookie data only grows, so nothing else can break it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from walkit.core import events as ev
+from walkit.core.bookie import unpack_entry
+from walkit.core.digest import Digest, master_key, password_check
+from walkit.core.distribution import write_set_bookies
+from walkit.core.metadata import CLOSED, LedgerMetadata, ledger_key
+from walkit.core.reader import LacReader, RangeReader
+from walkit.core.recovery import LedgerRecovery
+from walkit.core.writer import LedgerWriter
+from walkit.errors import LedgerFenced
+from walkit.testing.sim.world import World
+
+LEDGER_ID = 7
+PASSWORD = b"sim"
+#: Quorum shapes (E, Qw, Qa) a random configuration picks from.
+SHAPES = [(3, 2, 2), (3, 3, 2), (3, 3, 3), (4, 3, 2), (4, 2, 2), (5, 3, 2), (2, 2, 1), (3, 2, 1)]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """SimConfig sets the shape of the cluster and how hostile the run is."""
+
+    bookies: int = 5
+    ensemble: int = 3
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    entries: int = 30
+    drop_rate: float = 0.02
+    duplicate_rate: float = 0.02
+    max_delay_ms: int = 12
+    max_sync_ms: int = 4
+    metadata_delay_ms: int = 8
+    metadata_fault_rate: float = 0.0
+    session_losses: int = 0
+    bookie_crashes: int = 2
+    lost_bookies: int = 0            # bookies that crash and never come back
+    writer_crash_rate: float = 0.4
+    writer_close_rate: float = 0.5
+    recoverers: int = 2
+    recoverer_crash_rate: float = 0.0
+    lac_readers: int = 0
+    fault_window_ms: int = 1500
+    append_gap_ms: int = 20          # appends come 0..append_gap_ms apart
+    recovery_window_ms: int = 0      # recoveries start in 0..this (0: the fault window)
+    end_ms: int = 15000
+    add_timeout_ms: int = 150
+    request_timeout_ms: int = 100
+
+    @classmethod
+    def random(cls, rng: random.Random) -> "SimConfig":
+        """random picks a quorum shape and fault rates from `rng`."""
+        e, qw, qa = rng.choice(SHAPES)
+        spare = rng.randint(1, 2)
+        lost = 1 if qa >= 2 and spare >= 1 and rng.random() < 0.2 else 0
+        return cls(bookies=e + spare, ensemble=e, write_quorum=qw, ack_quorum=qa,
+                   entries=rng.randint(5, 40), drop_rate=rng.choice([0.0, 0.01, 0.05]),
+                   duplicate_rate=rng.choice([0.0, 0.02]), max_delay_ms=rng.choice([3, 12, 30]),
+                   metadata_fault_rate=rng.choice([0.0, 0.0, 0.05, 0.15]), session_losses=rng.choice([0, 0, 1, 2]),
+                   bookie_crashes=rng.randint(0, 3), lost_bookies=lost, writer_crash_rate=0.4,
+                   recoverers=rng.randint(1, 3), recoverer_crash_rate=rng.choice([0.0, 0.3]),
+                   lac_readers=rng.randint(0, 3))
+
+
+class _Owner:
+    """_Owner is a machine run by a simulated process, and what happens to its outcomes."""
+
+    def __init__(self, sim: "Simulation", name: str, machine, on_outcome) -> None:
+        self.sim = sim
+        self.name = name
+        self.machine = machine
+        self.outcome = on_outcome
+        self.read: list[bytes] = []
+
+
+class Simulation:
+    """Simulation is one seeded run of the ledger scenario; `run()` returns a summary or raises.
+
+    `recovery_cls` lets a test substitute a deliberately broken recovery machine.
+    """
+
+    def __init__(self, seed: int, config: SimConfig | None = None, recovery_cls=LedgerRecovery) -> None:
+        self.seed = seed
+        config_rng = random.Random(seed)
+        self.config = cfg = config or SimConfig.random(config_rng)
+        self.recovery_cls = recovery_cls
+        self.world = world = World(
+            seed, bookies=cfg.bookies, drop_rate=cfg.drop_rate, duplicate_rate=cfg.duplicate_rate,
+            max_delay_ms=cfg.max_delay_ms, max_sync_ms=cfg.max_sync_ms, metadata_delay_ms=cfg.metadata_delay_ms,
+            metadata_fault_rate=cfg.metadata_fault_rate, request_timeout_ms=cfg.request_timeout_ms,
+            after_step=self._check)
+        world.on_store_change = self._on_store_change
+        self.rng = world.rng
+        ensemble = tuple(self.rng.sample(sorted(world.bookies), cfg.ensemble))
+        self.digest = Digest("crc32c", PASSWORD)
+        self.master_key = master_key(PASSWORD)
+        metadata = LedgerMetadata(ledger_id=LEDGER_ID, ensemble_size=cfg.ensemble, write_quorum=cfg.write_quorum,
+                                  ack_quorum=cfg.ack_quorum, ensembles={0: ensemble},
+                                  password_check=password_check(PASSWORD))
+        world.store.data[ledger_key(LEDGER_ID)] = (metadata.to_bytes(), 0)
+        self.metadata = metadata
+        self.writer_process = world.process("writer")
+        machine = LedgerWriter(metadata, 0, master_key=self.master_key, digest=self.digest,
+                               add_timeout_ms=cfg.add_timeout_ms, explicit_lac_ms=50)
+        self.writer = _Owner(self, "writer", machine, self._writer_outcome)
+        self.writer_process.attach(self.writer, [])
+        self.acked_upto = -1                 # highest entry acknowledged to the writer
+        self._checked_upto = -1              # acknowledged entries checked since the last change
+        self.writer_failed = False
+        self.appended = 0
+        self.closed_metadata: LedgerMetadata | None = None
+        self.reads: list[list[bytes]] = []
+        self.lacs: list[int] = []            # every LAC a LacReader reported
+        self.recoveries_started = 0
+        self._names = 0
+
+    @property
+    def trace(self) -> list[str]:
+        """trace is the run's recent events, formatted."""
+        return self.world.trace
+
+    def log(self, fmt: str, *args) -> None:
+        self.world.log(fmt, *args)
+
+    def fail(self, message: str) -> None:
+        self.world.fail(message)
+
+    # -- the plan -------------------------------------------------------------------------------
+    def _plan(self) -> None:
+        cfg, rng, world = self.config, self.rng, self.world
+        window = cfg.fault_window_ms
+        t = 0
+        for _ in range(cfg.entries):
+            t += rng.randint(0, cfg.append_gap_ms)
+            world.at(t, self._append, rng.randint(1, 3))
+        if rng.random() < cfg.writer_close_rate:
+            world.at(t + rng.randint(0, 200), self._writer_close)
+        if rng.random() < cfg.writer_crash_rate:
+            world.at(rng.randint(0, window), self.writer_process.crash)
+        for _ in range(cfg.bookie_crashes):
+            world.at(rng.randint(0, window), self._crash_bookie, rng.choice(sorted(world.bookies)), False)
+        for _ in range(cfg.lost_bookies):
+            world.at(rng.randint(0, window), self._crash_bookie, rng.choice(sorted(world.bookies)), True)
+        for _ in range(cfg.session_losses):
+            world.at(rng.randint(0, window), self._lose_session)
+        for _ in range(cfg.recoverers):
+            world.at(rng.randint(0, cfg.recovery_window_ms or window), self._recover)
+        for _ in range(cfg.lac_readers):
+            world.at(rng.randint(0, window), self._read_lac, rng.random() < 0.5)
+        world.at(window, self._quiet)
+        world.tick_every(10)
+
+    def run(self) -> dict:
+        """run plays the whole schedule, checking invariants after every event."""
+        self._plan()
+        world = self.world
+        world.run(self.config.end_ms, lambda: self.closed_metadata is not None and self.reads and not world.faults
+                  and self._idle())
+        self._check_end()
+        return {"seed": self.seed, "config": self.config, "acked": self.acked_upto,
+                "last_entry_id": self.closed_metadata.last_entry_id, "reads": len(self.reads),
+                "recoveries": self.recoveries_started}
+
+    def _idle(self) -> bool:
+        return all(not p.alive or p is self.writer_process or all(getattr(o.machine, "done", False) for o in p.owners)
+                   for p in self.world.processes.values())
+
+    # -- events ---------------------------------------------------------------------------------
+    def _append(self, count: int) -> None:
+        if not self.writer_process.alive:
+            return
+        payloads = [f"e{self.appended + i}".encode() for i in range(count)]
+        self.appended += count
+        self.log("writer appends %d (up to e%d)", count, self.appended - 1)
+        self.writer_process.deliver(self.writer, ev.AppendRequested(payloads=payloads))
+
+    def _writer_close(self) -> None:
+        if self.writer_process.alive:
+            self.log("writer closes")
+            self.writer_process.deliver(self.writer, ev.CloseRequested())
+
+    def _crash_bookie(self, address: str, forever: bool) -> None:
+        world = self.world
+        if not world.faults:
+            return
+        if forever:
+            alive = [b for b in world.bookies.values() if not b.lost]
+            if len(alive) <= self.config.ensemble or any(b.lost for b in world.bookies.values()):
+                return          # keep enough bookies, and at most one (< Qa) lost for good
+        world.crash_bookie(address, forever)
+
+    def _lose_session(self) -> None:
+        live = [p for p in self.world.processes.values() if p.alive]
+        if live and self.world.faults:
+            self.world.lose_session(self.rng.choice(live))
+
+    def _quiet(self) -> None:
+        world = self.world
+        self.log("faults stop; every bookie comes back; a final recovery starts")
+        world.faults = False
+        for address, bookie in world.bookies.items():
+            if not bookie.up and not bookie.lost:
+                world.restart_bookie(address)
+        self._recover()
+
+    def _new_process(self, prefix: str):
+        self._names += 1
+        return self.world.process(f"{prefix}{self._names}")
+
+    def _current_metadata(self) -> tuple[LedgerMetadata, int]:
+        value, version = self.world.store.data[ledger_key(LEDGER_ID)]
+        return LedgerMetadata.from_bytes(value), version
+
+    def _recover(self) -> None:
+        if self.closed_metadata is not None:
+            self._start_read()
+            return
+        self.recoveries_started += 1
+        process = self._new_process("recoverer")
+        metadata, version = self._current_metadata()
+        self.log("%s starts recovery at metadata version %d (%s)", process.name, version, metadata.state)
+        machine = self.recovery_cls(metadata, version, master_key=self.master_key, digest=self.digest,
+                                    timeout_ms=3000, add_timeout_ms=self.config.add_timeout_ms, now_ms=self.world.now)
+        owner = _Owner(self, process.name, machine, lambda command: self._recovery_outcome(process, command))
+        if self.world.faults and self.rng.random() < self.config.recoverer_crash_rate:
+            self.world.at(self.rng.randint(1, 300), process.crash)
+        process.attach(owner, machine.start())
+
+    def _read_lac(self, long_poll: bool) -> None:
+        metadata, _ = self._current_metadata()
+        if metadata.state == CLOSED:
+            return
+        process = self._new_process("lac")
+        previous = self.acked_upto if long_poll else -2
+        machine = LacReader(metadata, previous_lac=previous, timeout_ms=200 if long_poll else 0)
+        self.log("%s reads the LAC (%s, ledger %s)", process.name, "long poll" if long_poll else "once", metadata.state)
+
+        def outcome(command) -> None:
+            if type(command) is ev.CompleteRead:
+                self.log("%s: LAC %d", process.name, command.lac)
+                self.lacs.append(command.lac)
+                self._check_lacs()
+        process.attach(_Owner(self, process.name, machine, outcome), machine.start())
+
+    def _start_read(self) -> None:
+        md = self.closed_metadata
+        process = self._new_process("reader")
+        machine = RangeReader(md, 0, md.last_entry_id, self.digest, timeout_ms=self.world.request_timeout_ms,
+                              now_ms=self.world.now)
+        owner = _Owner(self, process.name, machine, None)
+        started_quiet = not self.world.faults
+        owner.outcome = lambda command: self._reader_outcome(process, owner, started_quiet, command)
+        self.log("%s reads 0..%d", process.name, md.last_entry_id)
+        process.attach(owner, machine.start())
+
+    # -- outcomes -------------------------------------------------------------------------------
+    def _writer_outcome(self, command) -> None:
+        kind = type(command)
+        if kind is ev.CompleteAdds:
+            if self.writer_failed:
+                self.fail(f"the writer completed entry {command.last_entry_id} after it was told LedgerFenced")
+            self.log("writer: acked up to e%d", command.last_entry_id)
+            self.acked_upto = max(self.acked_upto, command.last_entry_id)
+        elif kind is ev.FailAdds:
+            self.log("writer: adds fail from e%d: %r", command.first_entry_id, command.error)
+            if isinstance(command.error, LedgerFenced):
+                self.writer_failed = True
+        else:
+            self.log("writer: %s", kind.__name__)
+
+    def _recovery_outcome(self, process, command) -> None:
+        kind = type(command)
+        if kind is ev.CompleteRecovery:
+            self.log("%s: recovered, last entry %d", process.name, command.metadata.last_entry_id)
+            process.alive = False
+            self._recover()
+        elif kind is ev.FailRecovery:
+            self.log("%s: recovery failed: %s", process.name, command.error)
+            process.alive = False
+            self.world.at(self.rng.randint(10, 200), self._recover)
+
+    def _reader_outcome(self, process, owner, started_quiet: bool, command) -> None:
+        kind = type(command)
+        if kind is ev.DeliverEntries:
+            owner.read.extend(e.payload for e in command.entries)
+            process.deliver(owner, ev.EntriesConsumed(upto=command.entries[-1].entry_id))
+        elif kind is ev.CompleteRead:
+            self.reads.append(owner.read)
+            process.alive = False
+            self.log("%s: read %d entries", process.name, len(owner.read))
+            last = self.closed_metadata.last_entry_id
+            if owner.read != [f"e{i}".encode() for i in range(last + 1)]:
+                self.fail(f"a reader read {owner.read[:5]}... ({len(owner.read)} entries), expected e0..e{last}")
+        elif kind is ev.FailRead:
+            self.log("%s: read failed: %s", process.name, command.error)
+            process.alive = False
+            if started_quiet:
+                self.fail(f"{process.name} could not read the closed ledger without faults: {command.error}")
+            self.world.at(self.rng.randint(10, 200), self._recover)
+
+    # -- invariants -------------------------------------------------------------------------------
+    def _on_store_change(self, key: str, before, after) -> None:
+        if after is None:
+            return
+        metadata = LedgerMetadata.from_bytes(after[0])
+        if self.closed_metadata is not None and metadata != self.closed_metadata:
+            self.fail(f"metadata changed after CLOSED: {_describe(self.closed_metadata)} -> {_describe(metadata)}")
+        self.log("metadata v%d: %s", after[1], _describe(metadata))
+        self.metadata = metadata
+        self._checked_upto = -1          # write sets may have changed: check every acked entry again
+        if metadata.state == CLOSED and self.closed_metadata is None:
+            self.closed_metadata = metadata
+            self._check_lacs()
+
+    def _check(self) -> None:
+        md = self.metadata
+        if self._checked_upto < self.acked_upto:
+            bookies = self.world.bookies
+            for entry_id in range(self._checked_upto + 1, self.acked_upto + 1):
+                write_set = write_set_bookies(entry_id, md.ensemble_at(entry_id), md.write_quorum)
+                expected = f"e{entry_id}".encode()
+                copies = 0
+                for address in write_set:
+                    data = bookies[address].storage.durable.get((LEDGER_ID, entry_id))
+                    if data is not None and unpack_entry(LEDGER_ID, entry_id, data).payload == expected:
+                        copies += 1
+                if copies < md.ack_quorum:
+                    self.fail(f"acknowledged entry {entry_id} is durable on {copies} bookies of its write set "
+                              f"{write_set}, fewer than Qa={md.ack_quorum}")
+            self._checked_upto = self.acked_upto
+        closed = self.closed_metadata
+        if closed is not None:
+            if self.acked_upto > closed.last_entry_id:
+                self.fail(f"entry {self.acked_upto} was acknowledged but the ledger closed at {closed.last_entry_id}")
+
+    def _check_lacs(self) -> None:
+        closed = self.closed_metadata
+        if closed is not None and self.lacs and max(self.lacs) > closed.last_entry_id:
+            self.fail(f"a LAC reader reported entry {max(self.lacs)} confirmed, but the ledger closed at "
+                      f"{closed.last_entry_id} (a dirty read)")
+
+    def _check_end(self) -> None:
+        if self.closed_metadata is None:
+            self.fail(f"the ledger was never closed (state {self.metadata.state}) by t={self.world.now}")
+        if not self.reads:
+            self.fail("no reader managed to read the closed ledger")
+
+
+def _describe(md: LedgerMetadata) -> str:
+    return f"{md.state} last={md.last_entry_id} fragments={dict(md.ensembles)}"
