@@ -39,7 +39,7 @@ class ServeOptions:
     ensemble: int | None = None
     write_quorum: int | None = None
     ack_quorum: int | None = None
-    cache_mb: int = 32
+    cache_mb: float = 32
     retention_check_ms: int = 5000
     rebalance_delay_ms: int = 1000
     password: str = ""
@@ -51,7 +51,7 @@ class ServeOptions:
         write_quorum = self.write_quorum or min(2, ensemble)
         ack_quorum = self.ack_quorum or min(2, write_quorum)
         return BrokerSettings(auto_create_topics=self.auto_create, default_partitions=self.partitions,
-                              cache_bytes=self.cache_mb * 1024 * 1024, retention_check_ms=self.retention_check_ms,
+                              cache_bytes=int(self.cache_mb * 1024 * 1024), retention_check_ms=self.retention_check_ms,
                               initial_rebalance_delay_ms=self.rebalance_delay_ms, ensemble=ensemble,
                               write_quorum=write_quorum, ack_quorum=ack_quorum)
 

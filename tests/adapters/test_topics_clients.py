@@ -1,7 +1,8 @@
 """`walkit topics serve` with the real clients: kcat, confluent-kafka (librdkafka) and kafka-python.
 
 One broker process (on an embedded cluster of bookie processes) serves the whole module; the
-restart test kills it and starts it again on the same data.
+restart test kills it and starts it again on the same data. Its cache of recent batches holds
+about one batch, so consumers are mostly served from the partitions' logs, not from memory.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ pytestmark = pytest.mark.slow
 def broker(tmp_path_factory):
     """broker is one `walkit topics serve` on an embedded cluster, for the whole module."""
     workdir = tmp_path_factory.mktemp("topics")
-    process = TopicsProcess(workdir, data_dir=workdir / "data",
-                            args=("--retention-check-ms", "200", "--rebalance-delay-ms", "500"))
+    process = TopicsProcess(workdir, data_dir=workdir / "data",       # a tiny cache: fetches read the log
+                            args=("--retention-check-ms", "200", "--rebalance-delay-ms", "500", "--cache-mb", "0.001"))
     process.start().wait_ready()
     yield process
     process.stop()
@@ -281,3 +282,90 @@ def test_the_command_line_creates_describes_produces_consumes_and_deletes(broker
     admin.close()
     walkit_topics(broker, "delete", "cli")
     assert "cli" not in walkit_topics(broker, "list").split()
+
+
+def test_acks_zero_one_and_all_each_store_every_record(broker):
+    create_topic(broker, "acks", 2)
+    for acks in ("0", "1", "all"):
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": acks})
+        for i in range(100):
+            producer.produce("acks", value=b"acks=%s %d" % (acks.encode(), i))
+        assert producer.flush(30) == 0
+    consumer = KafkaConsumer("acks", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=10000)
+    values = sorted(m.value for m in consumer)
+    consumer.close()
+    assert values == sorted(b"acks=%s %d" % (a, i) for a in (b"0", b"1", b"all") for i in range(100))
+
+
+def test_client_side_assignors_pass_through_roundrobin_and_cooperative_sticky(broker):
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    create_topic(broker, "assigned", 6)
+    produce_confluent(broker, "assigned", [(None, b"a%d" % i) for i in range(600)])
+    python_consumers = [KafkaConsumer("assigned", bootstrap_servers=broker.bootstrap, group_id="rr",
+                                      auto_offset_reset="earliest", enable_auto_commit=False,
+                                      partition_assignment_strategy=[RoundRobinPartitionAssignor])
+                        for _ in range(3)]
+    seen: list[bytes] = []
+
+    def roundrobin_settled():
+        for consumer in python_consumers:
+            for records in consumer.poll(100).values():
+                seen.extend(r.value for r in records)
+        sizes = [len(c.assignment()) for c in python_consumers]
+        return sizes == [2, 2, 2] and len(set(seen)) == 600
+    wait_until(roundrobin_settled, 90, message="roundrobin: 2 partitions each and every record")
+    for consumer in python_consumers:
+        consumer.close()
+
+    sticky = [Consumer(consumer_config(broker, "sticky", **{"partition.assignment.strategy": "cooperative-sticky"}))
+              for _ in range(3)]
+    sticky[0].subscribe(["assigned"])
+    sticky[1].subscribe(["assigned"])
+
+    def assigned(consumers, total):
+        for consumer in consumers:
+            consumer.poll(0.1)
+        parts = [tp.partition for consumer in consumers for tp in consumer.assignment()]
+        return sorted(parts) == list(range(6)) and all(c.assignment() for c in consumers) and len(parts) == total
+    wait_until(lambda: assigned(sticky[:2], 6), 60, message="cooperative-sticky: two members")
+    before = {tp.partition for tp in sticky[0].assignment()}
+    sticky[2].subscribe(["assigned"])                          # an incremental rebalance: a third member
+    wait_until(lambda: assigned(sticky, 6), 60, message="cooperative-sticky: three members")
+    assert {tp.partition for tp in sticky[0].assignment()} <= before          # sticky: it only gave some up
+    for consumer in sticky:
+        consumer.close()
+
+
+def test_fetch_long_polls_until_a_record_arrives(broker):
+    import select
+    import socket
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+    from .topicsprocess import recv_exactly
+    create_topic(broker, "polled", 1)
+
+    def fetch(sock, offset: int, max_wait_ms: int) -> None:
+        request = FetchRequest(version=11, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
+                               isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+                               forgotten_topics_data=[], topics=[FetchRequest.FetchTopic(
+                                   topic="polled", partitions=[FetchRequest.FetchTopic.FetchPartition(
+                                       partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                                       log_start_offset=-1, partition_max_bytes=1 << 20)])])
+        request.with_header(correlation_id=1, client_id="long-poll")
+        sock.sendall(bytes(request.encode(header=True, framed=True)))
+
+    def response(sock):
+        size = int.from_bytes(recv_exactly(sock, 4), "big")
+        return FetchResponse.decode(recv_exactly(sock, size), version=11, header=True).responses[0].partitions[0]
+
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
+        started = time.monotonic()
+        fetch(sock, 0, 300)
+        empty = response(sock)
+        assert empty.error_code == 0 and not empty.records and time.monotonic() - started >= 0.25
+        fetch(sock, 0, 20000)
+        assert select.select([sock], [], [], 0.5)[0] == []          # held: nothing to answer with yet
+        started = time.monotonic()
+        produce_confluent(broker, "polled", [(None, b"wake up")])
+        woke = response(sock)
+        assert woke.error_code == 0 and b"wake up" in woke.records and time.monotonic() - started < 10
