@@ -102,7 +102,7 @@ class Broker:
         log_options = {"ensemble": settings.ensemble, "write_quorum": settings.write_quorum,
                        "ack_quorum": settings.ack_quorum}
         self.ownership = Ownership(client, info.id, install=self._install, publish=self._publish,
-                                   led=lambda: set(self._elections), dropped=self._dropped, log_options=log_options)
+                                   dropped=self._dropped, log_options=log_options)
         self._periodic: asyncio.Task | None = None
 
     async def start(self) -> None:

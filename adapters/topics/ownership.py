@@ -71,19 +71,17 @@ class ClusterView:
 class Ownership:
     """Ownership runs the ownership thread of one broker (see the module doc).
 
-    `install(slot, writer, replay)` is called on a worker thread once a won slot's log is open;
-    it replays the log and hands the slot to the event loop. `publish(view)` gives each new
-    view to the loop; `led()` returns the slots the loop serves now; `dropped(slot)` hears of
-    slots whose topic vanished.
+    `install(slot, writer, election)` is called on a worker thread once a won slot's log is
+    open; it replays the log and hands the slot to the event loop. `publish(view)` gives each
+    new view to the loop; `dropped(slot)` hears of slots whose topic vanished.
     """
 
-    def __init__(self, client, broker_id: int, *, install, publish, led, dropped, log_options) -> None:
+    def __init__(self, client, broker_id: int, *, install, publish, dropped, log_options) -> None:
         self.client = client
         self.catalog = Catalog(client.store)
         self.broker_id = broker_id
         self._install = install
         self._publish = publish
-        self._led = led
         self._dropped = dropped
         self._log_options = log_options
         self._elections: dict[Slot, LeaderElection] = {}

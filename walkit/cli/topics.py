@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -30,11 +31,13 @@ def _parse_configs(values: tuple[str, ...]) -> dict[str, str]:
 
 
 def _kafka_errors(fn):
-    import functools
-
+    """_kafka_errors turns Kafka client errors, and a missing kafka-python, into one-line messages."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from kafka.errors import KafkaError
+        try:
+            from kafka.errors import KafkaError
+        except ImportError:
+            raise click.ClickException("walkit topics needs kafka-python: pip install 'walkit[topics]'") from None
         try:
             return fn(*args, **kwargs)
         except KafkaError as exc:
@@ -80,6 +83,7 @@ def topics() -> None:
               help="How long a new group waits for more members before its first rebalance "
                    "(Kafka's group.initial.rebalance.delay.ms).")
 @click.option("--password", default="", help="Password of the partitions' ledgers.")
+@_kafka_errors
 def serve(**options) -> None:
     """Serve the Kafka protocol from walkit logs until Ctrl-C.
 
