@@ -52,6 +52,7 @@ def wait_port(port: int, process: subprocess.Popen, timeout: float = 60.0) -> No
 
 
 def stop(processes) -> None:
+    """stop terminates server processes (SIGTERM, then SIGKILL after 30 s)."""
     for process in processes:
         if process.poll() is None:
             process.terminate()
@@ -65,6 +66,7 @@ def stop(processes) -> None:
 
 # -- walkit topics through confluent-kafka --------------------------------------------------
 def walkit_rounds(args, folder: str) -> list[tuple[float, float]]:
+    """walkit_rounds measures (produce, consume) msg/s of walkit topics through confluent-kafka, per round."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     port = free_port()
@@ -110,6 +112,7 @@ def walkit_rounds(args, folder: str) -> list[tuple[float, float]]:
 
 # -- Redis Streams --------------------------------------------------------------------------
 def redis_rounds(args, folder: str) -> list[tuple[float, float]]:
+    """redis_rounds measures (produce, consume) msg/s of Redis Streams with appendfsync always, per round."""
     import redis
     port = free_port()
     process = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", folder,
@@ -144,6 +147,7 @@ def redis_rounds(args, folder: str) -> list[tuple[float, float]]:
 
 # -- NATS JetStream ---------------------------------------------------------------------------
 def nats_servers(folder: str, nodes: int) -> tuple[list[subprocess.Popen], int]:
+    """nats_servers starts `nodes` JetStream servers (a cluster if more than one); it returns them and a client port."""
     ports = [(free_port(), free_port()) for _ in range(nodes)]
     routes = ",".join(f"nats-route://127.0.0.1:{cluster}" for _, cluster in ports)
     processes = []
@@ -200,6 +204,7 @@ async def _nats_rounds(args, port: int, replicas: int) -> list[tuple[float, floa
 
 
 def nats_rounds(args, folder: str, nodes: int) -> list[tuple[float, float]]:
+    """nats_rounds measures (produce, consume) msg/s of a JetStream stream with `nodes` replicas, per round."""
     processes, port = nats_servers(folder, nodes)
     try:
         return asyncio.run(_nats_rounds(args, port, nodes))
@@ -208,6 +213,7 @@ def nats_rounds(args, folder: str, nodes: int) -> list[tuple[float, float]]:
 
 
 def main() -> None:
+    """main runs every system and prints the medians and the ratios walkit/peer."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", "--messages", type=int, default=20000, help="messages per round")
     parser.add_argument("-s", "--size", type=int, default=1024, help="payload bytes")
