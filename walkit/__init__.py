@@ -6,19 +6,39 @@
         w.append(b"hello")
 
 See README.md for concepts, configuration and the command line.
+
+The names below are imported on first use (PEP 562), so `import walkit.core.writer` loads the
+sans-IO core alone, without ZeroMQ, Cap'n Proto or threads.
 """
 
-from walkit import errors
-from walkit.client.api import Client, ReadHandle, WriteHandle
-from walkit.client.log import LogRecord, LogWriter
-from walkit.core.loglist import LogConfig, LogMetadata, Position
-from walkit.core.messages import Entry
-from walkit.election import LeaderElection
-from walkit.core.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
-from walkit.local import LocalCluster
+from __future__ import annotations
 
-__all__ = [
-    "CLOSED", "Client", "Entry", "IN_RECOVERY", "LeaderElection", "LedgerMetadata", "LocalCluster", "LogConfig", "LogMetadata",
-    "LogRecord", "LogWriter", "OPEN", "Position", "ReadHandle", "WriteHandle", "errors",
-]
+import importlib
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "CLOSED": "walkit.core.metadata", "IN_RECOVERY": "walkit.core.metadata", "OPEN": "walkit.core.metadata",
+    "LedgerMetadata": "walkit.core.metadata", "Entry": "walkit.core.messages",
+    "LogConfig": "walkit.core.loglist", "LogMetadata": "walkit.core.loglist", "Position": "walkit.core.loglist",
+    "Client": "walkit.client.api", "ReadHandle": "walkit.client.api", "WriteHandle": "walkit.client.api",
+    "LogRecord": "walkit.client.log", "LogWriter": "walkit.client.log",
+    "LeaderElection": "walkit.election", "LocalCluster": "walkit.local",
+}
+
+__all__ = sorted([*_EXPORTS, "errors"])
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "errors":
+        return importlib.import_module("walkit.errors")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'walkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

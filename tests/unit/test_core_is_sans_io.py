@@ -1,8 +1,11 @@
-"""walkit.core imports no I/O, concurrency, clock or randomness module (DESIGN.md §2)."""
+"""walkit.core imports no I/O, concurrency, clock or randomness module (DESIGN.md §2), directly or transitively."""
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +55,48 @@ def test_core_module_imports_nothing_forbidden(path):
 ])
 def test_forbidden_imports_detects_every_import_form(source, expected):
     assert forbidden_imports(source) == expected
+
+
+# -- what importing the core loads, transitively (issue 12) ---------------------------------------
+#: Third-party packages the core may use: the C-backed CRC32C of entry digests. They are imported
+#: before the core module in the child process, so what they load themselves is not counted.
+CORE_DEPENDENCIES = ("crc32c",)
+#: walkit modules the core may load besides its own: the typed errors.
+WALKIT_ALLOWED = ("walkit", "walkit.core", "walkit.errors")
+
+_PROBE = """
+import json, sys
+for dependency in {dependencies!r}:
+    __import__(dependency)
+before = set(sys.modules)
+import {module}
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def loaded_by(module: str) -> list[str]:
+    """loaded_by lists the modules `import module` loads in a fresh interpreter, after the core's dependencies."""
+    code = _PROBE.format(dependencies=CORE_DEPENDENCIES, module=module)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: p.name)
+def test_importing_a_core_module_loads_no_io_module_transitively(path):
+    module = f"walkit.core.{path.stem}" if path.stem != "__init__" else "walkit.core"
+    loaded = loaded_by(module)
+    forbidden = [name for name in loaded if name.split(".")[0] in FORBIDDEN]
+    assert forbidden == [], f"import {module} loads {forbidden}"
+    foreign = [name for name in loaded if name.startswith("walkit")
+               and name not in WALKIT_ALLOWED and not name.startswith("walkit.core.")]
+    assert foreign == [], f"import {module} loads walkit modules outside the core: {foreign}"
+
+
+def test_the_probe_sees_transitive_imports():
+    """The probe would notice: the client's loop loads Cap'n Proto through the wire codec."""
+    assert "capnp" in loaded_by("walkit.client.loop")
+
+
+def test_walkit_errors_imports_nothing_forbidden():
+    """walkit.errors is the one walkit module outside walkit/core that the core loads."""
+    assert forbidden_imports((CORE_DIR.parent / "errors.py").read_text()) == []

@@ -267,3 +267,14 @@ def test_lac_reader_long_poll_with_no_progress_completes_once_all_answered():
     lac_answer(reader, "B1", 5)
     lac_answer(reader, "B2", 4)
     assert lac_answer(reader, "B3", 5) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=5)]
+
+
+def test_lac_reader_applies_the_issue_2615_floor_after_every_bookie_was_replaced():
+    """Issue 12: E5/Qw3/Qa2 with every bookie replaced at entry 10: the new fragment's bookies
+    answer LAC -1, yet entries 0..9 were confirmed when the fragment was made."""
+    metadata = make_metadata(5, 3, 2, fragments={0: bookies(5), 10: ("B6", "B7", "B8", "B9", "B10")})
+    reader = LacReader(metadata)
+    commands: list = []
+    for bookie in ("B6", "B7", "B8", "B9"):                    # EC = (5 - 2) + 1 = 4
+        commands += lac_answer(reader, bookie, -1)
+    assert commands == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=9)]
