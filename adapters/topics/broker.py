@@ -102,7 +102,7 @@ class Broker:
         log_options = {"ensemble": settings.ensemble, "write_quorum": settings.write_quorum,
                        "ack_quorum": settings.ack_quorum}
         self.ownership = Ownership(client, info.id, install=self._install, publish=self._publish,
-                                   dropped=self._dropped, log_options=log_options)
+                                   release=self._release_soon, log_options=log_options)
         self._periodic: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -212,7 +212,8 @@ class Broker:
                 writer = leader.replica.writer
         self.ownership.resign(slot, writer)
 
-    def _dropped(self, slot: Slot) -> None:
+    def _release_soon(self, slot: Slot) -> None:
+        """_release_soon releases a slot on the loop (called from the ownership thread)."""
         try:
             self.loop.call_soon_threadsafe(lambda: slot in self._elections and self._release(slot))
         except RuntimeError:

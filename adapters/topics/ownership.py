@@ -6,7 +6,10 @@ changes, reads the live brokers, the topics and every slot's leader into a `Clus
 for the event loop, then campaigns for the slots that have no leader and that this broker
 should take: those whose preferred broker (a hash of the slot over the live brokers) it is at
 once, any other after ORPHAN_S, so a dead broker's slots move to the others within seconds
-(its election keys and registration are ephemeral and vanish together).
+(its election keys and registration are ephemeral and vanish together). Once the live
+brokers stayed the same for HANDOVER_S, a broker gives up (a few at a time) the slots it
+leads whose preferred broker is another one, so a broker that joins, or comes back, takes its
+share of the partitions and groups.
 
 Winning an election is not yet leading: the winner opens the slot's log, which fences the
 previous leader's writer (its next append fails with LedgerFenced), replays the log into the
@@ -35,6 +38,10 @@ log = logging.getLogger("walkit.adapters.topics")
 
 REFRESH_S = 0.5
 ORPHAN_S = 1.5
+#: How long the set of live brokers must stay the same before slots move to their preferred broker.
+HANDOVER_S = 10.0
+#: Most slots handed over per second, so clients move a few partitions at a time.
+HANDOVERS_PER_S = 2
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,11 @@ class Slot:
         return f"{PREFIX}/g/{self.partition}" if self.topic is None else f"{PREFIX}/p/{self.topic}/{self.partition}"
 
 
+def preferred(slot: Slot, live: list[int], default: int) -> int:
+    """preferred is the broker that should lead `slot`: a hash of its name over the sorted live brokers."""
+    return live[zlib.crc32(slot.log_name.encode()) % len(live)] if live else default
+
+
 @dataclass
 class ClusterView:
     """ClusterView is what the ownership thread last read: brokers, topics and slot leaders."""
@@ -73,20 +85,25 @@ class Ownership:
 
     `install(slot, writer, election)` is called on a worker thread once a won slot's log is
     open; it replays the log and hands the slot to the event loop. `publish(view)` gives each
-    new view to the loop; `dropped(slot)` hears of slots whose topic vanished.
+    new view to the loop; `release(slot)` asks the loop to give a slot up (its topic vanished,
+    or it moves to its preferred broker).
     """
 
-    def __init__(self, client, broker_id: int, *, install, publish, dropped, log_options) -> None:
+    def __init__(self, client, broker_id: int, *, install, publish, release, log_options) -> None:
         self.client = client
         self.catalog = Catalog(client.store)
         self.broker_id = broker_id
         self._install = install
         self._publish = publish
-        self._dropped = dropped
+        self._release = release
+        self._live: frozenset[int] = frozenset()
+        self._live_since = time.monotonic()
+        self._handed_at = 0.0
         self._log_options = log_options
         self._elections: dict[Slot, LeaderElection] = {}
         self._orphaned_since: dict[Slot, float] = {}
         self._taking: set[Slot] = set()
+        self._handing: set[Slot] = set()          # released, until the resignation is done
         self._stop = threading.Event()
         self._changed = threading.Event()
         self._workers = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="walkit-topics-takeover")
@@ -128,6 +145,7 @@ class Ownership:
             election = self._elections.get(slot)
             if election is not None:
                 election.resign()
+            self._handing.discard(slot)
             self._changed.set()
         try:
             self._workers.submit(work)
@@ -165,19 +183,43 @@ class Ownership:
         self._publish(view)
         gone = [slot for slot in self._elections if slot.topic is not None and slot.topic not in topics]
         for slot in gone:
-            self._dropped(slot)
+            self._release(slot)
             self._elections.pop(slot).resign()
         now = time.monotonic()
         live = sorted(brokers)
+        if frozenset(live) != self._live:
+            self._live, self._live_since = frozenset(live), now
+        elif now - self._live_since >= HANDOVER_S:
+            self._hand_over(slots, live)
         for slot in slots:
             if slot in leaders or slot in self._taking or self._stop.is_set():
                 self._orphaned_since.pop(slot, None)
                 continue
             since = self._orphaned_since.setdefault(slot, now)
-            preferred = live[zlib.crc32(slot.log_name.encode()) % len(live)] if live else self.broker_id
-            if preferred != self.broker_id and now - since < ORPHAN_S:
+            if preferred(slot, live, self.broker_id) != self.broker_id and now - since < ORPHAN_S:
                 continue
             self._campaign(slot, topics.get(slot.topic))
+
+    def _hand_over(self, slots: list[Slot], live: list[int]) -> None:
+        """_hand_over gives up a few led slots whose preferred broker is another live one."""
+        now = time.monotonic()
+        if now - self._handed_at < 1.0:
+            return
+        moved = 0
+        for slot in slots:
+            election = self._elections.get(slot)
+            if election is None or not election.is_leader or slot in self._taking or slot in self._handing:
+                continue
+            target = preferred(slot, live, self.broker_id)
+            if target == self.broker_id:
+                continue
+            log.info("broker %d hands %s over to broker %d", self.broker_id, slot.log_name, target)
+            self._handing.add(slot)
+            self._release(slot)
+            self._handed_at = now
+            moved += 1
+            if moved >= HANDOVERS_PER_S:
+                return
 
     def _campaign(self, slot: Slot, topic: Topic | None) -> None:
         election = self._elections[slot]

@@ -3,7 +3,8 @@
 An idempotent acks=all producer (confluent-kafka) writes keyed records while a group of three
 consumers reads them. Killing the broker that leads a partition moves its partitions (and any
 group coordination it held) to the other two: every acknowledged record is consumed, none is
-in the log twice, and the consumers go on after the rebalance.
+in the log twice, and the consumers go on after the rebalance. Brokers that join later take
+their share of the partitions while a producer writes, without losing or duplicating a record.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from walkit.adapters.topics.ownership import Slot, preferred
 from walkit.local import LocalCluster
 
 from ..integration.helpers import wait_until
@@ -27,20 +29,30 @@ PARTITIONS = 9          # with broker ids 1-3, the partitions' preferred leaders
 
 
 @pytest.fixture
-def brokers(tmp_path):
-    """brokers are three broker processes on one LocalCluster; all are stopped at the end."""
+def start_brokers(tmp_path):
+    """start_brokers starts broker processes on one LocalCluster (`start_brokers(n)`); all stop at the end."""
+    started: list[TopicsProcess] = []
     with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
-        started = [TopicsProcess(tmp_path, metadata=cluster.metadata_url, args=("--rebalance-delay-ms", "500"))
-                   for _ in range(3)]
-        try:
-            for broker in started:
+        def start(count: int) -> list[TopicsProcess]:
+            new = [TopicsProcess(tmp_path, metadata=cluster.metadata_url, args=("--rebalance-delay-ms", "500"))
+                   for _ in range(count)]
+            started.extend(new)
+            for broker in new:
                 broker.start()
-            for broker in started:
+            for broker in new:
                 broker.wait_ready()
-            yield started
+            return new
+        try:
+            yield start
         finally:
             for broker in started:
                 broker.stop()
+
+
+@pytest.fixture
+def brokers(start_brokers):
+    """brokers are three broker processes on one LocalCluster."""
+    return start_brokers(3)
 
 
 def leaders(bootstrap: str, topic: str) -> dict[int, int]:
@@ -146,3 +158,43 @@ def test_sigkill_of_a_partition_leader_loses_no_acked_record_and_duplicates_none
                 break
     reader.close()
     assert len(in_log) == len(set(in_log)) == RECORDS
+
+
+def test_brokers_that_join_take_their_share_of_the_partitions_while_a_producer_writes(start_brokers):
+    """Brokers 2 and 3 join broker 1, which led everything: after the live set settles, partitions
+    move to their preferred brokers a few at a time, and every acknowledged record is in the log once."""
+    [first] = start_brokers(1)
+    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+    admin.create_topics([NewTopic("shared", num_partitions=PARTITIONS, replication_factor=1)])["shared"].result(30)
+    wait_until(lambda: set(leaders(first.bootstrap, "shared").values()) == {1}, 30, message="broker 1 leads all")
+    acked: list[bytes] = []
+    producer = Producer({"bootstrap.servers": first.bootstrap, "enable.idempotence": True, "acks": "all"})
+
+    def write(count: int) -> None:
+        for i in range(count):
+            producer.produce("shared", key=b"k%d" % (len(acked) + i), value=b"shared %d" % (len(acked) + i),
+                             on_delivery=lambda error, message: error is None and acked.append(message.value()))
+        assert producer.flush(60) == 0
+    write(500)
+    later = start_brokers(2)
+    bootstrap = ",".join(b.bootstrap for b in [first, *later])
+
+    expected = {p: preferred(Slot("shared", p), [1, 2, 3], 1) for p in range(PARTITIONS)}
+    assert len(set(expected.values())) > 1
+
+    def spread():
+        write(20)                                 # keep writing while partitions move
+        return leaders(bootstrap, "shared") == expected
+    wait_until(spread, 90, interval=0.2, message="each partition led by its preferred broker")
+    write(200)
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "shared-audit", "auto.offset.reset": "earliest",
+                       "enable.auto.commit": False})
+    reader.subscribe(["shared"])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < len(acked) and time.monotonic() < deadline:
+        message = reader.poll(0.5)
+        if message is not None and message.error() is None:
+            seen.append(message.value())
+    reader.close()
+    assert sorted(seen) == sorted(acked) and len(set(seen)) == len(seen)
