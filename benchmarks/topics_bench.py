@@ -6,7 +6,8 @@ Starts, in one run, on 127.0.0.1 with free ports and temporary directories:
 
 - `walkit topics serve` on its embedded cluster (3 bookie processes, files storage, ledgers
   E3/Qw2/Qa2), driven by confluent-kafka (librdkafka): an idempotent acks=all producer
-  (linger.ms 5) and a consumer reading the topic from the beginning;
+  (linger.ms 5) and a consumer reading the topic from the beginning (from the broker's cache
+  of recent batches, or with --cache-mb 0 from the bookies);
 - Debian's redis-server with appendonly yes and appendfsync always (each write fsynced before
   it is answered), driven by redis-py: XADD pipelined 500 at a time, XREAD COUNT 1000;
 - NATS JetStream (Debian's nats-server, nats-py): a single server with an R1 stream and a
@@ -72,7 +73,8 @@ def walkit_rounds(args, folder: str) -> list[tuple[float, float]]:
     port = free_port()
     log = open(os.path.join(folder, "walkit.log"), "wb")
     process = subprocess.Popen([sys.executable, "-m", "walkit", "topics", "serve", "--port", str(port),
-                                "--data-dir", os.path.join(folder, "walkit-data")], stdout=log, stderr=log)
+                                "--data-dir", os.path.join(folder, "walkit-data"), "--cache-mb", str(args.cache_mb)],
+                               stdout=log, stderr=log)
     bootstrap = f"127.0.0.1:{port}"
     payload = os.urandom(args.size)
     results = []
@@ -218,6 +220,8 @@ def main() -> None:
     parser.add_argument("-n", "--messages", type=int, default=20000, help="messages per round")
     parser.add_argument("-s", "--size", type=int, default=1024, help="payload bytes")
     parser.add_argument("--runs", type=int, default=3, help="rounds per system (medians are reported)")
+    parser.add_argument("--cache-mb", type=float, default=32,
+                        help="walkit's cache of recent batches per partition; 0 makes consumers read the bookies")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
     for tool in ("redis-server", "nats-server"):

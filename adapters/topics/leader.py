@@ -134,8 +134,10 @@ class PartitionLeader:
         waiter = self.loop.create_future()
         if not self.active:
             waiter.set_result(None)
-        else:
-            self._waiters.append(waiter)
+            return waiter
+        if len(self._waiters) >= 64:               # long polls that timed out on an idle partition
+            self._waiters = [w for w in self._waiters if not w.done()]
+        self._waiters.append(waiter)
         return waiter
 
     def lost(self) -> None:
