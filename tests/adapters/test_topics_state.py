@@ -155,3 +155,12 @@ def test_parse_request_refuses_unknown_apis_versions_and_garbage():
         parse_request(b"\x00\x03\x00\x63\x00\x00\x00\x01\x00\x00")       # Metadata v99
     with pytest.raises(BadRequest):
         parse_request(b"\x00\x03\x00\x01\x00\x00\x00\x01\x00\x00\xff\xff\xff")   # a truncated body
+
+
+@pytest.mark.parametrize("command", ["serve", "create", "list", "describe", "delete", "produce", "consume", "groups"])
+def test_every_topics_command_has_help(command):
+    from click.testing import CliRunner
+    from walkit.cli import main
+    result = CliRunner().invoke(main, ["topics", command, "--help"])
+    assert result.exit_code == 0 and "Usage:" in result.output
+    assert "--bootstrap" in result.output or command == "serve"

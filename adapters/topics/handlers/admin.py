@@ -49,7 +49,7 @@ async def create_topics(broker, connection, request):
     body, version = request.body, request.version
     results, created = [], []
     for topic in body.topics or []:
-        partitions = topic.num_partitions if topic.num_partitions > 0 else broker.settings.default_partitions
+        partitions = broker.settings.default_partitions if topic.num_partitions == -1 else topic.num_partitions
         configs = {c.name: c.value for c in topic.configs or []}
         code, message = errors.NONE, None
         try:
@@ -57,6 +57,8 @@ async def create_topics(broker, connection, request):
                 raise KafkaError(errors.INVALID_REQUEST, "manual replica assignments are not supported")
             if topic.replication_factor == 0 or topic.replication_factor < -1:
                 raise KafkaError(errors.INVALID_REPLICATION_FACTOR, f"replication factor {topic.replication_factor}")
+            if not 1 <= partitions <= 10_000:
+                raise KafkaError(errors.INVALID_PARTITIONS, f"{partitions} partitions (use 1 to 10000, or -1)")
             if body.validate_only:
                 check_topic_name(topic.name)
                 check_configs(configs)
