@@ -219,8 +219,8 @@ def test_window_never_has_more_than_window_entries_unconsumed():
 
 
 # -- LAC reads -----------------------------------------------------------------------------------
-def lac_answer(reader: LacReader, bookie: str, lac: int = -1, status: Status = Status.OK) -> list:
-    return reader.step(ev.LacRead(bookie=bookie, ledger_id=LEDGER_ID, status=status, lac=lac))
+def lac_answer(reader: LacReader, bookie: str, lac: int = -1, status: Status = Status.OK, last: int = -1) -> list:
+    return reader.step(ev.LacRead(bookie=bookie, ledger_id=LEDGER_ID, status=status, lac=lac, last_entry_id=last))
 
 
 def test_lac_reader_asks_every_bookie_of_the_last_fragment():
@@ -232,14 +232,14 @@ def test_lac_reader_asks_every_bookie_of_the_last_fragment():
 def test_lac_reader_completes_at_ensemble_coverage_with_the_highest_lac():
     reader = LacReader(make_metadata(3, 3, 2))                 # EC = 2
     assert lac_answer(reader, "B1", 6) == []
-    assert lac_answer(reader, "B2", 4) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=6)]
+    assert lac_answer(reader, "B2", 4) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=6, last_entry_id=6)]
 
 
 def test_lac_reader_errors_do_not_count_towards_coverage():
     reader = LacReader(make_metadata(3, 3, 2))
     lac_answer(reader, "B1", 6)
     assert lac_answer(reader, "B2", status=Status.IO_ERROR) == []
-    assert lac_answer(reader, "B3", 8) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=8)]
+    assert lac_answer(reader, "B3", 8) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=8, last_entry_id=8)]
 
 
 def test_lac_reader_fails_when_no_bookie_answered_ok():
@@ -254,19 +254,19 @@ def test_lac_reader_long_poll_completes_at_the_first_answer_above_previous_lac()
     assert all((c.previous_lac, c.timeout_ms) == (5, 1000) for c in reader.start())
     assert lac_answer(reader, "B1", 5) == []
     assert lac_answer(reader, "B2", 5) == []
-    assert lac_answer(reader, "B3", 7) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=7)]
+    assert lac_answer(reader, "B3", 7) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=7, last_entry_id=7)]
 
 
 def test_lac_reader_long_poll_completes_on_one_answer_above_previous_lac():
     reader = LacReader(make_metadata(3, 3, 2), previous_lac=5, timeout_ms=1000)
-    assert lac_answer(reader, "B2", 6) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=6)]
+    assert lac_answer(reader, "B2", 6) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=6, last_entry_id=6)]
 
 
 def test_lac_reader_long_poll_with_no_progress_completes_once_all_answered():
     reader = LacReader(make_metadata(3, 3, 2), previous_lac=5, timeout_ms=1000)
     lac_answer(reader, "B1", 5)
     lac_answer(reader, "B2", 4)
-    assert lac_answer(reader, "B3", 5) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=5)]
+    assert lac_answer(reader, "B3", 5) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=5, last_entry_id=5)]
 
 
 def test_lac_reader_applies_the_issue_2615_floor_after_every_bookie_was_replaced():
@@ -277,4 +277,10 @@ def test_lac_reader_applies_the_issue_2615_floor_after_every_bookie_was_replaced
     commands: list = []
     for bookie in ("B6", "B7", "B8", "B9"):                    # EC = (5 - 2) + 1 = 4
         commands += lac_answer(reader, bookie, -1)
-    assert commands == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=9)]
+    assert commands == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=9, last_entry_id=9)]
+
+
+def test_lac_reader_reports_the_highest_entry_stored_by_the_answering_bookies():
+    reader = LacReader(make_metadata(3, 3, 2))                 # EC = 2
+    lac_answer(reader, "B1", 4, last=6)
+    assert lac_answer(reader, "B2", 5, last=5) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=5, last_entry_id=6)]

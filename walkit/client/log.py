@@ -248,6 +248,7 @@ class _ReaderDriver(Driver):
     def __init__(self, machine: LogReader) -> None:
         self.machine = machine
         self.queue: queue.Queue = queue.Queue()
+        self.caught_up: Position | None = None
 
     def handle(self, command) -> None:
         kind = type(command)
@@ -260,7 +261,7 @@ class _ReaderDriver(Driver):
             self.queue.put(command.error)
             self.finished = True
         elif kind is lev.ReaderCaughtUp:
-            pass
+            self.caught_up = command.position
         else:
             raise TypeError(f"log reader cannot handle {command!r}")
 
@@ -270,47 +271,105 @@ class _ReaderDriver(Driver):
 
 
 def read_log(client, name: str, *, start: Position | None = None, follow: bool = False, password: bytes = b"",
-             poll_s: float = 1.0) -> Iterator[LogRecord]:
-    """read_log yields the records of a log from `start` (default: the oldest), in order.
+             poll_s: float = 1.0) -> "LogReading":
+    """read_log returns an iterator of the records of a log from `start` (default: the oldest), in order.
 
     Without `follow` it stops at the end: the last entry of closed ledgers and the LAC of an
     unclosed one. If truncation removes records the reader has not read yet, it raises
     LogTruncated (a replica then reloads from a snapshot) rather than skip them. With `follow`
     it never stops: it tails the open ledger with long-poll LAC reads, moves on when that ledger
-    is closed, and survives a writer handover (walkit.core.logreader).
+    is closed, and survives a writer handover (walkit.core.logreader). `close()` ends it, from
+    any thread.
     """
     check_log_name(name)
     machine = LogReader(name, password=password, start=start, follow=follow, poll_ms=max(1, int(poll_s * 1000)),
                         read_timeout_ms=client._loop.request_timeout_ms, now_ms=now_ms())
-    driver = _ReaderDriver(machine)
-    loop = client._loop
-    loop.call(lambda: loop.attach(driver, machine.start()))
-    stall = client.timeout + (poll_s if follow else 0)
-    try:
-        while True:
+    return LogReading(client, machine, follow, client.timeout + (poll_s if follow else 0))
+
+
+class LogReading:
+    """LogReading iterates over a log's records (see read_log); `close()` stops it from any thread.
+
+    `caught_up` is the last position a following reader had delivered when it found nothing
+    newer confirmed (None before that happened).
+    """
+
+    def __init__(self, client, machine: LogReader, follow: bool, stall_s: float) -> None:
+        self.name = machine.name
+        self._loop = loop = client._loop
+        self._driver = driver = _ReaderDriver(machine)
+        self._follow = follow
+        self._stall_s = stall_s
+        self._batch: list = []
+        self._ledger_id = -1
+        self._last_taken = -1                # the last entry of the batch handed out last
+        self._closed = False
+        loop.call(lambda: loop.attach(driver, machine.start()))
+
+    @property
+    def caught_up(self) -> Position | None:
+        return self._driver.caught_up
+
+    def __iter__(self) -> "LogReading":
+        return self
+
+    def __next__(self) -> LogRecord:
+        while not self._batch:
+            if self._closed:
+                raise StopIteration
+            if self._ledger_id >= 0:
+                self._consumed()
             try:
-                item = driver.queue.get(timeout=None if follow else stall)
+                item = self._driver.queue.get(timeout=None if self._follow else self._stall_s)
             except queue.Empty:
-                raise Timeout(f"reading log {name!r} stalled for {stall:g} s") from None
+                raise Timeout(f"reading log {self.name!r} stalled for {self._stall_s:g} s") from None
             if item is None:
-                return
+                self._closed = True
+                raise StopIteration
             if isinstance(item, BaseException):
+                self._closed = True
                 raise item
-            ledger_id, entries = item
-            for entry in entries:
-                yield LogRecord(Position(ledger_id, entry.entry_id), entry.payload)
-            consumed = ev.EntriesConsumed(upto=entries[-1].entry_id, ledger_id=ledger_id)
-            loop.call(lambda consumed=consumed: loop.step(driver, consumed))
-    finally:
-        if not driver.finished:
-            def stop() -> None:
-                driver.machine.done = True
-                driver.finished = True
-                loop._drivers.discard(driver)
-            try:
-                loop.call(stop)
-            except WalkitError:
-                pass
+            self._ledger_id, entries = item
+            self._last_taken = entries[-1].entry_id
+            self._batch = entries[::-1]
+        entry = self._batch.pop()
+        return LogRecord(Position(self._ledger_id, entry.entry_id), entry.payload)
+
+    def _consumed(self) -> None:
+        """_consumed tells the reader that every record handed out so far was taken (the read window)."""
+        loop, driver = self._loop, self._driver
+        consumed = ev.EntriesConsumed(upto=self._last_taken, ledger_id=self._ledger_id)
+        try:
+            loop.call(lambda: loop.step(driver, consumed))
+        except WalkitError:
+            pass
+
+    def close(self) -> None:
+        """close stops the reader; a thread waiting in next() gets StopIteration."""
+        if self._closed:
+            return
+        self._closed = True
+        loop, driver = self._loop, self._driver
+        driver.queue.put(None)
+
+        def stop() -> None:
+            driver.machine.done = True
+            driver.finished = True
+            loop._drivers.discard(driver)
+        try:
+            loop.call(stop)
+        except WalkitError:
+            pass
+
+    def __enter__(self) -> "LogReading":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not self._closed:
+            self.close()
 
 
 def list_logs(store) -> list[str]:

@@ -105,7 +105,7 @@ class ClientLoop:
 
     def execute(self, driver: Driver, commands: list) -> None:
         """execute hands the commands' I/O to the dispatcher; the outcomes go to the driver."""
-        for command in self.dispatcher.execute(driver, commands):
+        for command in self.dispatcher.execute(driver, commands, now_ms()):
             driver.handle(command)
         calls = self.dispatcher.take_calls()
         for call in calls:

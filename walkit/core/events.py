@@ -333,10 +333,15 @@ class FailRead:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteRead:
-    """CompleteRead reports that every requested entry was delivered."""
+    """CompleteRead reports that every requested entry was delivered.
+
+    A LacReader's CompleteRead carries the LAC and `last_entry_id`, the highest entry any
+    answering bookie stores: every acknowledged entry is at or below it.
+    """
 
     ledger_id: int
     lac: int = field(default=-1)
+    last_entry_id: int = field(default=-1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -209,6 +209,11 @@ class LacReader:
     The answer is never below (first entry of the last fragment) - 1 (BookKeeper issue 2615): a
     fragment starts at LAC + 1 when it is made, so every entry before it was confirmed, even
     when the bookies of the new fragment have seen no entry yet and answer -1.
+
+    It also reports the highest entry the answering bookies store (`last_entry_id`). Without
+    long poll that bounds every entry the writer acknowledged: an acknowledged entry is on Qa
+    bookies, and EC = (E - Qa) + 1 answers include at least one of them. Readers that must see
+    everything acknowledged before they asked (a linearizable read barrier) wait for that.
     """
 
     def __init__(self, metadata: LedgerMetadata, *, previous_lac: int = -2, timeout_ms: int = 0) -> None:
@@ -220,6 +225,7 @@ class LacReader:
         self._bookies = metadata.current_ensemble
         self._answers: dict[str, int] = {}
         self._errors: dict[str, str] = {}
+        self._last_entry = -1
 
     def start(self) -> list:
         """start sends the LAC requests."""
@@ -232,6 +238,7 @@ class LacReader:
             return []
         if event.status == Status.OK:
             self._answers[event.bookie] = event.lac
+            self._last_entry = max(self._last_entry, event.last_entry_id)
         elif event.status == Status.NO_SUCH_LEDGER:
             self._answers[event.bookie] = -1        # the bookie holds nothing of it yet
         else:
@@ -251,4 +258,5 @@ class LacReader:
             detail = ", ".join(f"{b}: {why}" for b, why in self._errors.items())
             return [ev.FailRead(ledger_id=self.ledger_id,
                                 error=BookieError(f"no bookie of ledger {self.ledger_id} answered ({detail})"))]
-        return [ev.CompleteRead(ledger_id=self.ledger_id, lac=max(best, self.metadata.last_fragment_start - 1))]
+        lac = max(best, self.metadata.last_fragment_start - 1)
+        return [ev.CompleteRead(ledger_id=self.ledger_id, lac=lac, last_entry_id=max(lac, self._last_entry))]
