@@ -10,7 +10,8 @@ kafka-python, confluent-kafka (librdkafka) and kcat work unchanged. Modules:
 - batches.py: record batches as producers send them (CRC checked, renumbered);
 - partition.py, producers.py, offsets.py: the replicated state machines (apply, snapshot,
   restore) of a partition and of a group bucket's committed offsets;
-- replica.py, leader.py: a led partition: appends in order, fetch, retention;
+- replica.py, leader.py, snapshots.py: a led partition: appends in order, fetch, retention,
+  and snapshots of its state in ledgers, so a new leader replays only the log's tail;
 - ownership.py, catalog.py: which broker leads what (walkit.election), topics and brokers
   in the metadata store;
 - coordinator.py: consumer group membership; broker.py, server.py, handlers/: the broker,

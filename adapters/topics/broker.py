@@ -16,7 +16,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from walkit.adapters.topics import errors
+from walkit import Position
+from walkit.adapters.topics import errors, snapshots
 from walkit.adapters.topics.catalog import BrokerInfo, Catalog, group_bucket
 from walkit.adapters.topics.coordinator import GroupCoordinator
 from walkit.adapters.topics.errors import KafkaError
@@ -25,6 +26,7 @@ from walkit.adapters.topics.offsets import CHECKPOINT_EVERY, OffsetsState
 from walkit.adapters.topics.ownership import ClusterView, Ownership, Slot
 from walkit.adapters.topics.partition import PartitionState
 from walkit.adapters.topics.replica import LeaderLog
+from walkit.errors import LogTruncated
 
 log = logging.getLogger("walkit.adapters.topics")
 
@@ -38,6 +40,7 @@ class BrokerSettings:
     cache_bytes: int = 32 * 1024 * 1024
     max_request_bytes: int = 100 * 1024 * 1024
     retention_check_ms: int = 5000
+    snapshot_every: int = 10_000
     initial_rebalance_delay_ms: int = 1000
     ensemble: int = 3
     write_quorum: int = 2
@@ -170,7 +173,7 @@ class Broker:
         state = OffsetsState() if slot.topic is None else PartitionState()
         cache: collections.deque[bytes] = collections.deque()
         cached = 0
-        for record in self.client.read_log(slot.log_name, follow=False, password=self.password):
+        for record in self._replay(slot, state):
             applied = state.apply(record.payload, record.position)
             if slot.topic is not None and applied is not None:
                 cache.append(record.payload)
@@ -180,6 +183,34 @@ class Broker:
         future = asyncio.run_coroutine_threadsafe(self._activate(slot, writer, election, state, list(cache)),
                                                   self.loop)
         future.result(30)
+
+    def _replay(self, slot: Slot, state):
+        """_replay yields the records a new leader applies: all of a bucket's log, a partition's after its snapshot."""
+        start = None
+        if slot.topic is not None:
+            pointer = snapshots.load(self.client, slot.log_name, state, self.password)
+            if pointer is not None:
+                log.info("%s: replaying the log after its snapshot at %s", slot.log_name, pointer.position)
+                start = Position(pointer.position.ledger_id, pointer.position.entry_id + 1)
+                first = self.client.log_metadata(slot.log_name).ledger_ids[:1]
+                if first:
+                    state.truncate_before(Position(first[0], 0))       # what retention removed since
+        try:
+            yield from self.client.read_log(slot.log_name, start=start, follow=False, password=self.password)
+        except LogTruncated:
+            if start is None:
+                raise
+            # Retention removed the snapshot's ledger: the whole (remaining) log comes after it.
+            yield from self.client.read_log(slot.log_name, follow=False, password=self.password)
+
+    def _take_snapshot(self, log_name: str, state: PartitionState) -> None:
+        """_take_snapshot writes and publishes a partition snapshot (worker thread)."""
+        settings = self.settings
+        pointer = snapshots.write(self.client, log_name, state, ensemble=settings.ensemble,
+                                  write_quorum=settings.write_quorum, ack_quorum=settings.ack_quorum,
+                                  password=self.password)
+        if snapshots.publish(self.client, log_name, pointer):
+            log.info("%s: snapshot at %s in ledger %d", log_name, pointer.position, pointer.ledger_id)
 
     async def _activate(self, slot: Slot, writer, election, state, cache) -> None:
         if self._stopping or not election.is_leader:
@@ -191,7 +222,8 @@ class Broker:
         else:
             self.leaders[(slot.topic, slot.partition)] = PartitionLeader(
                 self.loop, self.client, slot.topic, slot.partition, slot.log_name, writer, state, cache,
-                cache_bytes=self.settings.cache_bytes, on_lost=lost, password=self.password)
+                cache_bytes=self.settings.cache_bytes, on_lost=lost, password=self.password,
+                snapshot_every=self.settings.snapshot_every, take_snapshot=self._take_snapshot)
         log.info("broker %d serves %s from offset %s", self.id, slot.log_name, getattr(state, "next_offset", "-"))
 
     def _release(self, slot: Slot) -> None:

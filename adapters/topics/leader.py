@@ -39,7 +39,8 @@ class PartitionLeader:
     """PartitionLeader is a partition led by this broker; everything runs on the event loop."""
 
     def __init__(self, loop, client, topic: str, partition: int, log_name: str, writer, state: PartitionState,
-                 cache: list[bytes], *, cache_bytes: int, on_lost, password: bytes = b"") -> None:
+                 cache: list[bytes], *, cache_bytes: int, on_lost, password: bytes = b"",
+                 snapshot_every: int = 0, take_snapshot=None) -> None:
         self.loop = loop
         self.client = client
         self.topic = topic
@@ -56,6 +57,10 @@ class PartitionLeader:
         self._waiters: list[asyncio.Future] = []
         self._in_flight: dict[tuple[int, int, int], asyncio.Future] = {}
         self.retention_running = False
+        self.snapshot_every = snapshot_every
+        self._take_snapshot = take_snapshot       # blocking (log name, PartitionState copy) -> None
+        self._since_snapshot = 0
+        self._snapshotting = False
 
     @property
     def active(self) -> bool:
@@ -112,6 +117,11 @@ class PartitionLeader:
         self.cache.append(record)
         self._cached += len(record)
         self._trim_cache()
+        self._since_snapshot += 1
+        if self.snapshot_every and self._since_snapshot >= self.snapshot_every and not self._snapshotting \
+                and self._take_snapshot is not None:
+            self._snapshotting, self._since_snapshot = True, 0
+            self.loop.create_task(self._snapshot(self.state.copy()))
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -128,6 +138,15 @@ class PartitionLeader:
         if drop:
             del cache[:drop]
             self._cached = size
+
+    async def _snapshot(self, copy: PartitionState) -> None:
+        """_snapshot writes and publishes a copy of the state (snapshots.py) on a worker thread."""
+        try:
+            await self.loop.run_in_executor(None, self._take_snapshot, self.log_name, copy)
+        except Exception as exc:  # noqa: BLE001 - retried after the next snapshot_every batches
+            log.warning("%s-%d: snapshot failed: %s: %s", self.topic, self.partition, type(exc).__name__, exc)
+        finally:
+            self._snapshotting = False
 
     def wait_for_data(self) -> asyncio.Future:
         """wait_for_data resolves when the next batch is applied or the leadership ends."""

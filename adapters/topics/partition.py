@@ -92,6 +92,15 @@ class PartitionState:
         self.log_start_offset, self.next_offset = doc["log_start_offset"], doc["next_offset"]
         self.applied = Position(*doc["applied"]) if doc["applied"] is not None else None
 
+    def copy(self) -> "PartitionState":
+        """copy is an independent copy (taken on the event loop, serialised elsewhere by a snapshot)."""
+        other = PartitionState()
+        other.bases, other.nexts, other.positions = list(self.bases), list(self.nexts), list(self.positions)
+        other.sizes, other.max_times = list(self.sizes), list(self.max_times)
+        other.producers = self.producers.copy()
+        other.log_start_offset, other.next_offset, other.applied = self.log_start_offset, self.next_offset, self.applied
+        return other
+
     # -- queries ------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.bases)

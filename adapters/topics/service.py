@@ -41,6 +41,7 @@ class ServeOptions:
     ack_quorum: int | None = None
     cache_mb: float = 32
     retention_check_ms: int = 5000
+    snapshot_every: int = 10_000
     rebalance_delay_ms: int = 1000
     password: str = ""
 
@@ -52,6 +53,7 @@ class ServeOptions:
         ack_quorum = self.ack_quorum or min(2, write_quorum)
         return BrokerSettings(auto_create_topics=self.auto_create, default_partitions=self.partitions,
                               cache_bytes=int(self.cache_mb * 1024 * 1024), retention_check_ms=self.retention_check_ms,
+                              snapshot_every=self.snapshot_every,
                               initial_rebalance_delay_ms=self.rebalance_delay_ms, ensemble=ensemble,
                               write_quorum=write_quorum, ack_quorum=ack_quorum)
 

@@ -2,7 +2,8 @@
 
 One broker process (on an embedded cluster of bookie processes) serves the whole module; the
 restart test kills it and starts it again on the same data. Its cache of recent batches holds
-about one batch, so consumers are mostly served from the partitions' logs, not from memory.
+about one batch, so consumers are mostly served from the partitions' logs, not from memory, and
+it snapshots partition state every 2 batches, so the restarted broker starts from snapshots.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def broker(tmp_path_factory):
     """broker is one `walkit topics serve` on an embedded cluster, for the whole module."""
     workdir = tmp_path_factory.mktemp("topics")
     process = TopicsProcess(workdir, data_dir=workdir / "data",       # a tiny cache: fetches read the log
-                            args=("--retention-check-ms", "200", "--rebalance-delay-ms", "500", "--cache-mb", "0.001"))
+                            args=("--retention-check-ms", "200", "--rebalance-delay-ms", "500", "--cache-mb", "0.001",
+                                  "--snapshot-every", "2"))
     process.start().wait_ready()
     yield process
     process.stop()
@@ -134,7 +136,8 @@ def test_group_of_three_shares_partitions_commits_and_resumes_after_a_broker_res
     wait_until(everyone_assigned, 60, message="three consumers with partitions")
     owned = [{tp.partition for tp in consumer.assignment()} for consumer in consumers]
     assert sorted(p for parts in owned for p in parts) == list(range(6))
-    acked = produce_confluent(broker, "orders", [(b"customer-%d" % (i % 50), b"order %d" % i) for i in range(3000)])
+    acked = produce_confluent(broker, "orders", [(b"customer-%d" % (i % 50), b"order %d" % i) for i in range(3000)],
+                              **{"batch.num.messages": 50})          # many batches: partitions get snapshots
     assert len(acked) == 3000
 
     got: list[list] = [[] for _ in consumers]
@@ -163,6 +166,7 @@ def test_group_of_three_shares_partitions_commits_and_resumes_after_a_broker_res
     broker.wait_bookies_gone()
     broker.start().wait_ready()
     produce_confluent(broker, "orders", [(b"late-%d" % i, b"late %d" % i) for i in range(300)])
+    assert "kafka-orders-0: replaying the log after its snapshot" in broker.log_tail(2000)
     resumed = Consumer(consumer_config(broker, "three"))
     resumed.subscribe(["orders"])
     late = drain(resumed, 300, timeout=90)

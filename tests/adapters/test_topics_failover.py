@@ -34,7 +34,7 @@ def start_brokers(tmp_path):
     started: list[TopicsProcess] = []
     with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
         def start(count: int) -> list[TopicsProcess]:
-            new = [TopicsProcess(tmp_path, metadata=cluster.metadata_url, args=("--rebalance-delay-ms", "500"))
+            new = [TopicsProcess(tmp_path, metadata=cluster.metadata_url, args=("--rebalance-delay-ms", "500", "--snapshot-every", "25"))
                    for _ in range(count)]
             started.extend(new)
             for broker in new:

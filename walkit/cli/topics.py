@@ -79,6 +79,9 @@ def topics() -> None:
                    "the bookies; older offsets are read from the log.")
 @click.option("--retention-check-ms", type=click.IntRange(min=100), default=5000, show_default=True,
               help="How often retention.ms and retention.bytes are applied.")
+@click.option("--snapshot-every", type=click.IntRange(min=0), default=10_000, show_default=True,
+              help="Write a partition's state (offset index, producer sequences) to a snapshot ledger every "
+                   "N batches, so a new leader replays only the log after it (0: never).")
 @click.option("--rebalance-delay-ms", type=click.IntRange(min=0), default=1000, show_default=True,
               help="How long a new group waits for more members before its first rebalance "
                    "(Kafka's group.initial.rebalance.delay.ms).")

@@ -18,7 +18,7 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
 )
 
-from walkit.adapters.topics import errors
+from walkit.adapters.topics import errors, snapshots
 from walkit.adapters.topics.catalog import DEFAULT_CONFIGS, check_configs, check_topic_name, partition_log
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.ownership import Slot
@@ -86,6 +86,7 @@ async def create_topics(broker, connection, request):
 def _delete_logs(client, topic) -> None:
     """_delete_logs deletes a deleted topic's logs, retrying while a stepping-down leader still updates one."""
     for partition in range(topic.partitions):
+        snapshots.delete(client, partition_log(topic.name, partition))
         for _ in range(50):
             try:
                 client.delete_log(partition_log(topic.name, partition))
