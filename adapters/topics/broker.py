@@ -220,10 +220,12 @@ class Broker:
         if slot.topic is None:
             self.buckets[slot.partition] = BucketLeader(self.loop, slot.partition, writer, state, lost)
         else:
-            self.leaders[(slot.topic, slot.partition)] = PartitionLeader(
+            known = self.view.topics.get(slot.topic)
+            self.leaders[(slot.topic, slot.partition)] = leader = PartitionLeader(
                 self.loop, self.client, slot.topic, slot.partition, slot.log_name, writer, state, cache,
                 cache_bytes=self.settings.cache_bytes, on_lost=lost, password=self.password,
                 snapshot_every=self.settings.snapshot_every, take_snapshot=self._take_snapshot)
+            leader.topic_id = known.id if known is not None else None
         log.info("broker %d serves %s from offset %s", self.id, slot.log_name, getattr(state, "next_offset", "-"))
 
     def _release(self, slot: Slot) -> None:
@@ -262,6 +264,11 @@ class Broker:
                     if not election.is_leader:
                         log.warning("broker %d lost the election of %s", self.id, slot.log_name)
                         self._release(slot)
+                for (topic, partition), leader in list(self.leaders.items()):
+                    known = self.view.topics.get(topic)
+                    if leader.topic_id is not None and (known is None or known.id != leader.topic_id):
+                        log.info("broker %d: topic %s was deleted; leaving partition %d", self.id, topic, partition)
+                        self._release(Slot(topic, partition))
                 now = time.monotonic()
                 if now - last_retention >= self.settings.retention_check_ms / 1000:
                     last_retention = now

@@ -57,6 +57,7 @@ class PartitionLeader:
         self._waiters: list[asyncio.Future] = []
         self._in_flight: dict[tuple[int, int, int], asyncio.Future] = {}
         self.retention_running = False
+        self.topic_id: str | None = None          # the topic's id when this leadership began
         self.snapshot_every = snapshot_every
         self._take_snapshot = take_snapshot       # blocking (log name, PartitionState copy) -> None
         self._since_snapshot = 0

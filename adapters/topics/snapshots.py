@@ -8,7 +8,9 @@ by compare-and-swap, only forward; the replaced snapshot's ledger is then delete
 taking the partition over restores the pointed snapshot and replays the log after its
 position (from the log's first ledger if retention removed that position).
 
-The pointer only names closed ledgers, so a reader that follows it finds a whole snapshot.
+The pointer only names closed ledgers, so a reader that follows it finds a whole snapshot. The
+header also holds the log's creation time: a snapshot a deleted topic's last leader left behind
+is not restored into a new topic of the same name (the new log's first snapshot replaces it).
 A leader that dies between writing a ledger and publishing it leaks that ledger (its custom
 metadata names the log and position, for an operator or a later collector to find).
 """
@@ -72,7 +74,8 @@ def write(client, log_name: str, state, *, ensemble: int, write_quorum: int, ack
     position = state.applied
     writer = client.create_ledger(ensemble, write_quorum, ack_quorum, password=password,
                                   custom={"topics-snapshot": log_name, "position": str(position)})
-    header = {"format": FORMAT, "log": log_name, "position": str(position), "size": len(data)}
+    header = {"format": FORMAT, "log": log_name, "log_created_ms": client.log_metadata(log_name).created_ms,
+              "position": str(position), "size": len(data)}
     pending = [writer.append_async(json.dumps(header).encode())]
     for at in range(0, len(data), CHUNK_BYTES):
         pending.append(writer.append_async(data[at:at + CHUNK_BYTES]))
@@ -123,6 +126,8 @@ def load(client, log_name: str, state, password: bytes = b"") -> SnapshotPointer
         if header.get("format") != FORMAT or header.get("position") != str(pointer.position) \
                 or header.get("size") != len(data):
             raise SnapshotError(f"snapshot ledger {pointer.ledger_id} holds {header}, not {pointer}")
+        if header.get("log_created_ms") != client.log_metadata(log_name).created_ms:
+            return None                         # left by a deleted topic of the same name: not this log's
         state.restore(io.BytesIO(data))
         return pointer
     raise SnapshotError(f"the snapshot of {log_name!r} kept changing while it was loaded")

@@ -373,3 +373,19 @@ def test_fetch_long_polls_until_a_record_arrives(broker):
         produce_confluent(broker, "polled", [(None, b"wake up")])
         woke = response(sock)
         assert woke.error_code == 0 and b"wake up" in woke.records and time.monotonic() - started < 10
+
+
+def test_a_deleted_topic_created_again_starts_empty(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    create_topic(broker, "again", 1)
+    produce_confluent(broker, "again", [(None, b"old %d" % i) for i in range(20)], **{"batch.num.messages": 2})
+    admin.delete_topics(["again"], operation_timeout=15)["again"].result(30)
+    wait_until(lambda: "again" not in admin.list_topics(timeout=10).topics, 30, message="topic deleted")
+    wait_until(lambda: create_topic(broker, "again", 1) is None, 30, message="topic created again")
+    produce_confluent(broker, "again", [(None, b"new %d" % i) for i in range(3)])
+    consumer = Consumer(consumer_config(broker, "again-reader"))
+    consumer.assign([TopicPartition("again", 0, 0)])
+    got = drain(consumer, 3)
+    assert consumer.poll(1.0) is None
+    consumer.close()
+    assert [(m.offset(), m.value()) for m in got] == [(0, b"new 0"), (1, b"new 1"), (2, b"new 2")]

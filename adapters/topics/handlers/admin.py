@@ -4,8 +4,9 @@ Topics live in the metadata store (catalog.py), so any broker can create or dele
 CreateTopics waits (up to the request's timeout, at most CREATE_WAIT_S) until every new
 partition has a leader, so a producer that starts right after finds them. The replication
 factor is accepted and not used: a partition's data is replicated by its ledgers' quorums.
-DeleteTopics removes the topic's record, then its logs; the partitions' leaders notice and
-step down.
+DeleteTopics removes the topic's record, waits (at most DELETE_WAIT_S) until the partitions'
+leaders noticed and stepped down, then deletes the logs, so a topic created again under the same
+name starts from empty logs with new leaders.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from walkit.adapters.topics import errors, snapshots
 from walkit.adapters.topics.catalog import DEFAULT_CONFIGS, check_configs, check_topic_name, partition_log
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.ownership import Slot
-from walkit.errors import BadVersion, NoSuchLog, WalkitError
+from walkit.errors import BadVersion, NoSuchKey, NoSuchLog, WalkitError
 
 CREATE_WAIT_S = 10.0
+DELETE_WAIT_S = 15.0
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 _INT_TYPES = {"retention.ms": 5, "retention.bytes": 5, "segment.ms": 5, "segment.bytes": 3, "max.message.bytes": 3}
@@ -98,13 +100,32 @@ def _delete_logs(client, topic) -> None:
             break
 
 
+def _wait_for_no_leaders(store, topic, timeout: float) -> None:
+    """_wait_for_no_leaders waits until no broker holds the election of a deleted topic's partitions.
+
+    Until then a new topic of the same name could be led by a broker still serving the old one.
+    The key is walkit.election's documented leader key, ``elections/<name>/leader``.
+    """
+    deadline = time.monotonic() + timeout
+    for partition in range(topic.partitions):
+        key = f"elections/{Slot(topic.name, partition).election_name}/leader"
+        while time.monotonic() < deadline:
+            try:
+                store.get(key)
+            except NoSuchKey:
+                break
+            time.sleep(0.05)
+
+
 async def delete_topics(broker, connection, request):
-    """delete_topics deletes topics and their partitions' logs."""
+    """delete_topics deletes topics and their partitions' logs, once their leaders stepped down."""
     results = []
     for name in request.body.topic_names or []:
         code, message = errors.NONE, None
         try:
             topic = await broker.loop.run_in_executor(None, broker.catalog.delete_topic, name)
+            broker.ownership.wake()
+            await broker.loop.run_in_executor(None, _wait_for_no_leaders, broker.client.store, topic, DELETE_WAIT_S)
             await broker.loop.run_in_executor(None, _delete_logs, broker.client, topic)
         except KafkaError as exc:
             code, message = exc.code, str(exc)
