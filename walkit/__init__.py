@@ -23,6 +23,7 @@ _EXPORTS = {
     "Client": "walkit.client.api", "ReadHandle": "walkit.client.api", "WriteHandle": "walkit.client.api",
     "LogRecord": "walkit.client.log", "LogWriter": "walkit.client.log",
     "LeaderElection": "walkit.election", "LocalCluster": "walkit.local",
+    "StateMachine": "walkit.replication", "replicate": "walkit.replication", "ReplicatedNode": "walkit.replication",
 }
 
 __all__ = sorted([*_EXPORTS, "errors"])

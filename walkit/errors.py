@@ -124,5 +124,16 @@ class LogContention(WalkitError):
     """LogContention is raised when open_log keeps losing the ledger-list CAS to other writers."""
 
 
+class NotLeader(WalkitError):
+    """NotLeader is raised by a replicated node that is not the leader: submit there instead.
+
+    `leader` is the node id of the leader as last known (None while unknown).
+    """
+
+    def __init__(self, message: str, leader: str | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
 class LogTruncated(WalkitError):
     """LogTruncated is raised to a log reader when truncation removed records it had not read yet."""

@@ -232,10 +232,25 @@ class Client:
             raise NoSuchLedger(f"no ledger {ledger_id}") from None
         return LedgerMetadata.from_bytes(value), version
 
-    def _run(self, machine, timeout: float, what: str):
+    def ledger_end(self, ledger_id: int, *, timeout: float | None = None) -> int:
+        """ledger_end returns the highest entry of a ledger that may have been acknowledged.
+
+        For a closed ledger that is its last entry. For an unclosed one it is the highest entry
+        stored by the bookies that answered (at least EC = (E - Qa) + 1 of the last fragment's),
+        which bounds every entry the writer acknowledged so far, even those the bookies' LAC does
+        not cover yet. Linearizable read barriers wait for it (walkit.replicate).
+        """
+        metadata = self.ledger_metadata(ledger_id)
+        if metadata.state == CLOSED:
+            return metadata.last_entry_id
+        timeout = timeout or self.timeout
+        done = self._run(LacReader(metadata), timeout, f"reading the end of ledger {ledger_id}", whole=True)
+        return done.last_entry_id
+
+    def _run(self, machine, timeout: float, what: str, whole: bool = False):
         """_run drives a one-shot machine (recovery, LAC read) on the I/O thread and waits."""
         future: Future = Future()
-        driver = OutcomeDriver(machine, future)
+        driver = OutcomeDriver(machine, future, whole)
         self._loop.call(lambda: self._loop.attach(driver, machine.start()))
         return _wait(future, timeout, what)
 

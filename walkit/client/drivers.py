@@ -94,19 +94,21 @@ class ReaderDriver(Driver):
 class OutcomeDriver(Driver):
     """OutcomeDriver resolves one future from a machine's single final command.
 
-    It serves recovery (CompleteRecovery / FailRecovery) and LAC reads (CompleteRead / FailRead).
+    It serves recovery (CompleteRecovery / FailRecovery) and LAC reads (CompleteRead / FailRead:
+    the LAC, or the CompleteRead itself with `whole`).
     """
 
-    def __init__(self, machine, future: Future) -> None:
+    def __init__(self, machine, future: Future, whole: bool = False) -> None:
         self.machine = machine
         self.future = future
+        self.whole = whole
 
     def handle(self, command) -> None:
         kind = type(command)
         if kind is ev.CompleteRecovery:
             self.future.set_result((command.metadata, command.version))
         elif kind is ev.CompleteRead:
-            self.future.set_result(command.lac)
+            self.future.set_result(command if self.whole else command.lac)
         elif kind in (ev.FailRecovery, ev.FailRead):
             self.future.set_exception(command.error)
         else:

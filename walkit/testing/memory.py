@@ -62,11 +62,18 @@ class MemoryCluster:
         if address not in self._sessions:
             self._sessions[address] = self.registry.register(BookieInfo(address, storage="memory://"))
 
-    def client(self, **options):
-        """client returns a new Client on this cluster (closed with the cluster)."""
+    def client(self, own_store: bool = False, **options):
+        """client returns a new Client on this cluster (closed with the cluster).
+
+        Clients share the cluster's metadata store unless `own_store`: then the client opens its
+        own (a candidate in an election, such as a walkit.replicate node, needs one).
+        """
         from walkit.client.api import Client
         merged = {**self._client_options, **options}
-        client = Client(self.store, transport=self.network.transport(), **merged)
+        store = open_metadata(self.metadata_url) if own_store else self.store
+        client = Client(store, transport=self.network.transport(), **merged)
+        if own_store:
+            client._owns_store = True
         self._clients.append(client)
         return client
 

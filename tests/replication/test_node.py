@@ -1,0 +1,157 @@
+"""walkit.replicate over in-process bookies: leadership, group commit, exactly-once apply, snapshots, reads."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import walkit
+from walkit.errors import NotLeader
+
+from .machines import Counter
+
+
+def wait_for(predicate, timeout: float = 20.0, message: str = ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not within {timeout} s: {message or predicate}")
+        time.sleep(0.01)
+
+
+def leader_of(nodes):
+    return wait_for(lambda: next((n for n in nodes if n.is_leader), None), message="no leader")
+
+
+def same_history(nodes) -> list:
+    """same_history checks that every node applied the same records in the same order, and returns it."""
+    target = max(n.applied for n in nodes if n.applied is not None)
+    for node in nodes:
+        wait_for(lambda node=node: node.applied is not None and node.applied >= target, message=f"{node.node_id} lags")
+    logs = [n.machine.log for n in nodes]
+    assert all(log == logs[0] for log in logs), "nodes applied different histories"
+    ids = [i for _, i in logs[0]]
+    assert len(ids) == len(set(ids)), "a record was applied twice"
+    positions = [p for p, _ in logs[0]]
+    assert positions == sorted(positions), "records were applied out of log order"
+    return ids
+
+
+def test_one_leader_applies_submissions_and_followers_follow_in_the_same_order(nodes):
+    group = nodes(3)
+    leader = leader_of(group)
+    results = [leader.submit(f"r{i}:{i}".encode()) for i in range(1, 11)]
+    assert results == [sum(range(1, i + 1)) for i in range(1, 11)]       # apply's results, in order
+    assert leader.leader == leader.node_id
+    ids = same_history(group)
+    assert ids == [f"r{i}" for i in range(1, 11)]
+    for follower in (n for n in group if n is not leader):
+        assert follower.machine.value == 55
+        with pytest.raises(NotLeader) as refused:
+            follower.submit(b"x:1")
+        assert wait_for(lambda f=follower: f.leader) == leader.node_id
+        assert refused.value.leader in (None, leader.node_id)
+
+
+def test_concurrent_submitters_share_log_entries(nodes):
+    leader = leader_of(nodes(1))
+    positions, lock = [], threading.Lock()
+
+    def submitter(k: int) -> None:
+        for i in range(20):
+            leader.submit(f"t{k}-{i}:1".encode())
+
+    threads = [threading.Thread(target=submitter, args=(k,)) for k in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert leader.machine.value == 640
+    entries = {p for p, _ in leader.machine.log}
+    assert len(entries) < 640, "every record took an entry of its own: no group commit"
+
+
+def test_every_acknowledged_record_is_applied_once_on_every_node_across_a_leader_change(nodes):
+    group = nodes(3)
+    first = leader_of(group)
+    acked = [f"a{i}" for i in range(30) if first.submit(f"a{i}:1".encode())]
+    first.close()                                          # steps down cleanly; another node takes over
+    rest = [n for n in group if n is not first]
+    second = leader_of(rest)
+    acked += [f"b{i}" for i in range(30) if second.submit(f"b{i}:1".encode())]
+    ids = same_history(rest)
+    assert ids == acked
+    assert all(n.machine.value == 60 for n in rest)
+
+
+def test_a_node_that_was_away_while_two_snapshots_truncated_the_log_starts_from_the_latest(cluster, nodes):
+    group = nodes(2, snapshot_every_records=0, roll_entries=5)
+    leader = leader_of(group)
+    for round_ in range(2):
+        for i in range(12):
+            leader.submit(f"s{round_}-{i}:1".encode())
+        pointer = leader.snapshot_now()
+        assert pointer is not None and pointer.position == leader.applied
+    metadata = cluster.client().log_metadata("replicated-counter")
+    assert metadata.truncated_to >= 0, "the snapshots did not truncate the log"
+    for i in range(3):
+        leader.submit(f"after-{i}:1".encode())
+    (late,) = nodes(1)                                     # a new node: the log's start is gone
+    late.wait_ready(20)
+    assert late.snapshot_position == pointer.position      # it began from the latest snapshot
+    assert wait_for(lambda: late.machine.value == 27)
+    assert [i for _, i in late.machine.log] == [i for _, i in leader.machine.log]
+
+
+def test_read_barrier_on_a_follower_sees_every_write_acknowledged_before_the_call(nodes):
+    group = nodes(3, poll_s=5.0)                            # followers long-poll slowly: no luck involved
+    leader = leader_of(group)
+    followers = [n for n in group if n is not leader]
+    for i in range(1, 21):
+        value = leader.submit(f"w{i}:1".encode())
+        follower = followers[i % 2]
+        follower.read_barrier(10)
+        assert follower.machine.value >= value
+
+
+def test_read_barrier_on_the_leader_proves_leadership_once_its_lease_expired(nodes):
+    (leader,) = nodes(1, lease_ms=50)
+    leader = leader_of([leader])
+    leader.submit(b"x:1")
+    time.sleep(0.1)                                         # let the 50 ms lease run out
+    assert not leader.lease_valid
+    assert leader.read_barrier(10) == leader.applied
+    assert leader.lease_valid                               # proving it renewed the lease
+
+
+def test_a_failing_apply_is_the_records_result_on_every_node(nodes):
+    group = nodes(2)
+    leader = leader_of(group)
+    with pytest.raises(ValueError):
+        leader.submit(b"bad:not-a-number")
+    assert leader.submit(b"good:2") == 2           # the bad record changed nothing, here or elsewhere
+    assert same_history(group) == ["good"]
+    assert all(n.machine.value == 2 for n in group)
+
+
+def test_a_deposed_leader_stops_accepting_and_follows_the_new_writer(cluster, nodes):
+    group = nodes(2)
+    leader = leader_of(group)
+    leader.submit(b"before:1")
+    other = next(n for n in group if n is not leader)
+    # Another writer opens the log (as a new leader would): the old leader's next append is fenced.
+    intruder = cluster.client(own_store=True).open_log("replicated-counter")
+    intruder.append(walkit.replication.batch.encode([b"intruder:100"]))
+    with pytest.raises(walkit.errors.WalkitError):
+        leader.submit(b"fenced:1", timeout=10)
+    intruder.close()
+    new = leader_of(group)
+    new.submit(b"after:1")
+    ids = same_history(group)
+    assert ids[:2] == ["before", "intruder"] and ids[-1] == "after"
+    assert other.machine.value == leader.machine.value

@@ -1,0 +1,41 @@
+"""walkit.replication is the WAL a database embeds: a replicated state machine on a walkit log (DESIGN.md §7).
+
+    class Counter(walkit.StateMachine):
+        def __init__(self): self.value = 0
+        def apply(self, record, position):
+            self.value += int(record); return self.value
+        def snapshot(self, out): out.write(str(self.value).encode())
+        def restore(self, src): self.value = int(src.read())
+
+    node = walkit.replicate(Counter(), client=client, name="counter", node_id="10.0.0.5:7000")
+    node.submit(b"1")                 # leader: appended, acknowledged, applied -> apply's result
+    node.read_barrier()               # everything acknowledged before this call is applied here
+
+Each node runs an election, the single log writer on the leader (opening the log fences the
+previous leader), followers that tail the log, snapshots kept in ledgers with the log truncated
+behind them, and linearizable reads. See walkit.replication.node for how, and README.md
+"Replicated state machines" for the guarantees.
+"""
+
+from __future__ import annotations
+
+from walkit.replication.machine import StateMachine
+from walkit.replication.node import ReplicatedNode
+from walkit.replication.snapshots import SnapshotPointer
+
+__all__ = ["ReplicatedNode", "SnapshotPointer", "StateMachine", "replicate"]
+
+
+def replicate(machine: StateMachine, *, client, name: str, node_id: str, **options) -> ReplicatedNode:
+    """replicate makes `machine` one node of replicated machine `name` and starts it.
+
+    `client` is this node's own walkit.Client; `node_id` names the node to the others. Options:
+    `password`; the log's `ensemble`, `write_quorum`, `ack_quorum`, `roll_bytes`, `roll_entries`;
+    snapshots every `snapshot_every_records` (100,000), `snapshot_every_bytes` (0: off) or
+    `snapshot_every_s` (0: off); `lease_ms` (1000; 0: a leader proves it leads on every read
+    barrier); group commit limits `max_batch_records`, `max_batch_bytes`, `max_entries_in_flight`;
+    `poll_s`, how often a follower looks for a closed ledger. It returns the started
+    ReplicatedNode: submit, submit_async, is_leader, leader, applied, lag, ready, wait_ready,
+    read_barrier, snapshot_now, close.
+    """
+    return ReplicatedNode(machine, client=client, name=name, node_id=node_id, **options).start()

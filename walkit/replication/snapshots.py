@@ -1,0 +1,177 @@
+"""walkit.replication.snapshots keeps a replicated machine's snapshots in ledgers of its own cluster.
+
+A snapshot is a ledger: entry 0 is a JSON header (the log position the state was taken at, the
+byte size and crc32c of the state), the following entries are the bytes `StateMachine.snapshot`
+wrote, in chunks of CHUNK_BYTES. The metadata key ``replication/<name>/snapshot`` points at
+the current one (`SnapshotPointer`).
+
+Order (walkit.replication.node): take the state at position P between two entries, write and
+close the ledger in the background, CAS the pointer to {ledger, P}, delete the snapshot
+ledgers it replaced, then truncate the log before P. The pointer moves only forward and only
+to closed ledgers, so whoever follows it finds a whole snapshot and the log from P on.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import BinaryIO
+
+import crc32c
+
+from walkit.core.loglist import Position
+from walkit.errors import BadVersion, NodeExists, NoSuchKey, NoSuchLedger, WalkitError
+
+FORMAT = 1
+CHUNK_BYTES = 1 << 20
+_IN_FLIGHT = 16
+#: Snapshots up to this size are loaded in memory; larger ones spill to a temporary file.
+SPOOL_BYTES = 64 << 20
+
+
+class SnapshotError(WalkitError):
+    """SnapshotError is raised when a snapshot ledger does not hold what its header promises."""
+
+
+def pointer_key(name: str) -> str:
+    """pointer_key is the metadata key naming the current snapshot of replicated machine `name`."""
+    return f"replication/{name}/snapshot"
+
+
+@dataclass(frozen=True)
+class SnapshotPointer:
+    """SnapshotPointer names a snapshot ledger and the log position its state was taken at."""
+
+    ledger_id: int
+    position: Position
+    size: int
+    created_ms: int = 0
+
+    def to_bytes(self) -> bytes:
+        """to_bytes encodes the pointer as JSON."""
+        doc = asdict(self)
+        doc["position"] = str(self.position)
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "SnapshotPointer":
+        """from_bytes decodes a pointer written by `to_bytes`."""
+        doc = json.loads(data)
+        doc["position"] = Position.parse(doc["position"])
+        return cls(**doc)
+
+
+def read_pointer(store, name: str) -> tuple[SnapshotPointer | None, int | None]:
+    """read_pointer returns the current pointer and its version (None, None if there is no snapshot)."""
+    try:
+        value, version = store.get(pointer_key(name))
+    except NoSuchKey:
+        return None, None
+    return SnapshotPointer.from_bytes(value), version
+
+
+def spool() -> BinaryIO:
+    """spool returns the buffer a snapshot is written into: memory first, a temporary file when large."""
+    return tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
+
+
+def write_snapshot(client, name: str, state: BinaryIO, position: Position, *, ensemble: int, write_quorum: int,
+                   ack_quorum: int, password: bytes = b"") -> SnapshotPointer:
+    """write_snapshot copies `state` (a local buffer, read from its start) into a new closed ledger.
+
+    It returns the pointer to publish. The state is read twice: once for the header's size and
+    crc32c, once to write it.
+    """
+    state.seek(0)
+    size = crc = 0
+    while chunk := state.read(CHUNK_BYTES):
+        size += len(chunk)
+        crc = crc32c.crc32c(chunk, crc)
+    state.seek(0)
+    writer = client.create_ledger(ensemble, write_quorum, ack_quorum, password=password,
+                                  custom={"replication": name, "snapshot": str(position)})
+    header = {"format": FORMAT, "name": name, "position": str(position), "size": size, "crc32c": crc}
+    pending = [writer.append_async(json.dumps(header).encode())]
+    while chunk := state.read(CHUNK_BYTES):
+        pending.append(writer.append_async(chunk))
+        if len(pending) >= _IN_FLIGHT:
+            pending.pop(0).result(client.timeout)
+    for future in pending:
+        future.result(client.timeout)
+    writer.close()
+    return SnapshotPointer(writer.ledger_id, position, size, created_ms=int(time.time() * 1000))
+
+
+def publish(store, name: str, pointer: SnapshotPointer) -> SnapshotPointer | None:
+    """publish moves the pointer to `pointer` by compare-and-swap, only forward.
+
+    It returns the pointer it replaced (its ledger is now unused), `pointer` itself if there was
+    none before, or None if the current pointer is already at or past `pointer.position`.
+    """
+    key = pointer_key(name)
+    while True:
+        current, version = read_pointer(store, name)
+        if current is not None and current.position >= pointer.position:
+            return None
+        try:
+            if current is None:
+                store.create(key, pointer.to_bytes())
+                return pointer
+            store.put(key, pointer.to_bytes(), version)
+            return current
+        except (BadVersion, NodeExists, NoSuchKey):
+            continue                        # another node moved it: look again
+
+
+def load_snapshot(client, pointer: SnapshotPointer, password: bytes = b"") -> BinaryIO:
+    """load_snapshot reads the ledger a pointer names into a buffer positioned at its start.
+
+    It raises NoSuchLedger if the ledger was deleted (a newer snapshot replaced it: read the
+    pointer again) and SnapshotError if the ledger does not match its header.
+    """
+    reader = client.open_ledger(pointer.ledger_id, password=password)
+    entries = iter(reader.read())
+    try:
+        header = json.loads(next(entries).payload)
+    except StopIteration:
+        raise SnapshotError(f"snapshot ledger {pointer.ledger_id} is empty") from None
+    if header.get("format") != FORMAT or header.get("position") != str(pointer.position):
+        raise SnapshotError(f"snapshot ledger {pointer.ledger_id} holds {header}, not position {pointer.position}")
+    out, size, crc = spool(), 0, 0
+    for entry in entries:
+        out.write(entry.payload)
+        size += len(entry.payload)
+        crc = crc32c.crc32c(entry.payload, crc)
+    if (size, crc) != (header["size"], header["crc32c"]):
+        raise SnapshotError(f"snapshot ledger {pointer.ledger_id} holds {size} bytes (crc {crc:#x}), its header "
+                            f"says {header['size']} (crc {header['crc32c']:#x})")
+    out.seek(0)
+    return out
+
+
+def collect_garbage(client, name: str, pointer: SnapshotPointer) -> list[int]:
+    """collect_garbage deletes the snapshot ledgers of `name` at or before `pointer`, except its own.
+
+    The pointer only moves forward, so such a ledger can never be published again: it is a
+    replaced snapshot, or one whose writer died before publishing it. Ledgers of snapshots past
+    the pointer are left alone (their writer may still publish them). Returns the deleted ids.
+    """
+    deleted = []
+    for ledger_id in client.list_ledgers():
+        if ledger_id == pointer.ledger_id:
+            continue
+        try:
+            custom = client.ledger_metadata(ledger_id).custom
+        except NoSuchLedger:
+            continue
+        if custom.get("replication") != name or "snapshot" not in custom:
+            continue
+        if Position.parse(custom["snapshot"]) <= pointer.position:
+            try:
+                client.delete_ledger(ledger_id)
+                deleted.append(ledger_id)
+            except NoSuchLedger:
+                pass
+    return deleted
