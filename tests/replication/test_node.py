@@ -155,3 +155,17 @@ def test_a_deposed_leader_stops_accepting_and_follows_the_new_writer(cluster, no
     ids = same_history(group)
     assert ids[:2] == ["before", "intruder"] and ids[-1] == "after"
     assert other.machine.value == leader.machine.value
+
+
+def test_step_down_hands_leadership_to_another_node_and_reports_roles(nodes):
+    roles: list[tuple[str, str]] = []
+    group = nodes(2)
+    for node in group:
+        node.on_role = lambda role, node=node: roles.append((node.node_id, role))
+    first = leader_of(group)
+    first.submit(b"one:1")
+    first.step_down()
+    second = leader_of([n for n in group if n is not first])
+    assert second.submit(b"two:1") == 2
+    assert (first.node_id, "follower") in roles and (second.node_id, "leader") in roles
+    assert same_history(group) == ["one", "two"]

@@ -34,8 +34,9 @@ def replicate(machine: StateMachine, *, client, name: str, node_id: str, **optio
     snapshots every `snapshot_every_records` (100,000), `snapshot_every_bytes` (0: off) or
     `snapshot_every_s` (0: off); `lease_ms` (1000; 0: a leader proves it leads on every read
     barrier); group commit limits `max_batch_records`, `max_batch_bytes`, `max_entries_in_flight`;
-    `poll_s`, how often a follower looks for a closed ledger. It returns the started
+    `poll_s`, how often a follower looks for a closed ledger; `on_role(role)`, called with
+    "leader" or "follower" when this node's role changes. It returns the started
     ReplicatedNode: submit, submit_async, is_leader, leader, applied, lag, ready, wait_ready,
-    read_barrier, snapshot_now, close.
+    read_barrier, snapshot_now, step_down, close.
     """
     return ReplicatedNode(machine, client=client, name=name, node_id=node_id, **options).start()

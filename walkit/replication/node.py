@@ -93,7 +93,8 @@ class ReplicatedNode:
                  ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2, roll_bytes: int = 64 << 20,
                  roll_entries: int = 0, snapshot_every_records: int = 100_000, snapshot_every_bytes: int = 0,
                  snapshot_every_s: float = 0.0, lease_ms: int = 1000, max_batch_records: int = 4096,
-                 max_batch_bytes: int = 1 << 20, max_entries_in_flight: int = 8, poll_s: float = 0.2) -> None:
+                 max_batch_bytes: int = 1 << 20, max_entries_in_flight: int = 8, poll_s: float = 0.2,
+                 on_role: Callable[[str], None] | None = None) -> None:
         if not isinstance(machine, StateMachine):
             raise ConfigError(f"replicate needs a walkit.StateMachine, not {type(machine).__name__}")
         if not isinstance(node_id, str) or not node_id:
@@ -118,6 +119,8 @@ class ReplicatedNode:
         self.max_batch_bytes = max_batch_bytes
         self.max_entries_in_flight = max_entries_in_flight
         self.poll_s = poll_s
+        self.on_role = on_role
+        self._resigning = threading.Event()
         self.election = LeaderElection(client.store, f"replication/{name}", node_id, on_lost=self._session_lost)
         # applied state (written by the apply thread)
         self._applied: Position | None = None
@@ -191,6 +194,23 @@ class ReplicatedNode:
     def lease_valid(self) -> bool:
         """lease_valid is True on a leader whose lease runs (see the module doc): its state is current."""
         return self._leading and time.monotonic() < self._lease_until
+
+    def step_down(self) -> None:
+        """step_down makes a leader give up leadership (cleanly, like close) and campaign again later.
+
+        Records in flight complete first. Another node may win the election meanwhile; this
+        one waits `RETRY_S` before it campaigns again. Nothing happens on a follower.
+        """
+        if self._leading:
+            self._resigning.set()
+            self._depose("asked to step down")
+
+    def _role_changed(self, role: str) -> None:
+        if self.on_role is not None:
+            try:
+                self.on_role(role)
+            except Exception:  # noqa: BLE001 - the application's callback must not stop the node
+                log.exception("%s: on_role(%r) failed", self.node_id, role)
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """wait_ready blocks until `ready`; Timeout after `timeout` seconds."""
@@ -697,6 +717,7 @@ class ReplicatedNode:
         self._leader = self.node_id
         self._ready.set()
         log.info("%s leads %s (epoch %d): applied up to %s", self.node_id, self.name, epoch, self._applied)
+        self._role_changed("leader")
         while not self._stopping.is_set() and not self._deposed.is_set():
             self._deposed.wait(1.0)
 
@@ -744,6 +765,10 @@ class ReplicatedNode:
         if self._leader == self.node_id:
             self._leader = None
         self.election.resign()
+        self._role_changed("follower")
+        if self._resigning.is_set():         # let another node win before this one campaigns again
+            self._resigning.clear()
+            self._stopping.wait(CAMPAIGN_SLICE_S)
 
     # -- closing ----------------------------------------------------------------------------------
     def close(self, timeout: float = 15.0) -> None:
