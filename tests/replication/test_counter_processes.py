@@ -10,7 +10,6 @@ become part of the log (a leader applies only what the log acknowledged).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +24,6 @@ from walkit.local import LocalCluster
 
 pytestmark = pytest.mark.slow
 
-NODE = os.path.join(os.path.dirname(__file__), "counter_process.py")
 
 
 class Node:
@@ -34,7 +32,7 @@ class Node:
     def __init__(self, url: str, node_id: str, applied_file: str) -> None:
         self.node_id = node_id
         self.applied_file = applied_file
-        self.process = subprocess.Popen([sys.executable, NODE, url, node_id, applied_file],
+        self.process = subprocess.Popen([sys.executable, "-m", "walkit.testing.counter_node", url, node_id, applied_file],
                                         stdout=subprocess.PIPE, text=True)
         line = self.process.stdout.readline()
         assert line.startswith("listening "), line

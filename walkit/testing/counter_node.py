@@ -1,7 +1,8 @@
-"""A replicated counter node in its own process, driven over HTTP by the replication tests.
+"""walkit.testing.counter_node: a replicated counter node in its own process, driven over HTTP.
 
-    python tests/replication/counter_process.py METADATA_URL NODE_ID APPLIED_FILE
+    python -m walkit.testing.counter_node METADATA_URL NODE_ID APPLIED_FILE
 
+The replication tests and benchmarks/replicate_bench.py start it to SIGKILL a leader for real.
 It prints "listening PORT" once its HTTP server (127.0.0.1, a free port) is up, then serves:
 
     POST /submit   body: a record "<id>:<delta>"  -> 200 {"value": ...} | 409 {"leader": ...} | 503 {"error": ...}
