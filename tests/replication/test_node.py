@@ -169,3 +169,18 @@ def test_step_down_hands_leadership_to_another_node_and_reports_roles(nodes):
     assert second.submit(b"two:1") == 2
     assert (first.node_id, "follower") in roles and (second.node_id, "leader") in roles
     assert same_history(group) == ["one", "two"]
+
+
+def test_a_retention_window_keeps_older_snapshots_and_the_log_after_the_oldest(cluster, nodes):
+    from walkit.replication.snapshots import list_snapshots
+    (leader,) = nodes(1, snapshot_every_records=0, roll_entries=3, retention_s=3600)
+    leader = leader_of([leader])
+    firsts = []
+    for round_ in range(3):
+        for i in range(5):
+            leader.submit(f"k{round_}-{i}:1".encode())
+        firsts.append(leader.snapshot_now().position)
+    client = cluster.client()
+    assert [s.position for s in list_snapshots(client, "counter")] == firsts     # all three kept
+    segments = client.log_metadata("replicated-counter").segments
+    assert segments[0].ledger_id <= firsts[0].ledger_id                          # the log from the oldest on

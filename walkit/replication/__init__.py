@@ -32,7 +32,8 @@ def replicate(machine: StateMachine, *, client, name: str, node_id: str, **optio
     `client` is this node's own walkit.Client; `node_id` names the node to the others. Options:
     `password`; the log's `ensemble`, `write_quorum`, `ack_quorum`, `roll_bytes`, `roll_entries`;
     snapshots every `snapshot_every_records` (100,000), `snapshot_every_bytes` (0: off) or
-    `snapshot_every_s` (0: off); `lease_ms` (1000; 0: a leader proves it leads on every read
+    `snapshot_every_s` (0: off); `retention_s` (0: keep only the latest snapshot and the log after
+    it; otherwise keep what rebuilds any state of the last `retention_s` seconds); `lease_ms` (1000; 0: a leader proves it leads on every read
     barrier); group commit limits `max_batch_records`, `max_batch_bytes`, `max_entries_in_flight`;
     `poll_s`, how often a follower looks for a closed ledger; `on_role(role)`, called with
     "leader" or "follower" when this node's role changes. It returns the started

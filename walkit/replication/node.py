@@ -22,7 +22,9 @@ Everything that touches the machine runs on one apply thread. Snapshots: after
 `snapshot_every_records` records, `snapshot_every_bytes` record bytes or `snapshot_every_s`
 seconds (leader only), the machine is snapshotted between two entries; the bytes go to a ledger
 in the background, the pointer moves forward by CAS, the log is truncated behind it and earlier
-snapshot ledgers are deleted (walkit.replication.snapshots). A node overtaken by truncation
+snapshot ledgers are deleted (walkit.replication.snapshots). With `retention_s`, the snapshots
+and the log needed to rebuild any state of the last `retention_s` seconds are kept (the newest
+snapshot taken before the window, and everything after it): point-in-time restores. A node overtaken by truncation
 loads the latest snapshot.
 
 Reads: `read_barrier()` returns once the node applied everything acknowledged before the call.
@@ -51,7 +53,8 @@ from walkit.errors import ConfigError, LogTruncated, NoSuchLedger, NoSuchLog, No
 from walkit.replication import batch
 from walkit.replication.machine import StateMachine
 from walkit.replication.snapshots import (
-    SnapshotPointer, collect_garbage, load_snapshot, publish, read_pointer, spool, write_snapshot,
+    SnapshotPointer, collect_garbage, list_snapshots, load_snapshot, publish, read_pointer, retained, spool,
+    write_snapshot,
 )
 
 log = logging.getLogger("walkit.replication")
@@ -92,7 +95,7 @@ class ReplicatedNode:
     def __init__(self, machine: StateMachine, *, client, name: str, node_id: str, password: bytes | str = b"",
                  ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2, roll_bytes: int = 64 << 20,
                  roll_entries: int = 0, snapshot_every_records: int = 100_000, snapshot_every_bytes: int = 0,
-                 snapshot_every_s: float = 0.0, lease_ms: int = 1000, max_batch_records: int = 4096,
+                 snapshot_every_s: float = 0.0, retention_s: float = 0.0, lease_ms: int = 1000, max_batch_records: int = 4096,
                  max_batch_bytes: int = 1 << 20, max_entries_in_flight: int = 8, poll_s: float = 0.2,
                  on_role: Callable[[str], None] | None = None) -> None:
         if not isinstance(machine, StateMachine):
@@ -100,6 +103,7 @@ class ReplicatedNode:
         if not isinstance(node_id, str) or not node_id:
             raise ConfigError(f"node_id is a non-empty string, not {node_id!r}")
         for option, value in (("snapshot_every_records", snapshot_every_records), ("lease_ms", lease_ms),
+                              ("retention_s", retention_s),
                               ("snapshot_every_bytes", snapshot_every_bytes), ("snapshot_every_s", snapshot_every_s)):
             if value < 0:
                 raise ConfigError(f"{option} must not be negative, got {value}")
@@ -114,6 +118,7 @@ class ReplicatedNode:
         self.snapshot_every_records = snapshot_every_records
         self.snapshot_every_bytes = snapshot_every_bytes
         self.snapshot_every_s = snapshot_every_s
+        self.retention_ms = int(retention_s * 1000)
         self.lease_s = lease_ms / 1000
         self.max_batch_records = max_batch_records
         self.max_batch_bytes = max_batch_bytes
@@ -449,8 +454,10 @@ class ReplicatedNode:
             out.close()
         if pointer is not None:
             try:
-                collect_garbage(self.client, self.name, pointer)
-                deleted = writer.truncate(before=position)
+                keep = retained(list_snapshots(self.client, self.name), pointer, self.retention_ms,
+                                int(time.time() * 1000))
+                collect_garbage(self.client, self.name, keep, pointer)
+                deleted = writer.truncate(before=keep.position)
                 log.info("%s: snapshot of %s at %s in ledger %d (%d bytes); truncated ledgers %s", self.node_id,
                          self.name, position, pointer.ledger_id, pointer.size, deleted or "none")
             except WalkitError as exc:        # the next snapshot's truncation catches up

@@ -90,8 +90,9 @@ def write_snapshot(client, name: str, state: BinaryIO, position: Position, *, en
         size += len(chunk)
         crc = crc32c.crc32c(chunk, crc)
     state.seek(0)
+    created_ms = int(time.time() * 1000)
     writer = client.create_ledger(ensemble, write_quorum, ack_quorum, password=password,
-                                  custom={"replication": name, "snapshot": str(position)})
+                                  custom={"replication": name, "snapshot": str(position), "created_ms": str(created_ms)})
     header = {"format": FORMAT, "name": name, "position": str(position), "size": size, "crc32c": crc}
     pending = [writer.append_async(json.dumps(header).encode())]
     while chunk := state.read(CHUNK_BYTES):
@@ -101,7 +102,7 @@ def write_snapshot(client, name: str, state: BinaryIO, position: Position, *, en
     for future in pending:
         future.result(client.timeout)
     writer.close()
-    return SnapshotPointer(writer.ledger_id, position, size, created_ms=int(time.time() * 1000))
+    return SnapshotPointer(writer.ledger_id, position, size, created_ms=created_ms)
 
 
 def publish(store, name: str, pointer: SnapshotPointer) -> SnapshotPointer | None:
@@ -151,27 +152,73 @@ def load_snapshot(client, pointer: SnapshotPointer, password: bytes = b"") -> Bi
     return out
 
 
-def collect_garbage(client, name: str, pointer: SnapshotPointer) -> list[int]:
-    """collect_garbage deletes the snapshot ledgers of `name` at or before `pointer`, except its own.
+def list_snapshots(client, name: str) -> list[SnapshotPointer]:
+    """list_snapshots lists the closed snapshot ledgers of `name`, oldest position first.
 
-    The pointer only moves forward, so such a ledger can never be published again: it is a
-    replaced snapshot, or one whose writer died before publishing it. Ledgers of snapshots past
-    the pointer are left alone (their writer may still publish them). Returns the deleted ids.
+    Each comes back as the pointer that would name it (sizes are 0: only the header knows them).
+    Point-in-time restores pick their starting snapshot here.
     """
-    deleted = []
+    found = []
     for ledger_id in client.list_ledgers():
-        if ledger_id == pointer.ledger_id:
-            continue
         try:
-            custom = client.ledger_metadata(ledger_id).custom
+            metadata = client.ledger_metadata(ledger_id)
         except NoSuchLedger:
             continue
-        if custom.get("replication") != name or "snapshot" not in custom:
+        custom = metadata.custom
+        if custom.get("replication") != name or "snapshot" not in custom or metadata.state != "CLOSED":
             continue
-        if Position.parse(custom["snapshot"]) <= pointer.position:
-            try:
-                client.delete_ledger(ledger_id)
-                deleted.append(ledger_id)
-            except NoSuchLedger:
-                pass
+        found.append(SnapshotPointer(ledger_id, Position.parse(custom["snapshot"]), 0,
+                                     created_ms=int(custom.get("created_ms", metadata.created_ms))))
+    return sorted(found, key=lambda p: p.position)
+
+
+def retained(snapshots: list[SnapshotPointer], pointer: SnapshotPointer, retention_ms: int,
+             now_ms: int) -> SnapshotPointer:
+    """retained is the oldest snapshot a retention window of `retention_ms` must keep.
+
+    Restoring to any time inside the window needs the newest snapshot taken at or before the
+    window's start (or the oldest one, if none is that old) and the log after it. With no window
+    it is the current `pointer`.
+    """
+    if retention_ms <= 0:
+        return pointer
+    start = now_ms - retention_ms
+    older = [s for s in snapshots if s.created_ms <= start and s.position <= pointer.position]
+    if older:
+        return older[-1]
+    candidates = [s for s in snapshots if s.position <= pointer.position]
+    return candidates[0] if candidates else pointer
+
+
+def collect_garbage(client, name: str, keep_from: SnapshotPointer, current: SnapshotPointer) -> list[int]:
+    """collect_garbage deletes the snapshot ledgers of `name` before `keep_from`, except `current`.
+
+    Snapshots from `keep_from` on (up to and including the current pointer) are kept: a
+    retention window needs them for point-in-time restores. Ledgers of snapshots past the
+    pointer are left alone (their writer may still publish them); ledgers before `keep_from`
+    can never be published again (the pointer only moves forward). Returns the deleted ids.
+    """
+    deleted = []
+    for snapshot in list_snapshots(client, name) + _unclosed_snapshots(client, name):
+        if snapshot.ledger_id in (current.ledger_id, keep_from.ledger_id) or snapshot.position >= keep_from.position:
+            continue
+        try:
+            client.delete_ledger(snapshot.ledger_id)
+            deleted.append(snapshot.ledger_id)
+        except NoSuchLedger:
+            pass
     return deleted
+
+
+def _unclosed_snapshots(client, name: str) -> list[SnapshotPointer]:
+    """_unclosed_snapshots lists snapshot ledgers whose writer died before closing them."""
+    found = []
+    for ledger_id in client.list_ledgers():
+        try:
+            metadata = client.ledger_metadata(ledger_id)
+        except NoSuchLedger:
+            continue
+        custom = metadata.custom
+        if custom.get("replication") == name and "snapshot" in custom and metadata.state != "CLOSED":
+            found.append(SnapshotPointer(ledger_id, Position.parse(custom["snapshot"]), 0))
+    return found
