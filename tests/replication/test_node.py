@@ -184,3 +184,39 @@ def test_a_retention_window_keeps_older_snapshots_and_the_log_after_the_oldest(c
     assert [s.position for s in list_snapshots(client, "counter")] == firsts     # all three kept
     segments = client.log_metadata("replicated-counter").segments
     assert segments[0].ledger_id <= firsts[0].ledger_id                          # the log from the oldest on
+
+
+def test_campaign_when_holds_a_node_back_until_it_may_lead(nodes):
+    allowed = {"node0": False, "node1": True}
+    group = nodes(2, campaign_when=lambda: False)
+    for node in group:
+        node.campaign_when = lambda node=node: allowed[node.node_id]
+    held, free = group
+    assert leader_of(group) is free
+    free.submit(b"one:1")
+    free.close()                                           # resigns: nobody else may campaign yet
+    time.sleep(1.5)
+    assert not held.is_leader
+    allowed["node0"] = True
+    assert leader_of([held]) is held
+    assert held.submit(b"two:1") == 2
+
+
+def test_keep_log_from_limits_how_far_a_snapshot_truncates_the_log(cluster, nodes):
+    keep: list = [None]
+    (leader,) = nodes(1, snapshot_every_records=0, roll_entries=3, keep_log_from=lambda: keep[0])
+    leader = leader_of([leader])
+    positions = []
+    for i in range(10):
+        leader.submit(f"k{i}:1".encode())
+        positions.append(leader.machine.log[-1][0])
+    first = cluster.client().log_metadata("replicated-counter").ledger_ids[0]
+    leader.snapshot_now()
+    assert cluster.client().log_metadata("replicated-counter").ledger_ids[0] == first   # None: keep everything
+    keep[0] = positions[4]
+    leader.submit(b"more:1")
+    leader.snapshot_now()
+    ledgers = cluster.client().log_metadata("replicated-counter").ledger_ids
+    assert ledgers[0] == positions[4].ledger_id > first     # truncated up to the position kept, not the snapshot
+    (late,) = nodes(1)
+    assert wait_for(lambda: late.machine.value == 11)

@@ -36,7 +36,10 @@ def replicate(machine: StateMachine, *, client, name: str, node_id: str, **optio
     it; otherwise keep what rebuilds any state of the last `retention_s` seconds); `lease_ms` (1000; 0: a leader proves it leads on every read
     barrier); group commit limits `max_batch_records`, `max_batch_bytes`, `max_entries_in_flight`;
     `poll_s`, how often a follower looks for a closed ledger; `on_role(role)`, called with
-    "leader" or "follower" when this node's role changes. It returns the started
+    "leader" or "follower" when this node's role changes; `campaign_when()`, asked before each
+    campaign round (False: follow without campaigning for now); `keep_log_from()`, the earliest
+    log position the application still reads (snapshots truncate the log only before it; None:
+    nowhere). It returns the started
     ReplicatedNode: submit, submit_async, is_leader, leader, applied, lag, ready, wait_ready,
     read_barrier, snapshot_now, step_down, close.
     """

@@ -25,7 +25,13 @@ in the background, the pointer moves forward by CAS, the log is truncated behind
 snapshot ledgers are deleted (walkit.replication.snapshots). With `retention_s`, the snapshots
 and the log needed to rebuild any state of the last `retention_s` seconds are kept (the newest
 snapshot taken before the window, and everything after it): point-in-time restores. A node overtaken by truncation
-loads the latest snapshot.
+loads the latest snapshot. An application whose log is also its data (a Kafka partition) passes
+`keep_log_from`: the log is then truncated only before the earlier of that position and the
+snapshot's.
+
+Placement: `campaign_when`, if given, is asked before every campaign round; while it answers
+False the node follows without campaigning, so an application can prefer some nodes as leaders
+(and `step_down` a leader to hand over to them).
 
 Reads: `read_barrier()` returns once the node applied everything acknowledged before the call.
 A leader proves it still leads (its ledger is still the log's last and still OPEN) unless its
@@ -61,6 +67,8 @@ log = logging.getLogger("walkit.replication")
 
 #: How long a campaign waits before the follower refreshes the leader's name and its lag.
 CAMPAIGN_SLICE_S = 1.0
+#: How often a follower that `campaign_when` holds back asks it again.
+GATE_S = 0.2
 #: How long to wait before trying again after a leadership or a load failed.
 RETRY_S = 0.5
 #: The position a node that applied nothing reads from: before any ledger, so truncation shows.
@@ -97,7 +105,8 @@ class ReplicatedNode:
                  roll_entries: int = 0, snapshot_every_records: int = 100_000, snapshot_every_bytes: int = 0,
                  snapshot_every_s: float = 0.0, retention_s: float = 0.0, lease_ms: int = 1000, max_batch_records: int = 4096,
                  max_batch_bytes: int = 1 << 20, max_entries_in_flight: int = 8, poll_s: float = 0.2,
-                 on_role: Callable[[str], None] | None = None) -> None:
+                 on_role: Callable[[str], None] | None = None, campaign_when: Callable[[], bool] | None = None,
+                 keep_log_from: Callable[[], Position | None] | None = None) -> None:
         if not isinstance(machine, StateMachine):
             raise ConfigError(f"replicate needs a walkit.StateMachine, not {type(machine).__name__}")
         if not isinstance(node_id, str) or not node_id:
@@ -125,6 +134,8 @@ class ReplicatedNode:
         self.max_entries_in_flight = max_entries_in_flight
         self.poll_s = poll_s
         self.on_role = on_role
+        self.campaign_when = campaign_when
+        self.keep_log_from = keep_log_from
         self._resigning = threading.Event()
         self.election = LeaderElection(client.store, f"replication/{name}", node_id, on_lost=self._session_lost)
         # applied state (written by the apply thread)
@@ -457,7 +468,8 @@ class ReplicatedNode:
                 keep = retained(list_snapshots(self.client, self.name), pointer, self.retention_ms,
                                 int(time.time() * 1000))
                 collect_garbage(self.client, self.name, keep, pointer)
-                deleted = writer.truncate(before=keep.position)
+                before = self._truncation_point(keep.position)
+                deleted = writer.truncate(before=before) if before is not None else []
                 log.info("%s: snapshot of %s at %s in ledger %d (%d bytes); truncated ledgers %s", self.node_id,
                          self.name, position, pointer.ledger_id, pointer.size, deleted or "none")
             except WalkitError as exc:        # the next snapshot's truncation catches up
@@ -468,6 +480,22 @@ class ReplicatedNode:
                 future.set_result(pointer)
             else:
                 future.set_exception(error)
+
+    def _truncation_point(self, position: Position) -> Position | None:
+        """_truncation_point is where the log is truncated after a snapshot that keeps it from `position`.
+
+        It is `position` itself, or the earlier of it and what `keep_log_from` says the
+        application still reads from the log (None from it: nowhere); never past `position`, so
+        every node finds the log from the snapshots it may load on.
+        """
+        if self.keep_log_from is None:
+            return position
+        try:
+            keep = self.keep_log_from()
+        except Exception:  # noqa: BLE001 - the application's callback must not stop snapshots
+            log.exception("%s: keep_log_from failed; the log is not truncated", self.node_id)
+            return None
+        return None if keep is None else min(position, keep)
 
     def _load_latest(self) -> bool:
         """_load_latest restores the latest snapshot if it is past what was applied; False if there is none."""
@@ -615,8 +643,14 @@ class ReplicatedNode:
         try:
             if not self._ready.is_set():
                 self._set_ready_target()
+            observed = 0.0
             while not self._stopping.is_set():
-                self._observe()
+                if time.monotonic() - observed >= CAMPAIGN_SLICE_S:
+                    self._observe()
+                    observed = time.monotonic()
+                if not self._may_campaign():
+                    self._stopping.wait(GATE_S)
+                    continue
                 try:
                     return self.election.campaign(timeout=CAMPAIGN_SLICE_S)
                 except Timeout:
@@ -632,6 +666,16 @@ class ReplicatedNode:
                 reading.close()
             tailer.join(10)
             self._tail_stop = False
+
+    def _may_campaign(self) -> bool:
+        """_may_campaign asks the application's `campaign_when` (if any) whether this node may campaign now."""
+        if self.campaign_when is None:
+            return True
+        try:
+            return bool(self.campaign_when())
+        except Exception:  # noqa: BLE001 - the application's callback must not stop the node
+            log.exception("%s: campaign_when failed; campaigning", self.node_id)
+            return True
 
     def _set_ready_target(self) -> None:
         """_set_ready_target makes the node ready once it applied what the log holds now."""
