@@ -220,3 +220,12 @@ def test_keep_log_from_limits_how_far_a_snapshot_truncates_the_log(cluster, node
     assert ledgers[0] == positions[4].ledger_id > first     # truncated up to the position kept, not the snapshot
     (late,) = nodes(1)
     assert wait_for(lambda: late.machine.value == 11)
+
+
+def test_roll_age_s_rolls_the_log_by_age(cluster, nodes):
+    (leader,) = nodes(1, roll_age_s=0.2)
+    leader = leader_of([leader])
+    leader.submit(b"a:1")
+    time.sleep(0.4)
+    leader.submit(b"b:1")                                  # rolls on the append after 0.2 s
+    assert len(cluster.client().log_metadata("replicated-counter").ledger_ids) >= 2

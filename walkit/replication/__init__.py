@@ -30,7 +30,7 @@ def replicate(machine: StateMachine, *, client, name: str, node_id: str, **optio
     """replicate makes `machine` one node of replicated machine `name` and starts it.
 
     `client` is this node's own walkit.Client; `node_id` names the node to the others. Options:
-    `password`; the log's `ensemble`, `write_quorum`, `ack_quorum`, `roll_bytes`, `roll_entries`;
+    `password`; the log's `ensemble`, `write_quorum`, `ack_quorum`, `roll_bytes`, `roll_entries`, `roll_age_s`;
     snapshots every `snapshot_every_records` (100,000), `snapshot_every_bytes` (0: off) or
     `snapshot_every_s` (0: off); `retention_s` (0: keep only the latest snapshot and the log after
     it; otherwise keep what rebuilds any state of the last `retention_s` seconds); `lease_ms` (1000; 0: a leader proves it leads on every read
