@@ -45,10 +45,11 @@ def serve(**options) -> None:
     """Serve a replicated key-value store over RESP, the Redis protocol, until Ctrl-C.
 
     redis-cli, redis-py and redis-benchmark work unchanged. Every write is appended to a walkit
-    log and answered once the log acknowledged it. Without --metadata it runs an embedded
-    cluster of bookie processes under --data-dir; with --metadata URI it joins that cluster,
-    and servers of the same --name elect one leader: the others follow the log, serve reads,
-    and answer writes with READONLY naming the leader.
+    log and answered once the log acknowledged it (walkit.replicate). Without --metadata it
+    runs an embedded cluster of bookie processes under --data-dir; with --metadata URI it joins
+    that cluster, and servers of the same --name elect one leader: the others follow the log,
+    serve (possibly stale) reads, and answer writes with READONLY naming the leader. While a
+    server loads the store at start-up, data commands are answered LOADING.
 
     Example: walkit kv serve, then in another terminal: redis-cli -p 6380 SET greeting hello
     """

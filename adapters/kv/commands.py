@@ -2,7 +2,8 @@
 
 Each handler takes (server, connection, args) where args[0] is the command name:
 
-- read commands return the reply, computed from the replica's state at the time they run;
+- read commands return the reply, computed from the machine's state at the time they run (the
+  server holds the machine's lock around them and decides when they may run: reads.py);
 - write commands return the record to append (records.py) or raise ReplyError for bad
   arguments; the reply is what applying the record returns;
 - other commands (PING, INFO, CONFIG, HELLO...) return the reply and change no data.
@@ -15,12 +16,18 @@ from __future__ import annotations
 import time
 from typing import Callable, NamedTuple
 
+from walkit.adapters.kv import info as reports
 from walkit.adapters.kv.records import GET, KEEPTTL, NX, XX, Delete, FlushDb, IncrBy, MSet, Set
 from walkit.adapters.kv.resp import OK, PONG, ReplyError, Simple
 from walkit.adapters.kv.state import INT64_MAX, NOT_AN_INTEGER, compile_pattern, parse_int
 
 READ, WRITE, OTHER = "read", "write", "other"
 SYNTAX = "ERR syntax error"
+
+#: The commands answered while the store loads (redis-server's "loading" flag): they concern the
+#: connection or the server, not the data. Every other command, PING included, gets LOADING.
+WHILE_LOADING = frozenset({b"AUTH", b"CLIENT", b"COMMAND", b"CONFIG", b"HELLO", b"INFO", b"QUIT", b"ROLE",
+                           b"SELECT", b"TIME"})
 
 
 class Command(NamedTuple):
@@ -55,52 +62,52 @@ def _integer(text: bytes) -> int:
 @command("GET", 2, READ)
 def get(server, conn, args):
     """get answers GET key: the value, or nil if absent or expired."""
-    return server.replica.state.get(args[1], server.replica.now_ms())
+    return server.machine.state.get(args[1], server.now_ms())
 
 
 @command("MGET", -2, READ)
 def mget(server, conn, args):
     """mget answers MGET key...: the values, nil for absent keys."""
-    state, now = server.replica.state, server.replica.now_ms()
+    state, now = server.machine.state, server.now_ms()
     return [state.get(key, now) for key in args[1:]]
 
 
 @command("EXISTS", -2, READ)
 def exists(server, conn, args):
     """exists answers EXISTS key...: how many of the keys exist (repeats count again)."""
-    state, now = server.replica.state, server.replica.now_ms()
+    state, now = server.machine.state, server.now_ms()
     return sum(1 for key in args[1:] if state.alive(key, now))
 
 
 @command("TTL", 2, READ)
 def ttl(server, conn, args):
     """ttl answers TTL key: seconds left, -1 without expiry, -2 if absent."""
-    left = server.replica.state.ttl_ms(args[1], server.replica.now_ms())
+    left = server.machine.state.ttl_ms(args[1], server.now_ms())
     return left if left < 0 else (left + 500) // 1000
 
 
 @command("PTTL", 2, READ)
 def pttl(server, conn, args):
     """pttl answers PTTL key: milliseconds left, -1 without expiry, -2 if absent."""
-    return server.replica.state.ttl_ms(args[1], server.replica.now_ms())
+    return server.machine.state.ttl_ms(args[1], server.now_ms())
 
 
 @command("TYPE", 2, READ)
 def type_(server, conn, args):
     """type_ answers TYPE key: string, or none if absent."""
-    return Simple("string" if server.replica.state.alive(args[1], server.replica.now_ms()) else "none")
+    return Simple("string" if server.machine.state.alive(args[1], server.now_ms()) else "none")
 
 
 @command("KEYS", 2, READ)
 def keys(server, conn, args):
     """keys answers KEYS pattern: every live key matching a glob, in key order."""
-    return server.replica.state.keys(args[1], server.replica.now_ms())
+    return server.machine.state.keys(args[1], server.now_ms())
 
 
 @command("DBSIZE", 1, READ)
 def dbsize(server, conn, args):
     """dbsize answers DBSIZE: the number of live keys."""
-    return server.replica.state.size(server.replica.now_ms())
+    return server.machine.state.size(server.now_ms())
 
 
 @command("SCAN", -2, READ)
@@ -131,7 +138,7 @@ def scan(server, conn, args):
         after = server.cursors.pop(cursor, None)
         if after is None:
             return [b"0", []]                   # unknown or expired cursor: the iteration ends
-    found, last = server.replica.state.scan(after, count, pattern, server.replica.now_ms())
+    found, last = server.machine.state.scan(after, count, pattern, server.now_ms())
     if not only_strings:
         found = []
     return [b"%d" % (server.cursors.add(last) if last is not None else 0), found]
@@ -163,7 +170,7 @@ def set_(server, conn, args):
             absolute = option.endswith(b"AT")
             if amount <= 0 or amount > INT64_MAX // 1000:
                 raise ReplyError("ERR invalid expire time in 'set' command")
-            expire_at = amount * scale if absolute else server.replica.now_ms() + amount * scale
+            expire_at = amount * scale if absolute else server.now_ms() + amount * scale
             expiry_seen = True
             i += 1
         else:
@@ -266,14 +273,14 @@ def quit_(server, conn, args):
 
 @command("INFO", -1, OTHER)
 def info(server, conn, args):
-    """info answers INFO [section...] (KVServer.info_text)."""
-    return server.info_text([a.decode("utf-8", "replace").lower() for a in args[1:]])
+    """info answers INFO [section...] (info.info_text)."""
+    return reports.info_text(server, [a.decode("utf-8", "replace").lower() for a in args[1:]])
 
 
 @command("ROLE", 1, OTHER)
 def role(server, conn, args):
-    """role answers ROLE (KVServer.role_reply)."""
-    return server.role_reply()
+    """role answers ROLE (info.role_reply)."""
+    return reports.role_reply(server)
 
 
 @command("HELLO", -1, OTHER)
@@ -294,7 +301,7 @@ def hello(server, conn, args):
             else:
                 raise ReplyError(SYNTAX)
         conn.resp3 = version == 3
-    return {"server": "redis", "version": server.REDIS_VERSION, "proto": 3 if conn.resp3 else 2,
+    return {"server": "redis", "version": reports.REDIS_VERSION, "proto": 3 if conn.resp3 else 2,
             "id": conn.id, "mode": "standalone", "role": "master" if server.is_leader else "replica",
             "modules": []}
 
@@ -325,10 +332,10 @@ def client(server, conn, args):
 
 @command("CONFIG", -2, OTHER)
 def config(server, conn, args):
-    """config answers CONFIG GET pattern... (KVServer.config_values); CONFIG SET is accepted and ignored."""
+    """config answers CONFIG GET pattern... (info.config_values); CONFIG SET is accepted and ignored."""
     sub = args[1].upper()
     if sub == b"GET" and len(args) >= 3:
-        settings = server.config_values()
+        settings = reports.config_values(server)
         matchers = [compile_pattern(p.lower()).match for p in args[2:]]
         return {name: value for name, value in settings.items() if any(m(name.encode()) for m in matchers)}
     if sub in (b"SET", b"RESETSTAT", b"REWRITE"):

@@ -1,9 +1,9 @@
-"""walkit.adapters.kv.records defines the commands the key-value store writes to its log, and their encoding.
+"""walkit.adapters.kv.records defines the changes the key-value store writes to its log, and their encoding.
 
-A log entry holds a batch of records stamped with one leader timestamp:
+Each write command becomes one record, submitted through walkit.replicate (which groups the
+records of concurrent writers into shared log entries):
 
-    entry  := FORMAT:u8  stamp_ms:u64  first_index:u64  count:u32  record*
-    record := op:u8 fields
+    record := FORMAT:u8  stamp_ms:u64  op:u8 fields
     SET    := flags:u8 expire_at_ms:i64 key value        (expire_at_ms 0: no expiry)
     INCRBY := delta:i64 key
     DEL    := count:u32 key*
@@ -11,15 +11,11 @@ A log entry holds a batch of records stamped with one leader timestamp:
     FLUSH  := (nothing)
     key, value := length:u32 bytes
 
-Integers are big-endian. `first_index` numbers the entry's first record in the store's whole
-history (records are numbered 0, 1, 2, ... across leaders), so a reader that expects record n
-and finds a larger number knows that records were truncated away before it read them (it then
-loads the snapshot), and one that finds a smaller number knows it already applied them.
-
-Every field a replica needs to apply a record is in it: the leader
-stamps the entry with its clock (never smaller than any earlier stamp) and turns relative
-expiry times into absolute ones, so applying an entry is deterministic and the leader and its
-followers compute the same state and the same results.
+Integers are big-endian. Every field a node needs to apply a record is in it: the leader
+stamps each record with its clock (never earlier than any stamp it applied or handed out, so
+stamps never go back, also across leaders) and turns relative expiry times into absolute
+ones, so applying a record is deterministic and the leader and its followers compute the same
+state and the same results (machine.py).
 """
 
 from __future__ import annotations
@@ -27,15 +23,15 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-#: The entry format version; decoders refuse others.
-FORMAT = 1
+#: The record format version; decoders refuse others (1 was the entry format before walkit.replicate).
+FORMAT = 2
 
 OP_SET, OP_INCRBY, OP_DEL, OP_MSET, OP_FLUSH = 1, 2, 3, 4, 5
 
 #: Flags of a Set record.
 NX, XX, KEEPTTL, GET = 1, 2, 4, 8
 
-_HEADER = struct.Struct(">BQQI")
+_HEADER = struct.Struct(">BQ")
 _SET = struct.Struct(">BBq")
 _INCRBY = struct.Struct(">Bq")
 _COUNT = struct.Struct(">BI")
@@ -75,7 +71,7 @@ class FlushDb(NamedTuple):
 
 
 class RecordError(ValueError):
-    """RecordError is raised when a log entry is not a valid batch of records."""
+    """RecordError is raised for bytes that are not a valid record."""
 
 
 def _field(data: bytes) -> bytes:
@@ -83,7 +79,7 @@ def _field(data: bytes) -> bytes:
 
 
 def encode_record(record) -> bytes:
-    """encode_record returns the bytes of one record (without the entry header)."""
+    """encode_record returns the bytes of one record (without the stamp header)."""
     kind = type(record)
     if kind is Set:
         return b"".join((_SET.pack(OP_SET, record.flags, record.expire_at), _field(record.key),
@@ -99,36 +95,26 @@ def encode_record(record) -> bytes:
     raise TypeError(f"not a record: {record!r}")
 
 
-def encode_entry(stamp_ms: int, first_index: int, encoded: list[bytes]) -> bytes:
-    """encode_entry joins records already encoded with `encode_record` into one log entry."""
-    return _HEADER.pack(FORMAT, stamp_ms, first_index, len(encoded)) + b"".join(encoded)
+def encode(stamp_ms: int, record) -> bytes:
+    """encode returns the bytes of `record` stamped with the leader's clock `stamp_ms`."""
+    return _HEADER.pack(FORMAT, stamp_ms) + encode_record(record)
 
 
-def entry_header(data: bytes) -> tuple[int, int, int]:
-    """entry_header returns (stamp_ms, first_index, count) of a log entry without decoding its records."""
+def decode(data: bytes) -> tuple[int, object]:
+    """decode returns (stamp_ms, record) of bytes written by `encode`; RecordError if they are malformed."""
     try:
-        version, stamp, first_index, count = _HEADER.unpack_from(data, 0)
+        version, stamp = _HEADER.unpack_from(data, 0)
     except struct.error:
-        raise RecordError("truncated log entry header") from None
+        raise RecordError("truncated record header") from None
     if version != FORMAT:
         raise RecordError(f"unknown record format {version}")
-    return stamp, first_index, count
-
-
-def decode_entry(data: bytes) -> tuple[int, int, list]:
-    """decode_entry returns (stamp_ms, first_index, records) of a log entry; RecordError if it is malformed."""
-    stamp, first_index, count = entry_header(data)
-    at = _HEADER.size
-    records = []
     try:
-        for _ in range(count):
-            record, at = _decode_record(data, at)
-            records.append(record)
+        record, at = _decode_record(data, _HEADER.size)
     except (struct.error, IndexError) as exc:
-        raise RecordError(f"truncated log entry: {exc}") from None
+        raise RecordError(f"truncated record: {exc}") from None
     if at != len(data):
-        raise RecordError(f"{len(data) - at} stray bytes after the records of a log entry")
-    return stamp, first_index, records
+        raise RecordError(f"{len(data) - at} stray bytes after a record")
+    return stamp, record
 
 
 def _take(data: bytes, at: int) -> tuple[bytes, int]:
@@ -136,7 +122,7 @@ def _take(data: bytes, at: int) -> tuple[bytes, int]:
     at += 4
     end = at + length
     if end > len(data):
-        raise RecordError("a field runs past the end of the log entry")
+        raise RecordError("a field runs past the end of the record")
     return data[at:end], end
 
 

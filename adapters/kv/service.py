@@ -1,10 +1,11 @@
-"""walkit.adapters.kv.service starts a whole `walkit kv serve`: cluster, replica, election and RESP server.
+"""walkit.adapters.kv.service starts a whole `walkit kv serve`: cluster, RESP server and replicated node.
 
     run(ServeOptions(port=6380, data_dir="walkit-data"))      # until SIGTERM or Ctrl-C
 
 Without `metadata` it runs an embedded LocalCluster (bookie processes under `data_dir`, which
 exit on their own if this process dies); with a metadata URI it joins that cluster, and several
-servers on one cluster elect one leader among themselves.
+servers on one cluster elect one leader among themselves (walkit.replicate; the store `NAME` is
+the replicated machine ``kv-NAME``, its log ``replicated-kv-NAME``).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import socket
 from dataclasses import dataclass
 
 import walkit
-from walkit.adapters.kv.membership import Membership
-from walkit.adapters.kv.replica import Replica
+from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.server import KVServer
+from walkit.errors import WalkitError
 
 
 @dataclass
@@ -38,18 +39,19 @@ class ServeOptions:
     roll_entries: int = 10_000
     password: str = ""
 
-    def log_options(self) -> dict:
-        """log_options are the LogConfig fields of the store's log (used when it is created)."""
+    def node_options(self) -> dict:
+        """node_options are the walkit.replicate options of the store (the log's are used when it is created)."""
         top = self.bookies if self.metadata is None else 3
         ensemble = self.ensemble or min(3, top)
         write_quorum = self.write_quorum or min(2, ensemble)
         ack_quorum = self.ack_quorum or min(2, write_quorum)
         return {"ensemble": ensemble, "write_quorum": write_quorum, "ack_quorum": ack_quorum,
-                "roll_entries": self.roll_entries}
+                "roll_entries": self.roll_entries, "snapshot_every_records": self.snapshot_every,
+                "password": self.password}
 
 
 def run(options: ServeOptions, echo=print) -> int:
-    """run serves until SIGTERM/SIGINT and returns the exit status (1 if the replica failed)."""
+    """run serves until SIGTERM/SIGINT and returns the exit status (1 if the node failed)."""
     cluster = None
     metadata = options.metadata
     if metadata is None:
@@ -74,15 +76,26 @@ def _advertised(options: ServeOptions, port: int) -> str:
     return f"{host}:{port}"
 
 
+def start_node(server: KVServer, client, *, name: str, node_id: str, **options):
+    """start_node replicates the server's machine as node `node_id` of store `name` and serves it.
+
+    `options` are walkit.replicate's (ServeOptions.node_options). It returns the started node;
+    until it is ready the server answers LOADING.
+    """
+    node = walkit.replicate(server.machine, client=client, name=f"kv-{name}", node_id=node_id, **options)
+    server.node = node
+    return node
+
+
 async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
     loop = asyncio.get_running_loop()
-    replica = Replica(loop, snapshot_every=options.snapshot_every)
-    server = KVServer(replica, host=options.host, port=options.port, cluster=metadata)
+    server = KVServer(KVMachine(), loop, host=options.host, port=options.port, cluster=metadata,
+                      snapshot_every=options.snapshot_every)
     await server.start()
     address = _advertised(options, server.port)
-    membership = Membership(replica, lambda: walkit.Client(metadata), name=options.name, address=address,
-                            password=options.password.encode(), log_options=options.log_options())
-    membership.start()
+    client = await loop.run_in_executor(None, walkit.Client, metadata)
+    _warn_about_old_log(client, options.name, echo)
+    node = start_node(server, client, name=options.name, node_id=address, **options.node_options())
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -91,17 +104,29 @@ async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
          f"(store {options.name!r}, {where})")
     host = "" if options.host in ("127.0.0.1", "localhost") else f"-h {address.rpartition(':')[0]} "
     echo(f"connect with: redis-cli {host}-p {server.port}   (or any Redis client; Ctrl-C stops the server)")
-    while not stop.is_set() and membership.failed is None:
+    while not stop.is_set() and node.failed is None:
         try:
             await asyncio.wait_for(stop.wait(), 0.5)
         except asyncio.TimeoutError:
             pass
     echo("walkit kv: stopping")
     server.stop_listening()
-    await loop.run_in_executor(None, membership.stop)        # writes in flight are answered first
+    server.stopping = True
+    await loop.run_in_executor(None, node.close)        # writes in flight are answered first
     await server.close()
-    if membership.failed is not None:
-        echo(f"walkit kv: the replica failed: {type(membership.failed).__name__}: {membership.failed}")
+    await loop.run_in_executor(None, client.close)
+    if node.failed is not None:
+        echo(f"walkit kv: the node failed: {type(node.failed).__name__}: {node.failed}")
         return 1
     return 0
 
+
+def _warn_about_old_log(client, name: str, echo) -> None:
+    """_warn_about_old_log says so when the cluster holds the log of a store written before walkit.replicate."""
+    try:
+        old = f"kv-{name}" in client.list_logs()
+    except WalkitError:
+        return
+    if old:
+        echo(f"walkit kv: note: log 'kv-{name}' was written by an earlier walkit kv (before walkit.replicate); "
+             f"this version keeps store {name!r} in log 'replicated-kv-{name}' and does not read the old one")

@@ -1,4 +1,4 @@
-"""walkit.adapters.kv.state holds the key-value state a replica builds by applying log records.
+"""walkit.adapters.kv.state holds the key-value state a node builds by applying log records (machine.py).
 
     state = State()
     result = state.apply(Set(b"k", b"v"), stamp_ms)     # OK
@@ -8,8 +8,8 @@ Keys live in a SortedDict, so KEYS and SCAN walk them in order and a prefix patt
 visits its range. Expiry times are absolute (ms since the epoch) and kept in `expires`.
 
 Determinism: `apply` depends only on the state and its arguments. Records see time only
-through the entry's stamp (the leader's clock, carried in the log), never through this
-machine's clock, so every replica applying the same entries holds the same state and returns
+through the record's stamp (the leader's clock, carried in the log), never through this
+machine's clock, so every node applying the same records holds the same state and returns
 the same results. Reads take `now` from the caller's clock: they decide what is visible, but
 never change the state. Expired keys are removed by `purge_expired`, also at a stamp, so
 removal is deterministic too.
@@ -142,7 +142,7 @@ class State:
         """apply makes the change `record` describes at time `stamp_ms` and returns the reply value.
 
         Errors (for example INCR on a value that is not an integer) are returned as ReplyError,
-        not raised: a record that fails changes nothing, on every replica alike.
+        not raised: a record that fails changes nothing, on every node alike.
         """
         kind = type(record)
         if kind is Set:

@@ -7,43 +7,39 @@ import threading
 
 import pytest
 
-import walkit
-from walkit.adapters.kv.membership import Membership
-from walkit.adapters.kv.replica import LEADER, Replica
+from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.server import KVServer
+from walkit.adapters.kv.service import start_node
 from walkit.testing.memory import MemoryCluster
 
 
 class KVNode:
-    """KVNode is one `walkit kv serve` inside the test process: its own event loop thread and clients.
+    """KVNode is one `walkit kv serve` inside the test process: its own event loop thread and client.
 
-    Its walkit Clients use the in-memory transport of a MemoryCluster, each with its own
-    metadata store (an election needs one per candidate).
+    Its walkit Client uses the in-memory transport of a MemoryCluster with its own metadata
+    store (an election needs one per candidate). `machine`, `node` and `server` are the
+    store's KVMachine, its walkit.replicate node and its RESP server.
     """
 
     def __init__(self, cluster: MemoryCluster, *, name: str = "test", snapshot_every: int = 100_000,
-                 roll_entries: int = 10_000) -> None:
+                 roll_entries: int = 10_000, **options) -> None:
         self.cluster = cluster
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="kv-node-loop", daemon=True)
         self._thread.start()
-        self._clients: list = []
-        self.replica = Replica(self.loop, snapshot_every=snapshot_every)
-        self.server = KVServer(self.replica, host="127.0.0.1", port=0)
+        self.machine = KVMachine()
+        self.server = KVServer(self.machine, self.loop, host="127.0.0.1", port=0, snapshot_every=snapshot_every)
         asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
         self.address = f"127.0.0.1:{self.server.port}"
-        self.membership = Membership(self.replica, self.new_client, name=name, address=self.address,
-                                     log_options={"ensemble": 3, "write_quorum": 2, "ack_quorum": 2,
-                                                  "roll_entries": roll_entries})
-        self.membership.start()
+        self.client = self.new_client()
+        self.node = start_node(self.server, self.client, name=name, node_id=self.address, ensemble=3,
+                               write_quorum=2, ack_quorum=2, roll_entries=roll_entries,
+                               snapshot_every_records=snapshot_every, **options)
         self._stopped = False
 
     def new_client(self):
         """new_client is a walkit Client on the memory cluster with its own metadata store."""
-        client = walkit.Client(self.cluster.metadata_url, transport=self.cluster.network.transport(),
-                               add_timeout=2.0, request_timeout=2.0)
-        self._clients.append(client)
-        return client
+        return self.cluster.client(own_store=True)
 
     @property
     def port(self) -> int:
@@ -51,7 +47,7 @@ class KVNode:
 
     @property
     def is_leader(self) -> bool:
-        return self.replica.role is LEADER
+        return self.node.is_leader
 
     def redis(self, **options):
         """redis is a redis-py client of this node."""
@@ -63,13 +59,12 @@ class KVNode:
         if self._stopped:
             return
         self._stopped = True
-        self.membership.stop()
+        self.server.stopping = True
+        self.node.close()
         asyncio.run_coroutine_threadsafe(self.server.close(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
-        for client in self._clients:
-            client.close()
 
 
 @pytest.fixture

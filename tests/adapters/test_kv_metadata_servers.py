@@ -24,20 +24,20 @@ def test_a_leader_whose_session_is_lost_steps_down_and_every_acked_write_survive
         try:
             wait_until(lambda: nodes[0].is_leader, 20)
             nodes.append(KVNode(cluster))
-            first_epoch = nodes[0].replica.epoch
+            first_epoch = nodes[0].node.election.epoch
             r = nodes[0].redis()
             for i in range(100):
                 assert r.set(f"k{i}", i)
-            wait_until(lambda: nodes[1].replica.index == 100, 20)
-            expire_session(nodes[0].membership.client.store)         # as a network partition would
+            wait_until(lambda: nodes[1].machine.index == 100, 20)
+            expire_session(nodes[0].client.store)         # as a network partition would
 
             def one_new_leader():
                 leaders = [n for n in nodes if n.is_leader]
-                return len(leaders) == 1 and leaders[0].replica.epoch > first_epoch and leaders[0]
+                return len(leaders) == 1 and leaders[0].node.election.epoch > first_epoch and leaders[0]
             leader = wait_until(one_new_leader, 30, message="a new leadership after the session loss")
             follower = next(n for n in nodes if n is not leader)
             assert leader.redis().set("after", "yes")
-            wait_until(lambda: follower.replica.leader == leader.address and follower.replica.index == 101, 20)
+            wait_until(lambda: follower.node.leader == leader.address and follower.machine.index == 101, 20)
             for node in nodes:
                 assert node.redis().mget([f"k{i}" for i in range(100)]) == [b"%d" % i for i in range(100)]
                 assert node.redis().get("after") == b"yes"

@@ -1,0 +1,235 @@
+"""walkit.adapters.kv.connection is one client connection: commands in, replies out in command order.
+
+A write becomes a stamped record submitted to the node at once (walkit.replicate groups the
+records of all connections into shared log entries) and is answered with what applying it
+returned, once the log acknowledged it and it was applied. A read waits only for this
+connection's own earlier writes (read-your-writes): chained to the connection's last pending
+write, it runs in that write's Future callback, on the node's apply thread right after the
+write was applied and before the next record, so a pipeline ``SET k 1; GET k; SET k 2`` reads
+1. Other connections are never blocked by it. Reads that are not chained follow reads.py: at
+once, or after a read barrier.
+
+Threads: everything here runs on the event loop thread, except the Future callbacks, which run
+on the apply thread; they read the state under the machine's lock and hand their replies to the
+loop through the server's Inbox. While the node is not ready data commands are answered LOADING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import itertools
+
+from walkit.adapters.kv.commands import COMMANDS, READ, WHILE_LOADING, WRITE, check_arity, unknown
+from walkit.adapters.kv.resp import ProtocolError, ReplyError, RespParser, encode
+from walkit.errors import NotLeader
+
+#: Pause reading a connection while this many of its replies are pending; resume below LOW_WATER.
+HIGH_WATER, LOW_WATER = 10_000, 1_000
+
+LOADING = "LOADING walkit kv is loading the store: it applies the log up to where it ended at start-up"
+
+
+class Slot:
+    """Slot is one reply a connection owes, in command order (None until it is known)."""
+
+    __slots__ = ("reply",)
+
+    def __init__(self) -> None:
+        self.reply: bytes | None = None
+
+
+class Connection(asyncio.Protocol):
+    """Connection is one client connection: it parses commands and writes replies in order."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.id = next(self._ids)
+        self.name: bytes | None = None
+        self.resp3 = False
+        self.close_after_reply = False
+        self.peer = "?"
+        self._parser = RespParser()
+        self._slots: collections.deque[Slot] = collections.deque()
+        self._last_write = None                 # the Future of this connection's last write, while pending
+        self._out: list[bytes] = []
+        self._transport = None
+        self._flush_scheduled = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self._closed = False
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        """data_received runs every complete command received, then writes the replies that are ready."""
+        parser = self._parser
+        parser.feed(data)
+        try:
+            while not self.close_after_reply:
+                args = parser.next()
+                if args is None:
+                    break
+                self._execute(args)
+        except ProtocolError as exc:
+            self._reply(ReplyError(f"ERR Protocol error: {exc}"))
+            self.close_after_reply = True
+        self.flush()
+        self._update_reading()
+
+    # -- commands -------------------------------------------------------------------------
+    def _execute(self, args: list[bytes]) -> None:
+        name = args[0].upper()
+        spec = COMMANDS.get(name)
+        if spec is None:
+            self._reply(unknown(args))
+            return
+        server = self.server
+        try:
+            check_arity(spec, args)
+            if not server.ready and name not in WHILE_LOADING:
+                raise ReplyError(LOADING)
+            if spec.kind is WRITE:
+                self._write(spec.handler(server, self, args))
+            elif spec.kind is READ:
+                self._read(spec, args)
+            else:
+                self._reply(spec.handler(server, self, args))
+        except ReplyError as exc:
+            self._reply(exc)
+
+    def _write(self, change) -> None:
+        slot = self._new_slot()
+        try:
+            future = self.server.submit(change)
+        except NotLeader as exc:
+            self._fill(slot, self.server.not_leader_error(exc.leader))
+            return
+        self._last_write = future
+        future.add_done_callback(functools.partial(self._written, slot))
+
+    def _written(self, slot: Slot, future) -> None:
+        """_written runs on the apply thread right after the write was applied (or failed)."""
+        self.server.inbox.put(functools.partial(self._fill, slot, self.server.write_reply(future)))
+
+    def _read(self, spec, args: list[bytes]) -> None:
+        last = self._last_write
+        if last is not None and not last.done():
+            slot = self._new_slot()
+            last.add_done_callback(functools.partial(self._read_after_write, slot, spec, args))
+            return
+        reads = self.server.reads
+        if reads.must_wait():
+            slot = self._new_slot()
+            reads.after_barrier(functools.partial(self._read_after_barrier, slot, spec, args))
+            return
+        self._reply(self.server.read(self, spec, args))
+
+    def _read_after_write(self, slot: Slot, spec, args: list[bytes], write) -> None:
+        """_read_after_write runs right after the write it waited for was applied (apply thread, usually).
+
+        It reads then and there, so it sees exactly the connection's writes up to that one. A
+        leader whose lease ran out keeps that reply until a read barrier proved it still leads
+        (then nothing was acknowledged elsewhere before the read arrived); if it did not, the
+        read is refused: the reply could be stale, and reading again could see later writes.
+        """
+        server = self.server
+        node = server.node
+        if write.exception() is not None or not node.is_leader:
+            server.inbox.put(functools.partial(self._read_into, slot, spec, args))
+            return
+        epoch = node.election.epoch
+        value = server.read(self, spec, args)
+        if node.lease_valid:
+            server.inbox.put(functools.partial(self._fill, slot, value))
+        else:
+            server.inbox.put(functools.partial(self._confirm, slot, value, epoch))
+
+    def _confirm(self, slot: Slot, value, epoch: int | None) -> None:
+        def then(error: ReplyError | None) -> None:
+            node = self.server.node
+            if error is None and not (node.is_leader and node.election.epoch == epoch):
+                error = ReplyError("TRYAGAIN this server stopped leading while the read waited for the write "
+                                   "before it; read again")
+            self._fill(slot, error if error is not None else value)
+        self.server.reads.after_barrier(then)
+
+    def _read_into(self, slot: Slot, spec, args: list[bytes]) -> None:
+        reads = self.server.reads
+        if reads.must_wait():
+            reads.after_barrier(functools.partial(self._read_after_barrier, slot, spec, args))
+        else:
+            self._fill(slot, self.server.read(self, spec, args))
+
+    def _read_after_barrier(self, slot: Slot, spec, args: list[bytes], error: ReplyError | None) -> None:
+        self._fill(slot, error if error is not None else self.server.read(self, spec, args))
+
+    # -- replies in order -----------------------------------------------------------------------
+    def _new_slot(self) -> Slot:
+        slot = Slot()
+        self._slots.append(slot)
+        return slot
+
+    def _reply(self, value) -> None:
+        if self._slots:
+            self._new_slot().reply = encode(value, self.resp3)
+        else:
+            self._out.append(encode(value, self.resp3))
+
+    def _fill(self, slot: Slot, value) -> None:
+        slot.reply = encode(value, self.resp3)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.server.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """flush writes every reply that is ready, in order, up to the first one still pending."""
+        self._flush_scheduled = False
+        slots, out = self._slots, self._out
+        while slots and slots[0].reply is not None:
+            out.append(slots.popleft().reply)
+        if not slots:
+            self._last_write = None
+        if out and not self._closed:
+            self._transport.write(b"".join(out) if len(out) > 1 else out[0])
+        out.clear()
+        if self.close_after_reply and not slots and not self._closed:
+            self._transport.close()
+            self._closed = True
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self._closed:
+            return
+        pending = len(self._slots)
+        if not self._reading_paused and (pending > HIGH_WATER or self._writing_paused):
+            self._reading_paused = True
+            self._transport.pause_reading()
+        elif self._reading_paused and pending < LOW_WATER and not self._writing_paused:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def describe(self) -> str:
+        """describe is this connection's line in CLIENT LIST."""
+        name = (self.name or b"").decode("utf-8", "replace")
+        return f"id={self.id} addr={self.peer} name={name} db=0 resp={3 if self.resp3 else 2}\n"
