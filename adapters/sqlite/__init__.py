@@ -1,0 +1,95 @@
+"""walkit.adapters.sqlite replicates a SQLite database through a walkit log, behind the sqlite3 module's interface.
+
+    import walkit.adapters.sqlite as sqlite3          # was: import sqlite3
+    conn = sqlite3.connect("app.db", name="app", metadata="sqlite:///.../metadata.db")
+    with conn:
+        conn.execute("INSERT INTO accounts VALUES (?, ?)", (1, 100))
+
+Every committed transaction is a record in the log `replicated-<name>`, acknowledged by the
+bookies before COMMIT returns (DESIGN.md §8). Processes that connect to the same name on one
+cluster are nodes of walkit.replicate: one leads and takes writes, the others apply the log to
+their own file and serve reads; when the leader dies another is elected. Modules:
+
+- connection.py, cursor.py, dbapi.py, statements.py, errors.py: the DB-API 2.0 interface,
+  transactions captured as apsw Session changesets, statements classified by SQLite itself;
+- records.py, machine.py: the transaction record and the state machine applying it to a file;
+- database.py: a file's node and write lock in this process; restore.py: point-in-time
+  restores; status.py: what `walkit sqlite status` shows.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3 as _sqlite3
+
+try:
+    import apsw as _apsw
+except ImportError as _missing:  # pragma: no cover - depends on the installation
+    raise ImportError("walkit.adapters.sqlite needs apsw 3.50 or newer: pip install 'walkit[sqlite]'") from _missing
+
+from walkit.adapters.sqlite.connection import Connection
+from walkit.adapters.sqlite.cursor import Cursor
+from walkit.adapters.sqlite.dbapi import (
+    PARSE_COLNAMES, PARSE_DECLTYPES, Binary, Date, DateFromTicks, Row, Time, TimeFromTicks, Timestamp,
+    TimestampFromTicks, adapters, apilevel, complete_statement, converters, paramstyle, register_adapter,
+    register_converter, threadsafety,
+)
+from walkit.adapters.sqlite.errors import (
+    CommitFailed, DatabaseError, DataError, Error, IntegrityError, InterfaceError, InternalError, NotLeader,
+    NotSupportedError, OperationalError, ProgrammingError, ReplicaStopped, Warning,
+)
+from walkit.adapters.sqlite.restore import restore
+
+if tuple(int(part) for part in _apsw.sqlite_lib_version().split(".")[:2]) < (3, 50):  # pragma: no cover
+    raise ImportError(f"walkit.adapters.sqlite needs SQLite 3.50 or newer in apsw, found {_apsw.sqlite_lib_version()}")
+
+sqlite_version = _apsw.sqlite_lib_version()
+sqlite_version_info = tuple(int(part) for part in sqlite_version.split("."))
+version = _sqlite3.version if hasattr(_sqlite3, "version") else "2.6.0"
+version_info = tuple(int(part) for part in version.split("."))
+PrepareProtocol = _sqlite3.PrepareProtocol
+SQLITE_OK, SQLITE_DENY, SQLITE_IGNORE = 0, 1, 2
+
+__all__ = [
+    "Binary", "CommitFailed", "Connection", "Cursor", "DataError", "DatabaseError", "Date", "DateFromTicks",
+    "Error", "IntegrityError", "InterfaceError", "InternalError", "NotLeader", "NotSupportedError",
+    "OperationalError", "PARSE_COLNAMES", "PARSE_DECLTYPES", "PrepareProtocol", "ProgrammingError",
+    "ReplicaStopped", "Row", "Time", "TimeFromTicks", "Timestamp", "TimestampFromTicks", "Warning", "adapters",
+    "apilevel", "complete_statement", "connect", "converters", "paramstyle", "register_adapter",
+    "register_converter", "restore", "sqlite_version", "sqlite_version_info", "threadsafety", "version",
+    "version_info",
+]
+
+
+def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_level: str | None = "",
+            check_same_thread: bool = True, factory=Connection, cached_statements: int = 128, uri: bool = False,
+            *, name: str | None = None, client=None, metadata: str | None = None, node_id: str | None = None,
+            replica: bool = False, wait_s: float = 60.0, **replicate_options) -> Connection:
+    """connect opens the replicated SQLite database `name` with its local copy in file `database`.
+
+    The sqlite3 arguments mean what they mean there (`timeout`: how long a write waits for
+    another transaction of this process). `name` names the replicated database (default: the
+    file's name without extension); the node joins the cluster through `client` (a walkit.Client
+    of its own) or `metadata` (a metadata URI; default: the embedded cluster under
+    ./walkit-data). `node_id` is how other nodes name this one (default host:pid:file).
+    `replica=True` never campaigns for leadership. `wait_s` bounds how long connect waits for
+    the file to catch up with the log and a leader to be known. Other keywords go to
+    walkit.replicate (snapshot_every_records, retention_s, quorums, ...).
+    """
+    from walkit.adapters.sqlite.database import acquire, release
+    path = os.fspath(database)
+    if uri:
+        path = path[len("file:"):] if path.startswith("file:") else path
+        path = path.split("?", 1)[0]
+    if path in ("", ":memory:"):
+        raise NotSupportedError("a replicated database needs a file: in-memory databases cannot be shared")
+    name = name or os.path.splitext(os.path.basename(path))[0]
+    shared = acquire(path, name, client=client, metadata=metadata, node_id=node_id, voting=not replica,
+                     options=replicate_options)
+    try:
+        shared.wait_started(wait_s)
+        return factory(shared, timeout=timeout, detect_types=detect_types, isolation_level=isolation_level,
+                       check_same_thread=check_same_thread, cached_statements=cached_statements)
+    except BaseException:
+        release(shared)
+        raise

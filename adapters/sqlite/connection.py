@@ -1,0 +1,451 @@
+"""walkit.adapters.sqlite.connection is the DB-API connection: transactions captured as changesets and replicated.
+
+A write transaction on the leader (walkit.adapters.sqlite.database):
+
+    first write:  take the file's write lock (NotLeader on a follower), attach an apsw Session
+                  to every table of the main database
+    statements:   run locally, so the transaction reads its own writes; a schema statement
+                  closes the changeset so far and travels as its own step, in order
+    COMMIT:       take the changeset, ROLLBACK locally, submit the record; walkit.replicate
+                  appends it, waits for the log's acknowledgement and applies it on every node,
+                  this one included (walkit.adapters.sqlite.machine), with the position
+    ROLLBACK:     roll back locally; the log never sees the transaction
+
+So the file changes only by applying the log, on the leader as on followers. A commit hook
+refuses any other commit of the main database on these connections, so a write that escaped
+the capture fails loudly instead of making this file differ from the others. Transactions
+follow sqlite3's rules: `isolation_level` "" / "DEFERRED" / "IMMEDIATE" / "EXCLUSIVE" open
+one before INSERT/UPDATE/DELETE/REPLACE; None autocommits; explicit BEGIN, COMMIT, ROLLBACK
+and SAVEPOINT work; a statement that fails undoes itself only, as in SQLite.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+
+from walkit.adapters.sqlite import statements as st
+from walkit.adapters.sqlite.cursor import Cursor
+from walkit.adapters.sqlite.errors import OperationalError, ProgrammingError, translate
+from walkit.adapters.sqlite.machine import POSITION_TABLE, now_ms
+from walkit.adapters.sqlite.records import Transaction
+
+_COMMENTS = re.compile(r"(\s+|;|--[^\n]*(\n|$)|/\*.*?(\*/|$))", re.DOTALL)
+
+
+def only_comments(text: str) -> bool:
+    """only_comments is True if `text` holds no statement (whitespace, semicolons and comments)."""
+    return not _COMMENTS.sub("", text)
+
+
+class _Open:
+    """_Open is the transaction a connection has open: its Session, the record being built, the lock."""
+
+    __slots__ = ("session", "record", "locked", "savepoint")
+
+    def __init__(self, savepoint: str | None = None) -> None:
+        self.session = None
+        self.record = Transaction()
+        self.locked = False
+        self.savepoint = savepoint
+
+    def flush(self) -> None:
+        """flush moves the Session's changeset into the record and ends the Session."""
+        if self.session is not None:
+            self.record.add_changeset(self.session.changeset())
+            self.session.close()
+            self.session = None
+
+
+class Connection:
+    """Connection is a DB-API 2.0 connection to a replicated SQLite file (sqlite3.Connection's interface).
+
+    Made by walkit.adapters.sqlite.connect. Besides sqlite3's interface: `is_leader`, `leader`,
+    `position` (the log position this file applied) and `read_barrier()`.
+    """
+
+    def __init__(self, database, *, timeout: float = 5.0, detect_types: int = 0, isolation_level: str | None = "",
+                 check_same_thread: bool = True, cached_statements: int = 128) -> None:
+        import apsw
+        self._database = database
+        self._db = apsw.Connection(database.path)
+        self._db.set_busy_timeout(int(timeout * 1000))
+        self._db.set_commit_hook(self._commit_hook)
+        self._timeout = timeout
+        self.detect_types = detect_types
+        self.row_factory = None
+        self.text_factory = str
+        self._isolation_level = isolation_level
+        self._check_same_thread = check_same_thread
+        self._thread = threading.get_ident()
+        self._statements = st.StatementCache(cached_statements)
+        self._txn: _Open | None = None
+        self._cursors: weakref.WeakSet[Cursor] = weakref.WeakSet()
+        self._closed = False
+        self._lock = threading.RLock()
+        self._allow_commit = False
+
+    # -- sqlite3's interface ------------------------------------------------------------------------
+    def cursor(self, factory=Cursor) -> Cursor:
+        """cursor returns a new cursor of this connection."""
+        self._check()
+        return factory(self)
+
+    def execute(self, sql: str, parameters=()) -> Cursor:
+        """execute runs one statement on a new cursor and returns it."""
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq_of_parameters) -> Cursor:
+        """executemany runs one statement per parameter set on a new cursor and returns it."""
+        return self.cursor().executemany(sql, seq_of_parameters)
+
+    def executescript(self, sql_script: str) -> Cursor:
+        """executescript runs a script of statements on a new cursor and returns it."""
+        return self.cursor().executescript(sql_script)
+
+    @property
+    def in_transaction(self) -> bool:
+        """in_transaction is True while a transaction is open."""
+        return self._txn is not None
+
+    @property
+    def isolation_level(self) -> str | None:
+        """isolation_level: None autocommits; otherwise a transaction opens before INSERT/UPDATE/DELETE/REPLACE."""
+        return self._isolation_level
+
+    @isolation_level.setter
+    def isolation_level(self, value: str | None) -> None:
+        if value is not None and value.upper() not in ("", "DEFERRED", "IMMEDIATE", "EXCLUSIVE"):
+            raise ValueError("isolation_level string must be '', 'DEFERRED', 'IMMEDIATE', or 'EXCLUSIVE'")
+        if value is None and self._txn is not None:
+            self.commit()
+        self._isolation_level = value
+
+    @property
+    def total_changes(self) -> int:
+        """total_changes counts the rows this connection changed."""
+        return self._db.total_changes()
+
+    def commit(self) -> None:
+        """commit makes the open transaction durable in the log and applied here; no transaction: nothing happens.
+
+        On failure (NotLeader, CommitFailed) the transaction is rolled back locally.
+        """
+        with self._lock:
+            self._check()
+            txn = self._txn
+            if txn is None:
+                return
+            self._detach_cursors()
+            if not txn.locked:                       # nothing of the main database was written
+                self._txn = None
+                self._local_commit()
+                return
+            database = self._database
+            try:
+                txn.flush()
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                if txn.record.steps:
+                    txn.record.commit_ms = now_ms()
+                    txn.record.node = database.node_id
+                    database.submit(txn.record.encode())
+            finally:
+                self._txn = None
+                database.write_lock.release()
+
+    def rollback(self) -> None:
+        """rollback abandons the open transaction; the log never sees it."""
+        with self._lock:
+            self._check()
+            self._end_locally()
+
+    def close(self) -> None:
+        """close rolls back an open transaction and closes the connection."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._end_locally()
+            finally:
+                self._closed = True
+                for cursor in list(self._cursors):
+                    cursor._reset()
+                self._db.close()
+                from walkit.adapters.sqlite.database import release
+                release(self._database)
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+        return False
+
+    def create_function(self, name: str, narg: int, func, *, deterministic: bool = False) -> None:
+        """create_function defines SQL function `name` here; its results travel as values (leader only)."""
+        self._check()
+        self._db.create_scalar_function(name, func, narg, deterministic=deterministic)
+
+    def create_aggregate(self, name: str, n_arg: int, aggregate_class) -> None:
+        """create_aggregate defines aggregate `name` from a class with step() and finalize()."""
+        self._check()
+
+        def factory():
+            return aggregate_class(), lambda ctx, *args: ctx.step(*args), lambda ctx: ctx.finalize()
+        self._db.create_aggregate_function(name, factory, n_arg)
+
+    def create_collation(self, name: str, callable_) -> None:
+        """create_collation defines collation `name` here and where the log is applied (indexes may use it)."""
+        self._check()
+
+        def compare(a: str, b: str) -> int:
+            return callable_(a, b)
+        self._db.create_collation(name, compare)
+        self._database.machine.db.create_collation(name, compare)
+
+    def interrupt(self) -> None:
+        """interrupt makes the running statement fail with 'interrupted'."""
+        self._db.interrupt()
+
+    def iterdump(self):
+        """iterdump yields the SQL text of a dump of the database (apsw's shell .dump)."""
+        import io
+        import apsw.shell
+        out = io.StringIO()
+        shell = apsw.shell.Shell(db=self._db, stdout=out)
+        shell.process_command(".dump")
+        yield from out.getvalue().splitlines()
+
+    # -- walkit's additions ---------------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        """is_leader is True while this node's connections may write."""
+        return self._database.is_leader
+
+    @property
+    def leader(self) -> str | None:
+        """leader is the node id of the leader, as last known."""
+        return self._database.leader
+
+    @property
+    def position(self):
+        """position is the walkit.Position of the last log entry applied to this file (None before any)."""
+        from walkit.core.loglist import Position
+        at = self._database.machine.position
+        return None if at is None else Position(at[0], at[1])
+
+    def read_barrier(self, timeout: float | None = None) -> None:
+        """read_barrier waits until this file applied every transaction committed before the call (any node)."""
+        self._database.node.read_barrier(timeout)
+
+    # -- running statements (cursors call these) ------------------------------------------------------
+    def _execute(self, cursor: Cursor, sql: str, parameters, *, single: bool, many: bool = False) -> None:
+        if not isinstance(sql, str):
+            raise TypeError(f"sql must be str, not {type(sql).__name__}")
+        with self._lock:
+            self._check()
+            statement = self._statements.classify(self._db, sql)
+            if single and statement.rest and not only_comments(statement.rest):
+                raise ProgrammingError("You can only execute one statement at a time.")
+            if many and statement.kind not in (st.WRITE,):
+                raise ProgrammingError("executemany() can only execute DML statements.")
+            self._run(cursor, statement, parameters, implicit=True)
+
+    def _execute_script(self, cursor: Cursor, script: str) -> None:
+        with self._lock:
+            self._check()
+            if self._txn is not None and self._isolation_level is not None:
+                self.commit()
+            for statement in st.split(self._db, script):
+                self._run(cursor, statement, (), implicit=False)
+                cursor.fetchall()
+                cursor._reset()
+
+    def _run(self, cursor: Cursor, statement: st.Statement, parameters, *, implicit: bool) -> None:
+        kind = statement.kind
+        try:
+            if kind in (st.READ, st.SAVEPOINT, st.RELEASE, st.ROLLBACK_TO, st.BEGIN, st.COMMIT, st.ROLLBACK,
+                        st.EMPTY, st.JOURNAL_MODE, st.LOCAL):
+                self._run_control(cursor, statement, parameters)
+            else:
+                self._run_write(cursor, statement, parameters, implicit)
+        finally:
+            if self._txn is not None and not self._db.in_transaction:
+                self._end_locally()                # SQLite rolled the transaction back itself
+
+    def _run_control(self, cursor: Cursor, statement: st.Statement, parameters) -> None:
+        kind = statement.kind
+        if kind == st.READ:
+            cursor._run(statement, parameters)
+        elif kind == st.BEGIN:
+            if self._txn is not None:
+                raise OperationalError("cannot start a transaction within a transaction")
+            self._begin()
+            if statement.name in ("IMMEDIATE", "EXCLUSIVE"):
+                self._write_locked()
+        elif kind == st.COMMIT:
+            if self._txn is None:
+                raise OperationalError("cannot commit - no transaction is active")
+            self.commit()
+        elif kind == st.ROLLBACK:
+            if self._txn is None:
+                raise OperationalError("cannot rollback - no transaction is active")
+            self.rollback()
+        elif kind == st.SAVEPOINT:
+            started = self._txn is None
+            cursor._run(statement, parameters)
+            if started:
+                self._txn = _Open(savepoint=statement.name)
+        elif kind == st.RELEASE and self._txn is not None and self._txn.savepoint \
+                and statement.name.lower() == self._txn.savepoint.lower():
+            self.commit()                          # releasing the outermost savepoint commits
+        elif kind == st.JOURNAL_MODE:               # the file stays in WAL mode: readers go on reading
+            cursor._run(st.Statement("PRAGMA journal_mode", "", st.READ), ())
+        elif kind == st.LOCAL:
+            self._allow_commit = True
+            try:
+                cursor._run(statement, parameters)
+            finally:
+                self._allow_commit = False
+        elif kind != st.EMPTY:
+            cursor._run(statement, parameters)
+
+    def _run_write(self, cursor: Cursor, statement: st.Statement, parameters, implicit: bool) -> None:
+        autocommit = self._txn is None and not (implicit and statement.kind == st.WRITE
+                                                and self._isolation_level is not None)
+        if self._txn is None:
+            self._begin()
+        try:
+            self._write_locked()
+            if statement.kind == st.WRITE:
+                cursor._run(statement, parameters)
+            else:
+                self._run_schema(cursor, statement, parameters)
+        except BaseException:
+            if autocommit:
+                self._end_locally()
+            raise
+        if autocommit:
+            self.commit()
+
+    def _run_schema(self, cursor: Cursor, statement: st.Statement, parameters) -> None:
+        """_run_schema runs a schema statement as its own step, between the changesets before and after it."""
+        txn = self._txn
+        txn.flush()
+        try:
+            cursor._run(statement, parameters)
+            if statement.kind == st.CREATE_AS:
+                self._record_created_table(txn, statement.table)
+            else:
+                txn.record.add_sql(statement.sql)
+        finally:
+            txn.session = self._new_session()
+            self._statements.clear()
+
+    def _record_created_table(self, txn: _Open, table: str) -> None:
+        """_record_created_table records CREATE TABLE ... AS SELECT as the table's definition and its rows' values."""
+        import apsw
+        rows = self._db.execute("SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND name = ? COLLATE NOCASE",
+                                (table,)).fetchall()
+        name, sql = rows[0]
+        txn.record.add_sql(sql)
+        builder = apsw.ChangesetBuilder()
+        try:
+            builder.schema(self._db, "main")
+            quoted = '"' + name.replace('"', '""') + '"'
+            for row in self._db.execute(f"SELECT rowid, * FROM {quoted}"):
+                builder.add_insert(name, False, row)
+            txn.record.add_changeset(builder.output())
+        finally:
+            builder.close()
+
+    # -- transactions ---------------------------------------------------------------------------------
+    def _begin(self) -> None:
+        try:
+            self._db.execute("BEGIN")
+        except Exception as exc:  # noqa: BLE001 - apsw errors become DB-API errors
+            raise translate(exc) from None
+        self._txn = _Open()
+
+    def _write_locked(self) -> None:
+        """_write_locked makes the open transaction a write transaction: the leader's lock and a Session."""
+        txn = self._txn
+        if txn.locked:
+            return
+        database = self._database
+        database.check()
+        if not database.is_leader:
+            raise database.not_leader()
+        if not database.write_lock.acquire(timeout=self._timeout):
+            raise OperationalError("database is locked")
+        try:
+            database.check()
+            if not database.is_leader:
+                raise database.not_leader()
+            txn.session = self._new_session()
+        except BaseException:
+            database.write_lock.release()
+            raise
+        txn.locked = True
+
+    def _new_session(self):
+        import apsw
+        session = apsw.Session(self._db, "main")
+        session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
+        session.table_filter(lambda table: table != POSITION_TABLE)
+        session.attach()
+        return session
+
+    def _end_locally(self) -> None:
+        """_end_locally rolls the open transaction back here and lets the write lock go."""
+        txn, self._txn = self._txn, None
+        if txn is None:
+            return
+        self._detach_cursors()
+        try:
+            if txn.session is not None:
+                txn.session.close()
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+        finally:
+            if txn.locked:
+                self._database.write_lock.release()
+
+    def _local_commit(self) -> None:
+        """_local_commit ends a transaction that wrote nothing replicated (reads, TEMP tables)."""
+        if not self._db.in_transaction:
+            return
+        self._allow_commit = True
+        try:
+            self._db.execute("COMMIT")
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc) from None
+        finally:
+            self._allow_commit = False
+
+    def _commit_hook(self) -> bool:
+        """_commit_hook refuses (True) a local commit that writes the main database outside the log."""
+        import apsw
+        if self._allow_commit:
+            return False
+        return self._db.txn_state("main") == apsw.SQLITE_TXN_WRITE
+
+    def _detach_cursors(self) -> None:
+        for cursor in list(self._cursors):
+            cursor.detach()
+
+    def _track(self, cursor: Cursor) -> None:
+        self._cursors.add(cursor)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ProgrammingError("Cannot operate on a closed database.")
+        if self._check_same_thread and threading.get_ident() != self._thread:
+            raise ProgrammingError("SQLite objects created in a thread can only be used in that same thread. "
+                                   f"The object was created in thread id {self._thread} and this is thread id "
+                                   f"{threading.get_ident()}.")

@@ -1,0 +1,209 @@
+"""walkit.adapters.sqlite.database is one replicated SQLite file in this process: its node and its write lock.
+
+All connections of a process to one file share a Database: the walkit.replicate node whose
+state machine (walkit.adapters.sqlite.machine) applies the log to the file, and the lock that
+serializes write transactions on the leader, so a transaction is always captured against a
+file that applied every transaction committed before it (no changeset can conflict). A
+Database also publishes what it knows (role, applied position, lag) in the metadata store
+under ``sqlite/<name>/nodes/<node_id>`` for `walkit sqlite status`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import os
+import socket
+import threading
+import time
+
+import walkit
+from walkit.errors import NotLeader as WalkitNotLeader
+from walkit.errors import WalkitError
+
+from walkit.adapters.sqlite.errors import CommitFailed, NotLeader, ReplicaStopped
+from walkit.adapters.sqlite.machine import SqliteMachine, _show
+
+log = logging.getLogger("walkit.adapters.sqlite")
+
+#: How often a node refreshes what it publishes for `walkit sqlite status`.
+STATUS_EVERY_S = 1.0
+_registry: dict[str, "Database"] = {}
+_registry_lock = threading.Lock()
+
+
+def status_prefix(name: str) -> str:
+    """status_prefix is where the nodes of database `name` publish their status."""
+    return f"sqlite/{name}/nodes/"
+
+
+class Database:
+    """Database is the node and write lock of one replicated SQLite file (see the module doc).
+
+    `voting=False` makes a replica that never campaigns for leadership (`walkit sqlite replica`).
+    """
+
+    def __init__(self, path: str, name: str, *, client, owns_client: bool, node_id: str | None = None,
+                 voting: bool = True, options: dict | None = None) -> None:
+        self.path = path
+        self.name = name
+        self.client = client
+        self.owns_client = owns_client
+        self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{os.path.basename(path)}"
+        self.voting = voting
+        self.write_lock = threading.Lock()
+        self.users = 0
+        self.machine = SqliteMachine(path, name)
+        options = dict(options or {})
+        options.setdefault("snapshot_every_records", 10_000)
+        if not voting:
+            options["campaign_when"] = lambda: False
+        self.node = walkit.replicate(self.machine, client=client, name=name, node_id=self.node_id, **options)
+        self._stop = threading.Event()
+        self._registration = None
+        self._publisher = threading.Thread(target=self._publish_loop, name=f"walkit-sqlite-status-{name}", daemon=True)
+        self._publisher.start()
+
+    # -- state ----------------------------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        """is_leader is True while this node accepts write transactions."""
+        return self.node.is_leader
+
+    @property
+    def leader(self) -> str | None:
+        """leader is the node id of the leader as last known."""
+        return self.node.leader
+
+    def check(self) -> None:
+        """check raises ReplicaStopped once the file stopped applying the log."""
+        if self.machine.failed is not None:
+            raise self.machine.failed
+        failed = self.node.failed
+        if failed is not None:
+            error = getattr(failed, "error", None)
+            raise error if isinstance(error, ReplicaStopped) else ReplicaStopped(
+                f"the node of {self.name!r} stopped: {type(failed).__name__}: {failed}")
+
+    def not_leader(self) -> NotLeader:
+        """not_leader is the error for a write on this node while it does not lead."""
+        leader = self.node.leader
+        where = f"node {leader!r} leads it" if leader else "no leader is known yet"
+        return NotLeader(f"cannot write {self.name!r} on node {self.node_id!r}: it is not the leader; {where}",
+                         leader)
+
+    def wait_started(self, timeout: float) -> None:
+        """wait_started waits until the node applied what the log held and knows a leader (or `timeout` ran out)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check()
+            if self.node.ready and (self.node.leader is not None or not self.voting):
+                return
+            time.sleep(0.02)
+
+    # -- committing -----------------------------------------------------------------------------------
+    def submit(self, record: bytes):
+        """submit appends a transaction record and waits until this node applied it; it returns its position.
+
+        The caller holds `write_lock`. While this node leads, it waits as long as the log takes
+        (a record in flight must be applied before the next transaction is captured).
+        """
+        self.check()
+        try:
+            future = self.node.submit_async(record)
+        except WalkitNotLeader:
+            raise self.not_leader() from None
+        while True:
+            try:
+                return future.result(0.5)
+            except concurrent.futures.TimeoutError:
+                self.check()
+                continue
+            except WalkitNotLeader as exc:
+                raise NotLeader(f"COMMIT failed: node {self.node_id!r} stopped leading {self.name!r} before the "
+                                f"transaction reached the log; it was rolled back", exc.leader) from None
+            except WalkitError as exc:
+                self.check()
+                raise CommitFailed(f"COMMIT failed on node {self.node_id!r}: the log did not confirm the transaction "
+                                   f"({type(exc).__name__}: {exc}); it was rolled back here, and if the log kept it "
+                                   f"every node applies it", self.node.leader) from None
+
+    # -- status ---------------------------------------------------------------------------------------
+    def describe(self) -> dict:
+        """describe is what this node publishes: role, applied position, lag, file."""
+        machine = self.machine
+        return {"node_id": self.node_id, "role": "leader" if self.node.is_leader else ("follower" if self.voting
+                                                                                        else "replica"),
+                "leader": self.node.leader, "applied": _show(machine.position) if machine.position else None,
+                "commit_ms": machine.commit_ms, "lag": self.node.lag, "file": os.path.abspath(self.path),
+                "stopped": str(machine.failed) if machine.failed else None, "updated_ms": int(time.time() * 1000)}
+
+    def _publish_loop(self) -> None:
+        key = status_prefix(self.name) + self.node_id.replace("/", "_")
+        while not self._stop.is_set():
+            try:
+                value = json.dumps(self.describe()).encode()
+                if self._registration is None:
+                    self._registration = self.client.store.register(key, value)
+                else:
+                    self._registration.update(value)
+            except Exception as exc:  # noqa: BLE001 - status is best effort; the node goes on
+                log.debug("%s: cannot publish the status: %s", self.node_id, exc)
+                self._registration = None
+            self._stop.wait(STATUS_EVERY_S)
+
+    # -- closing --------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """close stops the node (it steps down cleanly if it leads) and closes the file."""
+        self._stop.set()
+        self._publisher.join(5)
+        if self._registration is not None:
+            try:
+                self._registration.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self.node.close()
+        self.machine.close()
+        if self.owns_client:
+            self.client.close()
+
+
+def acquire(path: str, name: str, *, client=None, metadata: str | None = None, node_id: str | None = None,
+            voting: bool = True, options: dict | None = None) -> Database:
+    """acquire returns this process's Database of `path`, starting it on first use (`release` when done).
+
+    The node uses `client`, or a Client of its own on `metadata` (default: the embedded
+    cluster under ./walkit-data).
+    """
+    key = os.path.realpath(path)
+    with _registry_lock:
+        database = _registry.get(key)
+        if database is None:
+            owns = client is None
+            if owns:
+                from walkit.cli.common import default_metadata
+                client = walkit.Client(metadata or default_metadata())
+            try:
+                database = Database(path, name, client=client, owns_client=owns, node_id=node_id, voting=voting,
+                                    options=options)
+            except BaseException:
+                if owns:
+                    client.close()
+                raise
+            _registry[key] = database
+        elif database.name != name:
+            from walkit.adapters.sqlite.errors import ProgrammingError
+            raise ProgrammingError(f"{path} is open here as replicated database {database.name!r}, not {name!r}")
+        database.users += 1
+        return database
+
+
+def release(database: Database) -> None:
+    """release ends one use of `database`; the last one closes it."""
+    with _registry_lock:
+        database.users -= 1
+        if database.users > 0:
+            return
+        _registry.pop(os.path.realpath(database.path), None)
+    database.close()

@@ -1,0 +1,270 @@
+"""walkit.adapters.sqlite.machine is the replicated state machine: a SQLite file that applies transaction records.
+
+Every node, the leader included, applies each record (walkit.adapters.sqlite.records) in its own
+SQLite transaction on its "apply" connection: the changesets and schema statements, then the
+row of `_walkit_position` naming the record's log position, then COMMIT. So the file and the
+position it has applied change together: after a crash the node resumes from the log past that
+position, and a record at or before it is skipped, never applied twice. Records submitted
+together share a log entry, so a position is (ledger, entry, index of the record in the entry).
+
+A record that does not apply (a changeset conflict, a failing statement) is a bug, never
+skipped: the machine stops the node with ReplicaStopped naming the position and the table, and
+the file stays as it was before that record.
+
+The apply connection runs with triggers off (their effects are in the changesets already) and
+foreign keys off (cascades too), WAL mode (readers, such as the sqlite3 command line, read while
+records are applied) and synchronous=NORMAL (the log, not the file, is what makes a commit durable).
+Snapshots copy the file with the SQLite backup API from a read transaction, so records go on
+being applied while the copy is written to its ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from typing import BinaryIO, Callable
+
+import walkit
+from walkit.core.loglist import Position
+
+from walkit.adapters.sqlite.errors import OperationalError, ReplicaStopped
+from walkit.adapters.sqlite.records import CHANGESET, Transaction
+
+log = logging.getLogger("walkit.adapters.sqlite")
+
+#: The table holding the applied position; its only row has id 0.
+POSITION_TABLE = "_walkit_position"
+_CREATE_POSITION = (f"CREATE TABLE IF NOT EXISTS {POSITION_TABLE}(id INTEGER PRIMARY KEY CHECK (id = 0), "
+                    "name TEXT NOT NULL, ledger INTEGER, entry INTEGER, record INTEGER, commit_ms INTEGER)")
+#: A record position: (ledger id, entry id, index of the record in the entry).
+RecordPosition = tuple[int, int, int]
+_BUSY_WAIT_MS = 60_000
+
+
+class _Halt(BaseException):
+    """_Halt carries a ReplicaStopped past walkit.replicate's "an exception is a result" rule: the node stops."""
+
+    def __init__(self, error: ReplicaStopped) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def open_file(path: str, name: str):
+    """open_file opens `path` as the apply connection of database `name` (creating it) and checks its name."""
+    import apsw
+    db = apsw.Connection(path)
+    db.set_busy_timeout(_BUSY_WAIT_MS)
+    mode = db.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
+    if mode.lower() != "wal":
+        raise OperationalError(f"{path}: cannot switch to WAL mode (it is {mode}); is another program holding it?")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+    db.execute("PRAGMA foreign_keys=OFF")
+    db.execute("PRAGMA recursive_triggers=OFF")
+    db.execute(_CREATE_POSITION)
+    db.execute(f"INSERT OR IGNORE INTO {POSITION_TABLE}(id, name) VALUES (0, ?)", (name,))
+    found = db.execute(f"SELECT name FROM {POSITION_TABLE} WHERE id = 0").fetchall()[0][0]
+    if found != name:
+        db.close()
+        raise OperationalError(f"{path} holds replicated database {found!r}, not {name!r}")
+    return db
+
+
+def read_position(db) -> tuple[RecordPosition | None, int]:
+    """read_position returns the record position a file applied (None before any) and that record's commit time."""
+    rows = db.execute(f"SELECT ledger, entry, record, commit_ms FROM {POSITION_TABLE} WHERE id = 0").fetchall()
+    if not rows or rows[0][0] is None:
+        return None, 0
+    ledger, entry, record, commit_ms = rows[0]
+    return (ledger, entry, record), commit_ms or 0
+
+
+def begin_immediate(db) -> None:
+    """begin_immediate starts a write transaction, waiting as long as it takes for the file's write lock."""
+    import apsw
+    while True:
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            return
+        except apsw.BusyError:
+            log.warning("the SQLite file is locked by another program; waiting to apply the log")
+
+
+class SqliteMachine(walkit.StateMachine):
+    """SqliteMachine applies transaction records to the SQLite file at `path` (see the module doc)."""
+
+    def __init__(self, path: str, name: str) -> None:
+        self.path = path
+        self.name = name
+        self.db = open_file(path, name)
+        self.position, self.commit_ms = read_position(self.db)
+        self.failed: ReplicaStopped | None = None
+        self._entry: tuple[int, int] | None = None
+        self._index = -1
+        #: Called on the apply thread after each applied record with its position (status, tests).
+        self.on_applied: Callable[[RecordPosition], None] | None = None
+
+    # -- applying -------------------------------------------------------------------------------------
+    def record_position(self, position: Position) -> RecordPosition:
+        """record_position numbers the records of one log entry in the order they are applied."""
+        entry = (position.ledger_id, position.entry_id)
+        if entry == self._entry:
+            self._index += 1
+        else:
+            self._entry, self._index = entry, 0
+        return (entry[0], entry[1], self._index)
+
+    def apply(self, record: bytes, position: Position) -> RecordPosition | None:
+        """apply applies one transaction record with its position in one SQLite transaction.
+
+        It returns the record's position, or None if the file had applied it already.
+        """
+        at = self.record_position(position)
+        if self.failed is not None:
+            raise _Halt(self.failed)
+        if self.position is not None and at <= self.position:
+            return None
+        try:
+            txn = Transaction.decode(record)
+            self.apply_transaction(txn, at)
+        except ReplicaStopped as exc:
+            self.failed = exc
+            log.error("%s: %s", self.name, exc)
+            raise _Halt(exc) from exc
+        if self.on_applied is not None:
+            self.on_applied(at)
+        return at
+
+    def apply_transaction(self, txn: Transaction, at: RecordPosition) -> None:
+        """apply_transaction runs `txn`'s steps and moves the position to `at`, all in one SQLite transaction."""
+        import apsw
+        db = self.db
+        begin_immediate(db)
+        try:
+            for kind, value in txn.steps:
+                if kind == CHANGESET:
+                    self._apply_changeset(value, at)
+                else:
+                    try:
+                        db.execute(value)
+                    except apsw.Error as exc:
+                        raise ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: the "
+                                             f"schema statement {value!r} failed: {exc}", _as_position(at)) from exc
+            db.execute(f"UPDATE {POSITION_TABLE} SET ledger = ?, entry = ?, record = ?, commit_ms = ? WHERE id = 0",
+                       (*at, txn.commit_ms))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self.position, self.commit_ms = at, txn.commit_ms
+
+    def _apply_changeset(self, changeset: bytes, at: RecordPosition) -> None:
+        import apsw
+        conflicts: list[tuple[str, apsw.TableChange]] = []
+
+        def conflict(reason: int, change) -> int:
+            conflicts.append((apsw.mapping_session_conflict.get(reason, str(reason)), change))
+            return apsw.SQLITE_CHANGESET_ABORT
+        try:
+            apsw.Changeset.apply(changeset, self.db, conflict=conflict)
+        except apsw.Error as exc:
+            if conflicts:
+                reason, change = conflicts[0]
+                table, what = change.name, f"{reason} on {change.op} of {change.new or change.old}"
+            else:
+                table, what = _first_table(changeset), f"{type(exc).__name__}: {exc}"
+            raise ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}, table {table!r}: "
+                                 f"the changeset does not apply ({what}); the replica differs from the leader",
+                                 _as_position(at), table) from exc
+
+    # -- snapshots ------------------------------------------------------------------------------------
+    def snapshot(self, out: BinaryIO) -> Callable[[], None]:
+        """snapshot pins the file's current state in a read transaction and returns the function copying it.
+
+        The copy (SQLite backup API) runs on the snapshot thread while records are applied again.
+        """
+        import apsw
+        reader = apsw.Connection(self.path)
+        reader.execute("BEGIN")
+        reader.execute(f"SELECT * FROM {POSITION_TABLE}").fetchall()    # the read transaction starts here
+
+        def persist() -> None:
+            try:
+                with tempfile.TemporaryDirectory(prefix="walkit-sqlite-") as scratch:
+                    copy_path = os.path.join(scratch, "snapshot.db")
+                    backup_into(copy_path, reader)
+                    with open(copy_path, "rb") as copied:
+                        shutil.copyfileobj(copied, out, 1 << 20)
+            finally:
+                reader.execute("COMMIT")
+                reader.close()
+        return persist
+
+    def restore(self, src: BinaryIO) -> None:
+        """restore replaces the file's content with a snapshot, unless the file applied as much already."""
+        import apsw
+        with tempfile.TemporaryDirectory(prefix="walkit-sqlite-") as scratch:
+            copy_path = os.path.join(scratch, "snapshot.db")
+            with open(copy_path, "wb") as copied:
+                shutil.copyfileobj(src, copied, 1 << 20)
+            snap = apsw.Connection(copy_path)
+            try:
+                at, _ = read_position(snap)
+                if self.position is not None and (at is None or at <= self.position):
+                    log.info("%s: %s applied %s already; the snapshot at %s is not loaded", self.name, self.path,
+                             _show(self.position), _show(at))
+                    return
+                with self.db.backup("main", snap, "main") as backup:
+                    backup.step(-1)
+            finally:
+                snap.close()
+        self.db.execute("PRAGMA journal_mode=WAL").fetchall()
+        self.position, self.commit_ms = read_position(self.db)
+        self._entry, self._index = None, -1
+        log.info("%s: %s restored from the snapshot at %s", self.name, self.path, _show(self.position))
+
+    def close(self) -> None:
+        """close closes the apply connection."""
+        self.db.close()
+
+
+def backup_into(path: str, source, source_schema: str = "main") -> None:
+    """backup_into copies `source`'s database into a new file at `path` with the SQLite backup API."""
+    import apsw
+    dest = apsw.Connection(path)
+    try:
+        with dest.backup("main", source, source_schema) as backup:
+            while not backup.done:
+                backup.step(-1)
+    finally:
+        dest.close()
+
+
+def _first_table(changeset: bytes) -> str | None:
+    import apsw
+    try:
+        for change in apsw.Changeset.iter(changeset):
+            return change.name
+    except apsw.Error:
+        return None
+    return None
+
+
+def _as_position(at: RecordPosition | None) -> Position | None:
+    return None if at is None else Position(at[0], at[1])
+
+
+def _show(at: RecordPosition | None) -> str:
+    """_show prints a record position as L:E (or L:E#R for a record after the first of its entry)."""
+    if at is None:
+        return "the start"
+    return f"{at[0]}:{at[1]}" + (f"#{at[2]}" if at[2] else "")
+
+
+def now_ms() -> int:
+    """now_ms is the wall clock in milliseconds (the commit time records carry)."""
+    return time.time_ns() // 1_000_000
