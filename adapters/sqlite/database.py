@@ -35,7 +35,7 @@ _registry_lock = threading.Lock()
 
 def status_prefix(name: str) -> str:
     """status_prefix is where the nodes of database `name` publish their status."""
-    return f"sqlite/{name}/nodes/"
+    return f"sqlite/{name}/nodes"
 
 
 class Database:
@@ -140,7 +140,7 @@ class Database:
                 "stopped": str(machine.failed) if machine.failed else None, "updated_ms": int(time.time() * 1000)}
 
     def _publish_loop(self) -> None:
-        key = status_prefix(self.name) + self.node_id.replace("/", "_")
+        key = f"{status_prefix(self.name)}/{self.node_id.replace('/', '_')}"
         while not self._stop.is_set():
             try:
                 value = json.dumps(self.describe()).encode()
