@@ -10,10 +10,11 @@ kafka-python, confluent-kafka (librdkafka) and kcat work unchanged. Modules:
 - batches.py: record batches as producers send them (CRC checked, renumbered);
 - partition.py, producers.py, offsets.py: the replicated state machines (apply, snapshot,
   restore) of a partition and of a group bucket's committed offsets;
-- replica.py, leader.py, snapshots.py: a led partition: appends in order, fetch, retention,
-  and snapshots of its state in ledgers, so a new leader replays only the log's tail;
-- ownership.py, catalog.py: which broker leads what (walkit.election), topics and brokers
-  in the metadata store;
+- leader.py: a partition on this broker: its walkit.replicate machine (every broker applies
+  every partition's log, so followers are hot) and, while it leads, produce, fetch, retention;
+- ownership.py, catalog.py: a node of every slot on every broker and which broker should
+  lead each (walkit.replicate elects, fences and snapshots); topics and brokers in the
+  metadata store;
 - coordinator.py: consumer group membership; broker.py, server.py, handlers/: the broker,
   its connections and one module per family of requests; service.py: `walkit topics serve`.
 """

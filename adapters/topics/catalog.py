@@ -5,9 +5,11 @@
     topics/broker-ids        counter: a new broker's id
     topics/producer-ids      counter: InitProducerId's producer ids
 
-Partition p of topic t is the walkit log ``kafka-<t>-<p>`` (topic names use the characters
-log names allow, and the numeric suffix keeps every name distinct). Group coordination is
-spread over GROUP_BUCKETS buckets, each a log ``kafkagroups-<b>`` holding committed offsets.
+Partition p of topic t is the replicated machine ``kafka-<t>-<p>-<id>`` (walkit.replicate: its
+log is ``replicated-kafka-<t>-<p>-<id>``, one entry per group of record batches), where <id>
+starts the topic's id, so a topic deleted and created again under the same name starts from
+new logs, elections and snapshots. Group coordination is spread over GROUP_BUCKETS buckets,
+each the replicated machine ``kafkagroups-<b>`` holding committed offsets.
 """
 
 from __future__ import annotations
@@ -42,13 +44,22 @@ DEFAULT_CONFIGS = {
 _INTEGER_CONFIGS = {"retention.ms", "retention.bytes", "segment.ms", "segment.bytes", "max.message.bytes"}
 
 
-def partition_log(topic: str, partition: int) -> str:
-    """partition_log is the walkit log name of a topic partition."""
-    return f"kafka-{topic}-{partition}"
+#: The prefix walkit.replicate gives the log of a replicated machine.
+REPLICATED_LOG = "replicated-"
 
 
-def bucket_log(bucket: int) -> str:
-    """bucket_log is the walkit log name that holds the committed offsets of a group bucket."""
+def partition_name(topic: "Topic", partition: int) -> str:
+    """partition_name is the walkit.replicate name of a topic partition (long topic names are cut)."""
+    return f"kafka-{topic.name[:150]}-{partition}-{topic.id[:8] or '0'}"
+
+
+def partition_log(topic: "Topic", partition: int) -> str:
+    """partition_log is the walkit log of a topic partition: its record batches."""
+    return REPLICATED_LOG + partition_name(topic, partition)
+
+
+def bucket_name(bucket: int) -> str:
+    """bucket_name is the walkit.replicate name of a group bucket: its committed offsets."""
     return f"kafkagroups-{bucket}"
 
 

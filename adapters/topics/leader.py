@@ -1,81 +1,190 @@
-"""walkit.adapters.topics.leader serves one partition this broker leads: produce, fetch, retention.
+"""walkit.adapters.topics.leader is one partition on one broker: its replicated machine and, while it leads, produce, fetch and retention.
 
-Produce: the batches of a request are checked (batches.py), judged against the idempotent
-producers' state (producers.py), numbered from the next free offset and submitted to the
-partition's log at once, in request order; each is answered once applied (replica.py). The
-producer check runs against a projection that already includes batches still in flight, so
-a retry that arrives while its original is pending waits for the original's answer instead of
-being appended twice.
+Every broker runs a walkit.replicate node of every partition (broker.py): `PartitionMachine`
+applies the partition's log on the node's apply thread, on the leader right after each entry
+is acknowledged and on the other brokers as they tail the log, so a broker that takes a
+partition over already holds its state. The node elects the leader, fences the previous one
+by opening the log and snapshots the state (partition.py) into ledgers.
+
+`PartitionLeader` is the event loop's side. It serves only between the node's "leader" and
+"follower" role changes (`active`). Produce: the batches of a request are checked
+(batches.py), judged against the idempotent producers' state (producers.py), numbered from
+the next free offset and submitted at once, in request order; each is answered once applied.
+The producer check runs against a projection that already includes batches still in flight,
+so a retry that arrives while its original is pending waits for the original's answer
+instead of being appended twice.
 
 Fetch: the recently applied batches stay in memory (up to `cache_bytes`), so consumers at the
 tail are served without touching the bookies; older offsets are read from the log, starting
-at the Position the offset index names. Long polls wait on `wait_for_data`.
+at the entry the offset index names. Long polls wait on `wait_for_data`.
 
-Retention (`retention.ms`, `retention.bytes`): whole ledgers before the current one are
-truncated from the log when all their records are older than retention.ms, or while the
-partition would still hold retention.bytes without them; the log start offset moves to the
-first remaining batch.
+Retention (`retention.ms`, `retention.bytes`): whole ledgers before the current one expire
+when all their records are older than retention.ms, or while the partition would still hold
+retention.bytes without them. The leader submits a retain record (every broker's index then
+forgets those batches and the log start offset moves), then takes a snapshot, after which
+walkit.replicate truncates the log before the first batch kept (`keep_log_from`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 
+import walkit
 from walkit import Position
-from walkit.errors import LogTruncated, WalkitError
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.batches import first_offset_at, info, with_base_offset
 from walkit.adapters.topics.errors import KafkaError
-from walkit.adapters.topics.partition import PartitionState
+from walkit.adapters.topics.partition import PartitionState, is_control, retain_record
 from walkit.adapters.topics.producers import DUPLICATE
-from walkit.adapters.topics.replica import LeaderLog
+from walkit.errors import LogTruncated, WalkitError
+from walkit.replication import batch as entries
 
 log = logging.getLogger("walkit.adapters.topics")
 
+#: Longest a node's role thread waits for the event loop to take a "follower" change in.
+ROLE_WAIT_S = 5.0
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, fn, wait: bool = False) -> None:
+    """on_loop runs `fn` on the event loop (from another thread); with `wait`, it returns once `fn` ran."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            done.set()
+    try:
+        loop.call_soon_threadsafe(run)
+    except RuntimeError:
+        return                                  # the loop is closed: the broker is gone
+    if wait:
+        done.wait(ROLE_WAIT_S)
+
+
+class PartitionMachine(walkit.StateMachine):
+    """PartitionMachine is the StateMachine of a partition: its PartitionState and a cache of recent batches.
+
+    The apply thread writes, the event loop reads: both hold `lock`. `cache` holds the last
+    len(cache) batches of the index, byte for byte, at least one and about `cache_bytes`.
+    `on_applied()` is called (on the apply thread) after a batch was applied.
+    """
+
+    def __init__(self, label: str, cache_bytes: int, on_applied=None) -> None:
+        self.label = label
+        self.state = PartitionState()
+        self.lock = threading.Lock()
+        self.cache: list[bytes] = []
+        self.cache_bytes = cache_bytes
+        self._cached = 0
+        self.on_applied = on_applied
+
+    def apply(self, record: bytes, position: Position):
+        """apply applies one record (partition.py) and keeps the batch in the cache; it returns its header."""
+        with self.lock:
+            head = self.state.apply(record, position)
+            if head is not None:
+                self.cache.append(record)
+                self._cached += len(record)
+            self._trim_cache()
+        if head is not None and self.on_applied is not None:
+            self.on_applied()
+        return head
+
+    def snapshot(self, out):
+        """snapshot copies the state now and writes the copy to `out` from the snapshot thread."""
+        with self.lock:
+            copy = self.state.copy()
+        return lambda: copy.snapshot(out)
+
+    def restore(self, src) -> None:
+        """restore loads a snapshot (the cache starts empty)."""
+        with self.lock:
+            self.state.restore(src)
+            self.cache, self._cached = [], 0
+        log.info("%s: replaying the log after its snapshot at %s", self.label, self.state.applied)
+
+    def keep_log_from(self) -> Position | None:
+        """keep_log_from is where the partition's data begins in its log (walkit.replicate's option)."""
+        with self.lock:
+            return self.state.keep_from()
+
+    def _trim_cache(self) -> None:
+        """_trim_cache drops the oldest cached batches beyond cache_bytes, and those retention removed."""
+        cache = self.cache
+        drop = max(len(cache) - len(self.state), 0)
+        size = self._cached - sum(len(b) for b in cache[:drop])
+        while drop < len(cache) - 1 and size > self.cache_bytes:
+            size -= len(cache[drop])
+            drop += 1
+        if drop:
+            del cache[:drop]
+            self._cached = size
+
 
 class PartitionLeader:
-    """PartitionLeader is a partition led by this broker; everything runs on the event loop."""
+    """PartitionLeader is a partition on this broker, served while the broker leads it (see the module doc)."""
 
-    def __init__(self, loop, client, topic: str, partition: int, log_name: str, writer, state: PartitionState,
-                 cache: list[bytes], *, cache_bytes: int, on_lost, password: bytes = b"",
-                 snapshot_every: int = 0, take_snapshot=None) -> None:
+    def __init__(self, loop, client, topic: str, partition: int, log_name: str, machine: PartitionMachine, *,
+                 password: bytes = b"", topic_id: str | None = None) -> None:
         self.loop = loop
         self.client = client
         self.topic = topic
         self.partition = partition
         self.log_name = log_name
         self.password = password
-        self.state = state
-        self.replica = LeaderLog(loop, f"{topic}-{partition}", writer, state, on_lost, self._applied)
-        self.projected = state.producers.copy()
-        self.assigned = state.next_offset
-        self.cache_bytes = cache_bytes
-        self.cache: list[bytes] = list(cache)       # the last len(cache) applied batches, in order
-        self._cached = sum(len(b) for b in self.cache)
+        self.machine = machine
+        self.topic_id = topic_id
+        self.node = None                          # the walkit.replicate node, set by the broker
+        self.active = False                       # on the loop: between the "leader" and "follower" changes
+        self.projected = machine.state.producers.copy()
+        self.assigned = 0
         self._waiters: list[asyncio.Future] = []
+        self._wake_due = False
         self._in_flight: dict[tuple[int, int, int], asyncio.Future] = {}
         self.retention_running = False
-        self.topic_id: str | None = None          # the topic's id when this leadership began
-        self.snapshot_every = snapshot_every
-        self._take_snapshot = take_snapshot       # blocking (log name, PartitionState copy) -> None
-        self._since_snapshot = 0
-        self._snapshotting = False
+        machine.on_applied = self._applied
 
     @property
-    def active(self) -> bool:
-        """active tells whether this broker still leads the partition."""
-        return self.replica.active
+    def state(self) -> PartitionState:
+        """state is the partition's replicated state (read it under machine.lock for more than one field)."""
+        return self.machine.state
 
     @property
     def high_watermark(self) -> int:
         """high_watermark is the offset after the last acknowledged (and applied) batch."""
-        return self.state.next_offset
+        return self.machine.state.next_offset
+
+    # -- roles (called on the node's role thread) ----------------------------------------------
+    def on_role(self, role: str) -> None:
+        """on_role starts serving on "leader"; on "follower" it stops, before the node may lead again."""
+        if role == "leader":
+            on_loop(self.loop, self._lead)
+        else:
+            on_loop(self.loop, self._follow, wait=True)
+
+    def _lead(self) -> None:
+        if self.node is None or not self.node.is_leader:
+            return                                # lost again meanwhile: "follower" comes next
+        with self.machine.lock:                   # the node applied the whole log; nothing is in flight
+            self.assigned = self.state.next_offset
+            self.projected = self.state.producers.copy()
+        self._in_flight.clear()
+        self.active = True
+        log.info("%s-%d: this broker leads from offset %d", self.topic, self.partition, self.assigned)
+
+    def _follow(self) -> None:
+        if self.active:
+            log.info("%s-%d: this broker no longer leads", self.topic, self.partition)
+        self.active = False
+        self._wake()
 
     # -- produce ------------------------------------------------------------------------
     def append(self, batch: bytes) -> asyncio.Future:
-        """append numbers and appends one checked batch; the Future resolves to its base offset.
+        """append numbers and submits one checked batch; the Future resolves to its base offset.
 
         Raises KafkaError for a sequence or epoch the producer state refuses, and
         NOT_LEADER_OR_FOLLOWER once the leadership is gone.
@@ -94,60 +203,43 @@ class PartitionLeader:
             return done
         stored = with_base_offset(batch, self.assigned)
         placed = info(stored)
-        future = self.replica.submit(stored)
+        try:
+            submitted = self.node.submit_async(stored)
+        except WalkitError as exc:
+            raise KafkaError(errors.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition}: {exc}") from None
         self.assigned = placed.next_offset
         self.projected.record(placed)
         result = self.loop.create_future()
         if head.idempotent:
             self._in_flight[key] = result
 
-        def finish(applied: asyncio.Future) -> None:
+        def finish(applied) -> None:
             self._in_flight.pop(key, None)
             if result.done():
                 return
-            if applied.exception() is not None:
-                result.set_exception(applied.exception())
-            else:
+            error = applied.exception()
+            if error is None:
                 result.set_result(placed.base_offset)
-        future.add_done_callback(finish)
+            elif isinstance(error, KafkaError):
+                result.set_exception(error)
+            else:
+                result.set_exception(KafkaError(errors.NOT_LEADER_OR_FOLLOWER,
+                                                f"{self.topic}-{self.partition}: {type(error).__name__}: {error}"))
+        submitted.add_done_callback(lambda applied: on_loop(self.loop, lambda: finish(applied)))
         return result
 
-    def _applied(self, record: bytes, head) -> None:
-        if head is None:
-            return
-        self.cache.append(record)
-        self._cached += len(record)
-        self._trim_cache()
-        self._since_snapshot += 1
-        if self.snapshot_every and self._since_snapshot >= self.snapshot_every and not self._snapshotting \
-                and self._take_snapshot is not None:
-            self._snapshotting, self._since_snapshot = True, 0
-            self.loop.create_task(self._snapshot(self.state.copy()))
+    def _applied(self) -> None:
+        """_applied (apply thread) wakes the long polls, at most one wake-up per loop turn."""
+        if not self._wake_due:
+            self._wake_due = True
+            on_loop(self.loop, self._wake)
+
+    def _wake(self) -> None:
+        self._wake_due = False
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
-
-    def _trim_cache(self) -> None:
-        """_trim_cache drops the oldest cached batches beyond cache_bytes, and those retention removed."""
-        cache = self.cache
-        drop = max(len(cache) - len(self.state), 0)
-        size = self._cached - sum(len(b) for b in cache[:drop])
-        while drop < len(cache) - 1 and size > self.cache_bytes:
-            size -= len(cache[drop])
-            drop += 1
-        if drop:
-            del cache[:drop]
-            self._cached = size
-
-    async def _snapshot(self, copy: PartitionState) -> None:
-        """_snapshot writes and publishes a copy of the state (snapshots.py) on a worker thread."""
-        try:
-            await self.loop.run_in_executor(None, self._take_snapshot, self.log_name, copy)
-        except Exception as exc:  # noqa: BLE001 - retried after the next snapshot_every batches
-            log.warning("%s-%d: snapshot failed: %s: %s", self.topic, self.partition, type(exc).__name__, exc)
-        finally:
-            self._snapshotting = False
 
     def wait_for_data(self) -> asyncio.Future:
         """wait_for_data resolves when the next batch is applied or the leadership ends."""
@@ -160,13 +252,6 @@ class PartitionLeader:
         self._waiters.append(waiter)
         return waiter
 
-    def lost(self) -> None:
-        """lost wakes every waiter (the owner calls it once the leadership ended)."""
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
     # -- fetch ------------------------------------------------------------------------------
     async def read(self, offset: int, max_bytes: int) -> bytes:
         """read returns whole batches from the one holding `offset`, about `max_bytes` (at least one).
@@ -174,110 +259,137 @@ class PartitionLeader:
         Raises KafkaError(OFFSET_OUT_OF_RANGE) for an offset before the log start or after the
         high watermark; at the high watermark it returns nothing.
         """
-        state = self.state
-        if offset == state.next_offset:
-            return b""
-        index = state.locate(offset)
-        if index is None:
-            raise KafkaError(errors.OFFSET_OUT_OF_RANGE,
-                             f"offset {offset} is outside [{state.log_start_offset}, {state.next_offset}]")
-        cache_start = len(state) - len(self.cache)
-        if index >= cache_start:
-            return self._from_cache(index - cache_start, max_bytes)
-        stop = state.positions[cache_start] if cache_start < len(state) else None
-        start = state.positions[index]
+        machine = self.machine
+        with machine.lock:
+            state = machine.state
+            if offset == state.next_offset:
+                return b""
+            index = state.locate(offset)
+            if index is None:
+                raise KafkaError(errors.OFFSET_OUT_OF_RANGE,
+                                 f"offset {offset} is outside [{state.log_start_offset}, {state.next_offset}]")
+            cache_start = len(state) - len(machine.cache)
+            if index >= cache_start:
+                return self._from_cache(index - cache_start, max_bytes)
+            start, stop = state.where(index), state.where(cache_start) if cache_start < len(state) else None
+            first = state.bases[index]
         try:
-            head = await self.loop.run_in_executor(None, self._read_log, start, stop, max_bytes)
+            head = await self.loop.run_in_executor(None, self._read_log, start, stop, first, max_bytes)
         except LogTruncated:
             raise KafkaError(errors.OFFSET_OUT_OF_RANGE, f"offset {offset} was removed by retention") from None
-        except WalkitError as exc:
+        except (WalkitError, ValueError) as exc:
             raise KafkaError(errors.KAFKA_STORAGE_ERROR, f"reading offset {offset}: {exc}") from None
-        if len(head) < max_bytes and stop is not None and len(state) > len(self.cache):
-            # The log reader stopped where the cache begins: continue from memory.
-            if state.positions[len(state) - len(self.cache)] == stop:
-                head += self._from_cache(0, max_bytes - len(head), at_least_one=not head)
+        if len(head) < max_bytes and stop is not None:
+            with machine.lock:                     # the log reader stopped where the cache began: go on from memory
+                cached = len(state) - len(machine.cache)
+                if cached < len(state) and state.where(cached) == stop:
+                    head += self._from_cache(0, max_bytes - len(head), at_least_one=not head)
         return head
 
     def _from_cache(self, first: int, max_bytes: int, at_least_one: bool = True) -> bytes:
         parts, size = [], 0
-        for batch in self.cache[first:]:
-            if (parts or not at_least_one) and size + len(batch) > max_bytes:
+        for stored in self.machine.cache[first:]:
+            if (parts or not at_least_one) and size + len(stored) > max_bytes:
                 break
-            parts.append(batch)
-            size += len(batch)
+            parts.append(stored)
+            size += len(stored)
         return b"".join(parts)
 
-    def _read_log(self, start: Position, stop: Position | None, max_bytes: int) -> bytes:
-        """_read_log reads whole batches from the log at `start` up to `stop` or max_bytes (worker thread)."""
-        parts, size = [], 0
-        for record in self.client.read_log(self.log_name, start=start, follow=False, password=self.password):
-            if stop is not None and record.position >= stop:
-                break
-            if parts and size + len(record.payload) > max_bytes:
-                break
-            parts.append(record.payload)
-            size += len(record.payload)
-            if size >= max_bytes:
-                break
+    def _read_log(self, start: tuple[Position, int], stop: tuple[Position, int] | None, first: int,
+                  max_bytes: int) -> bytes:
+        """_read_log reads whole batches from the log at `start` up to `stop` or max_bytes (worker thread).
+
+        Batches are those of the index: from base offset `first` on, offsets increasing
+        (control records and batches apply skipped are left out).
+        """
+        parts, size, expected = [], 0, first
+        with self.client.read_log(self.log_name, start=start[0], follow=False, password=self.password) as reading:
+            for record in reading:
+                for sub, stored in enumerate(entries.decode(record.payload)):
+                    where = (record.position, sub)
+                    if where < start or is_control(stored):
+                        continue
+                    if stop is not None and where >= stop:
+                        return b"".join(parts)
+                    head = info(stored)
+                    if head.base_offset < expected:
+                        continue
+                    if parts and size + len(stored) > max_bytes:
+                        return b"".join(parts)
+                    parts.append(stored)
+                    size += len(stored)
+                    expected = head.next_offset
+                    if size >= max_bytes:
+                        return b"".join(parts)
         return b"".join(parts)
 
     # -- list offsets --------------------------------------------------------------------
     async def offset_for_time(self, timestamp: int) -> tuple[int, int]:
         """offset_for_time returns (offset, timestamp) of the first record stamped >= timestamp, or (-1, -1)."""
-        state = self.state
-        index = state.locate_time(timestamp)
-        while index is not None and index < len(state):
-            batch = await self.read(state.bases[index], 1)
-            found = first_offset_at(batch[:info(batch).size], timestamp) if batch else None
+        with self.machine.lock:
+            index = self.state.locate_time(timestamp)
+            if index is None:
+                return -1, -1
+            offset = self.state.bases[index]
+        while offset < self.high_watermark:
+            stored = await self.read(offset, 1)
+            if not stored:
+                break
+            head = info(stored)
+            found = first_offset_at(stored[:head.size], timestamp)
             if found is not None:
                 return found
-            index += 1
+            offset = head.next_offset
         return -1, -1
 
     async def max_timestamp(self) -> tuple[int, int]:
         """max_timestamp returns (offset, timestamp) of the record with the largest timestamp, or (-1, -1)."""
-        index = self.state.max_timestamp_index()
-        if index is None:
-            return -1, -1
-        stamp = self.state.max_times[index]
+        with self.machine.lock:
+            index = self.state.max_timestamp_index()
+            if index is None:
+                return -1, -1
+            stamp, base = self.state.max_times[index], self.state.bases[index]
         found = await self.offset_for_time(stamp)
-        return found if found[0] >= 0 else (self.state.bases[index], stamp)
+        return found if found[0] >= 0 else (base, stamp)
 
     # -- retention ---------------------------------------------------------------------------
     async def enforce_retention(self, retention_ms: int, retention_bytes: int) -> int:
-        """enforce_retention truncates expired whole ledgers (never the current one); it returns how many."""
+        """enforce_retention removes expired whole ledgers (never the current one); it returns how many."""
         if self.retention_running or not self.active or (retention_ms < 0 and retention_bytes < 0):
             return 0
-        state = self.state
-        current = self.replica.writer.ledger_id
-        now = int(time.time() * 1000)
-        total = sum(state.sizes)
-        doomed, keep = 0, None
-        for ledger_id, first, size, max_time in state.ledgers():
-            if ledger_id == current:
-                keep = first
-                break
-            too_old = retention_ms >= 0 and max_time < now - retention_ms
-            too_big = retention_bytes >= 0 and total - size >= retention_bytes
-            if not (too_old or too_big):
-                keep = first
-                break
-            total -= size
-            doomed += 1
-        if not doomed:
-            return 0
-        before = state.positions[keep] if keep is not None else Position(current, 0)
         self.retention_running = True
         try:
-            await self.loop.run_in_executor(None, self.replica.writer.truncate, before)
-        except WalkitError as exc:
-            log.warning("%s-%d: retention could not truncate the log: %s: %s", self.topic, self.partition,
-                        type(exc).__name__, exc)
+            return await self._retain(retention_ms, retention_bytes)
+        except (WalkitError, KafkaError) as exc:
+            log.warning("%s-%d: retention failed: %s: %s", self.topic, self.partition, type(exc).__name__, exc)
             return 0
         finally:
             self.retention_running = False
-        dropped = state.truncate_before(before)
-        self._trim_cache()
+
+    async def _retain(self, retention_ms: int, retention_bytes: int) -> int:
+        loop = self.loop
+        metadata = await loop.run_in_executor(None, self.client.log_metadata, self.log_name)
+        current = metadata.ledger_ids[-1]
+        now = int(time.time() * 1000)
+        with self.machine.lock:
+            state = self.state
+            total = sum(state.sizes)
+            doomed, keep = 0, None
+            for ledger_id, first, size, max_time in state.ledgers():
+                too_old = retention_ms >= 0 and max_time < now - retention_ms
+                too_big = retention_bytes >= 0 and total - size >= retention_bytes
+                if ledger_id >= current or not (too_old or too_big):
+                    keep = first
+                    break
+                total -= size
+                doomed += 1
+            before = state.positions[keep] if keep is not None else Position(current, 0)
+            batches = keep if keep is not None else len(state)
+        if not doomed or not self.active:
+            return 0
+        submitted = self.node.submit_async(retain_record(before))
+        await asyncio.wrap_future(submitted, loop=loop)          # every broker's index forgets them
+        await loop.run_in_executor(None, self.node.snapshot_now)  # then the log is truncated before `before`
         log.info("%s-%d: retention removed %d ledgers (%d batches); log start offset %d", self.topic,
-                 self.partition, doomed, dropped, state.log_start_offset)
+                 self.partition, doomed, batches, self.state.log_start_offset)
         return doomed

@@ -1,19 +1,26 @@
 """walkit.adapters.topics.partition is a partition's replicated state: offsets, positions, producers.
 
-Each entry of a partition's log is one record batch whose base offset the leader assigned
-(batches.py). `PartitionState.apply(record, position)` is fed every entry in log order, by
-the leader once the log acknowledged it and by a new leader replaying the log, and keeps:
+A partition is a walkit.replicate machine: its log's entries each hold one or more records
+(walkit.replication.batch: the records a leader submitted together). A record is either a
+Kafka record batch whose base offset the leader assigned (batches.py), or a control record
+(first byte 0xFF, which no stored batch has: its base offset is never negative):
 
-- the offset index: per batch its base offset, next offset, walkit Position, size and the
-  running maximum of record timestamps, in parallel lists searched by bisection, so Fetch
-  and ListOffsets find any offset or time without reading the log;
+    retain := 0xFF {"retain": "LEDGER:ENTRY"}        (JSON) retention: forget the batches before
+
+`PartitionState.apply(record, position)` is fed every record in log order, on every broker,
+and keeps:
+
+- the offset index: per batch its base offset, next offset, where it is (the entry's walkit
+  Position and the record's index in the entry), size and the running maximum of record
+  timestamps, in parallel lists searched by bisection, so Fetch and ListOffsets find any
+  offset or time without reading the log;
 - the idempotent producers' sequence state (producers.py);
 - the log start offset (the first batch still in the log) and the next offset (the high
   watermark: every applied batch is acknowledged by the ack quorum).
 
-It has the shape of walkit's StateMachine (DESIGN.md §7): `apply`, `snapshot(out)` and
-`restore(src)`; `apply` is deterministic, so every replica that applies the same log holds
-the same state. `truncate_before` follows the log's truncation by retention.
+It is deterministic, so every broker that applies the same log holds the same state;
+`snapshot` and `restore` are walkit.StateMachine's. `truncate_before` is what a retain record
+does; `keep_from` is the earliest position the partition still reads from its log.
 """
 
 from __future__ import annotations
@@ -28,7 +35,18 @@ from walkit.adapters.topics.producers import ProducerTable
 
 log = logging.getLogger("walkit.adapters.topics")
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
+CONTROL = b"\xff"
+
+
+def retain_record(before: Position) -> bytes:
+    """retain_record is the control record that makes every replica forget the batches before `before`."""
+    return CONTROL + json.dumps({"retain": str(before)}).encode()
+
+
+def is_control(record: bytes) -> bool:
+    """is_control tells a control record from a stored record batch."""
+    return record[:1] == CONTROL
 
 
 class PartitionState:
@@ -38,23 +56,31 @@ class PartitionState:
         self.bases: list[int] = []
         self.nexts: list[int] = []
         self.positions: list[Position] = []
+        self.subs: list[int] = []            # the batch's index among its entry's records
         self.sizes: list[int] = []
         self.max_times: list[int] = []       # running maximum: non-decreasing, for bisection
         self.producers = ProducerTable()
         self.log_start_offset = 0
         self.next_offset = 0
         self.applied: Position | None = None
+        self.retained_from: Position | None = None
+        self._sub = 0
 
     # -- the state machine ----------------------------------------------------------------
     def apply(self, record: bytes, position: Position) -> BatchInfo | None:
         """apply adds the batch stored at `position`; it returns its header (None if skipped).
 
-        Entries at or before the last applied position, and batches whose offsets are already
-        covered, are skipped, so replaying a log over a restored snapshot is harmless.
+        Records of entries before the last applied one, control records, and batches whose
+        offsets are already covered return None.
         """
-        if self.applied is not None and position <= self.applied:
+        if self.applied is not None and position < self.applied:
             return None
+        self._sub = self._sub + 1 if position == self.applied else 0
         self.applied = position
+        if is_control(record):
+            doc = json.loads(record[1:])
+            self.truncate_before(Position.parse(doc["retain"]))
+            return None
         head = info(record)
         if head.base_offset < self.next_offset:
             log.warning("entry %s holds offset %d, below the next offset %d; skipped", position,
@@ -65,6 +91,7 @@ class PartitionState:
         self.bases.append(head.base_offset)
         self.nexts.append(head.next_offset)
         self.positions.append(position)
+        self.subs.append(self._sub)
         self.sizes.append(head.size)
         previous = self.max_times[-1] if self.max_times else -1
         self.max_times.append(max(previous, head.max_timestamp))
@@ -75,10 +102,11 @@ class PartitionState:
     def snapshot(self, out) -> None:
         """snapshot writes the whole state to the binary file-like `out` (JSON)."""
         doc = {"format": SNAPSHOT_FORMAT, "bases": self.bases, "nexts": self.nexts,
-               "positions": [[p.ledger_id, p.entry_id] for p in self.positions], "sizes": self.sizes,
-               "max_times": self.max_times, "producers": self.producers.to_json(),
+               "positions": [[p.ledger_id, p.entry_id] for p in self.positions], "subs": self.subs,
+               "sizes": self.sizes, "max_times": self.max_times, "producers": self.producers.to_json(),
                "log_start_offset": self.log_start_offset, "next_offset": self.next_offset,
-               "applied": list(self.applied) if self.applied is not None else None}
+               "applied": list(self.applied) if self.applied is not None else None,
+               "retained_from": list(self.retained_from) if self.retained_from is not None else None}
         out.write(json.dumps(doc, separators=(",", ":")).encode())
 
     def restore(self, src) -> None:
@@ -88,22 +116,30 @@ class PartitionState:
             raise ValueError(f"unknown partition snapshot format {doc.get('format')!r}")
         self.bases, self.nexts, self.sizes, self.max_times = doc["bases"], doc["nexts"], doc["sizes"], doc["max_times"]
         self.positions = [Position(*p) for p in doc["positions"]]
+        self.subs = doc["subs"]
         self.producers = ProducerTable.from_json(doc["producers"])
         self.log_start_offset, self.next_offset = doc["log_start_offset"], doc["next_offset"]
         self.applied = Position(*doc["applied"]) if doc["applied"] is not None else None
+        self.retained_from = Position(*doc["retained_from"]) if doc["retained_from"] is not None else None
+        self._sub = 0
 
     def copy(self) -> "PartitionState":
-        """copy is an independent copy (taken on the event loop, serialised elsewhere by a snapshot)."""
+        """copy is an independent copy (taken between two entries, serialised elsewhere by a snapshot)."""
         other = PartitionState()
         other.bases, other.nexts, other.positions = list(self.bases), list(self.nexts), list(self.positions)
-        other.sizes, other.max_times = list(self.sizes), list(self.max_times)
+        other.subs, other.sizes, other.max_times = list(self.subs), list(self.sizes), list(self.max_times)
         other.producers = self.producers.copy()
         other.log_start_offset, other.next_offset, other.applied = self.log_start_offset, self.next_offset, self.applied
+        other.retained_from, other._sub = self.retained_from, self._sub
         return other
 
     # -- queries ------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.bases)
+
+    def where(self, index: int) -> tuple[Position, int]:
+        """where is the log entry and the index in it of batch `index`."""
+        return self.positions[index], self.subs[index]
 
     def locate(self, offset: int) -> int | None:
         """locate returns the index of the batch holding `offset` (None if outside the log)."""
@@ -133,11 +169,17 @@ class PartitionState:
                 out.append([position.ledger_id, i, self.sizes[i], self.max_times[i]])
         return [tuple(row) for row in out]
 
+    def keep_from(self) -> Position | None:
+        """keep_from is the earliest log position the partition still reads (None: none yet)."""
+        return self.positions[0] if self.positions else self.retained_from
+
     def truncate_before(self, position: Position) -> int:
         """truncate_before forgets the batches stored before `position`; it returns how many."""
         count = bisect.bisect_left(self.positions, position)
         if count:
-            del self.bases[:count], self.nexts[:count], self.positions[:count], self.sizes[:count]
-            del self.max_times[:count]
+            del self.bases[:count], self.nexts[:count], self.positions[:count], self.subs[:count]
+            del self.sizes[:count], self.max_times[:count]
         self.log_start_offset = self.bases[0] if self.bases else self.next_offset
+        if self.retained_from is None or position > self.retained_from:
+            self.retained_from = position
         return count

@@ -209,6 +209,7 @@ def test_seek_and_offsets_for_times_with_kafka_python_and_confluent(broker):
 
 def test_retention_truncates_old_ledgers_and_a_consumer_behind_resets(broker):
     import walkit
+    from walkit.adapters.topics.catalog import Catalog, partition_log
     create_topic(broker, "short", 1, **{"segment.ms": "200", "retention.ms": "1500"})
     producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
     sent = 0
@@ -223,9 +224,10 @@ def test_retention_truncates_old_ledgers_and_a_consumer_behind_resets(broker):
         return low > 0
     with walkit.Client(broker.metadata_url) as client:
         start_moved()
-        first_ledger = client.log_metadata("kafka-short-0").ledger_ids[0]
+        log_name = partition_log(Catalog(client.store).topic("short"), 0)
+        first_ledger = client.log_metadata(log_name).ledger_ids[0]
         wait_until(start_moved, 60, interval=0.1, message="the log start offset moving past 0")
-        wait_until(lambda: first_ledger not in client.log_metadata("kafka-short-0").ledger_ids, 30,
+        wait_until(lambda: first_ledger not in client.log_metadata(log_name).ledger_ids, 30,
                    message="the first ledger deleted")
     low, high = admin_consumer.get_watermark_offsets(TopicPartition("short", 0), timeout=5)
     admin_consumer.close()

@@ -81,7 +81,7 @@ def topics() -> None:
               help="How often retention.ms and retention.bytes are applied.")
 @click.option("--snapshot-every", type=click.IntRange(min=0), default=10_000, show_default=True,
               help="Write a partition's state (offset index, producer sequences) to a snapshot ledger every "
-                   "N batches, so a new leader replays only the log after it (0: never).")
+                   "N batches, so a restarted broker replays only the log after it (0: never).")
 @click.option("--rebalance-delay-ms", type=click.IntRange(min=0), default=1000, show_default=True,
               help="How long a new group waits for more members before its first rebalance "
                    "(Kafka's group.initial.rebalance.delay.ms).")
@@ -91,8 +91,9 @@ def serve(**options) -> None:
     """Serve the Kafka protocol from walkit logs until Ctrl-C.
 
     Each topic partition is a walkit log; record batches are stored as producers sent them,
-    with dense offsets. Several brokers on one cluster (--metadata URI) elect a leader per
-    partition and per group coordinator; a dead broker's partitions move within seconds.
+    with dense offsets. Several brokers on one cluster (--metadata URI) each keep every
+    partition's state (walkit.replicate): one leads each partition and group coordinator, the
+    others follow, and a dead broker's partitions move within seconds.
 
     Example: walkit topics serve, then: echo hello | kcat -b 127.0.0.1:9092 -t greetings -P
     """

@@ -5,8 +5,9 @@ CreateTopics waits (up to the request's timeout, at most CREATE_WAIT_S) until ev
 partition has a leader, so a producer that starts right after finds them. The replication
 factor is accepted and not used: a partition's data is replicated by its ledgers' quorums.
 DeleteTopics removes the topic's record, waits (at most DELETE_WAIT_S) until the partitions'
-leaders noticed and stepped down, then deletes the logs, so a topic created again under the same
-name starts from empty logs with new leaders.
+leaders noticed and stepped down, then deletes the partitions' logs and snapshots. A topic
+created again under the same name gets a new id, and with it new replicated machines
+(catalog.partition_name), whatever the old topic left behind.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
 )
 
-from walkit.adapters.topics import errors, snapshots
-from walkit.adapters.topics.catalog import DEFAULT_CONFIGS, check_configs, check_topic_name, partition_log
+from walkit.adapters.topics import errors
+from walkit.adapters.topics.catalog import (
+    DEFAULT_CONFIGS, check_configs, check_topic_name, partition_log, partition_name,
+)
 from walkit.adapters.topics.errors import KafkaError
-from walkit.adapters.topics.ownership import Slot
-from walkit.errors import BadVersion, NoSuchKey, NoSuchLog, WalkitError
+from walkit.adapters.topics.ownership import Slot, election_key
+from walkit.errors import BadVersion, MetadataError, NoSuchKey, NoSuchLedger, NoSuchLog, WalkitError
+from walkit.replication.snapshots import pointer_key, read_pointer
 
 CREATE_WAIT_S = 10.0
 DELETE_WAIT_S = 15.0
@@ -85,30 +89,46 @@ async def create_topics(broker, connection, request):
     return request.response(CreateTopicsResponse, throttle_time_ms=0, topics=results)
 
 
-def _delete_logs(client, topic) -> None:
-    """_delete_logs deletes a deleted topic's logs, retrying while a stepping-down leader still updates one."""
+def _delete_partitions(client, topic) -> None:
+    """_delete_partitions deletes a deleted topic's logs and snapshots (walkit.replicate's pointer and ledger).
+
+    It retries a log while a stepping-down leader still updates its metadata.
+    """
+    store = client.store
     for partition in range(topic.partitions):
-        snapshots.delete(client, partition_log(topic.name, partition))
+        name = partition_name(topic, partition)
         for _ in range(50):
             try:
-                client.delete_log(partition_log(topic.name, partition))
+                client.delete_log(partition_log(topic, partition))
             except NoSuchLog:
                 pass
             except BadVersion:
                 time.sleep(0.1)
                 continue
             break
+        pointer, version = read_pointer(store, name)
+        if pointer is not None:
+            _quietly(lambda: store.delete(pointer_key(name), version))
+            _quietly(lambda: client.delete_ledger(pointer.ledger_id))
+
+
+def _quietly(action) -> None:
+    """_quietly runs a clean-up step that another broker may have done already."""
+    try:
+        action()
+    except (NoSuchKey, NoSuchLedger, BadVersion, MetadataError):
+        pass
 
 
 def _wait_for_no_leaders(store, topic, timeout: float) -> None:
     """_wait_for_no_leaders waits until no broker holds the election of a deleted topic's partitions.
 
-    Until then a new topic of the same name could be led by a broker still serving the old one.
-    The key is walkit.election's documented leader key, ``elections/<name>/leader``.
+    Until then a leader may still append to a log about to be deleted. (A topic created again
+    has new logs and elections, so it never meets the old topic's nodes.)
     """
     deadline = time.monotonic() + timeout
     for partition in range(topic.partitions):
-        key = f"elections/{Slot(topic.name, partition).election_name}/leader"
+        key = election_key(partition_name(topic, partition))
         while time.monotonic() < deadline:
             try:
                 store.get(key)
@@ -126,7 +146,7 @@ async def delete_topics(broker, connection, request):
             topic = await broker.loop.run_in_executor(None, broker.catalog.delete_topic, name)
             broker.ownership.wake()
             await broker.loop.run_in_executor(None, _wait_for_no_leaders, broker.client.store, topic, DELETE_WAIT_S)
-            await broker.loop.run_in_executor(None, _delete_logs, broker.client, topic)
+            await broker.loop.run_in_executor(None, _delete_partitions, broker.client, topic)
         except KafkaError as exc:
             code, message = exc.code, str(exc)
         except WalkitError as exc:

@@ -93,11 +93,12 @@ async def leave_group(broker, connection, request):
 def known_groups(broker) -> dict[str, str]:
     """known_groups maps each group this broker coordinates (members or committed offsets) to its state."""
     found = {}
-    for bucket in broker.buckets.values():
-        for group in bucket.state.groups:
+    led = {b for b, bucket in broker.buckets.items() if bucket.active}
+    for bucket in led:
+        for group in broker.buckets[bucket].state.group_ids():
             found[group] = EMPTY
     for group in broker.coordinator.groups.values():
-        if broker.buckets.get(group_bucket(group.id)) is not None:
+        if group_bucket(group.id) in led:
             found[group.id] = group.state
     return found
 
