@@ -215,10 +215,15 @@ class Connection:
     def iterdump(self):
         """iterdump yields the SQL text of a dump of the database (apsw's shell .dump)."""
         import io
+        import apsw
         import apsw.shell
+        self._check()
         out = io.StringIO()
-        shell = apsw.shell.Shell(db=self._db, stdout=out)
-        shell.process_command(".dump")
+        reader = apsw.Connection(self._database.path, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            apsw.shell.Shell(db=reader, stdout=out).process_command(".dump")
+        finally:
+            reader.close()
         yield from out.getvalue().splitlines()
 
     # -- walkit's additions ---------------------------------------------------------------------------

@@ -174,7 +174,7 @@ def acquire(path: str, name: str, *, client=None, metadata: str | None = None, n
     """acquire returns this process's Database of `path`, starting it on first use (`release` when done).
 
     The node uses `client`, or a Client of its own on `metadata` (default: the embedded
-    cluster under ./walkit-data).
+    cluster under ./walkit-data, or WALKIT_METADATA).
     """
     key = os.path.realpath(path)
     with _registry_lock:
@@ -183,7 +183,7 @@ def acquire(path: str, name: str, *, client=None, metadata: str | None = None, n
             owns = client is None
             if owns:
                 from walkit.cli.common import default_metadata
-                client = walkit.Client(metadata or default_metadata())
+                client = walkit.Client(metadata or os.environ.get("WALKIT_METADATA") or default_metadata())
             try:
                 database = Database(path, name, client=client, owns_client=owns, node_id=node_id, voting=voting,
                                     options=options)

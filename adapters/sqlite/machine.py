@@ -53,28 +53,53 @@ class _Halt(BaseException):
 
 
 def open_file(path: str, name: str):
-    """open_file opens `path` as the apply connection of database `name` (creating it) and checks its name."""
+    """open_file opens `path` as the apply connection of database `name` (creating it) and checks its name.
+
+    `_walkit_position` is created with the first record applied (after that record's own
+    tables), so a program listing sqlite_schema finds its first table first. A file with tables
+    but no position is a plain SQLite database the log knows nothing of: it is refused.
+    """
     import apsw
     db = apsw.Connection(path)
-    db.set_busy_timeout(_BUSY_WAIT_MS)
-    mode = db.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
-    if mode.lower() != "wal":
-        raise OperationalError(f"{path}: cannot switch to WAL mode (it is {mode}); is another program holding it?")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
-    db.execute("PRAGMA foreign_keys=OFF")
-    db.execute("PRAGMA recursive_triggers=OFF")
-    db.execute(_CREATE_POSITION)
-    db.execute(f"INSERT OR IGNORE INTO {POSITION_TABLE}(id, name) VALUES (0, ?)", (name,))
-    found = db.execute(f"SELECT name FROM {POSITION_TABLE} WHERE id = 0").fetchall()[0][0]
-    if found != name:
+    try:
+        db.set_busy_timeout(_BUSY_WAIT_MS)
+        mode = db.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
+        if mode.lower() != "wal":
+            raise OperationalError(f"{path}: cannot switch to WAL mode (it is {mode}); is another program holding it?")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+        db.execute("PRAGMA foreign_keys=OFF")
+        check_name(db, path, name)
+    except BaseException:
         db.close()
-        raise OperationalError(f"{path} holds replicated database {found!r}, not {name!r}")
+        raise
     return db
+
+
+def check_name(db, path: str, name: str) -> None:
+    """check_name refuses a file holding another replicated database, or a plain SQLite database with tables."""
+    if has_position_table(db):
+        rows = db.execute(f"SELECT name FROM {POSITION_TABLE} WHERE id = 0").fetchall()
+        if rows and rows[0][0] != name:
+            raise OperationalError(f"{path} holds replicated database {rows[0][0]!r}, not {name!r}")
+        return
+    tables = db.execute("SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'").fetchall()[0][0]
+    if tables:
+        raise OperationalError(f"{path} is a SQLite database that was not made by replicating {name!r} (it has "
+                               f"{tables} schema objects and no {POSITION_TABLE}); give walkit a new file, or "
+                               "one restored or replicated from this database")
+
+
+def has_position_table(db) -> bool:
+    """has_position_table is True once the file applied a record."""
+    return bool(db.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?",
+                           (POSITION_TABLE,)).fetchall())
 
 
 def read_position(db) -> tuple[RecordPosition | None, int]:
     """read_position returns the record position a file applied (None before any) and that record's commit time."""
+    if not has_position_table(db):
+        return None, 0
     rows = db.execute(f"SELECT ledger, entry, record, commit_ms FROM {POSITION_TABLE} WHERE id = 0").fetchall()
     if not rows or rows[0][0] is None:
         return None, 0
@@ -153,8 +178,9 @@ class SqliteMachine(walkit.StateMachine):
                     except apsw.Error as exc:
                         raise ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: the "
                                              f"schema statement {value!r} failed: {exc}", _as_position(at)) from exc
-            db.execute(f"UPDATE {POSITION_TABLE} SET ledger = ?, entry = ?, record = ?, commit_ms = ? WHERE id = 0",
-                       (*at, txn.commit_ms))
+            db.execute(_CREATE_POSITION)
+            db.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
+                       "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, txn.commit_ms))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -190,7 +216,7 @@ class SqliteMachine(walkit.StateMachine):
         import apsw
         reader = apsw.Connection(self.path)
         reader.execute("BEGIN")
-        reader.execute(f"SELECT * FROM {POSITION_TABLE}").fetchall()    # the read transaction starts here
+        reader.execute("SELECT count(*) FROM sqlite_schema").fetchall()    # the read transaction starts here
 
         def persist() -> None:
             try:
@@ -213,6 +239,7 @@ class SqliteMachine(walkit.StateMachine):
                 shutil.copyfileobj(src, copied, 1 << 20)
             snap = apsw.Connection(copy_path)
             try:
+                check_name(snap, "the snapshot", self.name)
                 at, _ = read_position(snap)
                 if self.position is not None and (at is None or at <= self.position):
                     log.info("%s: %s applied %s already; the snapshot at %s is not loaded", self.name, self.path,

@@ -78,7 +78,7 @@ def restore(name: str, out: str, *, position=None, time=None, client=None, metad
     if owned:
         import walkit
         from walkit.cli.common import default_metadata
-        client = walkit.Client(metadata or default_metadata())
+        client = walkit.Client(metadata or os.environ.get("WALKIT_METADATA") or default_metadata())
     partial = out + ".restoring"
     for leftover in (partial, partial + "-wal", partial + "-shm", partial + "-journal"):
         if os.path.exists(leftover):

@@ -1,0 +1,72 @@
+"""Helpers of the SQLite replicator's tests: nodes of one database on an in-process cluster."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import walkit.adapters.sqlite as sq
+from walkit.testing.memory import MemoryCluster
+
+_names = itertools.count()
+
+
+def unique(prefix: str = "db") -> str:
+    """unique is a database name no other test of this process uses."""
+    return f"{prefix}{next(_names)}"
+
+
+class Nodes:
+    """Nodes opens connections (each its own node, file and Client) to databases on one MemoryCluster."""
+
+    def __init__(self, cluster: MemoryCluster, directory) -> None:
+        self.cluster = cluster
+        self.directory = directory
+        self.opened: list[sq.Connection] = []
+
+    def connect(self, name: str, node_id: str, **options) -> sq.Connection:
+        """connect opens node `node_id` of database `name` with its own file."""
+        options.setdefault("check_same_thread", False)
+        conn = sq.connect(str(self.directory / f"{name}-{node_id}.db"), name=name, node_id=node_id,
+                          client=self.cluster.client(own_store=True), **options)
+        self.opened.append(conn)
+        return conn
+
+    def close(self) -> None:
+        """close closes every connection opened here."""
+        for conn in reversed(self.opened):
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - a test may have closed it
+                pass
+
+
+def memory_cluster(path) -> MemoryCluster:
+    """memory_cluster is 4 in-process bookies; sessions expire after 1 s so failover is quick."""
+    return MemoryCluster(f"sqlite://{path}/metadata.db?ttl=1", bookies=4, add_timeout=2.0, request_timeout=2.0)
+
+
+def wait_for(predicate, timeout: float = 30.0, message: str = "condition"):
+    """wait_for polls `predicate` until it is truthy and returns its value; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not within {timeout} s: {message}")
+        time.sleep(0.02)
+
+
+def log_records(conn) -> list[bytes]:
+    """log_records reads every record of a connection's database log (on its node's client)."""
+    from walkit.replication import batch
+    database = conn._database
+    out = []
+    try:
+        for entry in database.client.read_log(f"replicated-{database.name}"):
+            out.extend(batch.decode(entry.payload))
+    except Exception as exc:  # noqa: BLE001 - no log yet
+        if type(exc).__name__ != "NoSuchLog":
+            raise
+    return out
