@@ -254,6 +254,7 @@ class Connection:
             raise TypeError(f"sql must be str, not {type(sql).__name__}")
         with self._lock:
             self._check()
+            self._database.check()                 # a stopped replica serves nothing: its data is behind
             statement = self._statements.classify(self._db, sql)
             if single and statement.rest and not only_comments(statement.rest):
                 raise ProgrammingError("You can only execute one statement at a time.")

@@ -155,7 +155,10 @@ class SqliteMachine(walkit.StateMachine):
         try:
             txn = Transaction.decode(record)
             self.apply_transaction(txn, at)
-        except ReplicaStopped as exc:
+        except Exception as exc:  # noqa: BLE001 - nothing is skipped: any failure stops this replica
+            if not isinstance(exc, ReplicaStopped):
+                exc = ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: "
+                                     f"{type(exc).__name__}: {exc}", _as_position(at))
             self.failed = exc
             log.error("%s: %s", self.name, exc)
             raise _Halt(exc) from exc
@@ -190,17 +193,18 @@ class SqliteMachine(walkit.StateMachine):
 
     def _apply_changeset(self, changeset: bytes, at: RecordPosition) -> None:
         import apsw
-        conflicts: list[tuple[str, apsw.TableChange]] = []
+        conflicts: list[tuple[str, str]] = []
 
-        def conflict(reason: int, change) -> int:
-            conflicts.append((apsw.mapping_session_conflict.get(reason, str(reason)), change))
+        def conflict(reason: int, change) -> int:      # `change` lives only during the call
+            values = change.new if change.op == "INSERT" else change.old
+            conflicts.append((change.name, f"{apsw.mapping_session_conflict.get(reason, reason)} on {change.op} "
+                                           f"of {values!r}, the replica has {change.conflict!r}"))
             return apsw.SQLITE_CHANGESET_ABORT
         try:
             apsw.Changeset.apply(changeset, self.db, conflict=conflict)
         except apsw.Error as exc:
             if conflicts:
-                reason, change = conflicts[0]
-                table, what = change.name, f"{reason} on {change.op} of {change.new or change.old}"
+                table, what = conflicts[0]
             else:
                 table, what = _first_table(changeset), f"{type(exc).__name__}: {exc}"
             raise ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}, table {table!r}: "
