@@ -63,11 +63,15 @@ class LocalCluster:
     or a storage URI used as is with ``{i}`` replaced by the bookie index. `metadata` is
     "sqlite" (a file in data_dir) or any metadata URI. `bookie_args` are extra `walkit bookie`
     options for every bookie. As a context manager it stops every process on exit.
+
+    With `security`, bookies run CurveZMQ with key pairs under ``<data_dir>/keys`` and the
+    cluster makes one allowed client key, `client_key`: pass it as `walkit.Client(url,
+    key=cluster.client_key)`.
     """
 
     def __init__(self, bookies: int = 3, data_dir: str = "walkit-data", storage: str = "files",
                  metadata: str = "sqlite", *, bookie_args: tuple[str, ...] = (), ready_timeout: float = 30.0,
-                 start: bool = True) -> None:
+                 security: bool = False, start: bool = True) -> None:
         if bookies < 0:
             raise ConfigError(f"bookies must be >= 0, got {bookies}")
         if storage not in STORAGE_KINDS and "://" not in storage:
@@ -81,6 +85,10 @@ class LocalCluster:
             raise ConfigError(f"metadata must be 'sqlite' or a metadata URI, got {metadata!r}")
         self.bookie_args = tuple(bookie_args)
         self.ready_timeout = ready_timeout
+        self.security = security
+        self.client_key: str | None = None
+        if security:
+            self._prepare_keys()
         self._bookies: list[_Bookie] = self._load_layout()
         while len(self._bookies) < bookies:
             self._bookies.append(self._new_bookie(len(self._bookies)))
@@ -88,6 +96,36 @@ class LocalCluster:
         self._count = bookies
         if start:
             self.start()
+
+    # -- security ---------------------------------------------------------------------------
+    @property
+    def keys_dir(self) -> str:
+        """keys_dir holds the cluster's key pairs when it runs secured."""
+        return os.path.join(self.data_dir, "keys")
+
+    def _prepare_keys(self) -> None:
+        """_prepare_keys makes the admin client's key pair (once) and puts it on the allow-list."""
+        from walkit.plugins import open_metadata
+        from walkit.security import allow, new_keys, principal_of
+        secret = os.path.join(self.keys_dir, "client.key_secret")
+        if not os.path.exists(secret):
+            new_keys(self.keys_dir, "client")
+        self.client_key = secret
+        store = open_metadata(self.metadata_url)
+        try:
+            allow(store, principal_of(secret), "local cluster client")
+        finally:
+            store.close()
+
+    def _bookie_key(self, i: int) -> list[str]:
+        """_bookie_key is the --curve-key argument of bookie `i` (its key pair is made once)."""
+        if not self.security:
+            return []
+        from walkit.security import new_keys
+        secret = os.path.join(self.keys_dir, f"bookie-{i}.key_secret")
+        if not os.path.exists(secret):
+            new_keys(self.keys_dir, f"bookie-{i}")
+        return ["--curve-key", secret]
 
     # -- layout -----------------------------------------------------------------------------
     def _layout_path(self) -> str:
@@ -146,7 +184,7 @@ class LocalCluster:
         bookie.log_path = os.path.join(self.data_dir, f"bookie-{i}.log")
         command = [sys.executable, "-m", "walkit", "bookie", "--metadata", self.metadata_url,
                    "--storage", bookie.storage, "--port", str(bookie.port), "--exit-with-parent",
-                   *self.bookie_args]
+                   *self._bookie_key(i), *self.bookie_args]
         with open(bookie.log_path, "ab") as log:
             bookie.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, cwd=self.data_dir)

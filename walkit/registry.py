@@ -24,6 +24,7 @@ class BookieInfo:
     address: str
     read_only: bool = False
     storage: str = ""
+    public_key: str = ""        # the bookie's CurveZMQ public key (Z85) when it runs secured
 
     def to_bytes(self) -> bytes:
         """to_bytes encodes the info for the metadata store."""
@@ -32,7 +33,8 @@ class BookieInfo:
     @classmethod
     def from_bytes(cls, data: bytes) -> "BookieInfo":
         """from_bytes decodes info written by `to_bytes`."""
-        return cls(**json.loads(data))
+        doc = json.loads(data)
+        return cls(**{k: v for k, v in doc.items() if k in cls.__dataclass_fields__})
 
 
 def bookie_key(address: str) -> str:
@@ -49,6 +51,14 @@ class BookieRegistry:
     def register(self, info: BookieInfo):
         """register publishes `info` until the returned session is closed (or the process dies)."""
         return self.store.register(bookie_key(info.address), info.to_bytes())
+
+    def info(self, address: str) -> BookieInfo | None:
+        """info returns what the bookie at `address` registered, or None if it is not registered."""
+        try:
+            value, _ = self.store.get(bookie_key(address))
+        except NoSuchKey:
+            return None
+        return BookieInfo.from_bytes(value)
 
     def live(self) -> dict[str, BookieInfo]:
         """live maps the address of every registered bookie to its info."""

@@ -63,15 +63,19 @@ class RawBookie:
 
     Use as a context manager. `send(*parts)` sends one (multi-part) message as is;
     `recv_responses()` waits for one reply frame and decodes it with the real codec.
+    With `curve=(public, secret, server public)` (z85 bytes) it is a CurveZMQ client.
     """
 
     _txns = itertools.count(1000)
 
-    def __init__(self, address: str, context: zmq.Context | None = None) -> None:
+    def __init__(self, address: str, context: zmq.Context | None = None, *,
+                 curve: tuple[bytes, bytes, bytes] | None = None) -> None:
         self.address = address
         self.context = context or zmq.Context.instance()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            self.socket.curve_publickey, self.socket.curve_secretkey, self.socket.curve_serverkey = curve
         self.socket.connect(f"tcp://{address}")
 
     def __enter__(self) -> "RawBookie":

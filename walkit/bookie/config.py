@@ -48,6 +48,7 @@ _RULES = {
     "disk_check_interval_s": (float, _positive, "a positive number of seconds"),
     "register_timeout_s": (float, lambda v: v >= 0, "zero or more seconds"),
     "tick_ms": (int, _positive, "a positive number of milliseconds"),
+    "curve_key": (str, lambda v: True, "the path of the bookie's NAME.key_secret file (`walkit keys new`)"),
 }
 
 
@@ -70,6 +71,9 @@ class BookieConfig:
       (READ_ONLY) and registers as read-only; below `disk_usage_lwm` it is writable again;
       checked every `disk_check_interval_s`;
     - `register_timeout_s`: how long start-up waits for a dead predecessor's registration;
+    - `curve_key`: this bookie's CurveZMQ key pair (a NAME.key_secret file): the bookie then
+      accepts only clients on the allow-list, authenticated, and checks their rights per ledger
+      (walkit.security); empty: no security;
     - `parent_pid`: exit when that process is gone (set by LocalCluster).
     """
 
@@ -90,6 +94,7 @@ class BookieConfig:
     disk_check_interval_s: float = 5.0
     register_timeout_s: float = 30.0
     tick_ms: int = 10
+    curve_key: str = ""
     parent_pid: int | None = None
 
     def __post_init__(self) -> None:

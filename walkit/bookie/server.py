@@ -14,6 +14,10 @@ add that arrived while the previous sync ran), then sends the replies. Around th
 - a storage that fails to sync (StorageError) stops the bookie: its data is intact up to the
   last sync and a restart replays its journal; a storage failure that concerns some ledgers
   only (LedgerStorageError) fails their requests and the bookie serves on;
+- security (with `curve_key`): the socket is a CurveZMQ server; a ZAP handler admits only
+  clients on the allow-list (watched in the metadata store, so no restart is needed to add or
+  revoke one), each frame carries the client's principal, and walkit.bookie.access checks its
+  rights on every request's ledger;
 - disconnects: a monitor on the ROUTER socket reports closed connections by file descriptor;
   every frame's descriptor (ZMQ_SRCFD) says which peers used it, so the long polls of a client
   that went away are answered (and so dropped) at once.
@@ -46,6 +50,16 @@ __all__ = ["BookieConfig", "BookieServer"]
 log = logging.getLogger("walkit.bookie")
 
 
+class _Security:
+    """_Security is what a secured bookie holds: its keys, the allow-list, the ZAP handler, the access checks."""
+
+    def __init__(self, keys, allow_list, authenticator, access) -> None:
+        self.keys = keys
+        self.allow_list = allow_list
+        self.authenticator = authenticator
+        self.access = access
+
+
 class BookieServer:
     """BookieServer runs one bookie until `stop()` (or SIGTERM/SIGINT via `serve_forever`)."""
 
@@ -57,11 +71,16 @@ class BookieServer:
         self._gc_candidates: deque[list[int]] = deque()
         self._context = zmq.Context.instance()
         self.storage = open_storage(config.storage)
+        self.metadata = open_metadata(config.metadata)
+        self._security = self._secure(config) if config.curve_key else None
         self.service = BookieService(self.storage, max_frame=config.max_frame_bytes,
                                      max_requests=config.max_requests_per_frame,
-                                     max_long_poll_ms=config.max_long_poll_ms, max_long_polls=config.max_long_polls)
-        self.metadata = open_metadata(config.metadata)
+                                     max_long_poll_ms=config.max_long_poll_ms, max_long_polls=config.max_long_polls,
+                                     access=self._security.access if self._security else None)
         self.socket = self._context.socket(zmq.ROUTER)
+        if self._security is not None:
+            self.socket.curve_server = True
+            self.socket.curve_publickey, self.socket.curve_secretkey = self._security.keys
         self.socket.setsockopt(zmq.LINGER, 0)
         # Frames above max_frame_bytes get BAD_REQUEST; far larger ones make ZeroMQ drop the peer.
         self.socket.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_frame_bytes)
@@ -75,8 +94,7 @@ class BookieServer:
             except zmq.ZMQError as exc:
                 raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from None
             self.address = f"{config.host}:{port}"
-            self._registration = self._register(
-                BookieInfo(self.address, read_only=self.service.read_only, storage=config.storage))
+            self._registration = self._register(self._info(self.service.read_only))
         except BaseException:
             for action in (self.socket.close, self.metadata.close, self.storage.close):
                 try:
@@ -90,6 +108,27 @@ class BookieServer:
         self._poller = zmq.Poller()
         self._next_gc = self._next_disk_check = self._next_parent_check = 0.0
         self.failed: StorageError | None = None
+
+    def _secure(self, config: BookieConfig) -> "_Security":
+        """_secure loads the bookie's keys and starts the ZAP handler that checks the allow-list."""
+        from zmq.auth.thread import ThreadAuthenticator
+
+        from walkit.bookie.access import LedgerAccess
+        from walkit.security import AllowList, load_keys
+        public, secret = load_keys(config.curve_key)
+        if secret is None:
+            raise ConfigError(f"bookie config: curve_key {config.curve_key!r} holds no secret key; "
+                              "use the NAME.key_secret file")
+        allow_list = AllowList(self.metadata)
+        authenticator = ThreadAuthenticator(self._context)
+        authenticator.start()
+        authenticator.configure_curve_callback("*", credentials_provider=allow_list)
+        authenticator.curve_user_id = lambda raw_key: raw_key.hex()    # frames carry the principal (hex)
+        return _Security((public, secret), allow_list, authenticator, LedgerAccess(self.metadata, allow_list))
+
+    def _info(self, read_only: bool) -> BookieInfo:
+        public = self._security.keys[0].decode() if self._security else ""
+        return BookieInfo(self.address, read_only=read_only, storage=self.config.storage, public_key=public)
 
     def _register(self, info: BookieInfo):
         """_register registers this bookie, first waiting out a registration left by a dead one.
@@ -131,6 +170,7 @@ class BookieServer:
         try:
             while not self._stopping.is_set():
                 self._poller.poll(config.tick_ms)
+                service.resume()
                 self._receive_round()
                 self._disconnects()
                 if config.group_wait_ms and service.unsynced_entries:
@@ -155,6 +195,7 @@ class BookieServer:
     def _receive_round(self) -> int:
         """_receive_round hands every waiting frame (up to max_batch_frames) to the service."""
         sock, service, peers_by_fd = self.socket, self.service, self._peers_by_fd
+        secured = self._security is not None
         count = 0
         for count in range(1, self.config.max_batch_frames + 1):
             try:
@@ -171,7 +212,7 @@ class BookieServer:
             if len(frames) != 2:
                 self._refuse(peer, f"expected one frame per message, got {len(frames) - 1}")
                 continue
-            service.receive(peer, frames[1].bytes)
+            service.receive(peer, frames[1].bytes, frames[1].get("User-Id") if secured else None)
         return count
 
     def _disconnects(self) -> None:
@@ -236,7 +277,7 @@ class BookieServer:
 
     def _set_read_only(self, read_only: bool) -> None:
         self.service.read_only = read_only
-        info = BookieInfo(self.address, read_only=read_only, storage=self.config.storage)
+        info = self._info(read_only)
         try:
             self._registration.update(info.to_bytes())
         except MetadataError as exc:
@@ -254,8 +295,10 @@ class BookieServer:
         def close_monitor() -> None:
             self.socket.disable_monitor()
             self._monitor.close(linger=0)
-        for action in (self._registration.close, self.metadata.close, self.storage.close, close_monitor,
-                       self.socket.close):
+        actions = [self._registration.close]
+        if self._security is not None:
+            actions += [self._security.access.close, self._security.allow_list.close, self._security.authenticator.stop]
+        for action in (*actions, self.metadata.close, self.storage.close, close_monitor, self.socket.close):
             try:
                 action()
             except Exception as exc:  # noqa: BLE001 - shut down as much as possible

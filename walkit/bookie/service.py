@@ -13,22 +13,38 @@ exception while storing one request's changes fails that request alone (IO_ERROR
 the handler re-reads the ledger from storage. A storage that reports `LedgerStorageError` from
 `sync()` failed some ledgers only: their replies become IO_ERROR and every other reply goes out.
 
+Secured bookies pass an `access` (walkit.bookie.access.LedgerAccess) and the principal of each
+frame: a request the principal may not make gets UNAUTHORIZED, one for a ledger nobody created
+NO_SUCH_LEDGER; a request for a ledger not looked up yet waits (in order, per ledger) until
+`resume()` finds the lookup done.
+
 Both the ZeroMQ server (`walkit.bookie.server`) and the in-memory transport use this class.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 
 from walkit.core.bookie import MAX_ID, BookieHandler, BookieLimits, Reply, StoreEntries, StoreLedgerState, error_response
-from walkit.core.messages import ErrorResponse, ReadResponse, Status
+from walkit.core.messages import AddRequest, ErrorResponse, ReadResponse, Status, WriteLacRequest
 from walkit.errors import LedgerStorageError, StorageError
 from walkit.wire.codec import (
     DEFAULT_MAX_FRAME, DEFAULT_MAX_REQUESTS, FrameTooBusy, WireError, decode_requests, encode_responses,
 )
 
 log = logging.getLogger("walkit.bookie")
+
+#: Requests a secured bookie holds while it looks ledgers up; one more gets TOO_MANY_REQUESTS.
+MAX_PARKED = 10_000
+
+
+def _needed(request) -> str:
+    """_needed is the permission a request needs: read, or write for anything that changes a ledger."""
+    if type(request) is AddRequest or type(request) is WriteLacRequest or request.fence:
+        return "write"
+    return "read"
 
 
 class BookieService:
@@ -40,8 +56,12 @@ class BookieService:
     """
 
     def __init__(self, storage, *, max_frame: int = DEFAULT_MAX_FRAME, max_requests: int = DEFAULT_MAX_REQUESTS,
-                 max_long_poll_ms: int = 60_000, max_long_polls: int = 10_000, read_only: bool = False) -> None:
+                 max_long_poll_ms: int = 60_000, max_long_polls: int = 10_000, read_only: bool = False,
+                 access=None) -> None:
         self.storage = storage
+        self.access = access
+        self._parked: dict[int, list] = {}
+        self._parked_count = 0
         self.max_frame = max_frame
         self.max_requests = max_requests
         limits = BookieLimits(max_entry_id=getattr(storage, "max_entry_id", MAX_ID),
@@ -68,8 +88,8 @@ class BookieService:
         """has_pending is True when replies wait for a flush."""
         return bool(self._replies)
 
-    def receive(self, peer: bytes, frame: bytes) -> None:
-        """receive handles one frame from `peer`; replies wait for `flush`."""
+    def receive(self, peer: bytes, frame: bytes, principal: str | None = None) -> None:
+        """receive handles one frame from `peer` (authenticated as `principal`); replies wait for `flush`."""
         try:
             requests = decode_requests(frame, self.max_frame, self.max_requests)
         except WireError as exc:
@@ -80,15 +100,64 @@ class BookieService:
         for request in requests:
             if isinstance(request, ErrorResponse):
                 self._replies.append(Reply(peer, request, False))
+            elif self.access is None:
+                self._step(peer, request)
+            else:
+                try:
+                    self._checked(peer, principal, request, time.monotonic())
+                except Exception as exc:  # noqa: BLE001 - one bad request must not stop the bookie
+                    log.exception("checking request %s on ledger %d failed", type(request).__name__,
+                                  request.ledger_id)
+                    self._refuse(peer, request, Status.IO_ERROR, f"internal error: {exc}")
+
+    def _checked(self, peer: bytes, principal: str | None, request, arrived: float) -> None:
+        """_checked runs a request on a secured bookie once the principal's rights on its ledger are known."""
+        ledger_id = request.ledger_id
+        parked = self._parked.get(ledger_id)
+        verdict = None if parked else self.access.decide(principal, ledger_id, _needed(request), arrived)
+        if verdict is None:
+            if self._parked_count >= MAX_PARKED:
+                self._refuse(peer, request, Status.TOO_MANY_REQUESTS, "too many requests wait for ledger lookups")
+                return
+            self._parked.setdefault(ledger_id, []).append((peer, principal, request, arrived))
+            self._parked_count += 1
+        elif verdict == "allow":
+            self._step(peer, request)
+        elif verdict == "no-ledger":
+            self._refuse(peer, request, Status.NO_SUCH_LEDGER, f"ledger {ledger_id} does not exist")
+        else:
+            self._refuse(peer, request, Status.UNAUTHORIZED,
+                         f"this client may not {_needed(request)} ledger {ledger_id}")
+
+    def _refuse(self, peer: bytes, request, status: Status, message: str) -> None:
+        self._replies.append(Reply(peer, error_response(request, status, message), False))
+
+    def resume(self) -> None:
+        """resume runs the parked requests of the ledgers whose lookups finished (secured bookies)."""
+        if self.access is None:
+            return
+        for ledger_id in self.access.resolved():
+            parked = self._parked.pop(ledger_id, None)
+            if not parked:
                 continue
-            try:
-                self._apply(self.handler.step(peer, request))
-            except Exception as exc:  # noqa: BLE001 - one bad request must not stop the bookie
-                log.exception("request %s on ledger %d failed", type(request).__name__, request.ledger_id)
-                # The handler may have noted changes that never reached storage: it re-reads the ledger.
-                self._apply(self.handler.forget(request.ledger_id))
-                self._replies.append(Reply(peer, error_response(request, Status.IO_ERROR,
-                                                                f"internal error: {exc}"), False))
+            self._parked_count -= len(parked)
+            for index, (peer, principal, request, arrived) in enumerate(parked):
+                if ledger_id in self._parked:       # looked up again meanwhile: keep the rest in order
+                    self._parked[ledger_id] += parked[index:]
+                    self._parked_count += len(parked) - index
+                    break
+                self._checked(peer, principal, request, arrived)
+
+    def _step(self, peer: bytes, request) -> None:
+        """_step lets the handler decide and stores what it says; a failure fails this request alone."""
+        try:
+            self._apply(self.handler.step(peer, request))
+        except Exception as exc:  # noqa: BLE001 - one bad request must not stop the bookie
+            log.exception("request %s on ledger %d failed", type(request).__name__, request.ledger_id)
+            # The handler may have noted changes that never reached storage: it re-reads the ledger.
+            self._apply(self.handler.forget(request.ledger_id))
+            self._replies.append(Reply(peer, error_response(request, Status.IO_ERROR,
+                                                            f"internal error: {exc}"), False))
 
     def peer_gone(self, peer: bytes) -> None:
         """peer_gone tells the service a client's connection closed (its long polls are answered)."""
@@ -152,6 +221,8 @@ class BookieService:
         self.storage.delete_ledger(ledger_id)
         self._dirty = True
         self._apply(self.handler.forget(ledger_id))
+        if self.access is not None:
+            self.access.forget(ledger_id)
 
 
 def _as_io_error(response, exc: Exception):

@@ -5,7 +5,7 @@ uses the embedded default under ./walkit-data, the one `walkit local` runs. The 
 in the modules of this package, one family each; importing them registers them on `main`.
 """
 
-from walkit.cli import bench, ledgers, logs, servers  # noqa: F401  (they register their commands)
+from walkit.cli import bench, ledgers, logs, security, servers  # noqa: F401  (they register their commands)
 from walkit.cli import topics  # noqa: F401  (walkit topics)
 from walkit.cli import sqlite  # noqa: F401  (walkit sqlite)
 from walkit.cli.common import default_metadata, main

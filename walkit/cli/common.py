@@ -38,8 +38,9 @@ password_option = click.option("--password", default="", help="Ledger password."
 
 
 def client_for(metadata: str | None):
+    """client_for is a Client of the cluster; WALKIT_KEY names its key pair on a secured cluster."""
     from walkit.client.api import Client
-    return Client(metadata or default_metadata())
+    return Client(metadata or default_metadata(), key=os.environ.get("WALKIT_KEY") or None)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

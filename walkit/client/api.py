@@ -67,20 +67,33 @@ class Client:
     """
 
     def __init__(self, metadata, *, timeout: float = 30.0, add_timeout: float = 5.0,
-                 request_timeout: float = 10.0, transport=None) -> None:
+                 request_timeout: float = 10.0, transport=None, key: str | None = None) -> None:
         if timeout <= 0 or add_timeout <= 0 or request_timeout <= 0:
             raise ConfigError("timeouts must be positive")
         self.timeout = timeout
         self.add_timeout = add_timeout
+        self.principal = ""
+        curve = None
+        if key is not None:                  # a secured cluster: talk CurveZMQ with this key pair
+            from walkit.security import load_keys, principal
+            public, secret = load_keys(key)
+            if secret is None:
+                raise ConfigError(f"{key!r} holds no secret key: use the NAME.key_secret file")
+            curve, self.principal = (public, secret), principal(public)
         self._owns_store = isinstance(metadata, str)
         self.metadata_url = metadata if isinstance(metadata, str) else getattr(metadata, "uri", repr(metadata))
         self.store = open_metadata(metadata) if isinstance(metadata, str) else metadata
         self.registry = BookieRegistry(self.store)
         if transport is None:
             from walkit.transport.zmq import ZmqTransport
-            transport = ZmqTransport()
+            transport = ZmqTransport(curve=curve, server_key=self._server_key)
         self._loop = ClientLoop(transport, self.store, request_timeout_ms=int(request_timeout * 1000))
         self._closed = False
+
+    def _server_key(self, address: str) -> str | None:
+        """_server_key is the public key a secured bookie registered (None if it is not registered)."""
+        info = self.registry.info(address)
+        return info.public_key if info is not None else None
 
     # -- ledgers ----------------------------------------------------------------------------
     def create_ledger(self, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2, *,
@@ -104,7 +117,7 @@ class Client:
         metadata = LedgerMetadata(
             ledger_id=ledger_id, ensemble_size=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
             ensembles={0: tuple(bookies)}, digest_type=digest, password_check=password_check(password),
-            created_ms=int(time.time() * 1000), custom=dict(custom or {}))
+            created_ms=int(time.time() * 1000), custom=dict(custom or {}), owner=self.principal)
         version = self.store.create(ledger_key(ledger_id), metadata.to_bytes())
         machine = LedgerWriter(metadata, version, master_key=master_key(password),
                                digest=Digest(digest, password), add_timeout_ms=int(self.add_timeout * 1000),

@@ -23,11 +23,14 @@ from typing import Callable
 
 from walkit.core import events as ev
 from walkit.core.dispatch import Dispatcher, StoreCall
+from walkit.core.messages import Status
 from walkit.errors import ClientClosed
 from walkit.registry import BookieRegistry
 from walkit.wire.codec import DEFAULT_MAX_REQUESTS, WireError, decode_responses, encode_requests
 
 log = logging.getLogger("walkit.client")
+
+_KEY_REFUSED = "the bookie refused this client's key (not on the allow-list, or no key)"
 
 
 def now_ms() -> int:
@@ -128,7 +131,13 @@ class ClientLoop:
                 for start in range(0, len(requests), DEFAULT_MAX_REQUESTS):   # bookies refuse larger frames
                     chunk = requests[start:start + DEFAULT_MAX_REQUESTS]
                     if not self.transport.send(bookie, encode_requests(chunk)):
-                        self._deliver(dispatcher.unreachable(bookie, chunk, f"bookie {bookie} is down"))
+                        self._deliver(self._failed_send(bookie, chunk))
+
+    def _failed_send(self, bookie: str, requests: list) -> list:
+        """_failed_send ends requests that could not be sent: UNAUTHORIZED if the bookie refused our keys."""
+        if bookie in getattr(self.transport, "refused", ()):
+            return self.dispatcher.unreachable(bookie, requests, _KEY_REFUSED, Status.UNAUTHORIZED)
+        return self.dispatcher.unreachable(bookie, requests, f"bookie {bookie} is down")
 
     def _on_frame(self, bookie: str, frame: bytes) -> None:
         try:
@@ -178,7 +187,10 @@ class ClientLoop:
                 for bookie, frame in frames:
                     self._on_frame(bookie, frame)
                 for bookie in down:
-                    self._deliver(self.dispatcher.bookie_down(bookie, f"lost the connection to bookie {bookie}"))
+                    if bookie in getattr(self.transport, "refused", ()):
+                        self._deliver(self.dispatcher.bookie_down(bookie, _KEY_REFUSED, Status.UNAUTHORIZED))
+                    else:
+                        self._deliver(self.dispatcher.bookie_down(bookie, f"lost the connection to bookie {bookie}"))
                 now = now_ms()
                 if now >= next_tick:
                     next_tick = now + self.tick_ms

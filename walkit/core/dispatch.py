@@ -174,11 +174,11 @@ class Dispatcher:
             out += self._end(request.txn, why, status)
         return out
 
-    def bookie_down(self, bookie: str, why: str) -> list[tuple[object, object]]:
-        """bookie_down ends every request in flight to `bookie` with UNREACHABLE."""
+    def bookie_down(self, bookie: str, why: str, status: Status = Status.UNREACHABLE) -> list[tuple[object, object]]:
+        """bookie_down ends every request in flight to `bookie` with UNREACHABLE (or `status`)."""
         out: list = []
         for txn in list(self._by_bookie.get(bookie, ())):
-            out += self._end(txn, why)
+            out += self._end(txn, why, status)
         return out
 
     def _end(self, txn: int, why: str, status: Status = Status.UNREACHABLE) -> list[tuple[object, object]]:
@@ -323,7 +323,7 @@ class Dispatcher:
                 ledger_id=ledger_id, ensemble_size=command.ensemble, write_quorum=command.write_quorum,
                 ack_quorum=command.ack_quorum, ensembles={0: tuple(writable[:command.ensemble])},
                 digest_type=command.digest, password_check=command.password_check, created_ms=self.wall_ms,
-                custom=dict(command.custom))
+                custom=dict(command.custom), owner=command.owner)
 
             def exists(value, version):   # ids are unique, so this is a broken counter: draw again
                 self._create_ledger(owner, command)

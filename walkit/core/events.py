@@ -283,6 +283,7 @@ class CreateLedger:
     digest: str
     password_check: str
     custom: tuple[tuple[str, str], ...] = ()
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

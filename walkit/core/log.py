@@ -105,7 +105,8 @@ class LogMachine:
 
     `config` applies if the log is created here. `master_key`, `password_check` and the
     password-keyed digests come from the log's password (`digest_for(kind)` returns the Digest
-    of a ledger's digest type). Timeouts are in milliseconds; time comes from Ticked events.
+    of a ledger's digest type). `owner` is recorded on the log (if created here) and on every
+    ledger it creates. Timeouts are in milliseconds; time comes from Ticked events.
     """
 
     #: Seed 000: a roll waits until the previous ledger is closed (at most two unclosed).
@@ -116,8 +117,9 @@ class LogMachine:
     def __init__(self, name: str, *, master_key: bytes, password_check: str,
                  digest_for: Callable[[str], Digest], config: LogConfig | None = None,
                  add_timeout_ms: int = 5000, recovery_timeout_ms: int = 30_000, explicit_lac_ms: int = 100,
-                 open_attempts: int = 10, now_ms: int = 0, wall_ms: int = 0) -> None:
+                 open_attempts: int = 10, owner: str = "", now_ms: int = 0, wall_ms: int = 0) -> None:
         self.name = name
+        self.owner = owner
         self.master_key = master_key
         self.password_check = password_check
         self.digest_for = digest_for
@@ -216,7 +218,7 @@ class LogMachine:
         if self.state is not OPENING:
             return []
         if event.metadata is None:
-            metadata = LogMetadata(name=self.name, config=self.initial_config, created_ms=self._wall)
+            metadata = LogMetadata(name=self.name, config=self.initial_config, created_ms=self._wall, owner=self.owner)
             return [lev.CreateLogMetadata(name=self.name, metadata=metadata)]
         return self._recover_tail(event.metadata, event.version)
 
@@ -282,7 +284,7 @@ class LogMachine:
         cfg = self.metadata.config
         return ev.CreateLedger(token=token, ensemble=cfg.ensemble, write_quorum=cfg.write_quorum,
                                ack_quorum=cfg.ack_quorum, digest=cfg.digest, password_check=self.password_check,
-                               custom=(("log", self.name),))
+                               custom=(("log", self.name),), owner=self.owner)
 
     def _opened_list(self, new_ledger: int) -> tuple[LogMetadata, set[int]]:
         """_opened_list is the list with the recovered ledgers' ends, without empty ones, plus the new ledger."""

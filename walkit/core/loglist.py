@@ -107,7 +107,8 @@ class LogMetadata:
 
     `truncated_to` is the highest ledger id that truncation or retention removed while it held
     records (-1: none): a reader whose next record lies in a ledger up to it missed records
-    and gets LogTruncated, even if it never saw that ledger listed.
+    and gets LogTruncated, even if it never saw that ledger listed. `owner` is the principal
+    that created the log (walkit.security; "" without security).
     """
 
     name: str
@@ -115,6 +116,7 @@ class LogMetadata:
     segments: tuple[LogSegment, ...] = ()
     created_ms: int = 0
     truncated_to: int = -1
+    owner: str = ""
 
     @property
     def ledger_ids(self) -> list[int]:
@@ -188,6 +190,8 @@ class LogMetadata:
         """to_bytes encodes the log metadata as JSON."""
         doc = {"name": self.name, "created_ms": self.created_ms, "config": asdict(self.config),
                "segments": [asdict(s) for s in self.segments], "truncated_to": self.truncated_to}
+        if self.owner:
+            doc["owner"] = self.owner
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -195,4 +199,5 @@ class LogMetadata:
         """from_bytes decodes log metadata written by `to_bytes`."""
         doc = json.loads(data)
         return cls(name=doc["name"], created_ms=doc.get("created_ms", 0), config=LogConfig(**doc["config"]),
-                   segments=tuple(LogSegment(**s) for s in doc["segments"]), truncated_to=doc.get("truncated_to", -1))
+                   segments=tuple(LogSegment(**s) for s in doc["segments"]), truncated_to=doc.get("truncated_to", -1),
+                   owner=doc.get("owner", ""))

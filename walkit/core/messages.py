@@ -167,3 +167,9 @@ class ErrorResponse:
 
 
 Response = AddResponse | ReadResponse | ReadLacResponse | WriteLacResponse | ErrorResponse
+
+
+def refusal(event, ledger_id: int) -> str:
+    """refusal words a bookie's UNAUTHORIZED answer: a wrong password, or (secured) a key or right missing."""
+    why = getattr(event, "message", "") or "wrong password"
+    return f"bookie {event.bookie} refused ledger {ledger_id}: {why}"

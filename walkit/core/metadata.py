@@ -69,6 +69,7 @@ class LedgerMetadata:
     password_check: str = ""
     created_ms: int = 0
     custom: Mapping[str, str] = field(default_factory=dict)
+    owner: str = ""
 
     def __post_init__(self) -> None:
         check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
@@ -146,6 +147,8 @@ class LedgerMetadata:
             "ensembles": [[first, list(self.ensembles[first])] for first in self.fragment_starts],
             "custom": dict(self.custom),
         }
+        if self.owner:
+            doc["owner"] = self.owner
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod

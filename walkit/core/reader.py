@@ -17,6 +17,7 @@ from walkit.core.digest import Digest
 from walkit.core.distribution import ensemble_coverage, write_sets_of
 from walkit.core.messages import Entry, Status
 from walkit.core.metadata import LedgerMetadata
+from walkit.core.messages import refusal as _refusal
 from walkit.errors import BookieError, DigestMismatch, NoSuchEntry, Unauthorized
 
 
@@ -135,8 +136,7 @@ class RangeReader:
 
     def _on_failed(self, event: ev.ReadFailed) -> list:
         if event.status == Status.UNAUTHORIZED:
-            return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger "
-                                           f"{self.ledger_id}"))
+            return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         status = Status.NO_SUCH_ENTRY if event.status == Status.NO_SUCH_LEDGER else event.status
         return self._retry(event.bookie, [(e, status.name) for e in event.entry_ids]) + self._deliver()
 
@@ -225,6 +225,7 @@ class LacReader:
         self._bookies = metadata.current_ensemble
         self._answers: dict[str, int] = {}
         self._errors: dict[str, str] = {}
+        self._refused: dict[str, str] = {}         # UNAUTHORIZED answers
         self._last_entry = -1
 
     def start(self) -> list:
@@ -243,6 +244,8 @@ class LacReader:
             self._answers[event.bookie] = -1        # the bookie holds nothing of it yet
         else:
             self._errors[event.bookie] = f"{event.status.name} {event.message}".strip()
+            if event.status == Status.UNAUTHORIZED:
+                self._refused[event.bookie] = event.message
         best = max(self._answers.values(), default=None)
         answered = len(self._answers) + len(self._errors)
         long_poll = self.previous_lac >= -1 and self.timeout_ms > 0
@@ -255,6 +258,10 @@ class LacReader:
             return []
         self.done = True
         if best is None:
+            if self._refused:
+                bookie, why = next(iter(self._refused.items()))
+                return [ev.FailRead(ledger_id=self.ledger_id, error=Unauthorized(
+                    f"bookie {bookie} refused ledger {self.ledger_id}: {why or 'wrong password'}"))]
             detail = ", ".join(f"{b}: {why}" for b, why in self._errors.items())
             return [ev.FailRead(ledger_id=self.ledger_id,
                                 error=BookieError(f"no bookie of ledger {self.ledger_id} answered ({detail})"))]

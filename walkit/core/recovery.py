@@ -36,6 +36,7 @@ from walkit.core.digest import Digest
 from walkit.core.distribution import absent_quorum, ensemble_coverage, write_set_bookies
 from walkit.core.messages import Entry, Status
 from walkit.core.metadata import CLOSED, IN_RECOVERY, LedgerMetadata
+from walkit.core.messages import refusal as _refusal
 from walkit.errors import LedgerFenced, NotEnoughBookies, Timeout, Unauthorized
 
 #: How long an undecided read or an unanswered fence waits before it is asked again.
@@ -209,7 +210,7 @@ class LedgerRecovery:
         if self.phase != FENCING or event.bookie not in self._ensemble:
             return []
         if event.status == Status.UNAUTHORIZED:
-            return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger {self.ledger_id}"))
+            return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         if event.status != Status.OK:
             self._fence_failed[event.bookie] = self._now + RETRY_MS
             return []
@@ -274,7 +275,7 @@ class LedgerRecovery:
         if self.phase != RECOVERING:
             return []
         if event.status == Status.UNAUTHORIZED:
-            return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger {self.ledger_id}"))
+            return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         if event.status == Status.NO_SUCH_LEDGER:   # the bookie holds nothing of the ledger
             return self._on_read(ev.EntriesRead(bookie=event.bookie, ledger_id=event.ledger_id, entries=[],
                                                 missing=event.entry_ids, lac=-1))
@@ -322,7 +323,7 @@ class LedgerRecovery:
         if self.phase != RECOVERING:
             return []
         if event.status == Status.UNAUTHORIZED:
-            return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger {self.ledger_id}"))
+            return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         return self._replace(event.bookie)
 
     def _replace(self, bookie: str) -> list:

@@ -50,6 +50,7 @@ from walkit.core.distribution import write_sets_of
 from walkit.core.messages import Entry, Status
 from walkit.core import metadata as ledger_states
 from walkit.core.metadata import LedgerMetadata
+from walkit.core.messages import refusal as _refusal
 from walkit.errors import LedgerClosed, LedgerFenced, NotEnoughBookies, Unauthorized, WalkitError
 
 #: How long the writer waits before asking again for bookies when none could replace a failure.
@@ -223,8 +224,7 @@ class LedgerWriter:
             return self._fail(LedgerFenced(f"ledger {self.ledger_id} was fenced by another client "
                                            f"(bookie {event.bookie})"))
         if event.status == Status.UNAUTHORIZED:
-            return self._fail(Unauthorized(f"bookie {event.bookie} refused the password of ledger "
-                                           f"{self.ledger_id}"))
+            return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         if event.status == Status.UNREACHABLE:
             self._unreachable_since.setdefault(event.bookie, self._now)
         return self._bookie_failed(event.bookie, f"{event.status.name}: {event.message}".rstrip(": "))

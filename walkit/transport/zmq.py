@@ -6,6 +6,11 @@ a ZeroMQ monitor, so the transport knows when a connection is up (handshake done
 queued for a bookie that is down: `send` returns False at once and the caller fails the request
 instead of waiting for a timeout. Frames sent while the first connection is being made are held
 until it is up.
+
+Security: with `curve=(public key, secret key)` every socket is a CurveZMQ client that
+verifies the bookie's public key (`server_key(address)`, from its registration). A bookie that
+refuses the handshake (an unknown or revoked key, or a client without keys meeting a secured
+bookie) is reported in `refused`: its requests fail with UNAUTHORIZED rather than UNREACHABLE.
 """
 
 from __future__ import annotations
@@ -19,10 +24,17 @@ from zmq.utils.monitor import recv_monitor_message
 _UP = zmq.EVENT_HANDSHAKE_SUCCEEDED
 _DOWN = zmq.EVENT_DISCONNECTED
 _REFUSED = zmq.EVENT_CONNECT_RETRIED     # a connection attempt failed; ZeroMQ will try again
+_DENIED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+           | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)     # the bookie refused who we are
+
+
+#: How long a bookie that refused our key is not asked again (then a new handshake tries again:
+#: the key may have been allowed meanwhile).
+REFUSED_RETRY_S = 0.2
 
 
 class _Channel:
-    __slots__ = ("address", "socket", "monitor", "state", "held", "deadline")
+    __slots__ = ("address", "socket", "monitor", "state", "held", "deadline", "refused_at")
 
     def __init__(self, address: str, socket, monitor, deadline: float) -> None:
         self.address = address
@@ -31,14 +43,19 @@ class _Channel:
         self.state = "connecting"        # connecting | up | down
         self.held: list[bytes] = []
         self.deadline = deadline
+        self.refused_at = 0.0
 
 
 class ZmqTransport:
     """ZmqTransport is the client's ZeroMQ link to bookies, driven by one I/O thread."""
 
-    def __init__(self, *, connect_timeout_ms: int = 2000, context: zmq.Context | None = None) -> None:
+    def __init__(self, *, connect_timeout_ms: int = 2000, context: zmq.Context | None = None,
+                 curve: tuple[bytes, bytes] | None = None, server_key=None) -> None:
         self.context = context or zmq.Context.instance()
         self.connect_timeout_ms = connect_timeout_ms
+        self.curve = curve
+        self.server_key = server_key
+        self.refused: set[str] = set()
         self._channels: dict[str, _Channel] = {}
         self._by_socket: dict[object, _Channel] = {}
         self._poller = zmq.Poller()
@@ -57,7 +74,11 @@ class ZmqTransport:
             socket.setsockopt(zmq.RCVHWM, 0)
             socket.setsockopt(zmq.RECONNECT_IVL, 100)
             socket.setsockopt(zmq.RECONNECT_IVL_MAX, 200)
-            monitor = socket.get_monitor_socket(_UP | _DOWN | _REFUSED)
+            if self.curve is not None:
+                key = self.server_key(address) if self.server_key is not None else None
+                socket.curve_publickey, socket.curve_secretkey = self.curve
+                socket.curve_serverkey = key.encode() if isinstance(key, str) and key else b"0" * 40
+            monitor = socket.get_monitor_socket(_UP | _DOWN | _REFUSED | _DENIED)
             socket.connect(f"tcp://{address}")
             channel = _Channel(address, socket, monitor, time.monotonic() + self.connect_timeout_ms / 1000)
             self._channels[address] = channel
@@ -70,6 +91,9 @@ class ZmqTransport:
     def send(self, address: str, frame: bytes) -> bool:
         """send queues `frame` for a bookie; False means the bookie is unreachable right now."""
         channel = self._channel(address)
+        if channel.state == "down" and address in self.refused and time.monotonic() - channel.refused_at > REFUSED_RETRY_S:
+            self._close_channel(channel)          # a new handshake: the key may be allowed by now
+            channel = self._channel(address)
         if channel.state == "up":
             try:
                 channel.socket.send(frame, zmq.NOBLOCK, copy=len(frame) < 65536)
@@ -119,9 +143,16 @@ class ZmqTransport:
                 return
             if event == _UP:
                 channel.state = "up"
+                self.refused.discard(channel.address)
                 held, channel.held = channel.held, []
                 for frame in held:
                     channel.socket.send(frame, zmq.NOBLOCK)
+            elif event & _DENIED and channel.state != "down":
+                self.refused.add(channel.address)
+                channel.refused_at = time.monotonic()
+                channel.state = "down"
+                channel.held.clear()
+                self._down.append(channel.address)
             elif event in (_DOWN, _REFUSED) and channel.state != "down":
                 channel.state = "down"
                 channel.held.clear()

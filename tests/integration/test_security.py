@@ -1,0 +1,150 @@
+"""Secured clusters (issue 17): CurveZMQ keys, the allow-list, and per-log permissions, with real bookies."""
+
+from __future__ import annotations
+
+import pytest
+
+import walkit
+from walkit import security
+from walkit.errors import Unauthorized
+from walkit.local import LocalCluster
+from walkit.plugins import open_metadata
+
+from walkit.core.messages import AddRequest, Entry, ReadLacRequest, ReadRequest, Status
+from walkit.core.metadata import LEDGER_ID_COUNTER
+from walkit.registry import BookieRegistry
+
+from .helpers import MASTER_KEY, RawBookie, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalCluster(bookies=3, data_dir=str(tmp_path_factory.mktemp("secure") / "cluster"), storage="memory",
+                      security=True) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def store(cluster):
+    store = open_metadata(cluster.metadata_url)
+    yield store
+    store.close()
+
+
+def keyed(cluster, tmp_path, name: str, store=None, allow: bool = True) -> tuple[str, str]:
+    """keyed makes a key pair (allowed unless told otherwise) and returns (secret file, principal)."""
+    _, secret = security.new_keys(str(tmp_path), name)
+    principal = security.principal_of(secret)
+    if allow:
+        security.allow(store, principal, name)
+    return secret, principal
+
+
+def client(cluster, key: str | None) -> walkit.Client:
+    return walkit.Client(cluster.metadata_url, key=key, timeout=10, add_timeout=2, request_timeout=3)
+
+
+def refused_everything(cluster, key: str | None, ledger_id: int) -> None:
+    """refused_everything checks that a client can neither write, read nor fence."""
+    with client(cluster, key) as c:
+        writer = c.create_ledger(3, 2, 2, password=b"pw")           # metadata only: no bookie involved yet
+        with pytest.raises(Unauthorized):
+            writer.append(b"x", timeout=10)
+        with pytest.raises(Unauthorized):
+            list(c.open_ledger(ledger_id, password=b"pw").read())
+        with pytest.raises(Unauthorized):
+            c.open_ledger(ledger_id, password=b"pw", recover=True)
+
+
+@pytest.fixture
+def owned(cluster):
+    """owned is an open ledger whose entry 0 is confirmed (entry 1 carries LAC 0), by the allowed client."""
+    with client(cluster, cluster.client_key) as c:
+        writer = c.create_ledger(3, 2, 2, password=b"pw")
+        writer.append(b"secret")
+        writer.append(b"more")
+        yield writer.ledger_id
+        try:
+            writer.close()
+        except walkit.errors.LedgerFenced:
+            pass        # a refused recovery still marked it IN_RECOVERY: the metadata store is not secured here
+
+
+def test_an_allowed_client_writes_and_reads(cluster, owned):
+    with client(cluster, cluster.client_key) as c:
+        assert [e.payload for e in c.open_ledger(owned, password=b"pw").read()][0] == b"secret"
+
+
+def test_a_client_without_a_key_is_refused_everything(cluster, owned):
+    refused_everything(cluster, None, owned)
+
+
+def test_a_client_with_an_unknown_key_is_refused_everything(cluster, owned, tmp_path, store):
+    secret, _ = keyed(cluster, tmp_path, "stranger", store, allow=False)
+    refused_everything(cluster, secret, owned)
+
+
+def appends(c) -> bool:
+    """appends tells whether every bookie takes this client's writes now (False once one refuses)."""
+    try:
+        c.create_ledger(3, 3, 3, password=b"pw").append(b"probe", timeout=10)
+        return True
+    except Unauthorized:
+        return False
+
+
+def test_allowing_and_revoking_a_key_take_effect_without_a_restart(cluster, tmp_path, store):
+    secret, principal = keyed(cluster, tmp_path, "temp", store)
+    with client(cluster, secret) as c:
+        wait_until(lambda: appends(c), 10, message="the new key was never accepted")   # bookies watch the list
+        writer = c.create_ledger(3, 3, 3, password=b"pw")        # every entry goes to every bookie
+        assert writer.append(b"allowed") == 0
+        security.disallow(store, principal)                         # no bookie restarts
+        wait_until(lambda: not appends(c), 10, message="the revoked key was still accepted")
+        with pytest.raises(Unauthorized):                           # also on the connections it has open
+            writer.append(b"after the revocation", timeout=10)
+
+
+def test_principal_a_cannot_read_or_fence_principal_bs_log_unless_granted(cluster, tmp_path, store):
+    key_a, principal_a = keyed(cluster, tmp_path, "alice", store)
+    key_b, principal_b = keyed(cluster, tmp_path, "bob", store)
+    with client(cluster, key_a) as a, client(cluster, key_b) as b:
+        wait_until(lambda: appends(a) and appends(b), 10, message="the new keys were never accepted")
+        writer = b.open_log("bobs-log")
+        position = writer.append(b"bob's record")
+        writer.append(b"confirms the first")                     # carries LAC 0: the first is readable
+        assert b.log_metadata("bobs-log").owner == principal_b
+        with pytest.raises(Unauthorized):
+            list(a.read_log("bobs-log"))
+        with pytest.raises(Unauthorized):
+            a.open_ledger(position.ledger_id, recover=True)        # a fence
+        security.grant(store, principal_a, "read", "bobs-log")
+        records = wait_until(lambda: [r.payload for r in a.read_log("bobs-log")], 10,
+                             message="the read grant never took effect")
+        assert records[0] == b"bob's record"
+        with pytest.raises(Unauthorized):
+            a.open_ledger(position.ledger_id, recover=True)        # read is not enough to fence
+        security.grant(store, principal_a, "write", "bobs-log")
+        closed = wait_until(lambda: a.open_ledger(position.ledger_id, recover=True), 10,
+                            message="the write grant never took effect")
+        assert closed.is_closed
+        with pytest.raises(walkit.errors.LedgerFenced):
+            writer.append(b"after alice took over", timeout=10)
+
+
+def test_no_one_can_claim_a_ledger_id_nobody_created(cluster, store):
+    """An allowed principal cannot write, read or fence a ledger id no one created: a secured bookie
+    checks ownership against the ledger's metadata, and a ledger without metadata has no owner."""
+    future_id = store.next_id(LEDGER_ID_COUNTER) + 1000               # never created
+    public, secret = security.load_keys(cluster.client_key)
+    address = cluster.addresses[0]
+    server_key = BookieRegistry(store).info(address).public_key.encode()
+    with RawBookie(address, curve=(public, secret, server_key)) as raw:
+        for request in (AddRequest(txn=raw.next_txn(), ledger_id=future_id, master_key=MASTER_KEY,
+                                   entries=[Entry(future_id, 0, -1, b"", b"squatter")]),
+                        ReadRequest(txn=raw.next_txn(), ledger_id=future_id, entry_ids=[0]),
+                        ReadLacRequest(txn=raw.next_txn(), ledger_id=future_id, fence=True, master_key=MASTER_KEY)):
+            response = raw.request(request, timeout=10)
+            assert response.status == Status.NO_SUCH_LEDGER, response

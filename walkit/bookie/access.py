@@ -1,0 +1,150 @@
+"""walkit.bookie.access decides, on a secured bookie, whether a principal may use a ledger.
+
+A request needs `read` (plain reads and LAC reads) or `write` (adds, fencing reads, recovery
+adds, explicit LACs) on its ledger (walkit.security). The bookie learns who may do what from
+the metadata store, on the first request for a ledger, and caches it:
+
+- the ledger's metadata must exist: a bookie never accepts a ledger id nobody created, so no
+  one can claim (squat) future ledger ids by adding to them or fencing them first. A request is
+  answered NO_SUCH_LEDGER only from a lookup that started after it arrived, so a squatter's
+  requests cannot make the bookie refuse the real writer of a ledger created a moment later;
+  concurrent requests for one missing ledger share one lookup;
+- its owner has every right; for a ledger of a log (custom "log"), so does the log's owner and
+  whoever the log's ACL grants the level; a ledger created without security (no owner) is open
+  to every allowed client;
+- the principal must still be on the allow-list (a revoked client is refused at once, also on
+  connections it opened before).
+
+`decide` answers at once from the cache, or returns None after starting a lookup on a
+background thread; `resolved()` hands the serving thread the ledgers whose lookups finished, so
+it can run the requests it parked for them. ACL changes are watched and drop the cached grants.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+from walkit.core.loglist import LogMetadata, log_key
+from walkit.core.metadata import LedgerMetadata, ledger_key
+from walkit.errors import NoSuchKey, WalkitError
+from walkit.security import ACL_PREFIX, AllowList, grants, permits
+
+log = logging.getLogger("walkit.bookie")
+
+#: How many "ledger has no metadata" answers a bookie keeps (oldest dropped first).
+MAX_MISSING = 4096
+
+ALLOW, DENY, NO_LEDGER = "allow", "deny", "no-ledger"
+
+
+class _Ledger:
+    __slots__ = ("owner", "log", "log_owner")
+
+    def __init__(self, owner: str, log_name: str | None, log_owner: str) -> None:
+        self.owner = owner
+        self.log = log_name
+        self.log_owner = log_owner
+
+
+class LedgerAccess:
+    """LedgerAccess is one bookie's view of who may use which ledger (see the module doc)."""
+
+    def __init__(self, store, allow_list: AllowList) -> None:
+        self.store = store
+        self.allow_list = allow_list
+        self._ledgers: dict[int, _Ledger] = {}
+        self._missing: dict[int, float] = {}
+        self._grants: dict[str, dict[str, str]] = {}
+        self._looking: set[int] = set()
+        self._done: deque[int] = deque()
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(2, thread_name_prefix="walkit-bookie-access")
+        self._watch = store.watch(ACL_PREFIX, self._acl_changed)
+
+    def decide(self, principal: str | None, ledger_id: int, needed: str, arrived: float) -> str | None:
+        """decide returns ALLOW, DENY or NO_LEDGER, or None while the ledger is being looked up.
+
+        `arrived` is when the request arrived (time.monotonic()): NO_LEDGER needs a lookup that
+        started no earlier.
+        """
+        if not principal or principal not in self.allow_list:
+            return DENY
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            missing = self._missing.get(ledger_id)
+            if missing is not None and missing >= arrived:
+                return NO_LEDGER
+            self._look_up(ledger_id)
+            return None
+        if not ledger.owner or principal in (ledger.owner, ledger.log_owner):
+            return ALLOW
+        if ledger.log is None:
+            return DENY
+        level = self._grants.get(ledger.log)
+        if level is None:                      # grants dropped by an ACL change: read them again
+            self._look_up(ledger_id)
+            return None
+        return ALLOW if permits(level.get(principal), needed) else DENY
+
+    def resolved(self) -> list[int]:
+        """resolved returns the ledgers whose lookups finished since the last call."""
+        done = []
+        while self._done:
+            done.append(self._done.popleft())
+        return done
+
+    def forget(self, ledger_id: int) -> None:
+        """forget drops what the bookie knew of a ledger (it was deleted)."""
+        self._ledgers.pop(ledger_id, None)
+
+    def close(self) -> None:
+        self._watch.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _look_up(self, ledger_id: int) -> None:
+        with self._lock:
+            if ledger_id in self._looking:
+                return
+            self._looking.add(ledger_id)
+        self._executor.submit(self._fetch, ledger_id)
+
+    def _fetch(self, ledger_id: int) -> None:
+        started = time.monotonic()
+        try:
+            try:
+                metadata = LedgerMetadata.from_bytes(self.store.get(ledger_key(ledger_id))[0])
+            except NoSuchKey:
+                self._note_missing(ledger_id, started)
+                return
+            name = metadata.custom.get("log")
+            log_owner = ""
+            if name is not None:
+                try:
+                    log_owner = LogMetadata.from_bytes(self.store.get(log_key(name))[0]).owner
+                except NoSuchKey:
+                    pass
+                self._grants[name] = grants(self.store, name)
+            self._missing.pop(ledger_id, None)
+            self._ledgers[ledger_id] = _Ledger(metadata.owner, name, log_owner)
+        except (WalkitError, ValueError, json.JSONDecodeError) as exc:
+            log.warning("cannot read who may use ledger %d: %s", ledger_id, exc)
+            self._note_missing(ledger_id, started)
+        finally:
+            with self._lock:
+                self._looking.discard(ledger_id)
+            self._done.append(ledger_id)
+
+    def _note_missing(self, ledger_id: int, started: float) -> None:
+        with self._lock:
+            self._missing.pop(ledger_id, None)
+            self._missing[ledger_id] = started
+            while len(self._missing) > MAX_MISSING:
+                del self._missing[next(iter(self._missing))]
+
+    def _acl_changed(self, key: str) -> None:
+        self._grants.clear()

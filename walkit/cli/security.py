@@ -1,0 +1,159 @@
+"""walkit.cli.security: `walkit keys`, `walkit clients` and `walkit acl` (walkit.security)."""
+
+from __future__ import annotations
+
+import click
+
+from walkit.cli.common import friendly, main, metadata_option
+
+
+def _store(metadata: str | None):
+    from walkit.cli.common import default_metadata
+    from walkit.plugins import open_metadata
+    return open_metadata(metadata or default_metadata())
+
+
+# -- keys ------------------------------------------------------------------------------------------
+@main.group()
+def keys() -> None:
+    """CurveZMQ key pairs: every secured bookie and every client of a secured cluster has one."""
+
+
+@keys.command("new")
+@click.argument("name")
+@click.option("--dir", "directory", default=".", show_default=True, help="Where to write the two files.")
+@friendly
+def keys_new(name: str, directory: str) -> None:
+    """Write a key pair: NAME.key (public) and NAME.key_secret (keep it private, mode 0600).
+
+    Give a bookie its NAME.key_secret with `walkit bookie --curve-key`; give a client its own with
+    `--key` (or walkit.Client(url, key=...)), and allow the client's principal with
+    `walkit clients allow`.
+    """
+    from walkit.security import new_keys, principal_of
+    public, secret = new_keys(directory, name)
+    click.echo(f"public key: {public}\nsecret key: {secret}\nprincipal:  {principal_of(public)}")
+
+
+@keys.command("show")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@friendly
+def keys_show(path: str) -> None:
+    """Print the principal (the public key in hex) of a NAME.key or NAME.key_secret file."""
+    from walkit.security import principal_of
+    click.echo(principal_of(path))
+
+
+# -- the allow-list -----------------------------------------------------------------------------------
+@main.group()
+def clients() -> None:
+    """The allow-list: the clients secured bookies accept (changes apply without restarts)."""
+
+
+@clients.command("allow")
+@click.argument("principal")
+@click.option("--name", default="", help="A label for this client.")
+@metadata_option
+@friendly
+def clients_allow(principal: str, name: str, metadata: str | None) -> None:
+    """Let the client with this PRINCIPAL (`walkit keys show FILE`) connect to the bookies."""
+    from walkit.security import allow
+    store = _store(metadata)
+    try:
+        allow(store, principal, name)
+    finally:
+        store.close()
+    click.echo(f"allowed {principal}")
+
+
+@clients.command("revoke")
+@click.argument("principal")
+@metadata_option
+@friendly
+def clients_revoke(principal: str, metadata: str | None) -> None:
+    """Refuse this PRINCIPAL from now on, also on the connections it has open."""
+    from walkit.security import disallow
+    store = _store(metadata)
+    try:
+        disallow(store, principal)
+    finally:
+        store.close()
+    click.echo(f"revoked {principal}")
+
+
+@clients.command("list")
+@metadata_option
+@friendly
+def clients_list(metadata: str | None) -> None:
+    """List the allowed principals and their labels."""
+    from walkit.security import allowed
+    store = _store(metadata)
+    try:
+        for principal, name in sorted(allowed(store).items()):
+            click.echo(f"{principal}\t{name}")
+    finally:
+        store.close()
+
+
+# -- ACLs -------------------------------------------------------------------------------------------
+@main.group()
+def acl() -> None:
+    """Permissions on logs: read, write or admin, per principal (owners hold admin)."""
+
+
+@acl.command("grant")
+@click.argument("principal")
+@click.argument("level", type=click.Choice(["read", "write", "admin"]))
+@click.argument("kind", type=click.Choice(["log"]))
+@click.argument("name")
+@metadata_option
+@friendly
+def acl_grant(principal: str, level: str, kind: str, name: str, metadata: str | None) -> None:
+    """Grant PRINCIPAL LEVEL on log NAME and its ledgers: `walkit acl grant P read log orders`."""
+    from walkit.security import grant
+    store = _store(metadata)
+    try:
+        grant(store, principal, level, name)
+    finally:
+        store.close()
+    click.echo(f"granted {level} on log {name} to {principal}")
+
+
+@acl.command("revoke")
+@click.argument("principal")
+@click.argument("kind", type=click.Choice(["log"]))
+@click.argument("name")
+@metadata_option
+@friendly
+def acl_revoke(principal: str, kind: str, name: str, metadata: str | None) -> None:
+    """Take back what PRINCIPAL was granted on log NAME."""
+    from walkit.security import revoke
+    store = _store(metadata)
+    try:
+        revoke(store, principal, name)
+    finally:
+        store.close()
+    click.echo(f"revoked {principal} on log {name}")
+
+
+@acl.command("list")
+@click.argument("kind", type=click.Choice(["log"]))
+@click.argument("name")
+@metadata_option
+@friendly
+def acl_list(kind: str, name: str, metadata: str | None) -> None:
+    """List who holds what on log NAME (its owner first)."""
+    from walkit.client.log import read_log_metadata
+    from walkit.security import grants
+    store = _store(metadata)
+    try:
+        try:
+            owner = read_log_metadata(store, name)[0].owner
+        except Exception:  # noqa: BLE001 - a log not created yet has no owner
+            owner = ""
+        if owner:
+            click.echo(f"{owner}\towner")
+        for principal, level in sorted(grants(store, name).items()):
+            click.echo(f"{principal}\t{level}")
+    finally:
+        store.close()
