@@ -59,6 +59,9 @@ class Database:
         options.setdefault("snapshot_every_records", 10_000)
         if not voting:
             options["campaign_when"] = lambda: False
+        self.retention_ms = int(options.get("retention_s", 0) * 1000)
+        if self.retention_ms > 0:
+            options.setdefault("keep_log_from", self._keep_log_from)
         self.node = walkit.replicate(self.machine, client=client, name=name, node_id=self.node_id, **options)
         self._stop = threading.Event()
         self._registration = None
@@ -101,6 +104,19 @@ class Database:
             if self.node.ready and (self.node.leader is not None or not self.voting):
                 return
             time.sleep(0.02)
+
+    def _keep_log_from(self):
+        """_keep_log_from keeps the whole log while no snapshot is older than the retention window.
+
+        walkit.replicate's retention keeps the oldest snapshot and truncates the log before it
+        when none is older than the window, so a restore to a time before the first snapshot
+        would find nothing to start from; until a snapshot that old exists, the log from its
+        start is the only way to rebuild those states.
+        """
+        from walkit.replication.snapshots import list_snapshots
+        start = int(time.time() * 1000) - self.retention_ms
+        older = [s for s in list_snapshots(self.client, self.name) if s.created_ms <= start]
+        return older[-1].position if older else None
 
     # -- committing -----------------------------------------------------------------------------------
     def submit(self, record: bytes):

@@ -133,33 +133,63 @@ def _rebuild(client, name: str, path: str, target: Position | None, until_ms: in
 
 def _replay(client, machine: SqliteMachine, name: str, start: Position | None, target: Position | None,
             until_ms: int | None, password: bytes) -> int:
-    """_replay applies the log's records after `start` up to the target; it returns how many it applied."""
+    """_replay applies the log's records after `start` up to the target; it returns how many it applied.
+
+    read_log serves the closed ledgers; the ledger the leader is writing is read up to its
+    last add confirmed (waiting a moment for a target position beyond it).
+    """
     begin = Position(0, 0) if start is None else Position(start.ledger_id, start.entry_id + 1)
-    count = 0
+    progress = {"count": 0, "last": start}
+    log_name = f"replicated-{name}"
     try:
-        reading = client.read_log(f"replicated-{name}", start=begin, password=password)
+        reading = client.read_log(log_name, start=begin, password=password)
         try:
             for entry in reading:
-                if target is not None and entry.position > target:
-                    return count
-                for record in batch.decode(entry.payload):
-                    if until_ms is not None and records.commit_ms(record) > until_ms:
-                        return count
-                    if machine.apply(record, entry.position) is not None:
-                        count += 1
+                if not _apply_entry(machine, entry.position, entry.payload, target, until_ms, progress):
+                    return progress["count"]
         finally:
             close = getattr(reading, "close", None)
             if close is not None:
                 close()
+        for segment in client.log_metadata(log_name).segments:
+            if segment.is_closed or segment.ledger_id < begin.ledger_id:
+                continue
+            last = progress["last"]
+            first = last.entry_id + 1 if last is not None and last.ledger_id == segment.ledger_id else (
+                begin.entry_id if segment.ledger_id == begin.ledger_id else 0)
+            handle = client.open_ledger(segment.ledger_id, password=password)
+            lac = handle.read_last_add_confirmed()
+            if target is not None and target.ledger_id == segment.ledger_id and target.entry_id > lac:
+                lac = handle.wait_for_lac(above=target.entry_id - 1, timeout=5)
+            if lac < first:
+                continue
+            for entry in handle.read(first, lac):
+                if not _apply_entry(machine, Position(segment.ledger_id, entry.entry_id), entry.payload, target,
+                                    until_ms, progress):
+                    return progress["count"]
     except NoSuchLog:
         if start is None:
-            raise RestoreError(f"there is no replicated SQLite database {name!r} (no log replicated-{name})") from None
+            raise RestoreError(f"there is no replicated SQLite database {name!r} (no log {log_name})") from None
     except LogTruncated as exc:
         raise RestoreError(f"the log of {name!r} before the target was removed and no snapshot that old is kept "
                            f"({exc}); keep more with retention_s") from None
     except _Halt as halt:
         raise halt.error from None
-    return count
+    return progress["count"]
+
+
+def _apply_entry(machine: SqliteMachine, position: Position, payload: bytes, target: Position | None,
+                 until_ms: int | None, progress: dict) -> bool:
+    """_apply_entry applies the records of one log entry up to the target; False once the target is passed."""
+    if target is not None and position > target:
+        return False
+    for record in batch.decode(payload):
+        if until_ms is not None and records.commit_ms(record) > until_ms:
+            return False
+        if machine.apply(record, position) is not None:
+            progress["count"] += 1
+    progress["last"] = position
+    return True
 
 
 def _finish(path: str) -> None:
