@@ -166,12 +166,13 @@ def test_the_installed_walkit_executable_runs():
         assert f"\n  {command} " in result.stdout
 
 
-@pytest.mark.parametrize("bookies", [3, 1])
-def test_walkit_local_runs_a_cluster_with_a_demo_until_ctrl_c(tmp_path, bookies):
+@pytest.mark.parametrize("bookies, security", [(3, False), (1, False), (3, True)],
+                         ids=["3-bookies", "1-bookie", "3-secured-bookies"])
+def test_walkit_local_runs_a_cluster_with_a_demo_until_ctrl_c(tmp_path, bookies, security):
     executable = shutil.which("walkit") or os.path.join(os.path.dirname(sys.executable), "walkit")
     process = subprocess.Popen([executable, "local", "--bookies", str(bookies), "--data-dir", str(tmp_path / "wd"),
-                                "--demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=tmp_path)
+                                "--demo", *(["--security"] if security else [])],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     children: list[int] = []
     try:
         lines = []
@@ -183,8 +184,13 @@ def test_walkit_local_runs_a_cluster_with_a_demo_until_ctrl_c(tmp_path, bookies)
         assert f"walkit local cluster: {bookies} bookies at 127.0.0.1:" in output
         assert "demo: wrote 1000 entries" in output and "demo: read back 1000 entries" in output
         metadata_url = next(l for l in lines if l.startswith("metadata: ")).split(": ", 1)[1].strip()
-        with walkit.Client(metadata_url) as client:
+        key = None
+        if security:
+            key = str(tmp_path / "wd" / "keys" / "client.key_secret")
+            assert f"security: on; client key pair {key}" in output
+        with walkit.Client(metadata_url, key=key) as client:
             assert len(client.bookies()) == bookies
+            assert all(bool(info.public_key) == security for info in client.bookies().values())
             (ledger_id,) = client.list_ledgers()
             assert client.ledger_metadata(ledger_id).last_entry_id == 999
         children = child_pids(process.pid)

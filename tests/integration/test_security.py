@@ -148,3 +148,35 @@ def test_no_one_can_claim_a_ledger_id_nobody_created(cluster, store):
                         ReadLacRequest(txn=raw.next_txn(), ledger_id=future_id, fence=True, master_key=MASTER_KEY)):
             response = raw.request(request, timeout=10)
             assert response.status == Status.NO_SUCH_LEDGER, response
+
+
+def test_the_cli_makes_keys_allows_them_and_uses_the_one_walkit_key_names(cluster, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+    from walkit.cli import main
+    monkeypatch.delenv("WALKIT_KEY", raising=False)          # `walkit --key` sets it; undone after the test
+    url = cluster.metadata_url
+
+    def walkit_cli(*args: str, ok: bool = True):
+        result = CliRunner().invoke(main, list(args))
+        assert (result.exit_code == 0) == ok, (result.output, result.exception)
+        return result.output
+
+    refused = walkit_cli("ledger", "create", "x", "--metadata", url, ok=False)
+    assert "Unauthorized" in refused and "key" in refused
+    made = walkit_cli("keys", "new", "carol", "--dir", str(tmp_path))
+    principal = made.split("principal:")[1].strip()
+    assert walkit_cli("keys", "show", str(tmp_path / "carol.key")).strip() == principal
+    walkit_cli("clients", "allow", principal, "--name", "carol", "--metadata", url)
+    assert f"{principal}\tcarol" in walkit_cli("clients", "list", "--metadata", url)
+    carol = str(tmp_path / "carol.key_secret")
+    wait_until(lambda: CliRunner().invoke(main, ["--key", carol, "ledger", "create", "a", "b",
+                                                 "--metadata", url]).exit_code == 0,
+               10, message="carol's key was never accepted")
+    ledger_id = int(walkit_cli("--key", carol, "ledger", "create", "c", "d", "--metadata", url))
+    assert walkit_cli("--key", carol, "ledger", "read", str(ledger_id), "--metadata", url) == "0\tc\n1\td\n"
+    walkit_cli("acl", "grant", principal, "read", "log", "orders", "--metadata", url)
+    assert f"{principal}\tread" in walkit_cli("acl", "list", "log", "orders", "--metadata", url)
+    walkit_cli("acl", "revoke", principal, "log", "orders", "--metadata", url)
+    assert principal not in walkit_cli("acl", "list", "log", "orders", "--metadata", url)
+    walkit_cli("clients", "revoke", principal, "--metadata", url)
+    assert principal not in walkit_cli("clients", "list", "--metadata", url)

@@ -38,21 +38,30 @@ password_option = click.option("--password", default="", help="Ledger password."
 
 
 def client_for(metadata: str | None):
-    """client_for is a Client of the cluster; WALKIT_KEY names its key pair on a secured cluster."""
+    """client_for is a Client of the cluster (with the key pair of `walkit --key`, through WALKIT_KEY)."""
     from walkit.client.api import Client
-    return Client(metadata or default_metadata(), key=os.environ.get("WALKIT_KEY") or None)
+    return Client(metadata or default_metadata())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
-def main(verbose: int) -> None:
+@click.option("--key", envvar="WALKIT_KEY", default=None, metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False),
+              help="Client key pair (a .key_secret file from `walkit keys new`) for a secured cluster; "
+                   "every command and server that talks to bookies uses it [env WALKIT_KEY].")
+def main(verbose: int, key: str | None) -> None:
     """walkit: a replicated write-ahead log (Apache BookKeeper's protocol in Python).
 
     Start an embedded cluster with `walkit local`, then create, append to and read ledgers
     from another terminal. Every command has --help.
+
+    On a secured cluster (`walkit local --security`, or bookies started with --curve-key),
+    give the client key pair with `walkit --key FILE COMMAND ...`.
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if key:
+        os.environ["WALKIT_KEY"] = key          # walkit.Client's default key, also in child processes
 
 
 format_option = click.option("--format", "fmt", type=click.Choice(["text", "hex", "json"]), default="text",

@@ -78,15 +78,22 @@ def bookie(config_path, metadata, exit_with_parent, **flags) -> None:
 @click.option("--metadata", default="sqlite", show_default=True,
               help="'sqlite' (a file in --data-dir) or a metadata URI.")
 @click.option("--demo", is_flag=True, help="Write a ledger and read it back once the cluster is up.")
+@click.option("--security", is_flag=True,
+              help="Run the bookies with CurveZMQ and an allow-list; prints the client key pair to use "
+                   "(walkit --key FILE ...). Off by default.")
 @friendly
-def local(bookies, data_dir, storage, metadata, demo) -> None:
+def local(bookies, data_dir, storage, metadata, demo, security) -> None:
     """Run an embedded cluster: BOOKIES bookie processes and a metadata store, until Ctrl-C."""
     from walkit.local import LocalCluster
-    with LocalCluster(bookies=bookies, data_dir=data_dir, storage=storage, metadata=metadata) as cluster:
+    with LocalCluster(bookies=bookies, data_dir=data_dir, storage=storage, metadata=metadata,
+                      security=security) as cluster:
         click.echo(f"walkit local cluster: {bookies} bookies at {', '.join(cluster.addresses)}")
         click.echo(f"metadata: {cluster.metadata_url}")
+        if security:
+            click.echo(f"security: on; client key pair {cluster.client_key} "
+                       f"(walkit --key {cluster.client_key} ...)")
         if demo:
-            _demo(cluster.metadata_url, bookies)
+            _demo(cluster.metadata_url, bookies, cluster.client_key)
         try:
             # Inside the try: a Ctrl-C right after this line is a clean stop too, not "Aborted!".
             click.echo("Ctrl-C to stop.")
@@ -96,10 +103,10 @@ def local(bookies, data_dir, storage, metadata, demo) -> None:
             click.echo("stopping")
 
 
-def _demo(metadata_url: str, bookies: int = 3) -> None:
+def _demo(metadata_url: str, bookies: int = 3, key: str | None = None) -> None:
     from walkit.client.api import Client
     ensemble = min(3, bookies)                  # the demo runs on clusters of 1 or 2 bookies too
-    with Client(metadata_url) as client:
+    with Client(metadata_url, key=key) as client:
         writer = client.create_ledger(ensemble=ensemble, write_quorum=min(2, ensemble),
                                       ack_quorum=min(2, ensemble), password=b"demo")
         started = time.perf_counter()

@@ -15,6 +15,7 @@ walkit.errors.Timeout when it runs out.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -64,6 +65,12 @@ class Client:
     ``etcd://host:port/root``) or an open MetadataStore. `timeout` is the default for every
     blocking call; `add_timeout` is how long a bookie may take to acknowledge an add before the
     writer replaces it. Use it as a context manager or call `close()`.
+
+    On a secured cluster `key` is the client's key pair, the ``NAME.key_secret`` file that
+    `walkit keys new NAME` wrote; it defaults to the file named by the WALKIT_KEY environment
+    variable (so every walkit server and command finds it: `walkit --key FILE ...` sets it).
+    The key's public half is the client's principal (`principal`), which owns the ledgers and
+    logs it creates.
     """
 
     def __init__(self, metadata, *, timeout: float = 30.0, add_timeout: float = 5.0,
@@ -74,6 +81,8 @@ class Client:
         self.add_timeout = add_timeout
         self.principal = ""
         curve = None
+        if key is None:
+            key = os.environ.get("WALKIT_KEY") or None
         if key is not None:                  # a secured cluster: talk CurveZMQ with this key pair
             from walkit.security import load_keys, principal
             public, secret = load_keys(key)
