@@ -153,7 +153,9 @@ class Broker:
             known = self.view.topics.get(slot.topic)
             if served is not None and (known is None or known.id != served.topic_id):
                 return None                                 # a deleted topic's partition
-        return served if served is not None and served.active else None
+        if served is None or not served.active or not served.node.is_leader:
+            return None                                     # (a deposed node says "follower" soon)
+        return served
 
     def partition(self, topic: str, partition: int) -> PartitionLeader:
         """partition returns the leader of a partition this broker serves, or raises KafkaError."""

@@ -241,10 +241,14 @@ class PartitionLeader:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def wait_for_data(self) -> asyncio.Future:
-        """wait_for_data resolves when the next batch is applied or the leadership ends."""
+    def wait_for_data(self, seen: int | None = None) -> asyncio.Future:
+        """wait_for_data resolves when the next batch is applied or the leadership ends.
+
+        With `seen`, the high watermark the caller last read, it resolves at once if batches were
+        applied since (their wake-up may have run before this call).
+        """
         waiter = self.loop.create_future()
-        if not self.active:
+        if not self.active or (seen is not None and self.high_watermark != seen):
             waiter.set_result(None)
             return waiter
         if len(self._waiters) >= 64:               # long polls that timed out on an idle partition

@@ -149,6 +149,20 @@ def test_a_failed_append_ends_the_leadership_and_fails_everything_pending():
     asyncio.run(scenario())
 
 
+def test_a_long_poll_that_read_an_older_high_watermark_is_woken_at_once():
+    async def scenario():
+        leader, node, _ = await scripted_leader()
+        waiter = leader.wait_for_data(0)
+        assert not waiter.done()                          # nothing new since the caller's read
+        leader.append(make_batch(1))
+        node.ack()
+        await settle()
+        assert waiter.done()
+        assert leader.wait_for_data(0).done()             # applied before the call: no wait
+        assert not leader.wait_for_data(1).done()
+    asyncio.run(scenario())
+
+
 def test_retention_truncates_whole_old_ledgers_but_never_the_current_one():
     async def scenario():
         leader, node, _ = await scripted_leader(cache_bytes=200)

@@ -32,7 +32,7 @@ _LPART = _LTOPIC.ListOffsetsPartitionResponse
 
 
 async def _collect(broker, body) -> tuple[list, int, list, bool]:
-    """_collect reads every requested partition once: (topics, bytes, leaders, any error)."""
+    """_collect reads every requested partition once: (topics, bytes, (leader, high watermark)s, any error)."""
     budget = body.max_bytes if body.max_bytes > 0 else 52_428_800
     total, leaders, failed, topics = 0, [], False, []
     for topic in body.topics or []:
@@ -41,8 +41,8 @@ async def _collect(broker, body) -> tuple[list, int, list, bool]:
             code, records, hw, start = errors.NONE, b"", -1, -1
             try:
                 leader = broker.partition(topic.topic, wanted.partition)
-                leaders.append(leader)
                 hw, start = leader.high_watermark, leader.state.log_start_offset
+                leaders.append((leader, hw))
                 limit = min(max(wanted.partition_max_bytes, 1), max(budget - total, 1))
                 if budget - total > 0 or total == 0:
                     records = await leader.read(wanted.fetch_offset, limit)
@@ -66,7 +66,7 @@ async def fetch(broker, connection, request):
         remaining = deadline - loop.time()
         if failed or total >= max(body.min_bytes, 1) or remaining <= 0 or not leaders:
             break
-        waiters = [leader.wait_for_data() for leader in leaders]
+        waiters = [leader.wait_for_data(seen) for leader, seen in leaders]
         await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         for waiter in waiters:
             waiter.cancel()
