@@ -21,42 +21,15 @@ and SAVEPOINT work; a statement that fails undoes itself only, as in SQLite.
 
 from __future__ import annotations
 
-import re
 import threading
 import weakref
 
 from walkit.adapters.sqlite import statements as st
 from walkit.adapters.sqlite.cursor import Cursor
 from walkit.adapters.sqlite.errors import OperationalError, ProgrammingError, translate
-from walkit.adapters.sqlite.machine import POSITION_TABLE, now_ms
-from walkit.adapters.sqlite.records import Transaction
-
-_COMMENTS = re.compile(r"(\s+|;|--[^\n]*(\n|$)|/\*.*?(\*/|$))", re.DOTALL)
-
-
-def only_comments(text: str) -> bool:
-    """only_comments is True if `text` holds no statement (whitespace, semicolons and comments)."""
-    return not _COMMENTS.sub("", text)
-
-
-class _Open:
-    """_Open is the transaction a connection has open: its Session, the record being built, the lock."""
-
-    __slots__ = ("session", "record", "locked", "savepoint")
-
-    def __init__(self, savepoint: str | None = None) -> None:
-        self.session = None
-        self.record = Transaction()
-        self.locked = False
-        self.savepoint = savepoint
-
-    def flush(self) -> None:
-        """flush moves the Session's changeset into the record and ends the Session."""
-        if self.session is not None:
-            self.record.add_changeset(self.session.changeset())
-            self.session.close()
-            self.session = None
-
+from walkit.adapters.sqlite.capture import Open as _Open
+from walkit.adapters.sqlite.capture import capture_session, only_comments, record_created_table
+from walkit.adapters.sqlite.machine import now_ms
 
 class Connection:
     """Connection is a DB-API 2.0 connection to a replicated SQLite file (sqlite3.Connection's interface).
@@ -346,29 +319,12 @@ class Connection:
         try:
             cursor._run(statement, parameters)
             if statement.kind == st.CREATE_AS:
-                self._record_created_table(txn, statement.table)
+                record_created_table(self._db, txn, statement.table)
             else:
                 txn.record.add_sql(statement.sql)
         finally:
-            txn.session = self._new_session()
+            txn.session = capture_session(self._db)
             self._statements.clear()
-
-    def _record_created_table(self, txn: _Open, table: str) -> None:
-        """_record_created_table records CREATE TABLE ... AS SELECT as the table's definition and its rows' values."""
-        import apsw
-        rows = self._db.execute("SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND name = ? COLLATE NOCASE",
-                                (table,)).fetchall()
-        name, sql = rows[0]
-        txn.record.add_sql(sql)
-        builder = apsw.ChangesetBuilder()
-        try:
-            builder.schema(self._db, "main")
-            quoted = '"' + name.replace('"', '""') + '"'
-            for row in self._db.execute(f"SELECT rowid, * FROM {quoted}"):
-                builder.add_insert(name, False, row)
-            txn.record.add_changeset(builder.output())
-        finally:
-            builder.close()
 
     # -- transactions ---------------------------------------------------------------------------------
     def _begin(self) -> None:
@@ -393,19 +349,11 @@ class Connection:
             database.check()
             if not database.is_leader:
                 raise database.not_leader()
-            txn.session = self._new_session()
+            txn.session = capture_session(self._db)
         except BaseException:
             database.write_lock.release()
             raise
         txn.locked = True
-
-    def _new_session(self):
-        import apsw
-        session = apsw.Session(self._db, "main")
-        session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
-        session.table_filter(lambda table: table != POSITION_TABLE)
-        session.attach()
-        return session
 
     def _end_locally(self) -> None:
         """_end_locally rolls the open transaction back here and lets the write lock go."""

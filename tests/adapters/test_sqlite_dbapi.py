@@ -212,3 +212,26 @@ def test_journal_mode_stays_wal_and_iterdump(conn):
         conn.execute("INSERT INTO dumped VALUES ('it''s')")
     dump = "\n".join(conn.iterdump())
     assert "CREATE TABLE dumped" in dump and "it''s" in dump
+
+
+def test_temp_tables_stay_local_and_unreplicated_writes_are_refused(conn, nodes):
+    conn.execute("CREATE TEMP TABLE scratch(x)")
+    conn.execute("INSERT INTO scratch VALUES (1)")                  # TEMP: local, no log record
+    conn.commit()
+    assert conn.execute("SELECT x FROM scratch").fetchall() == [(1,)]
+    raw = conn._db                                                   # bypassing the capture is refused
+    conn.execute("CREATE TABLE guarded(x)")
+    import apsw
+    with pytest.raises(apsw.ConstraintError):
+        raw.execute("INSERT INTO guarded VALUES (1)")
+    assert conn.execute("SELECT count(*) FROM guarded").fetchone() == (0,)
+
+
+def test_cli_commands_have_help():
+    from click.testing import CliRunner
+
+    from walkit.cli import main
+    runner = CliRunner()
+    for command in ("replica", "restore", "status", "shell"):
+        result = runner.invoke(main, ["sqlite", command, "--help"])
+        assert result.exit_code == 0 and "--metadata" in result.output and "Example" in result.output, command
