@@ -11,8 +11,8 @@ cluster are nodes of walkit.replicate: one leads and takes writes, the others ap
 their own file and serve reads; when the leader dies another is elected. Modules:
 
 - connection.py, cursor.py, dbapi.py, statements.py, errors.py: the DB-API 2.0 interface,
-  capture.py: what a write transaction records,
-  transactions captured as apsw Session changesets, statements classified by SQLite itself;
+  statements classified by SQLite itself; capture.py: transactions captured as apsw Session
+  changesets and schema steps;
 - records.py, machine.py: the transaction record and the state machine applying it to a file;
 - database.py: a file's node and write lock in this process; restore.py: point-in-time
   restores; status.py: what `walkit sqlite status` shows.
