@@ -21,9 +21,10 @@ from walkit.adapters.topics.catalog import (
 )
 from walkit.adapters.topics.coordinator import GroupCoordinator
 from walkit.adapters.topics.errors import KafkaError
-from walkit.adapters.topics.leader import PartitionLeader, PartitionMachine, on_loop
+from walkit.adapters.topics.leader import PartitionLeader, on_loop
 from walkit.adapters.topics.offsets import SNAPSHOT_EVERY, OffsetsState
 from walkit.adapters.topics.ownership import ClusterView, Ownership, Slot
+from walkit.adapters.topics.partition import PartitionMachine
 from walkit.errors import WalkitError
 from walkit.replication import ReplicatedNode
 
@@ -184,7 +185,7 @@ class Broker:
         settings = self.settings
         options = dict(client=self.client, node_id=str(self.id), password=self.password, ensemble=settings.ensemble,
                        write_quorum=settings.write_quorum, ack_quorum=settings.ack_quorum,
-                       campaign_when=lambda: self.ownership.may_campaign(slot))
+                       campaign_when=lambda: self.ownership.may_campaign(slot, topic.id if topic else None))
         if topic is None:
             served = BucketLeader(self.loop, slot.partition, OffsetsState(), self.coordinator)
             node = ReplicatedNode(served.state, name=bucket_name(slot.partition), on_role=served.on_role,

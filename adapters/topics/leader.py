@@ -1,7 +1,7 @@
-"""walkit.adapters.topics.leader is one partition on one broker: its replicated machine and, while it leads, produce, fetch and retention.
+"""walkit.adapters.topics.leader serves a partition while this broker leads it: produce, fetch, retention.
 
 Every broker runs a walkit.replicate node of every partition (broker.py): `PartitionMachine`
-applies the partition's log on the node's apply thread, on the leader right after each entry
+(partition.py) applies the partition's log on the node's apply thread, on the leader right after each entry
 is acknowledged and on the other brokers as they tail the log, so a broker that takes a
 partition over already holds its state. The node elects the leader, fences the previous one
 by opening the log and snapshots the state (partition.py) into ledgers.
@@ -32,12 +32,11 @@ import logging
 import threading
 import time
 
-import walkit
 from walkit import Position
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.batches import first_offset_at, info, with_base_offset
 from walkit.adapters.topics.errors import KafkaError
-from walkit.adapters.topics.partition import PartitionState, is_control, retain_record
+from walkit.adapters.topics.partition import PartitionMachine, PartitionState, is_control, retain_record
 from walkit.adapters.topics.producers import DUPLICATE
 from walkit.errors import LogTruncated, WalkitError
 from walkit.replication import batch as entries
@@ -63,66 +62,6 @@ def on_loop(loop: asyncio.AbstractEventLoop, fn, wait: bool = False) -> None:
         return                                  # the loop is closed: the broker is gone
     if wait:
         done.wait(ROLE_WAIT_S)
-
-
-class PartitionMachine(walkit.StateMachine):
-    """PartitionMachine is the StateMachine of a partition: its PartitionState and a cache of recent batches.
-
-    The apply thread writes, the event loop reads: both hold `lock`. `cache` holds the last
-    len(cache) batches of the index, byte for byte, at least one and about `cache_bytes`.
-    `on_applied()` is called (on the apply thread) after a batch was applied.
-    """
-
-    def __init__(self, label: str, cache_bytes: int, on_applied=None) -> None:
-        self.label = label
-        self.state = PartitionState()
-        self.lock = threading.Lock()
-        self.cache: list[bytes] = []
-        self.cache_bytes = cache_bytes
-        self._cached = 0
-        self.on_applied = on_applied
-
-    def apply(self, record: bytes, position: Position):
-        """apply applies one record (partition.py) and keeps the batch in the cache; it returns its header."""
-        with self.lock:
-            head = self.state.apply(record, position)
-            if head is not None:
-                self.cache.append(record)
-                self._cached += len(record)
-            self._trim_cache()
-        if head is not None and self.on_applied is not None:
-            self.on_applied()
-        return head
-
-    def snapshot(self, out):
-        """snapshot copies the state now and writes the copy to `out` from the snapshot thread."""
-        with self.lock:
-            copy = self.state.copy()
-        return lambda: copy.snapshot(out)
-
-    def restore(self, src) -> None:
-        """restore loads a snapshot (the cache starts empty)."""
-        with self.lock:
-            self.state.restore(src)
-            self.cache, self._cached = [], 0
-        log.info("%s: replaying the log after its snapshot at %s", self.label, self.state.applied)
-
-    def keep_log_from(self) -> Position | None:
-        """keep_log_from is where the partition's data begins in its log (walkit.replicate's option)."""
-        with self.lock:
-            return self.state.keep_from()
-
-    def _trim_cache(self) -> None:
-        """_trim_cache drops the oldest cached batches beyond cache_bytes, and those retention removed."""
-        cache = self.cache
-        drop = max(len(cache) - len(self.state), 0)
-        size = self._cached - sum(len(b) for b in cache[:drop])
-        while drop < len(cache) - 1 and size > self.cache_bytes:
-            size -= len(cache[drop])
-            drop += 1
-        if drop:
-            del cache[:drop]
-            self._cached = size
 
 
 class PartitionLeader:

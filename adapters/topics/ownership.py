@@ -132,14 +132,14 @@ class Ownership:
             self._close(slot)
         self._closing.shutdown(wait=True)
 
-    def may_campaign(self, slot: Slot) -> bool:
-        """may_campaign tells the slot's node whether to campaign now (walkit.replicate's `campaign_when`)."""
+    def may_campaign(self, slot: Slot, topic_id: str | None) -> bool:
+        """may_campaign tells a node of `slot` (of topic `topic_id`) whether to campaign now (its `campaign_when`)."""
         if self._stop.is_set():
             return False
         view = self.view
         if slot.topic is not None:
             topic = view.topics.get(slot.topic)
-            if topic is None or topic.id != self._topic_ids.get(slot):
+            if topic is None or topic.id != topic_id:
                 return False                      # deleted, or created again: this node is closing
         if preferred(slot, sorted(view.brokers), self.broker_id) == self.broker_id:
             return True

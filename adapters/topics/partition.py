@@ -18,9 +18,11 @@ and keeps:
 - the log start offset (the first batch still in the log) and the next offset (the high
   watermark: every applied batch is acknowledged by the ack quorum).
 
-It is deterministic, so every broker that applies the same log holds the same state;
-`snapshot` and `restore` are walkit.StateMachine's. `truncate_before` is what a retain record
-does; `keep_from` is the earliest position the partition still reads from its log.
+It is deterministic, so every broker that applies the same log holds the same state.
+`truncate_before` is what a retain record does; `keep_from` is the earliest position the
+partition still reads from its log. `PartitionMachine` is the walkit.StateMachine a broker's
+node runs: the state, a cache of the recent batches for Fetch, and the lock between the node's
+apply thread and the broker's event loop.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from __future__ import annotations
 import bisect
 import json
 import logging
+import threading
 
+import walkit
 from walkit import Position
 from walkit.adapters.topics.batches import BatchInfo, info
 from walkit.adapters.topics.producers import ProducerTable
@@ -183,3 +187,63 @@ class PartitionState:
         if self.retained_from is None or position > self.retained_from:
             self.retained_from = position
         return count
+
+
+class PartitionMachine(walkit.StateMachine):
+    """PartitionMachine is the StateMachine of a partition: its PartitionState and a cache of recent batches.
+
+    The apply thread writes, the event loop reads: both hold `lock`. `cache` holds the last
+    len(cache) batches of the index, byte for byte, at least one and about `cache_bytes`.
+    `on_applied()` is called (on the apply thread) after a batch was applied.
+    """
+
+    def __init__(self, label: str, cache_bytes: int, on_applied=None) -> None:
+        self.label = label
+        self.state = PartitionState()
+        self.lock = threading.Lock()
+        self.cache: list[bytes] = []
+        self.cache_bytes = cache_bytes
+        self._cached = 0
+        self.on_applied = on_applied
+
+    def apply(self, record: bytes, position: Position):
+        """apply applies one record (partition.py) and keeps the batch in the cache; it returns its header."""
+        with self.lock:
+            head = self.state.apply(record, position)
+            if head is not None:
+                self.cache.append(record)
+                self._cached += len(record)
+            self._trim_cache()
+        if head is not None and self.on_applied is not None:
+            self.on_applied()
+        return head
+
+    def snapshot(self, out):
+        """snapshot copies the state now and writes the copy to `out` from the snapshot thread."""
+        with self.lock:
+            copy = self.state.copy()
+        return lambda: copy.snapshot(out)
+
+    def restore(self, src) -> None:
+        """restore loads a snapshot (the cache starts empty)."""
+        with self.lock:
+            self.state.restore(src)
+            self.cache, self._cached = [], 0
+        log.info("%s: replaying the log after its snapshot at %s", self.label, self.state.applied)
+
+    def keep_log_from(self) -> Position | None:
+        """keep_log_from is where the partition's data begins in its log (walkit.replicate's option)."""
+        with self.lock:
+            return self.state.keep_from()
+
+    def _trim_cache(self) -> None:
+        """_trim_cache drops the oldest cached batches beyond cache_bytes, and those retention removed."""
+        cache = self.cache
+        drop = max(len(cache) - len(self.state), 0)
+        size = self._cached - sum(len(b) for b in cache[:drop])
+        while drop < len(cache) - 1 and size > self.cache_bytes:
+            size -= len(cache[drop])
+            drop += 1
+        if drop:
+            del cache[:drop]
+            self._cached = size

@@ -15,8 +15,9 @@ from walkit.adapters.topics import batches, errors
 from walkit.adapters.topics.broker import BucketLeader
 from walkit.adapters.topics.coordinator import GroupCoordinator
 from walkit.adapters.topics.errors import KafkaError
-from walkit.adapters.topics.leader import PartitionLeader, PartitionMachine
+from walkit.adapters.topics.leader import PartitionLeader
 from walkit.adapters.topics.offsets import OffsetsState, commit_record
+from walkit.adapters.topics.partition import PartitionMachine
 from walkit.errors import LedgerFenced, NotLeader
 from walkit.replication import ReplicatedNode, batch as entries
 
