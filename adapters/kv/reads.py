@@ -11,10 +11,11 @@ Rules (README, "The key-value server"):
   log as far as it reached when the barrier began. Either way the read that follows sees
   every write acknowledged before it arrived.
 - A follower reads its own state at once, like a Redis replica: a stale read (INFO reports
-  `lag_entries`). Except a server that led since its last barrier: its clients saw it lead and
-  expect what it answers to be current, so until a barrier completed on it as a follower its
-  reads wait for one too (a leader paused past its lease, deposed meanwhile and resumed never
-  answers from the state it had when it stopped).
+  `lag_entries`). Except a server that led since its last barrier (the node's on_role said so,
+  or it served as leader): its clients saw it lead and expect what it answers to be current,
+  so until a barrier completed on it as a follower its reads wait for one too (a leader paused
+  past its lease, deposed meanwhile and resumed never answers from the state it had when it
+  stopped).
 
 Reads that must wait share barriers: every read waiting when a barrier starts is answered when
 it ends, and reads that arrive meanwhile wait for the next one (a barrier covers only the

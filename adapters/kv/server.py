@@ -140,6 +140,11 @@ class KVServer:
         """now_ms is this server's clock: never behind a stamp it applied or, as leader, handed out."""
         return max(wall_ms(), self.machine.stamp, self._stamped)
 
+    def role_changed(self, role: str) -> None:
+        """role_changed is the node's on_role callback (role thread): a new leadership is noted for reads.py."""
+        if role == "leader":
+            self.inbox.put(self.reads.saw_leader)
+
     # -- writes and reads -------------------------------------------------------------------------
     def submit(self, change):
         """submit stamps `change` and submits it to the node; the Future resolves to its reply value.

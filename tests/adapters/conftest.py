@@ -9,7 +9,7 @@ import pytest
 
 from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.server import KVServer
-from walkit.adapters.kv.service import start_node
+from walkit.adapters.kv.service import ENTRIES_IN_FLIGHT, start_node
 from walkit.testing.memory import MemoryCluster
 
 
@@ -32,6 +32,7 @@ class KVNode:
         asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
         self.address = f"127.0.0.1:{self.server.port}"
         self.client = self.new_client()
+        options.setdefault("max_entries_in_flight", ENTRIES_IN_FLIGHT)
         self.node = start_node(self.server, self.client, name=name, node_id=self.address, ensemble=3,
                                write_quorum=2, ack_quorum=2, roll_entries=roll_entries,
                                snapshot_every_records=snapshot_every, **options)
