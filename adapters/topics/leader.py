@@ -112,6 +112,7 @@ class PartitionLeader:
             self.assigned = self.state.next_offset
             self.projected = self.state.producers.copy()
         self._in_flight.clear()
+        self.machine.serving(True)
         self.active = True
         log.info("%s-%d: this broker leads from offset %d", self.topic, self.partition, self.assigned)
 
@@ -119,6 +120,7 @@ class PartitionLeader:
         if self.active:
             log.info("%s-%d: this broker no longer leads", self.topic, self.partition)
         self.active = False
+        self.machine.serving(False)
         self._wake()
 
     # -- produce ------------------------------------------------------------------------

@@ -41,6 +41,8 @@ log = logging.getLogger("walkit.adapters.topics")
 
 SNAPSHOT_FORMAT = 2
 CONTROL = b"\xff"
+#: The cache of a partition this broker follows (it serves no Fetch; a new leader's cache fills up).
+FOLLOWER_CACHE_BYTES = 1 << 20
 
 
 def retain_record(before: Position) -> bytes:
@@ -193,8 +195,10 @@ class PartitionMachine(walkit.StateMachine):
     """PartitionMachine is the StateMachine of a partition: its PartitionState and a cache of recent batches.
 
     The apply thread writes, the event loop reads: both hold `lock`. `cache` holds the last
-    len(cache) batches of the index, byte for byte, at least one and about `cache_bytes`.
-    `on_applied()` is called (on the apply thread) after a batch was applied.
+    len(cache) batches of the index, byte for byte, at least one and about `cache_bytes`: the
+    `leader_cache_bytes` it was made with while the broker leads (`serving`), at most
+    FOLLOWER_CACHE_BYTES otherwise. `on_applied()` is called (on the apply thread) after a batch
+    was applied.
     """
 
     def __init__(self, label: str, cache_bytes: int, on_applied=None) -> None:
@@ -202,9 +206,16 @@ class PartitionMachine(walkit.StateMachine):
         self.state = PartitionState()
         self.lock = threading.Lock()
         self.cache: list[bytes] = []
-        self.cache_bytes = cache_bytes
+        self.leader_cache_bytes = cache_bytes
+        self.cache_bytes = min(cache_bytes, FOLLOWER_CACHE_BYTES)
         self._cached = 0
         self.on_applied = on_applied
+
+    def serving(self, leads: bool) -> None:
+        """serving sizes the cache for a leader (`leads`) or a follower."""
+        with self.lock:
+            self.cache_bytes = self.leader_cache_bytes if leads else min(self.leader_cache_bytes, FOLLOWER_CACHE_BYTES)
+            self._trim_cache()
 
     def apply(self, record: bytes, position: Position):
         """apply applies one record (partition.py) and keeps the batch in the cache; it returns its header."""

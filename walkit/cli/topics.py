@@ -75,8 +75,9 @@ def topics() -> None:
 @click.option("--ack-quorum", "-a", type=int, default=None,
               help="Ack quorum: a produce (acks=1 or all) is answered once this many bookies hold it [default: 2].")
 @click.option("--cache-mb", type=click.FloatRange(min=0), default=32, show_default=True,
-              help="Recent batches kept in memory per partition (at least one), so tailing consumers skip "
-                   "the bookies; older offsets are read from the log.")
+              help="Recent batches kept in memory per partition this broker leads (at least one; 1 MiB at "
+                   "most for those it follows), so tailing consumers skip the bookies; older offsets are "
+                   "read from the log.")
 @click.option("--retention-check-ms", type=click.IntRange(min=100), default=5000, show_default=True,
               help="How often retention.ms and retention.bytes are applied.")
 @click.option("--snapshot-every", type=click.IntRange(min=0), default=10_000, show_default=True,
