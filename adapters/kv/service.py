@@ -16,6 +16,7 @@ import socket
 from dataclasses import dataclass
 
 import walkit
+from walkit.adapters.kv import info
 from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.server import KVServer
 from walkit.errors import WalkitError
@@ -25,6 +26,8 @@ from walkit.errors import WalkitError
 #: walkit.replicate's default make bigger entries: on a machine short of CPU, ~12 records per entry
 #: instead of ~4 under 50 connections writing, and about twice the writes per second.
 ENTRIES_IN_FLIGHT = 2
+#: How long start-up waits to say "serving" until the server leads (embedded) or is ready.
+STARTUP_NOTICE_S = 30.0
 
 
 @dataclass
@@ -106,9 +109,15 @@ async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Say "serving" once it does: an embedded cluster has this one server, which will lead (it
+    # waits for the registration of a killed predecessor to expire first); others once ready.
+    serving = (lambda: node.is_leader) if options.metadata is None else (lambda: node.ready)
+    deadline = loop.time() + STARTUP_NOTICE_S
+    while not serving() and not stop.is_set() and node.failed is None and loop.time() < deadline:
+        await asyncio.sleep(0.05)
     listening = f"{options.host}:{server.port}"
     echo(f"walkit kv: serving RESP on {listening}{'' if address == listening else f' as {address}'} "
-         f"(store {options.name!r}, {where})")
+         f"(store {options.name!r}, {where}; {info.walkit_role(server)})")
     host = "" if options.host in ("127.0.0.1", "localhost") else f"-h {address.rpartition(':')[0]} "
     echo(f"connect with: redis-cli {host}-p {server.port}   (or any Redis client; Ctrl-C stops the server)")
     while not stop.is_set() and node.failed is None:
