@@ -3,16 +3,18 @@
 Each running bookie holds an ephemeral registration under ``bookies/<address>`` whose value is
 a small JSON document (`BookieInfo`). The key disappears when the bookie stops (at once) or dies
 (when its session or heartbeat expires), so `live()` is the set of bookies a new ledger may use.
-Read-only bookies stay registered, flagged, and are never chosen for writes.
+Read-only bookies stay registered, flagged, and are never chosen for writes; so do bookies
+being decommissioned (`draining`). Each bookie names its rack (or zone); `writable()` lists
+candidates rack by rack and `choose()` places ensembles with walkit.placement.
 """
 
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import asdict, dataclass
 
 from walkit.errors import NoSuchKey, NotEnoughBookies
+from walkit.placement import choose_ensemble, spread_order
 
 BOOKIES_PREFIX = "bookies"
 
@@ -25,6 +27,9 @@ class BookieInfo:
     read_only: bool = False
     storage: str = ""
     public_key: str = ""        # the bookie's CurveZMQ public key (Z85) when it runs secured
+    rack: str = ""              # the rack or zone (walkit.placement); "" is the default rack
+    draining: bool = False      # being decommissioned: read-only until its data moved away
+    http: str = ""              # host:port of its metrics and health endpoint, if any
 
     def to_bytes(self) -> bytes:
         """to_bytes encodes the info for the metadata store."""
@@ -32,7 +37,11 @@ class BookieInfo:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "BookieInfo":
-        """from_bytes decodes info written by `to_bytes`."""
+        """from_bytes decodes info written by `to_bytes`, by this or an older or newer walkit.
+
+        Fields it does not know are ignored and fields an older bookie did not write take their
+        defaults, so registrations stay readable across versions.
+        """
         doc = json.loads(data)
         return cls(**{k: v for k, v in doc.items() if k in cls.__dataclass_fields__})
 
@@ -73,19 +82,31 @@ class BookieRegistry:
         return found
 
     def writable(self, exclude=frozenset(), live: dict[str, BookieInfo] | None = None) -> list[str]:
-        """writable lists live, writable bookies outside `exclude`, in random order.
+        """writable lists live, writable bookies outside `exclude`, in random order rack by rack.
 
-        `live` is a listing from `live()` to use instead of reading the store again.
+        Neighbours in the list differ in rack where they can (walkit.placement.spread_order),
+        so a prefix of it is spread over racks. `live` is a listing from `live()` to use instead
+        of reading the store again.
         """
         live = self.live() if live is None else live
-        candidates = [a for a, info in live.items() if not info.read_only and a not in exclude]
-        random.shuffle(candidates)
-        return candidates
+        return spread_order({a: info.rack for a, info in live.items() if _writable(info) and a not in exclude})
 
-    def choose(self, count: int, exclude=frozenset()) -> list[str]:
-        """choose picks `count` distinct writable bookies at random, or raises NotEnoughBookies."""
-        candidates = self.writable(exclude)
+    def choose(self, count: int, exclude=frozenset(), *, write_quorum: int | None = None,
+               min_racks: int = 1) -> list[str]:
+        """choose picks `count` distinct writable bookies, or raises NotEnoughBookies.
+
+        The bookies come in write-set order: each write set of `write_quorum` (default: all
+        `count`) consecutive bookies spans as many racks as possible, and at least `min_racks`
+        (walkit.placement.choose_ensemble).
+        """
+        live = self.live()
+        candidates = {a: info.rack for a, info in live.items() if _writable(info) and a not in exclude}
         if len(candidates) < count:
             raise NotEnoughBookies(f"need {count} writable bookies, {len(candidates)} available"
                                    + (f" (excluding {', '.join(sorted(exclude))})" if exclude else ""))
-        return candidates[:count]
+        return choose_ensemble(candidates, count, write_quorum or count, min_racks=min_racks)
+
+
+def _writable(info: BookieInfo) -> bool:
+    """_writable tells whether new ledgers may use a bookie: not read-only, not being drained."""
+    return not info.read_only and not info.draining

@@ -1,0 +1,235 @@
+"""walkit.metrics exposes Prometheus metrics and health checks over HTTP (prometheus_client).
+
+    endpoint = HttpEndpoint("127.0.0.1", 9101, [registry], health=lambda: (True, "ok"))
+    endpoint.address                       # "127.0.0.1:9101"; GET /metrics, /health, /ready
+    endpoint.close()
+
+Every bookie (`walkit bookie --http-port N`) and server (`walkit kv serve --http-port N`)
+runs one. Metric values live in plain attributes of the objects that count them (a bookie's
+service, the auto-recovery daemon, a client) and are read only when Prometheus scrapes, through
+a `Collector`: counting costs an integer add on the hot path, nothing more. `Histogram` is a
+weighted histogram for the same reason (one bisect per observation, or per batch of equal
+observations), exported as a Prometheus histogram.
+
+Client metrics (`client_metrics()`) are process-wide and live in prometheus_client's default
+registry, so any server built on walkit.Client exports them by serving `REGISTRY`.
+The metric names are listed in README.md ("Metrics").
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Iterable
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from walkit.errors import ConfigError
+
+__all__ = ["Collector", "HttpEndpoint", "Histogram", "REGISTRY", "client_metrics", "LATENCY_BUCKETS"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds: 100 µs .. 10 s, for request, sync and append latencies.
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                   1.0, 2.5, 5.0, 10.0)
+#: Entries per journal sync (group commit size).
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)
+
+
+class Histogram:
+    """Histogram counts observations into fixed buckets; `observe(value, count)` adds `count` of them.
+
+    It is not locked: one thread observes, and a scrape from another thread may see one
+    observation half counted, which the next scrape corrects.
+    """
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, buckets: Iterable[float] = LATENCY_BUCKETS) -> None:
+        self.bounds = tuple(sorted(buckets))
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float, count: int = 1) -> None:
+        """observe records `count` observations of `value`."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += count
+        self.sum += value * count
+
+    @property
+    def count(self) -> int:
+        """count is the number of observations so far."""
+        return sum(self.counts)
+
+    def family(self, name: str, documentation: str) -> HistogramMetricFamily:
+        """family is the histogram as a Prometheus metric family (cumulative buckets)."""
+        counts, cumulative, buckets = list(self.counts), 0, []
+        for bound, n in zip(self.bounds, counts):
+            cumulative += n
+            buckets.append((repr(float(bound)), cumulative))
+        buckets.append(("+Inf", cumulative + counts[-1]))
+        return HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=self.sum)
+
+
+class Collector:
+    """Collector reads metric values from callables when Prometheus scrapes.
+
+    Subclasses (or users) call `counter`, `gauge` and `histogram` once to declare each metric;
+    a callable that raises or returns None leaves its metric out of that scrape.
+    """
+
+    def __init__(self) -> None:
+        self._metrics: list[tuple[str, str, str, object]] = []
+
+    def counter(self, name: str, documentation: str, value: Callable[[], float]) -> None:
+        """counter declares a monotonically growing value (name without the _total suffix)."""
+        self._metrics.append(("counter", name, documentation, value))
+
+    def gauge(self, name: str, documentation: str, value: Callable[[], float], labels: tuple[str, ...] = ()) -> None:
+        """gauge declares a value that goes up and down.
+
+        With `labels`, `value` returns {label values (a tuple): value} instead of a number.
+        """
+        self._metrics.append(("gauge", name, documentation, (value, labels)))
+
+    def histogram(self, name: str, documentation: str, histogram: Histogram) -> None:
+        """histogram declares a Histogram."""
+        self._metrics.append(("histogram", name, documentation, histogram))
+
+    def describe(self):
+        return []          # families are only known at collect time; registration checks nothing
+
+    def collect(self):
+        for kind, name, documentation, source in self._metrics:
+            if kind == "histogram":
+                yield source.family(name, documentation)
+                continue
+            source, labels = source if kind == "gauge" else (source, ())
+            try:
+                value = source()
+            except Exception as exc:  # noqa: BLE001 - a broken metric must not break the scrape
+                log.debug("metric %s unavailable: %s", name, exc)
+                continue
+            if value is None:
+                continue
+            if kind == "counter":
+                yield CounterMetricFamily(name, documentation, value=value)
+            elif labels:
+                family = GaugeMetricFamily(name, documentation, labels=labels)
+                for label_values, v in value.items():
+                    family.add_metric(list(label_values), v)
+                yield family
+            else:
+                yield GaugeMetricFamily(name, documentation, value=value)
+
+
+class ClientMetrics(Collector):
+    """ClientMetrics counts what this process's walkit clients append (ledgers and logs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.appends = 0
+        self.failures = 0
+        self.append_latency = Histogram()
+        self.counter("walkit_client_appends", "Entries and records appended and acknowledged", lambda: self.appends)
+        self.counter("walkit_client_append_failures", "Appends that failed", lambda: self.failures)
+        self.histogram("walkit_client_append_latency_seconds",
+                       "Time from append to acknowledgement, as the client saw it", self.append_latency)
+
+    def timed(self, future) -> None:
+        """timed records the latency and outcome of an append future when it completes."""
+        started = time.perf_counter()
+
+        def done(f) -> None:
+            if f.cancelled() or f.exception() is not None:
+                self.failures += 1
+            else:
+                self.appends += 1
+                self.append_latency.observe(time.perf_counter() - started)
+        future.add_done_callback(done)
+
+
+_client_metrics: ClientMetrics | None = None
+_client_lock = threading.Lock()
+
+
+def client_metrics() -> ClientMetrics:
+    """client_metrics returns the process's ClientMetrics, registered in the default REGISTRY."""
+    global _client_metrics
+    if _client_metrics is None:
+        with _client_lock:
+            if _client_metrics is None:
+                metrics = ClientMetrics()
+                REGISTRY.register(metrics)
+                _client_metrics = metrics
+    return _client_metrics
+
+
+Check = Callable[[], tuple[bool, str]]
+
+
+class HttpEndpoint:
+    """HttpEndpoint serves GET /metrics (Prometheus text), /health and /ready on host:port.
+
+    `registries` are exported one after the other. `health` and `ready` return (ok, text):
+    200 with the text when ok, else 503. Port 0 picks a free port (see `address`). The server
+    runs on daemon threads until `close()`; a bad request gets a 4xx and nothing else.
+    """
+
+    def __init__(self, host: str, port: int, registries: list, *, health: Check | None = None,
+                 ready: Check | None = None) -> None:
+        checks = {"/health": health or (lambda: (True, "ok")), "/ready": ready or (lambda: (True, "ready"))}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    body = b"".join(generate_latest(r) for r in registries)
+                    self._reply(200, body, CONTENT_TYPE_LATEST)
+                elif path in checks:
+                    try:
+                        ok, text = checks[path]()
+                    except Exception as exc:  # noqa: BLE001 - report, never crash the server
+                        ok, text = False, f"check failed: {exc}"
+                    self._reply(200 if ok else 503, (text + "\n").encode(), "text/plain; charset=utf-8")
+                else:
+                    self._reply(404, b"not found: try /metrics, /health or /ready\n", "text/plain; charset=utf-8")
+
+            def _reply(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        try:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
+        self._server.daemon_threads = True
+        self.address = f"{host}:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="walkit-http", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """close stops serving and releases the port."""
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def new_registry(*collectors, process: bool = True) -> CollectorRegistry:
+    """new_registry is a registry holding `collectors` (and the process's CPU/memory metrics)."""
+    from prometheus_client import ProcessCollector
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector)
+    if process:
+        ProcessCollector(registry=registry)
+    return registry
