@@ -1,10 +1,10 @@
 """walkit.adapters.topics.leader serves a partition while this broker leads it: produce, fetch, retention.
 
 Every broker runs a walkit.replicate node of every partition (broker.py): `PartitionMachine`
-(partition.py) applies the partition's log on the node's apply thread, on the leader right after each entry
-is acknowledged and on the other brokers as they tail the log, so a broker that takes a
-partition over already holds its state. The node elects the leader, fences the previous one
-by opening the log and snapshots the state (partition.py) into ledgers.
+(partition.py) applies the partition's log on the node's apply thread, on the leader right
+after each entry is acknowledged and on the other brokers as they tail the log, so a broker
+that takes a partition over already holds its state. The node elects the leader, fences the
+previous one by opening the log and snapshots the state into ledgers.
 
 `PartitionLeader` is the event loop's side. It serves only between the node's "leader" and
 "follower" role changes (`active`). Produce: the batches of a request are checked

@@ -103,8 +103,9 @@ class ReplicatedNode:
     def __init__(self, machine: StateMachine, *, client, name: str, node_id: str, password: bytes | str = b"",
                  ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2, roll_bytes: int = 64 << 20,
                  roll_entries: int = 0, roll_age_s: float = 0.0, snapshot_every_records: int = 100_000,
-                 snapshot_every_bytes: int = 0, snapshot_every_s: float = 0.0, retention_s: float = 0.0, lease_ms: int = 1000, max_batch_records: int = 4096,
-                 max_batch_bytes: int = 1 << 20, max_entries_in_flight: int = 8, poll_s: float = 0.2,
+                 snapshot_every_bytes: int = 0, snapshot_every_s: float = 0.0, retention_s: float = 0.0,
+                 lease_ms: int = 1000, max_batch_records: int = 4096, max_batch_bytes: int = 1 << 20,
+                 max_entries_in_flight: int = 8, poll_s: float = 0.2,
                  on_role: Callable[[str], None] | None = None, campaign_when: Callable[[], bool] | None = None,
                  keep_log_from: Callable[[], Position | None] | None = None) -> None:
         if not isinstance(machine, StateMachine):
