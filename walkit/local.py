@@ -50,6 +50,7 @@ class _Bookie:
     storage: str
     process: subprocess.Popen | None = None
     log_path: str = ""
+    http_port: int = 0
 
     @property
     def address(self) -> str:
@@ -67,11 +68,15 @@ class LocalCluster:
     With `security`, bookies run CurveZMQ with key pairs under ``<data_dir>/keys`` and the
     cluster makes one allowed client key, `client_key`: pass it as `walkit.Client(url,
     key=cluster.client_key)`.
+
+    `racks` gives bookie i the rack racks[i] (`walkit bookie --rack`; placement spreads write
+    sets over racks). With `http`, every bookie serves /metrics, /health and /ready on a port
+    of its own (`http_address(i)`), kept across restarts like its bookie port.
     """
 
     def __init__(self, bookies: int = 3, data_dir: str = "walkit-data", storage: str = "files",
                  metadata: str = "sqlite", *, bookie_args: tuple[str, ...] = (), ready_timeout: float = 30.0,
-                 security: bool = False, start: bool = True) -> None:
+                 security: bool = False, start: bool = True, racks=None, http: bool = False) -> None:
         if bookies < 0:
             raise ConfigError(f"bookies must be >= 0, got {bookies}")
         if storage not in STORAGE_KINDS and "://" not in storage:
@@ -84,6 +89,8 @@ class LocalCluster:
         if "://" not in self.metadata_url:
             raise ConfigError(f"metadata must be 'sqlite' or a metadata URI, got {metadata!r}")
         self.bookie_args = tuple(bookie_args)
+        self.racks = list(racks or [])
+        self.http = http
         self.ready_timeout = ready_timeout
         self.security = security
         self.client_key: str | None = None
@@ -141,12 +148,13 @@ class LocalCluster:
             raise ConfigError(f"cannot read {self._layout_path()}: {exc}") from exc
         if saved.get("storage") != self.storage:
             return []                 # a different storage kind: start a fresh layout
-        return [_Bookie(port=b["port"], storage=b["storage"]) for b in saved["bookies"]]
+        return [_Bookie(port=b["port"], storage=b["storage"], http_port=b.get("http_port", 0)) for b in saved["bookies"]]
 
     def _save_layout(self) -> None:
         with open(self._layout_path(), "w") as f:
             json.dump({"storage": self.storage,
-                       "bookies": [{"port": b.port, "storage": b.storage} for b in self._bookies]}, f, indent=1)
+                       "bookies": [{"port": b.port, "storage": b.storage, "http_port": b.http_port}
+                                   for b in self._bookies]}, f, indent=1)
 
     def _new_bookie(self, index: int) -> _Bookie:
         if "://" in self.storage:
@@ -184,10 +192,28 @@ class LocalCluster:
         bookie.log_path = os.path.join(self.data_dir, f"bookie-{i}.log")
         command = [sys.executable, "-m", "walkit", "bookie", "--metadata", self.metadata_url,
                    "--storage", bookie.storage, "--port", str(bookie.port), "--exit-with-parent",
-                   *self._bookie_key(i), *self.bookie_args]
+                   *self._bookie_key(i), *self._placement_args(i), *self.bookie_args]
         with open(bookie.log_path, "ab") as log:
             bookie.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, cwd=self.data_dir)
+
+    def _placement_args(self, i: int) -> list[str]:
+        """_placement_args are bookie `i`'s --rack and --http-port options (its HTTP port is chosen once)."""
+        args = []
+        if i < len(self.racks) and self.racks[i]:
+            args += ["--rack", self.racks[i]]
+        if self.http:
+            bookie = self._bookies[i]
+            if not bookie.http_port:
+                bookie.http_port = free_port()
+                self._save_layout()
+            args += ["--http-port", str(bookie.http_port)]
+        return args
+
+    def http_address(self, i: int) -> str | None:
+        """http_address is host:port of bookie `i`'s /metrics, /health and /ready (None without `http`)."""
+        port = self._bookies[i].http_port
+        return f"127.0.0.1:{port}" if self.http and port else None
 
     def _wait_deregistered(self, indexes: list[int]) -> None:
         """_wait_deregistered waits until bookies that are not running are no longer registered.
@@ -287,8 +313,11 @@ class LocalCluster:
             self._spawn(i)
         self._wait_registered([i])
 
-    def add_bookie(self) -> int:
-        """add_bookie starts one more bookie and returns its index."""
+    def add_bookie(self, rack: str | None = None) -> int:
+        """add_bookie starts one more bookie (on `rack`, if given) and returns its index."""
+        if rack is not None:
+            self.racks += [""] * (self._count + 1 - len(self.racks))
+            self.racks[self._count] = rack
         if self._count == len(self._bookies):
             self._bookies.append(self._new_bookie(self._count))
             self._save_layout()

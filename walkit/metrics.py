@@ -233,3 +233,74 @@ def new_registry(*collectors, process: bool = True) -> CollectorRegistry:
     if process:
         ProcessCollector(registry=registry)
     return registry
+
+
+def _disk_bytes(path: str | None) -> int | None:
+    """_disk_bytes is the size of a storage's files: a file, a directory tree, or None without a path."""
+    import os
+    if not path:
+        return None
+    if os.path.isfile(path):
+        return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(folder, name))
+            except OSError:
+                continue                     # removed by compaction meanwhile
+    return total
+
+
+class BookieMetrics(Collector):
+    """BookieMetrics is a bookie's metrics: its service's counters and the serving loop's timings.
+
+    The serving loop calls `round()` once per group-commit round; everything else is read from
+    the server (`service` counters, `storage.path`, the read-only flag) at scrape time.
+    `registry` holds this collector and the process's metrics; auto-recovery adds its own.
+    """
+
+    def __init__(self, server) -> None:
+        super().__init__()
+        service = server.service
+        self.ledgers: int | None = None
+        self.add_latency = Histogram()
+        self.read_latency = Histogram()
+        self.sync_latency = Histogram()
+        self.sync_batch = Histogram(BATCH_BUCKETS)
+        self.counter("walkit_bookie_adds", "Entries stored by adds", lambda: service.entries_stored)
+        self.counter("walkit_bookie_add_requests", "Add requests answered", lambda: service.add_replies)
+        self.counter("walkit_bookie_reads", "Entries returned by reads", lambda: service.entries_read)
+        self.counter("walkit_bookie_read_requests", "Read and LAC read requests answered", lambda: service.read_replies)
+        self.counter("walkit_bookie_written_bytes", "Bytes of entries written to storage", lambda: service.bytes_stored)
+        self.counter("walkit_bookie_journal_syncs", "Storage syncs (group commits)", lambda: service.syncs)
+        self.histogram("walkit_bookie_add_latency_seconds",
+                       "Add request latency: from its round's start to the reply, sync included", self.add_latency)
+        self.histogram("walkit_bookie_read_latency_seconds", "Read request latency in the bookie", self.read_latency)
+        self.histogram("walkit_bookie_journal_sync_latency_seconds", "Time of one storage sync with its replies",
+                       self.sync_latency)
+        self.histogram("walkit_bookie_journal_sync_entries", "Entries made durable by one sync (group commit size)",
+                       self.sync_batch)
+        self.gauge("walkit_bookie_storage_bytes", "Bytes of the storage's files on disk",
+                   lambda: _disk_bytes(getattr(server.storage, "path", None)))
+        self.gauge("walkit_bookie_ledgers", "Ledgers stored on this bookie", lambda: self.ledgers)
+        self.gauge("walkit_bookie_read_only", "1 while the bookie refuses adds (disk full or draining)",
+                   lambda: int(service.read_only))
+        self.gauge("walkit_bookie_draining", "1 while the bookie is being decommissioned",
+                   lambda: int(server._draining))
+        self.gauge("walkit_bookie_info", "Always 1; labels name the bookie",
+                   lambda: {(server.address, server.config.rack): 1}, labels=("address", "rack"))
+        self.registry = new_registry(self)
+
+    def round(self, started: float, flushing: float, batch: int, adds: int, reads: int) -> None:
+        """round records one serving round: it started at `started`, flushed from `flushing` until now."""
+        if not (batch or adds or reads):
+            return
+        now = time.perf_counter()
+        if batch:
+            self.sync_latency.observe(now - flushing)
+            self.sync_batch.observe(batch)
+        if adds:
+            self.add_latency.observe(now - started, adds)
+        if reads:
+            self.read_latency.observe(now - started, reads)

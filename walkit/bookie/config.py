@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from walkit.errors import ConfigError
 from walkit.wire.codec import DEFAULT_MAX_FRAME, DEFAULT_MAX_REQUESTS
@@ -49,6 +49,16 @@ _RULES = {
     "register_timeout_s": (float, lambda v: v >= 0, "zero or more seconds"),
     "tick_ms": (int, _positive, "a positive number of milliseconds"),
     "curve_key": (str, lambda v: True, "the path of the bookie's NAME.key_secret file (`walkit keys new`)"),
+    "rack": (str, lambda v: len(v) <= 256 and v.isprintable(), "a printable rack or zone name (at most 256 characters)"),
+    "http_port": (int, lambda v: -1 <= v <= 65535, "a TCP port in 0..65535 (0: any free port), or -1 for none"),
+    "autorecovery": (bool, lambda v: True, "true or false"),
+    "lost_bookie_delay": (float, lambda v: v >= 0, "zero or more seconds"),
+    "open_ledger_grace": (float, lambda v: v >= 0, "zero or more seconds"),
+    "audit_rate": (float, _positive, "a positive number of metadata reads per second"),
+    "periodic_check_interval": (float, lambda v: v >= 0, "zero (never) or more seconds"),
+    "verify_fraction": (float, lambda v: 0 <= v <= 1, "a fraction in [0, 1]"),
+    "recovery_passwords": (list, lambda v: all(isinstance(p, str) for p in v), "a list of ledger passwords (strings)"),
+    "min_racks": (int, _positive, "a positive number of racks"),
 }
 
 
@@ -74,6 +84,17 @@ class BookieConfig:
     - `curve_key`: this bookie's CurveZMQ key pair (a NAME.key_secret file): the bookie then
       accepts only clients on the allow-list, authenticated, and checks their rights per ledger
       (walkit.security); empty: no security;
+    - `rack`: the rack or zone the bookie registers with (walkit.placement);
+    - `http_port`: where GET /metrics, /health and /ready are served (0: a free port; -1: not
+      at all); the bookie registers the address;
+    - auto-recovery (walkit.autorecovery): `autorecovery` runs an auditor candidate and a
+      replication worker in the bookie; a bookie unregistered for `lost_bookie_delay` seconds
+      is lost and its ledgers are re-replicated; an unclosed ledger's last fragment is left
+      to its writer for `open_ledger_grace` seconds; the auditor reads at most `audit_rate`
+      metadata keys per second and checks every ledger every `periodic_check_interval`
+      seconds (reading `verify_fraction` of the entries besides each fragment's first and
+      last); workers open ledgers with `recovery_passwords` and keep every write set on at
+      least `min_racks` racks;
     - `parent_pid`: exit when that process is gone (set by LocalCluster).
     """
 
@@ -95,6 +116,16 @@ class BookieConfig:
     register_timeout_s: float = 30.0
     tick_ms: int = 10
     curve_key: str = ""
+    rack: str = ""
+    http_port: int = -1
+    autorecovery: bool = True
+    lost_bookie_delay: float = 60.0
+    open_ledger_grace: float = 30.0
+    audit_rate: float = 500.0
+    periodic_check_interval: float = 86400.0
+    verify_fraction: float = 0.0
+    recovery_passwords: list = field(default_factory=lambda: [""])
+    min_racks: int = 1
     parent_pid: int | None = None
 
     def __post_init__(self) -> None:
@@ -108,7 +139,7 @@ class BookieConfig:
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
                 setattr(self, key, value)
-            if not isinstance(value, kind) or isinstance(value, bool) or not check(value):
+            if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool) or not check(value):
                 raise ConfigError(f"bookie config: {key} must be {requirement}, got {value!r}")
         if self.disk_usage_lwm > self.disk_usage_threshold:
             raise ConfigError(f"bookie config: disk_usage_lwm ({self.disk_usage_lwm}) must not exceed "
@@ -139,3 +170,11 @@ class BookieConfig:
         config = cls(**values)
         config.validate()
         return config
+
+    def recovery_config(self):
+        """recovery_config is the walkit.autorecovery.RecoveryConfig these settings describe."""
+        from walkit.autorecovery import RecoveryConfig
+        return RecoveryConfig(lost_bookie_delay_s=self.lost_bookie_delay, open_grace_s=self.open_ledger_grace,
+                              audit_rate=self.audit_rate, periodic_check_s=self.periodic_check_interval,
+                              verify_fraction=self.verify_fraction, passwords=tuple(self.recovery_passwords),
+                              min_racks=self.min_racks)

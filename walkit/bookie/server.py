@@ -20,7 +20,13 @@ add that arrived while the previous sync ran), then sends the replies. Around th
   rights on every request's ledger;
 - disconnects: a monitor on the ROUTER socket reports closed connections by file descriptor;
   every frame's descriptor (ZMQ_SRCFD) says which peers used it, so the long polls of a client
-  that went away are answered (and so dropped) at once.
+  that went away are answered (and so dropped) at once;
+- metrics and health (with `http_port`): GET /metrics, /health and /ready (walkit.metrics),
+  values read from the service's counters when scraped; the registration names the address;
+- auto-recovery (with `autorecovery`, the default): an auditor candidate and a replication
+  worker run in the process (walkit.autorecovery);
+- decommission: while ``autorecovery/decommission/<address>`` exists the bookie is draining:
+  read-only (writers replace it at their next add, new ledgers avoid it) until the key goes.
 """
 
 from __future__ import annotations
@@ -36,11 +42,13 @@ import shutil
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from walkit.autorecovery.marks import DECOMMISSION_PREFIX
 from walkit.bookie.config import BookieConfig
 from walkit.bookie.service import BookieService
 from walkit.core.messages import ErrorResponse, Status
 from walkit.core.metadata import ledger_key
 from walkit.errors import ConfigError, MetadataError, NodeExists, NoSuchKey, StorageError
+from walkit.metrics import BookieMetrics, HttpEndpoint
 from walkit.plugins import open_metadata, open_storage
 from walkit.registry import BookieInfo, BookieRegistry
 from walkit.wire.codec import encode_responses
@@ -48,6 +56,12 @@ from walkit.wire.codec import encode_responses
 __all__ = ["BookieConfig", "BookieServer"]
 
 log = logging.getLogger("walkit.bookie")
+
+#: How often the ledger count (a metric) is refreshed, and the decommission key read.
+COUNT_INTERVAL_S = 2.0
+DECOMMISSION_CHECK_S = 1.0
+#: /health fails once the serving loop has not turned for this long.
+HEALTH_STALL_S = 10.0
 
 
 class _Security:
@@ -67,6 +81,11 @@ class BookieServer:
         config.validate()
         self.config = config
         self._stopping = threading.Event()
+        self.recovery = None
+        self._draining = self._want_draining = False
+        self._last_round = time.perf_counter()
+        self._serving = False
+        self.failed: StorageError | None = None
         self._deletions: deque[int] = deque()
         self._gc_candidates: deque[list[int]] = deque()
         self._context = zmq.Context.instance()
@@ -84,7 +103,12 @@ class BookieServer:
         self.socket.setsockopt(zmq.LINGER, 0)
         # Frames above max_frame_bytes get BAD_REQUEST; far larger ones make ZeroMQ drop the peer.
         self.socket.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_frame_bytes)
+        self.metrics = BookieMetrics(self)
+        self.http = None
         try:
+            if config.http_port >= 0:
+                self.http = HttpEndpoint(config.host, config.http_port, [self.metrics.registry],
+                                         health=self._health, ready=self._ready)
             try:
                 if config.port:
                     self.socket.bind(f"tcp://{config.host}:{config.port}")
@@ -96,7 +120,8 @@ class BookieServer:
             self.address = f"{config.host}:{port}"
             self._registration = self._register(self._info(self.service.read_only))
         except BaseException:
-            for action in (self.socket.close, self.metadata.close, self.storage.close):
+            for action in (self.socket.close, self.metadata.close, self.storage.close,
+                           self.http.close if self.http is not None else (lambda: None)):
                 try:
                     action()
                 except Exception:  # noqa: BLE001 - already failing; report the first error
@@ -106,7 +131,7 @@ class BookieServer:
         self._monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._peers_by_fd: dict[int, set[bytes]] = {}
         self._poller = zmq.Poller()
-        self._next_gc = self._next_disk_check = self._next_parent_check = 0.0
+        self._next_gc = self._next_disk_check = self._next_parent_check = self._next_count = 0.0
         self.failed: StorageError | None = None
 
     def _secure(self, config: BookieConfig) -> "_Security":
@@ -128,7 +153,9 @@ class BookieServer:
 
     def _info(self, read_only: bool) -> BookieInfo:
         public = self._security.keys[0].decode() if self._security else ""
-        return BookieInfo(self.address, read_only=read_only, storage=self.config.storage, public_key=public)
+        return BookieInfo(self.address, read_only=read_only, storage=self.config.storage, public_key=public,
+                          rack=self.config.rack, draining=self._draining,
+                          http=self.http.address if self.http is not None else "")
 
     def _register(self, info: BookieInfo):
         """_register registers this bookie, first waiting out a registration left by a dead one.
@@ -163,6 +190,10 @@ class BookieServer:
         log.info("bookie %s serving (storage %s, metadata %s)", self.address, self.config.storage,
                  self.config.metadata)
         self._gc_thread.start()
+        if self.config.autorecovery:
+            self._start_recovery()
+        self._serving = True
+        metrics = self.metrics
         sock, service, config = self.socket, self.service, self.config
         self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
@@ -170,6 +201,7 @@ class BookieServer:
         try:
             while not self._stopping.is_set():
                 self._poller.poll(config.tick_ms)
+                started = self._last_round = time.perf_counter()
                 service.resume()
                 self._receive_round()
                 self._disconnects()
@@ -180,7 +212,11 @@ class BookieServer:
                     ledger_id = self._deletions.popleft()
                     log.info("garbage collection: deleting ledger %d (no metadata)", ledger_id)
                     service.delete_ledger(ledger_id)
-                for peer, frame in service.flush():
+                adds, reads, batch = service.add_replies, service.read_replies, service.unsynced_entries
+                flushing = time.perf_counter()
+                frames = service.flush()
+                metrics.round(started, flushing, batch, service.add_replies - adds, service.read_replies - reads)
+                for peer, frame in frames:
                     sock.send_multipart((peer, frame), zmq.NOBLOCK)
                 if service.failed is not None:
                     raise service.failed
@@ -247,6 +283,11 @@ class BookieServer:
         if now >= self._next_disk_check:
             self._next_disk_check = now + config.disk_check_interval_s
             self._check_disk()
+        if self._want_draining != self._draining:
+            self._drain(self._want_draining)
+        if now >= self._next_count:
+            self._next_count = now + COUNT_INTERVAL_S
+            self.metrics.ledgers = sum(1 for _ in self.storage.ledgers())
         if config.parent_pid is not None and now >= self._next_parent_check:
             self._next_parent_check = now + 0.5
             if os.getppid() != config.parent_pid:
@@ -270,9 +311,20 @@ class BookieServer:
             log.warning("disk %.1f%% full (threshold %.1f%%): bookie %s is read-only", used * 100,
                         self.config.disk_usage_threshold * 100, self.address)
             self._set_read_only(True)
-        elif service.read_only and used < self.config.disk_usage_lwm:
+        elif service.read_only and used < self.config.disk_usage_lwm and not self._draining:
             log.warning("disk %.1f%% full (below %.1f%%): bookie %s is writable again", used * 100,
                         self.config.disk_usage_lwm * 100, self.address)
+            self._set_read_only(False)
+
+    def _drain(self, draining: bool) -> None:
+        """_drain starts or ends a decommission: read-only and flagged while it lasts."""
+        self._draining = draining
+        if draining:
+            log.warning("bookie %s is being decommissioned: read-only while its data moves away", self.address)
+            self._set_read_only(True)
+        else:
+            log.warning("bookie %s is no longer being decommissioned", self.address)
+            self._next_disk_check = 0.0           # writable again unless its disk is full
             self._set_read_only(False)
 
     def _set_read_only(self, read_only: bool) -> None:
@@ -295,9 +347,13 @@ class BookieServer:
         def close_monitor() -> None:
             self.socket.disable_monitor()
             self._monitor.close(linger=0)
-        actions = [self._registration.close]
+        self._serving = False
+        actions = [self.recovery.close] if self.recovery is not None else []
+        actions.append(self._registration.close)
         if self._security is not None:
             actions += [self._security.access.close, self._security.allow_list.close, self._security.authenticator.stop]
+        if self.http is not None:
+            actions.append(self.http.close)
         for action in (*actions, self.metadata.close, self.storage.close, close_monitor, self.socket.close):
             try:
                 action()
@@ -305,9 +361,53 @@ class BookieServer:
                 log.warning("shutdown step failed: %s", exc)
         log.info("bookie %s stopped", self.address)
 
+    def _start_recovery(self) -> None:
+        """_start_recovery runs auto-recovery in this process; a failure to start leaves the bookie serving."""
+        from walkit.autorecovery import AutoRecovery
+        try:
+            self.recovery = AutoRecovery(self.config.metadata, self.address, self.config.recovery_config()).start()
+        except Exception as exc:  # noqa: BLE001 - serving entries matters more than auditing
+            log.error("auto-recovery did not start: %s", exc)
+            return
+        self.metrics.registry.register(self.recovery.collector)
+
+    def _health(self) -> tuple[bool, str]:
+        """_health is False once the serving loop stopped turning (stuck or failed)."""
+        if self.failed is not None or self.service.failed is not None:
+            return False, f"storage failed: {self.failed or self.service.failed}"
+        stalled = time.perf_counter() - self._last_round
+        if self._serving and stalled > HEALTH_STALL_S:
+            return False, f"the serving loop has not turned for {stalled:.1f} s"
+        return True, "ok"
+
+    def _ready(self) -> tuple[bool, str]:
+        """_ready is True while the bookie serves and is registered (read-only bookies serve reads)."""
+        healthy, why = self._health()
+        if not healthy or not self._serving or self._stopping.is_set():
+            return False, why if not healthy else "not serving"
+        mode = "draining" if self._draining else "read-only" if self.service.read_only else "writable"
+        return True, f"ready ({mode})"
+
+    def _check_decommission(self) -> None:
+        """_check_decommission notices the decommission key of this bookie (the serving loop acts)."""
+        try:
+            self.metadata.get(f"{DECOMMISSION_PREFIX}/{self.address}")
+            self._want_draining = True
+        except NoSuchKey:
+            self._want_draining = False
+        except MetadataError as exc:
+            log.debug("cannot read the decommission key: %s", exc)
+
     def _gc_loop(self) -> None:
-        """_gc_loop checks candidate ledgers against the metadata, off the serving thread."""
+        """_gc_loop checks candidate ledgers against the metadata, off the serving thread.
+
+        It also looks at this bookie's decommission key every DECOMMISSION_CHECK_S.
+        """
+        next_decommission_check = 0.0
         while not self._stopping.wait(0.05):
+            if time.monotonic() >= next_decommission_check:
+                next_decommission_check = time.monotonic() + DECOMMISSION_CHECK_S
+                self._check_decommission()
             if not self._gc_candidates:
                 continue
             for ledger_id in self._gc_candidates.popleft():

@@ -28,7 +28,9 @@ import time
 from dataclasses import replace
 
 from walkit.core.bookie import MAX_ID, BookieHandler, BookieLimits, Reply, StoreEntries, StoreLedgerState, error_response
-from walkit.core.messages import AddRequest, ErrorResponse, ReadResponse, Status, WriteLacRequest
+from walkit.core.messages import (
+    AddRequest, AddResponse, ErrorResponse, ReadLacResponse, ReadResponse, Status, WriteLacRequest,
+)
 from walkit.errors import LedgerStorageError, StorageError
 from walkit.wire.codec import (
     DEFAULT_MAX_FRAME, DEFAULT_MAX_REQUESTS, FrameTooBusy, WireError, decode_requests, encode_responses,
@@ -72,6 +74,11 @@ class BookieService:
         self.unsynced_entries = 0       # entries stored since the last sync (group commit size)
         self.entries_stored = 0
         self.syncs = 0
+        # Counters read by walkit.metrics when Prometheus scrapes (never reset).
+        self.bytes_stored = 0           # bytes handed to storage.put (entries with their headers)
+        self.add_replies = 0            # add requests answered (any status)
+        self.read_replies = 0           # read and LAC read requests answered (any status)
+        self.entries_read = 0           # entries returned by reads
         self.failed: Exception | None = None    # set when storage.sync() raised StorageError
 
     @property
@@ -176,8 +183,11 @@ class BookieService:
             elif kind is StoreEntries:
                 ledger_id = command.ledger_id
                 self._dirty = True
+                size = 0
                 for entry_id, data in command.entries:
                     storage.put(ledger_id, entry_id, data)
+                    size += len(data)
+                self.bytes_stored += size
                 self.entries_stored += len(command.entries)
                 self.unsynced_entries += len(command.entries)
             elif kind is StoreLedgerState:
@@ -214,6 +224,14 @@ class BookieService:
         by_peer: dict[bytes, list] = {}
         for reply in replies:
             by_peer.setdefault(reply.peer, []).append(reply.response)
+            kind = type(reply.response)
+            if kind is AddResponse:
+                self.add_replies += 1
+            elif kind is ReadResponse:
+                self.read_replies += 1
+                self.entries_read += len(reply.response.entries)
+            elif kind is ReadLacResponse:
+                self.read_replies += 1
         return [(peer, encode_responses(responses)) for peer, responses in by_peer.items()]
 
     def delete_ledger(self, ledger_id: int) -> None:

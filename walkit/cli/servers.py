@@ -48,21 +48,47 @@ from walkit.cli.common import DEFAULT_DATA_DIR, client_for, default_metadata, fr
               help="Secure the bookie with this CurveZMQ key pair (a NAME.key_secret file from `walkit keys new`): "
                    "only clients on the allow-list connect, and each may use only the ledgers it is granted "
                    "[default: no security].")
+@click.option("--rack", default=None, metavar="NAME",
+              help="Rack or zone of this bookie; ensembles spread write sets over racks [default: none].")
+@click.option("--http-port", type=int, default=None,
+              help="Serve Prometheus /metrics, /health and /ready on this port (0: a free one) [default: off].")
+@click.option("--autorecovery/--no-autorecovery", default=None,
+              help="Run an auditor candidate and a replication worker in the bookie [default: on].")
+@click.option("--lost-bookie-delay", type=float, default=None, metavar="SECONDS",
+              help="A bookie unregistered this long is lost and its data re-replicated [default: 60].")
+@click.option("--open-ledger-grace", type=float, default=None, metavar="SECONDS",
+              help="How long an unclosed ledger's writer may keep a lost bookie before the ledger is "
+                   "recovered [default: 30].")
+@click.option("--audit-rate", type=float, default=None,
+              help="Metadata reads per second the auditor may make [default: 500].")
+@click.option("--periodic-check-interval", type=float, default=None, metavar="SECONDS",
+              help="Seconds between the auditor's checks of every ledger; 0: never [default: 86400].")
+@click.option("--verify-fraction", type=float, default=None,
+              help="Share of entries the periodic check reads besides each fragment's first and last [default: 0].")
+@click.option("--recovery-password", "recovery_passwords", multiple=True, default=None, metavar="PASSWORD",
+              help="A ledger password re-replication may use (repeat for several) [default: the empty password].")
+@click.option("--min-racks", type=int, default=None,
+              help="Racks each write set must span after a re-replication [default: 1].")
 @click.option("--exit-with-parent", is_flag=True, hidden=True,
               help="Exit when the parent process dies (used by LocalCluster).")
 @friendly
-def bookie(config_path, metadata, exit_with_parent, **flags) -> None:
+def bookie(config_path, metadata, exit_with_parent, recovery_passwords, **flags) -> None:
     """Run one bookie (a storage server) until SIGTERM or Ctrl-C.
 
     The bookie registers itself in the metadata store, serves adds and reads on a ZeroMQ ROUTER
     socket at HOST:PORT, acknowledges an add only once its storage synced it (one sync per
     group of requests), turns read-only when its disk fills up, and deletes the data of
     ledgers whose metadata is gone. Settings come from --config, then the flags.
+
+    Unless --no-autorecovery, the bookie also takes part in auto-recovery: one bookie of the
+    cluster is elected auditor and marks the ledgers of bookies lost for --lost-bookie-delay
+    seconds, and every bookie's worker copies their entries to new bookies.
     """
     from walkit.bookie.server import BookieConfig, BookieServer
     logging.getLogger("walkit").setLevel(min(logging.getLogger().level, logging.INFO))
     config = BookieConfig.load(config_path, defaults={"metadata": default_metadata()}, metadata=metadata,
-                               parent_pid=os.getppid() if exit_with_parent else None, **flags)
+                               parent_pid=os.getppid() if exit_with_parent else None,
+                               recovery_passwords=list(recovery_passwords) or None, **flags)
     server = BookieServer(config)
     server.serve_forever()
     if server.failed is not None:

@@ -1,0 +1,116 @@
+"""walkit.autorecovery.bookieio sends requests to chosen bookies and waits for their answers.
+
+Re-replication addresses bookies one by one (read these entries from that replica, store them
+on this new bookie), which the ledger machines of walkit.core never do: they pick replicas
+themselves. `BookieIO` is a small synchronous client over the same ZeroMQ transport and wire
+codec the public client uses (so CurveZMQ works the same way): `exchange` sends a batch of
+(bookie, request) pairs at once and returns every answer, or an UNREACHABLE stand-in for a
+bookie that is down or silent past the timeout. It belongs to one thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from walkit.core.messages import (
+    AddRequest, AddResponse, Entry, ReadLacRequest, ReadLacResponse, ReadRequest, ReadResponse, Status,
+)
+from walkit.wire.codec import DEFAULT_MAX_REQUESTS, WireError, decode_responses, encode_requests
+
+
+def unreachable(request, why: str):
+    """unreachable is the response a request gets when its bookie cannot answer."""
+    if isinstance(request, AddRequest):
+        return AddResponse(txn=request.txn, status=Status.UNREACHABLE, ledger_id=request.ledger_id, message=why)
+    if isinstance(request, ReadLacRequest):
+        return ReadLacResponse(txn=request.txn, status=Status.UNREACHABLE, ledger_id=request.ledger_id, message=why)
+    return ReadResponse(txn=request.txn, status=Status.UNREACHABLE, ledger_id=request.ledger_id, message=why)
+
+
+class BookieIO:
+    """BookieIO exchanges requests with bookies for one thread; `close()` releases its sockets.
+
+    `key` is a client key pair file (as walkit.Client takes; default WALKIT_KEY) for secured
+    clusters; `server_key(address)` returns a bookie's registered public key.
+    """
+
+    def __init__(self, *, key: str | None = None, server_key=None, timeout: float = 10.0) -> None:
+        import os
+
+        from walkit.transport.zmq import ZmqTransport
+        curve = None
+        key = key if key is not None else (os.environ.get("WALKIT_KEY") or None)
+        if key is not None:
+            from walkit.security import load_keys
+            public, secret = load_keys(key)
+            curve = (public, secret)
+        self.transport = ZmqTransport(curve=curve, server_key=server_key)
+        self.timeout = timeout
+        self._txns = itertools.count(1)
+
+    def next_txn(self) -> int:
+        """next_txn is a fresh transaction id for a request."""
+        return next(self._txns)
+
+    def exchange(self, requests: list[tuple[str, object]], timeout: float | None = None) -> dict[int, object]:
+        """exchange sends every (bookie, request) and returns {txn: response} once all are answered.
+
+        A request whose bookie is down, or that gets no answer within `timeout`, is answered
+        with status UNREACHABLE.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        waiting: dict[int, tuple[str, object]] = {}
+        answers: dict[int, object] = {}
+        by_bookie: dict[str, list] = {}
+        for address, request in requests:
+            by_bookie.setdefault(address, []).append(request)
+            waiting[request.txn] = (address, request)
+        for address, batch in by_bookie.items():
+            for start in range(0, len(batch), DEFAULT_MAX_REQUESTS):
+                chunk = batch[start:start + DEFAULT_MAX_REQUESTS]
+                if not self.transport.send(address, encode_requests(chunk)):
+                    self._give_up(waiting, answers, address, f"bookie {address} is down")
+        deadline = time.monotonic() + timeout
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                for txn, (address, request) in list(waiting.items()):
+                    answers[txn] = unreachable(request, f"bookie {address} did not answer within {timeout:g} s")
+                break
+            frames, down = self.transport.poll(int(min(left, 0.5) * 1000) + 1)
+            for address, frame in frames:
+                try:
+                    responses = decode_responses(frame)
+                except WireError:
+                    continue
+                for response in responses:
+                    if response.txn in waiting:
+                        del waiting[response.txn]
+                        answers[response.txn] = response
+            for address in down:
+                self._give_up(waiting, answers, address, f"lost the connection to bookie {address}")
+        return answers
+
+    @staticmethod
+    def _give_up(waiting: dict, answers: dict, address: str, why: str) -> None:
+        for txn, (bookie, request) in list(waiting.items()):
+            if bookie == address:
+                del waiting[txn]
+                answers[txn] = unreachable(request, why)
+
+    def read(self, address: str, ledger_id: int, entry_ids: list[int], timeout: float | None = None) -> ReadResponse:
+        """read asks one bookie for entries of a ledger; absent ones are missing from the answer."""
+        request = ReadRequest(txn=self.next_txn(), ledger_id=ledger_id, entry_ids=list(entry_ids))
+        return self.exchange([(address, request)], timeout)[request.txn]
+
+    def add(self, address: str, ledger_id: int, master_key: bytes, entries: list[Entry],
+            timeout: float | None = None) -> AddResponse:
+        """add stores entries on one bookie as recovery adds (they pass a fenced ledger)."""
+        request = AddRequest(txn=self.next_txn(), ledger_id=ledger_id, master_key=master_key,
+                             entries=list(entries), recovery=True)
+        return self.exchange([(address, request)], timeout)[request.txn]
+
+    def close(self) -> None:
+        """close closes every socket."""
+        self.transport.close()
