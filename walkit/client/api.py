@@ -35,6 +35,7 @@ from walkit.core.writer import LedgerWriter
 from walkit.errors import (
     ClientClosed, ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, Timeout, Unauthorized,
 )
+from walkit.metrics import client_metrics
 from walkit.plugins import open_metadata
 from walkit.registry import BookieInfo, BookieRegistry
 
@@ -71,14 +72,24 @@ class Client:
     variable (so every walkit server and command finds it: `walkit --key FILE ...` sets it).
     The key's public half is the client's principal (`principal`), which owns the ledgers and
     logs it creates.
+
+    `min_racks` is the default placement rule of `create_ledger`: every write set spans at
+    least that many racks (bookies register with `--rack`; walkit.placement), capped at each
+    ledger's write quorum. Appends are counted in the process's client metrics
+    (walkit.metrics.client_metrics).
     """
 
     def __init__(self, metadata, *, timeout: float = 30.0, add_timeout: float = 5.0,
-                 request_timeout: float = 10.0, transport=None, key: str | None = None) -> None:
+                 request_timeout: float = 10.0, transport=None, key: str | None = None,
+                 min_racks: int = 1) -> None:
         if timeout <= 0 or add_timeout <= 0 or request_timeout <= 0:
             raise ConfigError("timeouts must be positive")
+        if not isinstance(min_racks, int) or isinstance(min_racks, bool) or min_racks < 1:
+            raise ConfigError(f"min_racks must be a positive integer, got {min_racks!r}")
         self.timeout = timeout
         self.add_timeout = add_timeout
+        self.min_racks = min_racks
+        self.metrics = client_metrics()
         self.principal = ""
         curve = None
         if key is None:
@@ -107,11 +118,17 @@ class Client:
     # -- ledgers ----------------------------------------------------------------------------
     def create_ledger(self, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2, *,
                       password: bytes | str = b"", digest: str = "crc32c",
-                      custom: dict[str, str] | None = None, timeout: float | None = None) -> "WriteHandle":
+                      custom: dict[str, str] | None = None, timeout: float | None = None,
+                      min_racks: int | None = None) -> "WriteHandle":
         """create_ledger makes a new ledger on `ensemble` random live bookies and opens it for writing.
 
-        It raises ConfigError unless ensemble >= write_quorum >= ack_quorum >= 1, and
-        NotEnoughBookies when fewer than `ensemble` writable bookies are registered. Creating
+        The ensemble is placed rack-aware: each write set spans as many racks as the writable
+        bookies allow, and at least `min_racks` (default: the client's, capped at the write
+        quorum); NotEnoughBookies says so when the racks cannot give that.
+
+        It raises ConfigError unless ensemble >= write_quorum >= ack_quorum >= 1 (and
+        1 <= min_racks <= write_quorum), and NotEnoughBookies when fewer than `ensemble`
+        writable bookies are registered. Creating
         takes three metadata calls (pick bookies, draw an id, create the record), each bounded
         by the metadata store's own timeout; `timeout` becomes the default timeout of the
         returned handle's blocking calls.
@@ -121,7 +138,8 @@ class Client:
         if digest not in DIGEST_TYPES:
             raise ConfigError(f"unknown digest {digest!r}; expected one of {', '.join(DIGEST_TYPES)}")
         password = _password(password)
-        bookies = self.registry.choose(ensemble)
+        racks = min(self.min_racks, write_quorum) if min_racks is None else min_racks
+        bookies = self.registry.choose(ensemble, write_quorum=write_quorum, min_racks=racks)
         ledger_id = self.store.next_id(LEDGER_ID_COUNTER)
         metadata = LedgerMetadata(
             ledger_id=ledger_id, ensemble_size=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
@@ -189,8 +207,9 @@ class Client:
         from walkit.client.log import open_log
         from walkit.core.loglist import LogConfig
         self._check_open()
-        return open_log(self, name, password=_password(password), config=LogConfig(**config) if config else None,
-                        timeout=timeout)
+        writer = open_log(self, name, password=_password(password), config=LogConfig(**config) if config else None,
+                          timeout=timeout)
+        return _count_appends(writer, self.metrics)
 
     def read_log(self, name: str, start=None, follow: bool = False, *, password: bytes | str = b"",
                  poll: float = 1.0):
@@ -277,6 +296,18 @@ class Client:
         return _wait(future, timeout, what)
 
 
+def _count_appends(writer, metrics):
+    """_count_appends makes a log writer's appends count in the client metrics, and returns it."""
+    append_async = writer.append_async
+
+    def counted(data: bytes) -> Future:
+        future = append_async(data)
+        metrics.timed(future)
+        return future
+    writer.append_async = counted
+    return writer
+
+
 class WriteHandle:
     """WriteHandle appends to a ledger this client created; only one writer exists per ledger."""
 
@@ -310,6 +341,7 @@ class WriteHandle:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entries are bytes, not {type(data).__name__}")
         future: Future = Future()
+        self._client.metrics.timed(future)
         with self._lock:
             self._submitted.append((bytes(data), future))
             first = len(self._submitted) == 1
