@@ -208,6 +208,7 @@ class Auditor:
                         self.audit(due)
                         for address in due:
                             self.marks.forget(address)
+                            self.marks.end_decommission(address)     # a drained bookie that stopped
                             known.pop(address, None)
                             self.lost.pop(address, None)
                     if self.config.periodic_check_s > 0 and time.monotonic() >= self._next_check:

@@ -33,18 +33,20 @@ class ReplicationWorker:
 
     `marks` is an UnderReplication over the worker's own metadata store (its locks live as
     long as that store's session). `only` limits it to marks naming these bookies (the
-    `walkit recover` and `decommission` commands run a worker for one bookie).
+    `walkit recover` and `decommission` commands run a worker for one bookie, with
+    `respect_switch` False: an operator's command runs while auto-recovery is switched off).
     """
 
     def __init__(self, marks: UnderReplication, replicator: Replicator, worker_id: str, *,
                  poll_s: float = 1.0, max_backoff_s: float = 30.0, only: set[str] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 respect_switch: bool = True, rng: random.Random | None = None) -> None:
         self.marks = marks
         self.replicator = replicator
         self.worker_id = worker_id
         self.poll_s = poll_s
         self.max_backoff_s = max_backoff_s
         self.only = only
+        self.respect_switch = respect_switch
         self.rng = rng or random.Random()
         self._retry_at: dict[int, tuple[float, float]] = {}    # ledger -> (not before, back-off)
         self._stop = threading.Event()
@@ -53,7 +55,7 @@ class ReplicationWorker:
     # -- rounds -------------------------------------------------------------------------------
     def run_once(self, force_open: bool = False) -> int:
         """run_once makes one pass over the marks; it returns how many ledgers it settled."""
-        if not self.marks.enabled():
+        if self.respect_switch and not self.marks.enabled():
             return 0
         ledger_ids = self.marks.ledger_ids()
         self.rng.shuffle(ledger_ids)
@@ -70,6 +72,10 @@ class ReplicationWorker:
         return settled
 
     def _repair(self, ledger_id: int, force_open: bool) -> bool:
+        if self.only is not None:                 # look before locking: most marks are not ours
+            got = self.marks.get(ledger_id)
+            if got is None or not set(got[0].bookies) & self.only:
+                return False
         lock = self.marks.lock(ledger_id, self.worker_id)
         if lock is None:
             return False

@@ -8,6 +8,7 @@ in the modules of this package, one family each; importing them registers them o
 from walkit.cli import bench, ledgers, logs, security, servers  # noqa: F401  (they register their commands)
 from walkit.cli import topics  # noqa: F401  (walkit topics)
 from walkit.cli import sqlite  # noqa: F401  (walkit sqlite)
+from walkit.cli import admin  # noqa: F401  (bookies info|decommission, recover, underreplicated, auditor, ...)
 from walkit.cli.common import default_metadata, main
 from walkit.adapters.kv.cli import kv as _kv
 

@@ -82,9 +82,11 @@ def append(metadata, password, ensemble, write_quorum, ack_quorum, digest, sourc
 @click.option("--last", type=int, default=None, help="Last entry to read [default: the last confirmed one].")
 @click.option("--recover", is_flag=True, help="Fence and recover the ledger first (stops its writer).")
 @format_option
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json: one JSON object per entry.")
 @friendly
-def read(metadata, password, ledger_id, first, last, recover, fmt) -> None:
+def read(metadata, password, ledger_id, first, last, recover, fmt, as_json) -> None:
     """Print the entries of LEDGER_ID, one per line: entry id, then payload."""
+    fmt = "json" if as_json else fmt
     with client_for(metadata) as client:
         reader = client.open_ledger(ledger_id, password=password, recover=recover)
         for entry in reader.read(first, last):
@@ -94,11 +96,26 @@ def read(metadata, password, ledger_id, first, last, recover, fmt) -> None:
 @ledger.command()
 @metadata_option
 @click.argument("ledger_id", type=int)
+@click.option("--json", "as_json", is_flag=True,
+              help="One line of JSON: the metadata, each fragment's entry range, and the ledger's "
+                   "under-replication mark (null if none).")
 @friendly
-def info(metadata, ledger_id) -> None:
-    """Print the metadata of LEDGER_ID as JSON."""
+def info(metadata, ledger_id, as_json) -> None:
+    """Print the metadata of LEDGER_ID as JSON (indented; --json: one line with more detail)."""
     with client_for(metadata) as client:
-        click.echo(json.dumps(json.loads(client.ledger_metadata(ledger_id).to_bytes()), indent=2))
+        md = client.ledger_metadata(ledger_id)
+        doc = json.loads(md.to_bytes())
+        if not as_json:
+            click.echo(json.dumps(doc, indent=2))
+            return
+        from walkit.autorecovery import UnderReplication
+        starts = md.fragment_starts
+        ends = [s - 1 for s in starts[1:]] + [md.last_entry_id]
+        mark = UnderReplication(client.store).get(ledger_id)
+        click.echo(json.dumps({"metadata": doc,
+                               "fragments": [{"first": s, "last": e, "bookies": list(md.ensembles[s])}
+                                             for s, e in zip(starts, ends)],
+                               "under_replicated": json.loads(mark[0].to_bytes()) if mark else None}))
 
 
 @ledger.command(name="list")

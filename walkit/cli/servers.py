@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
+from dataclasses import asdict
 
 import click
 
@@ -12,7 +14,7 @@ from walkit.cli.common import DEFAULT_DATA_DIR, client_for, default_metadata, fr
 
 
 # -- bookie ----------------------------------------------------------------------------------
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="TOML file with bookie settings (keys as below, with underscores); flags override it.")
 @metadata_option
@@ -71,8 +73,9 @@ from walkit.cli.common import DEFAULT_DATA_DIR, client_for, default_metadata, fr
               help="Racks each write set must span after a re-replication [default: 1].")
 @click.option("--exit-with-parent", is_flag=True, hidden=True,
               help="Exit when the parent process dies (used by LocalCluster).")
+@click.pass_context
 @friendly
-def bookie(config_path, metadata, exit_with_parent, recovery_passwords, **flags) -> None:
+def bookie(ctx, config_path, metadata, exit_with_parent, recovery_passwords, **flags) -> None:
     """Run one bookie (a storage server) until SIGTERM or Ctrl-C.
 
     The bookie registers itself in the metadata store, serves adds and reads on a ZeroMQ ROUTER
@@ -83,7 +86,11 @@ def bookie(config_path, metadata, exit_with_parent, recovery_passwords, **flags)
     Unless --no-autorecovery, the bookie also takes part in auto-recovery: one bookie of the
     cluster is elected auditor and marks the ledgers of bookies lost for --lost-bookie-delay
     seconds, and every bookie's worker copies their entries to new bookies.
+
+    `walkit bookie sanity` checks running bookies instead (see its --help).
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from walkit.bookie.server import BookieConfig, BookieServer
     logging.getLogger("walkit").setLevel(min(logging.getLogger().level, logging.INFO))
     config = BookieConfig.load(config_path, defaults={"metadata": default_metadata()}, metadata=metadata,
@@ -154,20 +161,29 @@ def _demo(metadata_url: str, bookies: int = 3, key: str | None = None) -> None:
 # -- bookies, plugins ------------------------------------------------------------------------
 @main.group()
 def bookies() -> None:
-    """Inspect the registered bookies."""
+    """Inspect, check and decommission the bookies."""
+
+
+def bookie_mode(info) -> str:
+    """bookie_mode is how a registration reads: writable, read-only or draining (being decommissioned)."""
+    return "draining" if info.draining else "read-only" if info.read_only else "writable"
 
 
 @bookies.command(name="list")
 @metadata_option
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of text.")
 @friendly
-def list_bookies(metadata) -> None:
-    """List live bookies: address, mode and storage."""
+def list_bookies(metadata, as_json) -> None:
+    """List live bookies: address, mode, storage and rack."""
     with client_for(metadata) as client:
         live = client.bookies()
+        if as_json:
+            click.echo(json.dumps([{**asdict(info), "mode": bookie_mode(info)} for _, info in sorted(live.items())]))
+            return
         if not live:
             click.echo("no live bookies (start some with `walkit local` or `walkit bookie`)", err=True)
         for address, info in sorted(live.items()):
-            click.echo(f"{address}\t{'read-only' if info.read_only else 'writable'}\t{info.storage}")
+            click.echo(f"{address}\t{bookie_mode(info)}\t{info.storage}\t{info.rack or '-'}")
 
 
 @main.command()
