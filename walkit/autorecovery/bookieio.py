@@ -28,24 +28,31 @@ def unreachable(request, why: str):
     return ReadResponse(txn=request.txn, status=Status.UNREACHABLE, ledger_id=request.ledger_id, message=why)
 
 
+def _zmq_transport(key: str | None, server_key):
+    """_zmq_transport is a ZeroMQ client transport, a CurveZMQ one when a key pair is given or in WALKIT_KEY."""
+    import os
+
+    from walkit.transport.zmq import ZmqTransport
+    curve = None
+    key = key if key is not None else (os.environ.get("WALKIT_KEY") or None)
+    if key is not None:
+        from walkit.security import load_keys
+        curve = load_keys(key)
+    return ZmqTransport(curve=curve, server_key=server_key)
+
+
 class BookieIO:
     """BookieIO exchanges requests with bookies for one thread; `close()` releases its sockets.
 
     `key` is a client key pair file (as walkit.Client takes; default WALKIT_KEY) for secured
-    clusters; `server_key(address)` returns a bookie's registered public key.
+    clusters; `server_key(address)` returns a bookie's registered public key. `transport` is
+    another client transport to use instead (the in-memory one of walkit.testing.memory).
     """
 
-    def __init__(self, *, key: str | None = None, server_key=None, timeout: float = 10.0) -> None:
-        import os
-
-        from walkit.transport.zmq import ZmqTransport
-        curve = None
-        key = key if key is not None else (os.environ.get("WALKIT_KEY") or None)
-        if key is not None:
-            from walkit.security import load_keys
-            public, secret = load_keys(key)
-            curve = (public, secret)
-        self.transport = ZmqTransport(curve=curve, server_key=server_key)
+    def __init__(self, *, key: str | None = None, server_key=None, timeout: float = 10.0, transport=None) -> None:
+        if transport is None:
+            transport = _zmq_transport(key, server_key)
+        self.transport = transport
         self.timeout = timeout
         self._txns = itertools.count(1)
 

@@ -167,6 +167,8 @@ class AutoRecovery:
         c.counter("walkit_replication_ledgers_recovered",
                   "Unclosed ledgers recovered after the grace period", lambda: stats.ledgers_recovered)
         c.counter("walkit_replication_failures", "Repairs that failed (retried later)", lambda: stats.failures)
+        c.counter("walkit_replication_cas_conflicts", "Metadata rewrites that met a concurrent change and re-read",
+                  lambda: stats.cas_conflicts)
         c.gauge("walkit_replication_remaining_entries", "Entries left to copy in the repair under way",
                 lambda: stats.remaining_entries)
         return c

@@ -72,6 +72,7 @@ class ReplicationStats:
     ledgers_repaired: int = 0
     ledgers_recovered: int = 0
     failures: int = 0
+    cas_conflicts: int = 0          # metadata rewrites that met a concurrent change and re-read
     remaining_entries: int = 0      # entries still to copy in the repair under way
 
 
@@ -339,6 +340,7 @@ class Replicator:
             except NoSuchKey:
                 return True                       # deleted meanwhile: nothing to keep
             except BadVersion:
+                self.stats.cas_conflicts += 1
                 try:
                     value, version = self.store.get(key)
                 except NoSuchKey:

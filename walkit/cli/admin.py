@@ -375,10 +375,12 @@ def sanity(metadata, addresses, entries, as_json) -> None:
 @click.option("--audit-rate", type=float, default=500.0, show_default=True, help="Auditor metadata reads per second.")
 @click.option("--recovery-password", "passwords", multiple=True, metavar="PASSWORD",
               help="A ledger password the copies may use (repeat for several) [default: the empty password].")
+@click.option("--auditor/--no-auditor", default=True, show_default=True, help="Be a candidate for the auditor.")
+@click.option("--worker/--no-worker", default=True, show_default=True, help="Run a replication worker.")
 @friendly
 def autorecovery(metadata, name, http_port, host, lost_bookie_delay, open_ledger_grace, periodic_check_interval,
-                 audit_rate, passwords) -> None:
-    """Run an auditor candidate and a replication worker outside any bookie, until Ctrl-C."""
+                 audit_rate, passwords, auditor, worker) -> None:
+    """Run an auditor candidate and a replication worker outside any bookie, until SIGTERM or Ctrl-C."""
     import signal
     import threading
 
@@ -387,7 +389,7 @@ def autorecovery(metadata, name, http_port, host, lost_bookie_delay, open_ledger
     from walkit.metrics import REGISTRY, HttpEndpoint, new_registry
     config = RecoveryConfig(lost_bookie_delay_s=lost_bookie_delay, open_grace_s=open_ledger_grace,
                             periodic_check_s=periodic_check_interval, audit_rate=audit_rate,
-                            passwords=tuple(passwords) or ("",))
+                            passwords=tuple(passwords) or ("",), auditor=auditor, worker=worker)
     daemon = AutoRecovery(metadata or default_metadata(), name or random_name(), config).start()
     endpoint = None
     if http_port is not None:
