@@ -1,6 +1,6 @@
 """walkit.plugins.metadata.etcd is a MetadataStore in etcd v3, through etcd3gw.
 
-    etcd://host:port/root[?lease_ttl=S&timeout=S]
+    etcd://[user:password@]host:port/root[?lease_ttl=S&timeout=S&password_file=PATH]
 
 Why etcd3gw: it is maintained by OpenStack (tooz and Neutron use it), and it talks to etcd's
 v3 JSON gateway over plain HTTP with `requests`, so it pins no grpc or protobuf versions (the
@@ -25,11 +25,19 @@ from the last revision it saw after any error.
 Requests that never reached etcd (connection refused) are retried until `timeout` (default
 10 s). A write whose request may have reached etcd is not retried: it fails with a
 MetadataError that says its outcome is unknown.
+
+Authentication: with a user (``etcd://user:password@...``, or ``etcd://user@...?password_file=``,
+see walkit.plugins.metadata.credentials) every request, lease renewal and watch carries the
+user's token, renewed when etcd drops it (walkit.plugins.metadata.etcd_auth). The user's role
+needs readwrite on the prefix ``/root/``. Opening the store authenticates and reads that prefix,
+so a wrong password, a missing user (etcd with authentication enabled) or a missing permission
+fails at once with a MetadataError that says which.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import math
 import threading
@@ -44,6 +52,8 @@ from urllib3.exceptions import NewConnectionError
 
 from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
 from walkit.plugins.metadata import COUNTERS, check_key
+from walkit.plugins.metadata.credentials import HIDDEN, Credentials, redact
+from walkit.plugins.metadata.etcd_auth import EtcdAuth, EtcdAuthFailed, hint, token_refused
 from walkit.plugins.metadata.etcd_watch import EtcdWatch
 from walkit.plugins.metadata.session import Registration, SessionStore, UserWatch, parse_uri
 from walkit.spi import SessionState
@@ -63,8 +73,12 @@ def _unb64(text: str | None) -> bytes:
 
 
 def _describe(exc: Exception) -> str:
-    """_describe returns the text of an etcd3gw error (it keeps the text in `detail_text`)."""
+    """_describe returns the text of an etcd3gw error (it keeps the text, often etcd's JSON answer, in `detail_text`)."""
     detail = getattr(exc, "detail_text", None) or str(exc)
+    try:
+        detail = json.loads(detail)["error"]
+    except (ValueError, TypeError, KeyError):
+        pass
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
@@ -79,12 +93,30 @@ def _not_sent(exc: Exception) -> bool:
 
 
 class _Client(Etcd3Client):
-    """_Client is etcd3gw's client with a per-thread request timeout (the caller's time left)."""
+    """_Client is etcd3gw's client with a per-thread request timeout (the caller's time left).
+
+    With `auth`, every request carries the user's token; one that etcd refuses for its token
+    is sent once more with a new one.
+    """
 
     def __init__(self, host: str, port: int, timeout: float) -> None:
         self._local = threading.local()
         self._default_timeout = timeout
+        self.auth: EtcdAuth | None = None
         super().__init__(host=host, port=port, timeout=timeout, api_path=_API_PATH)
+
+    def post(self, url: str, *args, json=None, **kwargs):
+        """post sends a request (signed with the token, if any) and returns etcd's JSON answer."""
+        if self.auth is None:
+            return super().post(url, *args, json=json, **kwargs)
+        token = self.auth.token(self.session, self.timeout)
+        try:
+            return super().post(url, *args, json=json, headers=self.auth.headers(token), **kwargs)
+        except Etcd3Exception as exc:
+            if not token_refused(exc.detail_text or ""):
+                raise
+        token = self.auth.renew(token, self.session, self.timeout)        # refused, so not applied: resend
+        return super().post(url, *args, json=json, headers=self.auth.headers(token), **kwargs)
 
     @property
     def timeout(self) -> float:
@@ -128,19 +160,24 @@ class EtcdMetadataStore(SessionStore):
     """EtcdMetadataStore is the ``etcd://`` MetadataStore (see the module docstring).
 
     `lease_ttl` is the TTL asked for the registrations' lease; `timeout` bounds every call,
-    connecting included.
+    connecting included; `credentials`, if given, are the etcd user the store acts as.
     """
 
     backend = "etcd"
 
     def __init__(self, host: str, port: int, root: str, *, lease_ttl: float = 3.0, timeout: float = 10.0,
-                 uri: str | None = None) -> None:
+                 credentials: Credentials | None = None, uri: str | None = None) -> None:
         self.address = f"{host}:{port}"
         self.root = root
         self.lease_ttl = max(1, math.ceil(lease_ttl))
-        super().__init__(uri or f"etcd://{self.address}{root}", timeout, tick_s=max(0.1, self.lease_ttl / 3))
+        self.user = credentials.user if credentials else None
+        shown_user = f"{self.user}:{HIDDEN}@" if credentials else ""
+        super().__init__(uri or f"etcd://{shown_user}{self.address}{root}", timeout,
+                         tick_s=max(0.1, self.lease_ttl / 3))
         self._client = _Client(host, port, timeout)
         self._keeper = _Client(host, port, timeout)          # the keep-alive thread's own connection
+        self._auth = EtcdAuth(credentials, self._client.get_url("/auth/authenticate")) if credentials else None
+        self._client.auth = self._keeper.auth = self._auth
         self._counters: dict[str, tuple[int, int]] = {}      # counter -> (next value, mod_revision)
         self._watches: set[EtcdWatch] = set()
         self._lease: int | None = None
@@ -149,6 +186,7 @@ class EtcdMetadataStore(SessionStore):
         self._stop = threading.Event()
         try:
             started = time.monotonic()
+            self._call(f"connect to etcd at {self.address}", self._probe, idempotent=True, client=self._keeper)
             self._lease, self._granted_ttl = self._call(f"connect to etcd at {self.address}", self._grant, idempotent=True, client=self._keeper)
         except MetadataError:
             self.close()
@@ -160,12 +198,12 @@ class EtcdMetadataStore(SessionStore):
 
     @classmethod
     def from_uri(cls, uri: str, **options) -> "EtcdMetadataStore":
-        """from_uri connects to ``etcd://host:port/root[?lease_ttl=S&timeout=S]``."""
-        hosts, root, values = parse_uri(uri, "etcd", _OPTIONS, options)
+        """from_uri connects to ``etcd://[user:password@]host:port/root[?lease_ttl=S&timeout=S]``."""
+        hosts, root, values, credentials = parse_uri(uri, "etcd", _OPTIONS, options)
         if len(hosts) != 1:
-            raise ConfigError(f"{uri!r}: the etcd store talks to one endpoint (host:port), not {len(hosts)}")
+            raise ConfigError(f"{redact(uri)!r}: the etcd store talks to one endpoint (host:port), not {len(hosts)}")
         host, _, port = hosts[0].rpartition(":")
-        return cls(host, int(port), root, uri=uri, **values)
+        return cls(host, int(port), root, uri=uri, credentials=credentials, **values)
 
     # -- plumbing -------------------------------------------------------------------------------
     def _key(self, key: str) -> str:
@@ -194,8 +232,11 @@ class EtcdMetadataStore(SessionStore):
                     raise MetadataError(f"{what}: the request to etcd at {self.address} failed in flight, so "
                                         f"its outcome is unknown: {_describe(exc)}") from None
                 last = exc
+            except EtcdAuthFailed as exc:
+                raise MetadataError(f"{what}: {exc.detail_text}") from None
             except Etcd3Exception as exc:
-                raise MetadataError(f"{what}: etcd at {self.address} refused it: {_describe(exc)}") from exc
+                raise MetadataError(f"{what}: etcd at {self.address} refused it: {_describe(exc)}"
+                                    f"{hint(exc.detail_text or '', self.user, self.root)}") from exc
             finally:
                 client.bounded(None)
             with self._cond:                  # wait before retrying; close() wakes us
@@ -299,6 +340,12 @@ class EtcdMetadataStore(SessionStore):
         return watch.user
 
     # -- sessions -------------------------------------------------------------------------------
+    def _probe(self) -> None:
+        """_probe reads the store's prefix, so that a missing user or permission fails at open."""
+        low = f"{self.root}/"
+        self._keeper.post(self._keeper.get_url("/kv/range"),
+                          json={"key": _b64(low), "range_end": _b64(low[:-1] + "0"), "limit": 1, "keys_only": True})
+
     def _grant(self) -> tuple[int, int]:
         result = self._keeper.post(self._keeper.get_url("/lease/grant"), json={"TTL": self.lease_ttl, "ID": 0})
         return int(result["ID"]), int(result["TTL"])

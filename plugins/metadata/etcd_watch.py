@@ -3,6 +3,9 @@
 The etcd store (walkit.plugins.metadata.etcd) opens one EtcdWatch per `watch()` call. It posts
 a watch request to etcd's v3 JSON gateway and reads the stream of events (one JSON document per
 line) on its own thread and HTTP connection, handing each key to the store's callback thread.
+With a user, the watch request carries the store's token (walkit.plugins.metadata.etcd_auth);
+etcd checks it when the watch is created and cancels a watch whose token it does not know, so
+the watch then authenticates again and watches anew.
 """
 
 from __future__ import annotations
@@ -15,13 +18,20 @@ import threading
 import time
 
 import requests
+from etcd3gw.exceptions import Etcd3Exception
 
+from walkit.errors import MetadataError
+from walkit.plugins.metadata.etcd_auth import EtcdAuthFailed, hint, token_refused
 from walkit.plugins.metadata.session import UserWatch
 
 log = logging.getLogger(__name__)
 
 #: An idle watch stream is opened again after this long, in case its peer died silently.
 WATCH_IDLE_S = 60.0
+
+
+class WatchRefused(Exception):
+    """WatchRefused is raised when etcd cancels a watch as it creates it (no permission, bad token)."""
 
 
 class EtcdWatch:
@@ -50,7 +60,12 @@ class EtcdWatch:
             try:
                 self._open(connect_s=min(remaining, 5.0), idle_s=min(remaining, WATCH_IDLE_S))
                 break
-            except (requests.RequestException, ValueError, KeyError) as exc:
+            except (WatchRefused, EtcdAuthFailed) as exc:
+                self.stop()
+                reason = getattr(exc, "detail_text", None) or str(exc)
+                raise MetadataError(f"watch {self.user.prefix!r}: etcd at {self.store.address} refused it: {reason}"
+                                    f"{hint(reason, self.store.user, self.store.root)}") from None
+            except (requests.RequestException, Etcd3Exception, ValueError, KeyError) as exc:
                 if time.monotonic() >= deadline:
                     self.stop()
                     raise self.store._unreachable(f"watch {self.user.prefix!r}", str(exc)) from None
@@ -72,13 +87,19 @@ class EtcdWatch:
             response.close()
         self._http.close()
 
-    def _open(self, connect_s: float, idle_s: float) -> None:
-        """_open posts the watch request and reads etcd's answer; the stream may then idle for `idle_s`."""
+    def _open(self, connect_s: float, idle_s: float, renewed: bool = False) -> None:
+        """_open posts the watch request and reads etcd's answer; the stream may then idle for `idle_s`.
+
+        A watch etcd cancels for its token is opened once more with a new token.
+        """
         request = {"key": base64.b64encode(self.path.encode()).decode(),
                    "range_end": base64.b64encode((self.path + "0").encode()).decode()}
         if self.revision is not None:
             request["start_revision"] = self.revision + 1
+        auth = self.store._auth
+        token = auth.token(self._http, connect_s) if auth is not None else ""
         response = self._http.post(self.store._client.get_url("/watch"), json={"create_request": request},
+                                   headers=auth.headers(token) if auth is not None else None,
                                    stream=True, timeout=(connect_s, idle_s))
         self._response = response
         if self._stopped.is_set():
@@ -89,6 +110,14 @@ class EtcdWatch:
         first = next(self._messages)
         if not first.get("created"):
             raise ValueError(f"etcd did not create the watch: {first}")
+        if first.get("canceled") and not int(first.get("compact_revision", 0)):
+            reason = first.get("cancel_reason", "")
+            response.close()
+            if auth is None or renewed or not token_refused(reason):
+                raise WatchRefused(reason)
+            auth.renew(token, self._http, connect_s)
+            self._open(connect_s, idle_s, renewed=True)
+            return
         if self.revision is None:
             self.revision = int(first["header"]["revision"])
 

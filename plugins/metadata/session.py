@@ -26,32 +26,45 @@ from urllib.parse import parse_qsl, urlsplit
 
 from walkit.errors import ConfigError, MetadataError, NodeExists, SessionLost
 from walkit.plugins.metadata import check_key
+from walkit.plugins.metadata.credentials import Credentials, redact, split_userinfo
 from walkit.spi import SessionState
 
 log = logging.getLogger(__name__)
 
-def parse_uri(uri: str, scheme: str, options: dict[str, float], given: dict) -> tuple[list[str], str, dict]:
-    """parse_uri splits ``scheme://host:port[,host:port]/root?name=value`` into (hosts, root, options).
+#: The option naming a file that holds the password of the URI's user.
+PASSWORD_FILE = "password_file"
 
-    `options` maps each allowed option to its default; values in `given` (keyword arguments)
-    win over the query string. Every option is a positive number. It raises ConfigError for a
-    URI without hosts or root, an unknown option, or a bad value.
+
+def parse_uri(uri: str, scheme: str, options: dict[str, float],
+              given: dict) -> tuple[list[str], str, dict, Credentials | None]:
+    """parse_uri splits ``scheme://[user[:password]@]host:port[,host:port]/root?name=value``.
+
+    It returns (hosts, root, options, credentials). `options` maps each allowed numeric option
+    to its default; values in `given` (keyword arguments) win over the query string. Every
+    option is a positive number, except ``password_file``, the path of a file holding the
+    user's password (walkit.plugins.metadata.credentials). Credentials are None without a user.
+    It raises ConfigError for a URI without hosts or root, an unknown option, or a bad value;
+    its messages show the URI redacted.
     """
+    shown = redact(uri)
     parts = urlsplit(uri)
     if parts.scheme != scheme:
-        raise ConfigError(f"{uri!r} is not a {scheme}:// URI")
-    hosts = [h for h in parts.netloc.split(",") if h]
+        raise ConfigError(f"{shown!r} is not a {scheme}:// URI")
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    given = dict(given)
+    password_file = given.pop(PASSWORD_FILE, query.pop(PASSWORD_FILE, None))
+    netloc, credentials = split_userinfo(parts.netloc, shown, password_file)
+    hosts = [h for h in netloc.split(",") if h]
     example = f"{scheme}://127.0.0.1:{2181 if scheme == 'zk' else 2379}/walkit"
     if not hosts or any(":" not in h for h in hosts):
-        raise ConfigError(f"{uri!r} names no host:port; expected {example}")
+        raise ConfigError(f"{shown!r} names no host:port; expected {example}")
     root = "/" + parts.path.strip("/")
     if root == "/" or "//" in root:
-        raise ConfigError(f"{uri!r} names no root path; expected {example}")
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        raise ConfigError(f"{shown!r} names no root path; expected {example}")
     unknown = (set(query) | set(given)) - set(options)
     if unknown:
         raise ConfigError(f"{scheme} metadata: unknown option(s) {', '.join(sorted(unknown))}; "
-                          f"known: {', '.join(sorted(options))}")
+                          f"known: {', '.join(sorted([*options, PASSWORD_FILE]))}")
     values = dict(options)
     for name, text in query.items():
         try:
@@ -62,7 +75,7 @@ def parse_uri(uri: str, scheme: str, options: dict[str, float], given: dict) -> 
     for name, value in values.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"{scheme} metadata: {name} must be a positive number of seconds, got {value!r}")
-    return hosts, root, values
+    return hosts, root, values, credentials
 
 
 class Dispatcher:
@@ -179,7 +192,7 @@ class SessionStore:
     backend = "metadata"
 
     def __init__(self, uri: str, timeout: float, tick_s: float) -> None:
-        self.uri = uri
+        self.uri = redact(uri)                   # shown in logs and errors: never with a password
         self.timeout = timeout
         self._cond = threading.Condition(threading.RLock())
         self._state = SessionState.SUSPENDED

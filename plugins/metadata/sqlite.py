@@ -9,6 +9,10 @@ every `ttl / 3`; a row past its expiry is treated as absent everywhere, so a kil
 registrations vanish after `ttl` seconds, and a closed session deletes its rows at once. Watches
 poll ``PRAGMA data_version`` (which changes when another connection commits) and compare the
 versions of the watched keys.
+
+A new metadata file is created with mode 0600 (owner only), and SQLite gives its ``-wal`` and
+``-shm`` files the database file's mode; an existing file keeps its mode. The file has no
+users or passwords: whoever can open it can change the cluster's metadata.
 """
 
 from __future__ import annotations
@@ -42,6 +46,16 @@ CREATE TABLE IF NOT EXISTS counters (
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _create_private(path: str) -> None:
+    """_create_private creates `path` empty with mode 0600 unless it exists (SQLite takes an empty file as a new database)."""
+    if path == ":memory:" or path.startswith("file:"):
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 class _Registration:
@@ -91,6 +105,7 @@ class SqliteMetadataStore:
         directory = os.path.dirname(os.path.abspath(path))
         try:
             os.makedirs(directory, exist_ok=True)
+            _create_private(path)
             self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA busy_timeout = %d" % int(timeout * 1000))
             self._db.execute("PRAGMA journal_mode = WAL")

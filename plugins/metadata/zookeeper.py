@@ -1,6 +1,6 @@
 """walkit.plugins.metadata.zookeeper is a MetadataStore in ZooKeeper, through kazoo.
 
-    zk://host:port[,host:port]/root[?session_timeout=S&timeout=S]
+    zk://[user:password@]host:port[,host:port]/root[?session_timeout=S&timeout=S&password_file=PATH]
 
 Key ``a/b/c`` is the znode ``/root/a/b/c``; parents are created as needed (so, unlike in the
 SQLite and etcd stores, an intermediate path such as ``a/b`` exists as an empty znode, and a
@@ -22,6 +22,17 @@ child watch per znode of its subtree: watch small prefixes (a log, the bookies),
 Writes in flight when the connection drops are not retried: ZooKeeper may or may not have
 applied them, so they fail with a MetadataError that says the outcome is unknown. Reads, and
 writes issued while the connection was down, wait for it (up to `timeout`, default 10 s).
+
+Authentication: with a user (``zk://user:password@...``, or ``zk://user@...?password_file=``,
+see walkit.plugins.metadata.credentials) the store adds the ``digest`` credential
+``user:password`` to its connection and creates every znode (the root and its parents, the
+counters, the registrations) with the ACL ``digest:user:<hash>:cdrwa``, so no other ZooKeeper
+user can read or change them. Every process of a cluster (bookies, clients) then uses that
+user. ZooKeeper's digest scheme checks no password when connecting; a wrong password, or a
+store without one, shows up as NoAuth on the protected znodes, which the store reports as a
+MetadataError that says it is not authorized (checked at open by reading the root). ACLs are
+set only on znodes the store creates: znodes made before the user was configured stay as they
+are (the store logs a warning when the root is one of them; ``setAcl -R`` in zkCli fixes them).
 """
 
 from __future__ import annotations
@@ -33,15 +44,19 @@ from typing import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
-    BadVersionError, ConnectionClosedError, ConnectionLoss, KazooException, NodeExistsError, NoNodeError,
-    NotEmptyError, SessionExpiredError,
+    AuthFailedError, BadVersionError, ConnectionClosedError, ConnectionLoss, KazooException, NodeExistsError,
+    NoAuthError, NoNodeError, NotEmptyError, SessionExpiredError,
 )
-from kazoo.protocol.states import EventType, KazooState
+from kazoo.protocol.serialization import Auth
+from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 
-from walkit.errors import BadVersion, MetadataError, NodeExists, NoSuchKey
+from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
 from walkit.plugins.metadata import COUNTERS, check_key
+from walkit.plugins.metadata.credentials import HIDDEN, Credentials
 from walkit.plugins.metadata.session import Registration, SessionStore, UserWatch, parse_uri
+from walkit.plugins.metadata.zookeeper_watch import TreeWatch
 from walkit.spi import SessionState
 
 log = logging.getLogger(__name__)
@@ -49,41 +64,83 @@ log = logging.getLogger(__name__)
 _OPTIONS = {"session_timeout": 10.0, "timeout": 10.0}
 
 
+class _HideAuth(logging.Filter):
+    """_HideAuth hides the credential of the Auth requests kazoo logs (at DEBUG) as it sends them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(arg, Auth) for arg in record.args):
+            record.args = tuple(arg._replace(auth=arg.auth.partition(":")[0] + ":" + HIDDEN)
+                                if isinstance(arg, Auth) else arg for arg in record.args)
+        return True
+
+
+_KAZOO_LOG = logging.getLogger("kazoo.client")
+_KAZOO_LOG.addFilter(_HideAuth())
+
+
 class ZooKeeperMetadataStore(SessionStore):
     """ZooKeeperMetadataStore is the ``zk://`` MetadataStore (see the module docstring).
 
     `session_timeout` is the ZooKeeper session timeout asked for (the server may bound it);
-    `timeout` bounds every call, connecting included.
+    `timeout` bounds every call, connecting included; `credentials`, if given, are the digest
+    user that owns every znode the store creates.
     """
 
     backend = "zookeeper"
 
     def __init__(self, hosts: list[str], root: str, *, session_timeout: float = 10.0, timeout: float = 10.0,
-                 uri: str | None = None) -> None:
+                 credentials: Credentials | None = None, uri: str | None = None) -> None:
+        if credentials is not None and ":" in credentials.user:
+            raise ConfigError(f"zk metadata: a ZooKeeper digest user cannot contain ':' ({credentials.user!r})")
         self.hosts = ",".join(hosts)
         self.root = root
         self.session_timeout = session_timeout
-        super().__init__(uri or f"zk://{self.hosts}{root}", timeout, tick_s=max(0.1, session_timeout / 3))
+        self.user = credentials.user if credentials else None
+        shown_user = f"{self.user}:{HIDDEN}@" if credentials else ""
+        super().__init__(uri or f"zk://{shown_user}{self.hosts}{root}", timeout, tick_s=max(0.1, session_timeout / 3))
         self._counters: dict[str, tuple[int, int]] = {}      # counter -> (next value, znode version)
-        self._watches: set[_TreeWatch] = set()
+        self._watches: set[TreeWatch] = set()
         self._expiry_timer: threading.Timer | None = None
+        self._acl = [make_digest_acl(credentials.user, credentials.password, all=True)] if credentials else None
         self._client = KazooClient(
             hosts=self.hosts, timeout=session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=1.5, max_jitter=0.2,
                                         max_delay=min(1.0, session_timeout / 3)),
-            logger=logging.getLogger("kazoo.client"))
+            auth_data=[("digest", f"{credentials.user}:{credentials.password}")] if credentials else None,
+            default_acl=self._acl,
+            logger=_KAZOO_LOG)
         self._client.add_listener(self._on_kazoo_state)
         try:
             self._client.start(timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - kazoo raises its own timeout type or socket errors
             self.close()
             raise MetadataError(f"cannot connect to ZooKeeper at {self.hosts} within {timeout:g} s: {exc}") from exc
+        try:
+            self._check_root()
+        except MetadataError:
+            self.close()
+            raise
 
     @classmethod
     def from_uri(cls, uri: str, **options) -> "ZooKeeperMetadataStore":
-        """from_uri connects to ``zk://host:port[,host:port]/root[?session_timeout=S&timeout=S]``."""
-        hosts, root, values = parse_uri(uri, "zk", _OPTIONS, options)
-        return cls(hosts, root, uri=uri, **values)
+        """from_uri connects to ``zk://[user:password@]host:port[,host:port]/root[?session_timeout=S&timeout=S]``."""
+        hosts, root, values, credentials = parse_uri(uri, "zk", _OPTIONS, options)
+        return cls(hosts, root, uri=uri, credentials=credentials, **values)
+
+    def _check_root(self) -> None:
+        """_check_root reads the root (NoAuth: not authorized) and warns if a user's root is open to others."""
+        try:
+            self._call("open the root", lambda: self._client.get_async(self.root), idempotent=True)
+            if self._acl is None:
+                return
+            acls, _ = self._call("open the root", lambda: self._client.get_acls_async(self.root), idempotent=True)
+        except NoNodeError:
+            return                      # created, with the ACL, by the first write
+        if list(acls) != self._acl:
+            shown = ", ".join(f"{a.id.scheme}:{a.id.id.partition(':')[0]}" for a in acls)   # no digest hashes
+            log.warning("the ZooKeeper root %s existed before with ACL %s, not only user %r's: znodes created "
+                        "before stay readable or writable by others (fix them with zkCli setAcl -R)",
+                        self.root, shown, self.user)
 
     # -- plumbing -------------------------------------------------------------------------------
     def _path(self, key: str) -> str:
@@ -114,8 +171,21 @@ class ZooKeeperMetadataStore(SessionStore):
                                         f"request was in flight; its outcome is unknown") from None
             except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
                 raise                   # answers, for the caller to translate
+            except (NoAuthError, AuthFailedError):
+                raise self._not_authorized(what) from None
             except KazooException as exc:
                 raise MetadataError(f"{what}: ZooKeeper at {self.hosts} refused it: {type(exc).__name__} {exc}") from exc
+
+    def _not_authorized(self, what: str) -> MetadataError:
+        """_not_authorized is the error for a znode whose ACL does not admit this store (NoAuth)."""
+        if self.user is None:
+            hint = ("its znodes are protected by a ZooKeeper ACL: give the store their user and password, "
+                    "zk://user:password@host:port/root (or ?password_file=)")
+        else:
+            hint = (f"the znode's ACL does not admit user {self.user!r} with this password: check the user and "
+                    f"password (or password_file) of the zk:// URI")
+        return MetadataError(f"{what}: ZooKeeper at {self.hosts} says this client is not authorized (NoAuth) "
+                             f"under {self.root}; {hint}")
 
     def _on_kazoo_state(self, state: str) -> None:
         """_on_kazoo_state runs on kazoo's connection thread: record the change, never block."""
@@ -237,7 +307,7 @@ class ZooKeeperMetadataStore(SessionStore):
 
     def watch(self, prefix: str, callback: Callable[[str], None]) -> UserWatch:
         """watch calls `callback(key)` (on the callback thread) after keys at or under `prefix` change."""
-        tree = _TreeWatch(self, self._path(prefix))
+        tree = TreeWatch(self, self._path(prefix))
         tree.user = UserWatch(prefix, callback, lambda: self._watches.discard(tree))
         self._on_callback_thread(f"watch {prefix!r}", lambda: tree.scan(notify=False))
         self._watches.add(tree)
@@ -307,120 +377,3 @@ class ZooKeeperMetadataStore(SessionStore):
             self._client.close()
         except Exception:  # noqa: BLE001 - closing a broken connection: the session expires anyway
             log.debug("closing the ZooKeeper client failed", exc_info=True)
-
-
-class _TreeWatch:
-    """_TreeWatch follows every znode at or under one path with kazoo's one-shot watches.
-
-    It keeps the data version of each znode it saw. An event re-reads what it names (the node,
-    or its children) and re-arms the watch; the differences are reported to the user callback.
-    After a reconnection (kazoo drops watches with the connection), or when reading failed, it
-    re-reads the whole subtree. All of it runs on the store's callback thread.
-    """
-
-    def __init__(self, store: ZooKeeperMetadataStore, path: str) -> None:
-        self.store = store
-        self.path = path
-        self.user: UserWatch | None = None
-        self.known: dict[str, int] = {}          # znode path -> data version
-        self.stale = False                       # an event may have been missed: scan again
-
-    def _key(self, path: str) -> str:
-        return path[len(self.store.root) + 1:]
-
-    def _fire(self, paths) -> None:
-        for path in sorted(paths):
-            self.user.fire(self._key(path))
-
-    def _on_event(self, event) -> None:
-        """_on_event runs on kazoo's thread: hand the event to the callback thread."""
-        if event.type != EventType.NONE and not self.user.cancelled:
-            self.store._dispatcher.submit(lambda: self._handle(event))
-
-    def _handle(self, event) -> None:
-        if self.user.cancelled:
-            return
-        try:
-            if event.type == EventType.CHILD:
-                self._refresh_children(event.path)
-            else:
-                self._refresh_node(event.path)
-        except (MetadataError, KazooException) as exc:
-            self.stale = True
-            log.warning("watch on %s may have missed a change (%s); it will catch up", self.path, exc)
-
-    def catch_up(self) -> None:
-        """catch_up re-reads the subtree and reports what changed; if that fails, the watch stays stale."""
-        if self.user.cancelled:
-            return
-        try:
-            self.scan(notify=True)
-            self.stale = False
-        except (MetadataError, KazooException) as exc:
-            self.stale = True
-            log.warning("watch on %s could not catch up yet (%s); it will try again", self.path, exc)
-
-    def _exists(self, path: str):
-        return self.store._call(f"watch {self._key(path)!r}", lambda: self.store._client.exists_async(path, self._on_event),
-                                idempotent=True)
-
-    def _children(self, path: str) -> list[str]:
-        try:
-            return self.store._call(f"watch {self._key(path)!r}",
-                                    lambda: self.store._client.get_children_async(path, self._on_event), idempotent=True)
-        except NoNodeError:
-            return []
-
-    def _walk(self, path: str, found: dict[str, int]) -> None:
-        stat = self._exists(path)
-        if stat is None:
-            return
-        found[path] = stat.version
-        for name in self._children(path):
-            self._walk(f"{path}/{name}", found)
-
-    def _subtree(self, path: str) -> set[str]:
-        return {p for p in self.known if p == path or p.startswith(path + "/")}
-
-    def scan(self, notify: bool) -> None:
-        """scan re-reads the whole subtree, re-arming every watch, and reports what differs."""
-        found: dict[str, int] = {}
-        self._walk(self.path, found)
-        changed = {p for p in found.keys() | self.known.keys() if found.get(p) != self.known.get(p)}
-        self.known = found
-        if notify:
-            self._fire(changed)
-
-    def _refresh_node(self, path: str) -> None:
-        stat = self._exists(path)
-        if stat is None:
-            gone = self._subtree(path)
-            for p in gone:
-                del self.known[p]
-            self._fire(gone)
-        elif path not in self.known:
-            self._refresh_subtree(path)
-        elif self.known[path] != stat.version:
-            self.known[path] = stat.version
-            self._fire([path])
-
-    def _refresh_children(self, path: str) -> None:
-        names = set(self._children(path))
-        before = {p.rsplit("/", 1)[1] for p in self.known if p.rsplit("/", 1)[0] == path}
-        for name in sorted(before - names):
-            gone = self._subtree(f"{path}/{name}")
-            for p in gone:
-                del self.known[p]
-            self._fire(gone)
-        for name in sorted(names - before):
-            self._refresh_subtree(f"{path}/{name}")
-
-    def _refresh_subtree(self, path: str) -> None:
-        found: dict[str, int] = {}
-        self._walk(path, found)
-        old = self._subtree(path)
-        changed = {p for p in found.keys() | old if found.get(p) != self.known.get(p)}
-        for p in old - found.keys():
-            del self.known[p]
-        self.known.update(found)
-        self._fire(changed)

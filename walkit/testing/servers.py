@@ -9,7 +9,8 @@ They start the Debian binaries (packages ``zookeeper`` and ``etcd-server``; scri
 installs them) in a temporary directory with a free port, wait until the server answers, and
 as context managers stop the process and remove the directory. ZooKeeper runs with a 100 ms
 tick so sessions may be as short as 200 ms. `EtcdCluster` runs a three-member etcd cluster on
-loopback.
+loopback; `SecuredEtcdServer` runs one etcd with authentication enabled, and `with_user`
+puts a user and password into a metadata URI.
 
 Each server process lives in its own process group and, on Linux, is killed by the kernel if
 the thread that started it dies (PR_SET_PDEATHSIG), so even a crashed test run leaves no
@@ -19,6 +20,8 @@ server behind; servers still running at interpreter exit are stopped too.
 from __future__ import annotations
 
 import atexit
+import base64
+import json
 import os
 import random
 import shutil
@@ -30,6 +33,7 @@ import tempfile
 import time
 import urllib.request
 import weakref
+from urllib.parse import quote
 
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
@@ -331,6 +335,7 @@ class ZooKeeperServer(_Managed):
 
 class _EtcdProcess(_ServerProcess):
     name = "etcd"
+    extra_args: tuple[str, ...] = ()          # more flags, e.g. --auth-token-ttl
 
     def __init__(self, data_dir: str, member: str, client_port: int, peer_port: int, cluster: str,
                  ready_timeout: float) -> None:
@@ -350,7 +355,7 @@ class _EtcdProcess(_ServerProcess):
                 "--initial-cluster", self.cluster, "--initial-cluster-state", "new",
                 "--initial-cluster-token", "walkit-test",
                 "--heartbeat-interval", "50", "--election-timeout", "500",
-                "--logger", "zap", "--log-outputs", "stderr"]
+                "--logger", "zap", "--log-outputs", "stderr", *self.extra_args]
 
     def is_ready(self) -> bool:
         try:
@@ -422,6 +427,69 @@ class EtcdServer(EtcdCluster):
     def running(self) -> bool:
         """running is True while the server process is alive."""
         return self._processes[0].running
+
+
+class SecuredEtcdServer(EtcdServer):
+    """SecuredEtcdServer is an EtcdServer with authentication enabled, and users limited to a key prefix.
+
+        with SecuredEtcdServer(token_ttl_s=2) as etcd:
+            etcd.add_user("walkit", "secret", prefix="/walkit/")     # readwrite on /walkit/...
+            store = open_metadata(with_user(etcd.url("/walkit"), "walkit", "secret"))
+
+    It creates user ``root`` (password `root_password`, role root) and enables authentication
+    through the v3 JSON gateway (no etcdctl needed). `token_ttl_s` is etcd's
+    ``--auth-token-ttl``: how long an idle token stays valid.
+    """
+
+    def __init__(self, root_password: str = "root-secret", *, token_ttl_s: int | None = None,
+                 data_dir: str | None = None, ready_timeout: float = 60.0) -> None:
+        super().__init__(data_dir, ready_timeout=ready_timeout, start=False)
+        if token_ttl_s is not None:
+            self._processes[0].extra_args = ("--auth-token-ttl", str(int(token_ttl_s)))
+        self.root_password = root_password
+        self.start()
+        try:
+            self.api("/auth/user/add", {"name": "root", "password": root_password})
+            self.api("/auth/role/add", {"name": "root"})
+            self.api("/auth/user/grant", {"user": "root", "role": "root"})
+            self.api("/auth/enable", {})
+        except BaseException:
+            self.close()
+            raise
+
+    def api(self, path: str, body: dict, token: str | None = None) -> dict:
+        """api posts `body` to the v3 JSON gateway at `path` (with `token` if given) and returns the answer."""
+        request = urllib.request.Request(f"http://{self.address}/v3{path}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json",
+                                                  **({"Authorization": token} if token else {})})
+        with urllib.request.urlopen(request, timeout=10.0) as answer:
+            return json.load(answer)
+
+    def root_token(self) -> str:
+        """root_token authenticates user root and returns its token."""
+        return self.api("/auth/authenticate", {"name": "root", "password": self.root_password})["token"]
+
+    def add_user(self, name: str, password: str, prefix: str) -> None:
+        """add_user creates user `name` with a role of its own granting readwrite on keys starting with `prefix`."""
+        token = self.root_token()
+        keys = {"key": base64.b64encode(prefix.encode()).decode(),
+                "range_end": base64.b64encode((prefix[:-1] + chr(ord(prefix[-1]) + 1)).encode()).decode()}
+        self.api("/auth/user/add", {"name": name, "password": password}, token)
+        self.api("/auth/role/add", {"name": f"{name}-rw"}, token)
+        self.api("/auth/role/grant", {"name": f"{name}-rw", "perm": {**keys, "permType": "READWRITE"}}, token)
+        self.api("/auth/user/grant", {"user": name, "role": f"{name}-rw"}, token)
+
+    def change_password(self, name: str, password: str) -> None:
+        """change_password sets the password of user `name`; etcd drops every token the user had."""
+        self.api("/auth/user/changepw", {"name": name, "password": password}, self.root_token())
+
+
+
+def with_user(url: str, user: str, password: str | None = None) -> str:
+    """with_user returns metadata URI `url` with ``user[:password]@`` (percent-encoded) before its hosts."""
+    scheme, _, rest = url.partition("://")
+    userinfo = quote(user, safe="") + (f":{quote(password, safe='')}" if password is not None else "")
+    return f"{scheme}://{userinfo}@{rest}"
 
 
 def _url(scheme: str, addresses: list[str], root: str, options: dict) -> str:
