@@ -7,10 +7,13 @@ machine passes the same seeds.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from walkit.core.log import LogMachine
 from walkit.core.recovery import LedgerRecovery
+from walkit.core.writer import LedgerWriter
 from walkit.testing.sim import InvariantViolation, LogSimConfig, LogSimulation, SimConfig, Simulation
 
 
@@ -106,3 +109,53 @@ def test_checker_catches_a_broken_log_rule(broken):
 
 def test_correct_log_writer_passes_the_provoking_configuration():
     assert first_log_violation(ROLL_RACE, LogMachine, range(300)) is None
+
+
+# -- guaranteed write quorum (Vanlightly's ProtocolWithGuaranteedWriteQuorum) -----------------------
+class WriterChangingEnsembleAtTheLac(LedgerWriter):
+    """Ensemble changes start at LAC + 1 and pin nothing, as without guaranteed write quorum."""
+
+    def _fragment_start(self) -> int:
+        return self.last_add_confirmed + 1
+
+    def _pinned(self, bookie: str) -> bool:
+        return False
+
+
+class RecoveryDoneAtAckQuorum(LedgerRecovery):
+    """Recovery counts a write-back done at Qa, as without guaranteed write quorum."""
+
+    def __init__(self, metadata, *args, **kwargs) -> None:
+        super().__init__(metadata, *args, **kwargs)
+        self._quorum = metadata.ack_quorum
+
+
+# Qw=3 over Qa=2 with dropped messages: bookies time out while entries between LAFR and LAC wait.
+GWQ_WRITER = SimConfig(bookies=5, ensemble=3, write_quorum=3, ack_quorum=2, entries=60, drop_rate=0.1,
+                       append_gap_ms=10, max_delay_ms=30, bookie_crashes=1, lost_bookies=1,
+                       writer_crash_rate=0.0, writer_close_rate=1.0, recoverers=1, fault_window_ms=800,
+                       guaranteed_write_quorum=True)
+GWQ_RECOVERY = replace(GWQ_WRITER, writer_close_rate=0.0, recoverers=2)
+
+
+@pytest.mark.parametrize("config, broken", [
+    (GWQ_WRITER, {"writer_cls": WriterChangingEnsembleAtTheLac}),
+    (GWQ_RECOVERY, {"recovery_cls": RecoveryDoneAtAckQuorum}),
+], ids=["ensemble-change-at-the-lac", "recovery-done-at-ack-quorum"])
+def test_checker_catches_a_broken_guaranteed_write_quorum_rule(config, broken):
+    violation = None
+    for seed in range(300):
+        try:
+            Simulation(seed, config, **broken).run()
+        except InvariantViolation as found:
+            violation = found
+            break
+    assert violation is not None, f"{broken} broke nothing in 300 seeds"
+    assert "guaranteed write quorum" in violation.message and "fewer than Qw=3" in violation.message
+    Simulation(violation.seed, config).run()           # the correct machines survive the same run
+
+
+@pytest.mark.parametrize("config", [GWQ_WRITER, GWQ_RECOVERY], ids=["writer-config", "recovery-config"])
+def test_correct_guaranteed_write_quorum_passes_the_provoking_configurations(config):
+    for seed in range(100):
+        Simulation(seed, config).run()

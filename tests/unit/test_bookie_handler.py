@@ -452,3 +452,21 @@ def test_malformed_requests_change_no_state():
     assert bookie.handler.lac(LEDGER_ID) == -1
     assert bookie.storage.states == {}
     assert the_reply(bookie.send(add(0))).response.status == Status.OK
+
+
+def test_the_lafr_writers_send_is_reported_by_lac_reads_and_never_passes_the_lac():
+    bookie = Bookie()
+    entries = [make_entry(i, lac=i - 1) for i in range(4)]
+    bookie.send(AddRequest(txn=1, ledger_id=LEDGER_ID, master_key=MASTER_KEY, entries=entries[:3], lafr=0))
+    (reply,) = bookie.send(ReadLacRequest(txn=2, ledger_id=LEDGER_ID))
+    assert (reply.response.lac, reply.response.lafr) == (1, 0)
+    bookie.send(AddRequest(txn=3, ledger_id=LEDGER_ID, master_key=MASTER_KEY, entries=entries[3:], lafr=9))
+    (reply,) = bookie.send(ReadLacRequest(txn=4, ledger_id=LEDGER_ID))
+    assert (reply.response.lac, reply.response.lafr) == (2, 2)       # a LAFR past the LAC is clamped to it
+
+
+def test_a_negative_lafr_below_minus_one_is_a_bad_request():
+    bookie = Bookie()
+    (reply,) = bookie.send(AddRequest(txn=1, ledger_id=LEDGER_ID, master_key=MASTER_KEY, entries=[make_entry(0)],
+                                      lafr=-5))
+    assert reply.response.status == Status.BAD_REQUEST and "LAFR" in reply.response.message

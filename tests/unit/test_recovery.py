@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from walkit.core import events as ev
 from walkit.core.messages import Status
 from walkit.core.metadata import LedgerMetadata
@@ -332,3 +334,22 @@ def test_write_back_acks_of_a_replaced_bookie_no_longer_count():
     assert of_type(ack(recovery, "B4", 0), ev.WriteMetadata) == []
     close = close_metadata(ack(recovery, "B4", 1))
     assert close.ensembles == {0: ("B1", "B4", "B3")} and close.last_entry_id == 1
+
+
+# -- guaranteed write quorum ----------------------------------------------------------------------
+def test_gwq_recovery_reads_from_the_lafr_and_closes_only_once_write_backs_reached_qw():
+    metadata = dataclasses.replace(make_metadata(3, 3, 2), guaranteed_write_quorum=True)
+    recovery = LedgerRecovery(metadata, VERSION, master_key=MASTER_KEY, digest=DIGEST, window=4)
+    mark(recovery)
+    lac_answer = lambda bookie: recovery.step(ev.LacRead(bookie=bookie, ledger_id=LEDGER_ID, status=Status.OK,
+                                                         lac=5, lafr=2))
+    lac_answer("B1")
+    reads = lac_answer("B2")                                 # EC = 2: fenced; LAC 5, LAFR 2
+    assert first_read(reads) == 3                            # not 6: entries 3..5 may be on Qa only
+    commands = []
+    for bookie in ("B1", "B2", "B3"):
+        commands += answer(recovery, bookie, [make_entry(3)], missing=[4, 5, 6])
+    assert sent_adds(commands) == {"B1": [3], "B2": [3], "B3": [3]}
+    ack(recovery, "B1", 3)
+    assert of_type(ack(recovery, "B2", 3), ev.WriteMetadata) == []       # Qa is not enough
+    assert close_metadata(ack(recovery, "B3", 3)).last_entry_id == 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from walkit.core import events as ev
@@ -506,3 +508,66 @@ def test_idle_writer_sends_each_lac_once():
 
 def test_writer_with_nothing_confirmed_sends_no_lac():
     assert make_writer(explicit_lac_ms=100).step(ev.Ticked(now_ms=1000)) == []
+
+
+# -- guaranteed write quorum ------------------------------------------------------------------------
+def make_gwq_writer(**options) -> LedgerWriter:
+    """make_gwq_writer is a writer of an E3/Qw3/Qa2 ledger with guaranteed write quorum."""
+    metadata = dataclasses.replace(make_metadata(3, 3, 2), guaranteed_write_quorum=True)
+    return LedgerWriter(metadata, VERSION, master_key=MASTER_KEY, digest=DIGEST, **options)
+
+
+def test_gwq_acknowledges_at_qa_but_keeps_the_add_until_qw_and_sends_the_lafr():
+    writer = make_gwq_writer()
+    append(writer, 2)
+    ack(writer, "B1", 0, 1)
+    assert completed(ack(writer, "B2", 0, 1)) == [1]             # Qa=2: confirmed
+    assert writer.pending_count == 2 and writer.last_add_fully_replicated == -1
+    ack(writer, "B3", 0)
+    assert writer.pending_count == 1 and writer.last_add_fully_replicated == 0
+    assert {c.lafr for c in of_type(append(writer), ev.SendAdds)} == {0}
+
+
+def test_gwq_close_waits_until_every_entry_reached_qw():
+    writer = make_gwq_writer()
+    append(writer)
+    ack(writer, "B1", 0)
+    ack(writer, "B2", 0)
+    assert writer.step(ev.CloseRequested()) == []                # confirmed, but on 2 of 3 bookies
+    close = only(ack(writer, "B3", 0), ev.WriteMetadata)
+    assert close.metadata.state == "CLOSED" and close.metadata.last_entry_id == 0
+
+
+def test_gwq_ensemble_change_starts_at_lafr_plus_one_and_resends_confirmed_entries():
+    writer = make_gwq_writer()
+    append(writer, 3)
+    for bookie in ("B1", "B2"):
+        ack(writer, bookie, 0, 1, 2)
+    ack(writer, "B3", 0)                                         # LAFR 0, LAC 2
+    reject(writer, "B3", 1)
+    proposed = only(choose(writer, "B4"), ev.WriteMetadata).metadata
+    assert proposed.ensembles == {0: ("B1", "B2", "B3"), 1: ("B1", "B2", "B4")}
+    resent = written(writer, proposed)
+    assert sent_adds(resent) == {"B4": [1, 2]}                   # confirmed, not yet on Qw
+    close_after = ack(writer, "B4", 1, 2)
+    assert writer.pending_count == 0 and writer.last_add_fully_replicated == 2 and completed(close_after) == []
+
+
+def test_gwq_a_pinned_bookie_is_retried_in_place_then_the_writer_fails():
+    writer = make_gwq_writer(add_timeout_ms=100)
+    append(writer, 2)
+    for bookie in ("B1", "B2"):
+        ack(writer, bookie, 0, 1)
+    ack(writer, "B3", 0)                                         # B3 holds confirmed entry 0 only: not pinned
+    assert not writer._pinned("B3")
+    append(writer)                                               # entry 2
+    ack(writer, "B1", 2)
+    ack(writer, "B3", 2)                                         # entry 2 confirmed by B1+B3; B3 pinned
+    reject(writer, "B3", 1)
+    retried = choose(writer, "B4")                               # a candidate exists, but B3 is pinned
+    assert of_type(retried, ev.WriteMetadata) == []
+    assert sent_adds(retried) == {"B3": [1]}                     # sent again to the same bookie
+    writer.step(ev.Ticked(now_ms=150))
+    reject(writer, "B3", 1)
+    failed = choose(writer, "B4")
+    assert isinstance(only(failed, ev.FailAdds).error, NotEnoughBookies)

@@ -119,8 +119,14 @@ class Client:
     def create_ledger(self, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2, *,
                       password: bytes | str = b"", digest: str = "crc32c",
                       custom: dict[str, str] | None = None, timeout: float | None = None,
-                      min_racks: int | None = None) -> "WriteHandle":
+                      min_racks: int | None = None,
+                      guaranteed_write_quorum: bool = False) -> "WriteHandle":
         """create_ledger makes a new ledger on `ensemble` random live bookies and opens it for writing.
+
+        With `guaranteed_write_quorum`, appends are still acknowledged at `ack_quorum`, but the
+        writer keeps every entry until it is on all `write_quorum` bookies (replacing failed
+        bookies as needed), and close and recovery wait for that: every entry of the closed
+        ledger is on `write_quorum` bookies, not only `ack_quorum` (see walkit.core.writer).
 
         The ensemble is placed rack-aware: each write set spans as many racks as the writable
         bookies allow, and at least `min_racks` (default: the client's, capped at the write
@@ -144,7 +150,8 @@ class Client:
         metadata = LedgerMetadata(
             ledger_id=ledger_id, ensemble_size=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
             ensembles={0: tuple(bookies)}, digest_type=digest, password_check=password_check(password),
-            created_ms=int(time.time() * 1000), custom=dict(custom or {}), owner=self.principal)
+            created_ms=int(time.time() * 1000), custom=dict(custom or {}), owner=self.principal,
+            guaranteed_write_quorum=bool(guaranteed_write_quorum))
         version = self.store.create(ledger_key(ledger_id), metadata.to_bytes())
         machine = LedgerWriter(metadata, version, master_key=master_key(password),
                                digest=Digest(digest, password), add_timeout_ms=int(self.add_timeout * 1000),

@@ -134,6 +134,7 @@ class _Ledger:
     state: LedgerState
     lac: int
     last_entry_id: int
+    lafr: int = NO_ENTRY        # highest LAFR writers sent (not durable: -1 after a restart is safe)
 
 
 @dataclass(slots=True)
@@ -226,6 +227,8 @@ class BookieHandler:
         max_entry = self.limits.max_entry_id
         kind = type(request)
         if kind is AddRequest:
+            if not NO_ENTRY <= request.lafr <= max_entry:
+                return f"LAFR {request.lafr} is out of range (-1..{max_entry})"
             for entry in request.entries:
                 if entry.ledger_id != ledger_id:
                     return f"entry ({entry.ledger_id}, {entry.entry_id}) does not belong to ledger {ledger_id}"
@@ -300,6 +303,8 @@ class BookieHandler:
                                                      for e in request.entries]))
             ledger.lac = max(ledger.lac, max(e.lac for e in request.entries))
             ledger.last_entry_id = max(ledger.last_entry_id, max(e.entry_id for e in request.entries))
+        if request.lafr > ledger.lafr:       # never past the LAC: a fully replicated entry is confirmed
+            ledger.lafr = min(request.lafr, ledger.lac)
         commands.append(Reply(peer, AddResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
                                                 entry_ids=[e.entry_id for e in request.entries]), True))
         # The shell stores these entries only after this step returns: woken reads take them from here.
@@ -388,7 +393,8 @@ class BookieHandler:
     @staticmethod
     def _lac_reply(peer: bytes, request: ReadLacRequest, ledger: _Ledger, durable: bool) -> Reply:
         return Reply(peer, ReadLacResponse(txn=request.txn, status=Status.OK, ledger_id=request.ledger_id,
-                                           lac=ledger.lac, last_entry_id=ledger.last_entry_id), durable)
+                                           lac=ledger.lac, last_entry_id=ledger.last_entry_id,
+                                           lafr=ledger.lafr), durable)
 
     @staticmethod
     def _should_wait(request: ReadRequest | ReadLacRequest, ledger: _Ledger) -> bool:

@@ -125,7 +125,7 @@ class Dispatcher:
         txn, kind = next(self._txns), type(command)
         if kind is ev.SendAdds:
             request = AddRequest(txn=txn, ledger_id=command.ledger_id, master_key=command.master_key,
-                                 entries=command.entries, recovery=command.recovery)
+                                 entries=command.entries, recovery=command.recovery, lafr=command.lafr)
             timeout = 0
         elif kind is ev.SendRead:
             request = ReadRequest(txn=txn, ledger_id=command.ledger_id, entry_ids=command.entry_ids,
@@ -374,7 +374,7 @@ def response_event(bookie: str, request, response):
                               missing=missing, lac=response.lac)
     if kind is ReadLacRequest:
         return ev.LacRead(bookie=bookie, ledger_id=request.ledger_id, status=status, lac=response.lac,
-                          last_entry_id=response.last_entry_id)
+                          last_entry_id=response.last_entry_id, lafr=response.lafr)
     return None       # WriteLac: nothing waits for it
 
 

@@ -170,6 +170,7 @@ class LacRead:
     lac: int = -1
     last_entry_id: int = -1
     message: str = ""
+    lafr: int = -1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,13 +179,14 @@ class LacRead:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendAdds:
-    """SendAdds asks the shell to send entries of one ledger to one bookie."""
+    """SendAdds asks the shell to send entries of one ledger to one bookie (`lafr`: see AddRequest)."""
 
     bookie: str
     ledger_id: int
     master_key: bytes
     entries: list[Entry]
     recovery: bool = False
+    lafr: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -50,13 +50,18 @@ class Entry(NamedTuple):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AddRequest:
-    """AddRequest stores entries of one ledger; `recovery` adds pass a fenced ledger."""
+    """AddRequest stores entries of one ledger; `recovery` adds pass a fenced ledger.
+
+    `lafr` is the writer's Last Add Fully Replicated (every entry up to it is on Qw bookies),
+    kept by the bookie for recovery of guaranteed-write-quorum ledgers; -1 when unknown.
+    """
 
     txn: int
     ledger_id: int
     master_key: bytes
     entries: list[Entry]
     recovery: bool = False
+    lafr: int = NO_ENTRY
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,7 +139,7 @@ class ReadResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadLacResponse:
-    """ReadLacResponse carries the bookie's LAC and the highest entry id it stores."""
+    """ReadLacResponse carries the bookie's LAC and LAFR and the highest entry id it stores."""
 
     txn: int
     status: Status
@@ -142,6 +147,7 @@ class ReadLacResponse:
     lac: int = NO_ENTRY
     last_entry_id: int = NO_ENTRY
     message: str = ""
+    lafr: int = NO_ENTRY
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -55,7 +55,10 @@ class LedgerMetadata:
     fragment, in ensemble order. `last_entry_id` is -1 for an empty closed ledger and None
     while the ledger is not CLOSED. `password_check` lets a client refuse a wrong password
     before it reads (see walkit.core.digest.password_check). `custom` holds string pairs for
-    applications.
+    applications. `owner` is the principal that created it (secured clusters).
+
+    With `guaranteed_write_quorum` (seed 001's companion change, walkit.core.writer) every entry
+    of a closed ledger, and every entry of all but the last fragment, is on Qw bookies.
     """
 
     ledger_id: int
@@ -70,6 +73,7 @@ class LedgerMetadata:
     created_ms: int = 0
     custom: Mapping[str, str] = field(default_factory=dict)
     owner: str = ""
+    guaranteed_write_quorum: bool = False
 
     def __post_init__(self) -> None:
         check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
@@ -149,6 +153,8 @@ class LedgerMetadata:
         }
         if self.owner:
             doc["owner"] = self.owner
+        if self.guaranteed_write_quorum:
+            doc["guaranteed_write_quorum"] = True
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod

@@ -21,6 +21,11 @@ Opening a ledger with recovery (seed 004, "Fencing internals"; DESIGN.md §3) go
 5. close: CAS to CLOSED with last entry = (first absent entry) - 1. On a conflict with a CLOSED
    ledger the recoverer adopts that close, so concurrent recoverers converge on one last entry.
 
+With guaranteed write quorum (`metadata.guaranteed_write_quorum`, see walkit.core.writer) step
+3 starts after the highest LAFR the fencing answers report instead of the LAC (entries between
+them may be on fewer than Qw bookies), and step 4 counts a write-back only once all Qw bookies
+of its write set acknowledged it, so the closed ledger has every entry on Qw bookies.
+
 States (`RecoveryState`, transitions in `_TRANSITIONS`, each one asserted): MARKING (the CAS to
 IN_RECOVERY), FENCING, RECOVERING (reading and writing back), CLOSING (the CAS of CLOSED), DONE.
 A metadata write whose outcome is unknown is settled by the dispatcher (walkit.core.dispatch);
@@ -121,7 +126,8 @@ class LedgerRecovery:
         self._now = now_ms
         self._deadline = now_ms + timeout_ms
         # fencing
-        self._fence_answers: dict[str, int] = {}
+        self._fence_answers: dict[str, int] = {}    # bookie -> its LAC (LAFR with guaranteed write quorum)
+        self._quorum = metadata.write_quorum if metadata.guaranteed_write_quorum else metadata.ack_quorum
         self._fence_failed: dict[str, int] = {}     # bookie -> when to ask again
         self.start_entry = -1
         # reading and writing back
@@ -214,7 +220,7 @@ class LedgerRecovery:
         if event.status != Status.OK:
             self._fence_failed[event.bookie] = self._now + RETRY_MS
             return []
-        self._fence_answers[event.bookie] = event.lac
+        self._fence_answers[event.bookie] = event.lafr if self.metadata.guaranteed_write_quorum else event.lac
         self._fence_failed.pop(event.bookie, None)
         md = self.metadata
         if len(self._fence_answers) < ensemble_coverage(md.ensemble_size, md.ack_quorum):
@@ -373,7 +379,7 @@ class LedgerRecovery:
 
     # -- progress and close ---------------------------------------------------------------
     def _progress(self) -> list:
-        quorum = self.metadata.ack_quorum
+        quorum = self._quorum
         while True:
             next_id = self._done_upto + 1
             wb = self._writebacks.get(next_id)
@@ -428,7 +434,7 @@ class LedgerRecovery:
                     probe.failed.clear()
             commands += self._reads(sends)
             for wb in self._writebacks.values():
-                if len(wb.acked) < self.metadata.ack_quorum and now - wb.sent_ms >= self.add_timeout_ms:
+                if len(wb.acked) < self._quorum and now - wb.sent_ms >= self.add_timeout_ms:
                     for bookie in self._targets(wb.entry.entry_id):
                         if bookie not in wb.acked:
                             commands += self._replace(bookie)

@@ -25,6 +25,23 @@ and completes adds strictly in entry order (seed 000, "Writing to ledgers"):
 
 An idle writer sends its LAC explicitly (WriteLac) so tailing readers are not one entry behind.
 
+Guaranteed write quorum (`metadata.guaranteed_write_quorum`; Vanlightly's "Tweaking the
+BookKeeper protocol", the TLA+ spec ProtocolWithGuaranteedWriteQuorum) changes four things:
+
+- adds are still acknowledged at Qa, but an add leaves the pending list only once it and every
+  lower entry reached all Qw bookies of its write set: the Last Add Fully Replicated (LAFR),
+  sent to bookies with every add so recovery can start after it;
+- an ensemble change starts the new fragment at LAFR + 1, so every confirmed entry that is not
+  on Qw bookies yet moves to the new write sets and is sent again;
+- a bookie that acknowledged a confirmed entry above the LAFR is pinned: replacing it would
+  leave that entry on fewer than Qa bookies of its write set. A failed pinned bookie is retried
+  in place; if it still fails `add_timeout_ms` later the writer fails (NotEnoughBookies) and
+  recovery, which also waits for Qw, finishes the ledger;
+- close waits until every entry reached Qw.
+
+So every entry of all but the last fragment, and every entry of a closed ledger, is on Qw
+bookies (the spec's TailFragmentsReachWriteQuorum and AllEntriesOfClosedLedgerReachedWriteQuorum).
+
 States (`WriterState`, transitions in `_TRANSITIONS`, each one asserted):
 
     WRITING   adds flow; completions happen only here
@@ -113,6 +130,10 @@ class LedgerWriter:
         self.close_requested = False
         self.last_add_confirmed = -1
         self.last_add_pushed = -1
+        self.last_add_fully_replicated = -1        # tracked with guaranteed write quorum only
+        self._gwq = metadata.guaranteed_write_quorum
+        self._pinned_since: dict[str, int] = {}     # pinned bookie -> when it first failed
+        self._in_place: set[str] = set()            # pinned bookies retried in place by the change in flight
         self.error: WalkitError | None = None
         self._sign = digest.sign
         self._pending: deque[_Pending] = deque()
@@ -182,7 +203,8 @@ class LedgerWriter:
             entry_id += 1
         self.last_add_pushed = entry_id - 1
         self._last_add_ms = now
-        return [ev.SendAdds(bookie=b, ledger_id=ledger_id, master_key=self.master_key, entries=entries)
+        lafr = self.last_add_fully_replicated
+        return [ev.SendAdds(bookie=b, ledger_id=ledger_id, master_key=self.master_key, entries=entries, lafr=lafr)
                 for b, entries in sends.items()]
 
     def _on_acked(self, event: ev.AddsAcked) -> list:
@@ -194,6 +216,8 @@ class LedgerWriter:
         bookie = event.bookie
         if self._unreachable_since:
             self._unreachable_since.pop(bookie, None)
+        if self._pinned_since:
+            self._pinned_since.pop(bookie, None)
         for entry_id in event.entry_ids:
             index = entry_id - head
             if 0 <= index < count and bookie in write_sets[entry_id % size]:
@@ -201,13 +225,27 @@ class LedgerWriter:
         return self._complete()
 
     def _complete(self) -> list:
-        """_complete pops every add at the head that reached Qa; nothing completes mid-change."""
+        """_complete confirms the adds that reached Qa in order; nothing completes mid-change.
+
+        Without guaranteed write quorum a confirmed add leaves the pending list at once; with it,
+        only once it and every lower add reached Qw (the LAFR advances).
+        """
         if self.state is not WRITING:
             return []
         pending, quorum = self._pending, self.metadata.ack_quorum
         last = self.last_add_confirmed
-        while pending and len(pending[0].acked) >= quorum:
-            last = pending.popleft().entry.entry_id
+        if not self._gwq:
+            while pending and len(pending[0].acked) >= quorum:
+                last = pending.popleft().entry.entry_id
+        elif pending:
+            head, count = pending[0].entry.entry_id, len(pending)
+            index = last + 1 - head              # pending holds LAFR+1..: the first unconfirmed add
+            while index < count and len(pending[index].acked) >= quorum:
+                index += 1
+            last = max(last, head + index - 1)
+            write_quorum = self.metadata.write_quorum
+            while pending and pending[0].entry.entry_id <= last and len(pending[0].acked) >= write_quorum:
+                self.last_add_fully_replicated = pending.popleft().entry.entry_id
         commands: list = []
         if last != self.last_add_confirmed:
             self.last_add_confirmed = last
@@ -256,25 +294,51 @@ class LedgerWriter:
         since = self._unreachable_since.get(bookie)
         return since is not None and self._now - since < self.add_timeout_ms
 
+    def _fragment_start(self) -> int:
+        """_fragment_start is where a new fragment begins: LAC + 1, or LAFR + 1 with guaranteed write quorum."""
+        return (self.last_add_fully_replicated if self._gwq else self.last_add_confirmed) + 1
+
+    def _pinned(self, bookie: str) -> bool:
+        """_pinned tells whether `bookie` acknowledged a confirmed add above the LAFR (see the module doc)."""
+        if not self._gwq or not self._pending:
+            return False
+        head = self._pending[0].entry.entry_id
+        for index in range(min(self.last_add_confirmed + 1 - head, len(self._pending))):
+            if bookie in self._pending[index].acked:
+                return True
+        return False
+
     def _on_bookies_chosen(self, event: ev.BookiesChosen) -> list:
         if self.state is not CHOOSING:
             return []
         ensemble = self.metadata.current_ensemble
         to_replace = [b for b in ensemble if b in self._failed]
+        pinned = {b for b in to_replace if self._pinned(b)}
+        if pinned:
+            for bookie in sorted(pinned):
+                since = self._pinned_since.setdefault(bookie, self._now)
+                if self._now - since >= self.add_timeout_ms:
+                    return self._fail(NotEnoughBookies(
+                        f"bookie {bookie} acknowledged confirmed entries of ledger {self.ledger_id} that are not "
+                        f"on Qw={self.metadata.write_quorum} bookies yet, so guaranteed write quorum cannot "
+                        f"replace it, and it did not answer within {self.add_timeout_ms} ms; recover the ledger"))
+                del self._failed[bookie]           # retried in place: its entries are sent again
+            to_replace = [b for b in to_replace if b not in pinned]
+        self._in_place = pinned
         candidates = [b for b in event.bookies if b not in ensemble and b not in self._failed]
-        if not to_replace:          # the failed bookies left the ensemble meanwhile
-            return self._finish_change(resend_to=set())
+        if not to_replace:          # the failed bookies left the ensemble meanwhile, or are pinned
+            return self._finish_change(resend_to=pinned)
         if len(candidates) < len(to_replace):
             back = {b for b in to_replace if b in event.back and self._retriable(b)}
-            if back:                # restarted: use them again; a change goes on for any others
+            if back or pinned:      # restarted (or pinned): use them again; a change goes on for any others
                 for bookie in back:
                     del self._failed[bookie]
-                return self._finish_change(resend_to=back)
+                return self._finish_change(resend_to=back | pinned)
             self._choose_again_ms = self._now + CHOOSE_RETRY_MS
             return []
         self._replacements = dict(zip(to_replace, candidates))
         new_ensemble = tuple(self._replacements.get(b, b) for b in ensemble)
-        proposed = self.metadata.with_fragment(self.last_add_confirmed + 1, new_ensemble)
+        proposed = self.metadata.with_fragment(self._fragment_start(), new_ensemble)
         self._to(CHANGING)
         return [ev.WriteMetadata(metadata=proposed, expected_version=self.version)]
 
@@ -299,8 +363,10 @@ class LedgerWriter:
             for bookie in write_set:
                 if bookie not in pending.acked and bookie not in self._failed and bookie in resend_to:
                     sends.setdefault(bookie, []).append(pending.entry)
+        lafr = self.last_add_fully_replicated
         commands: list = [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,
-                                      entries=entries) for b, entries in sends.items()]
+                                      entries=entries, lafr=lafr) for b, entries in sends.items()]
+        self._in_place = set()
         if self._failed:
             return commands + self._start_change()
         return commands + self._complete()
@@ -312,7 +378,7 @@ class LedgerWriter:
             return [ev.CompleteClose(metadata=event.metadata, version=event.version)]
         if self.state is not CHANGING:
             return []
-        replacements = set(self._replacements.values())
+        replacements = set(self._replacements.values()) | self._in_place
         self._adopt(event.metadata, event.version)
         return self._finish_change(resend_to=replacements)
 

@@ -92,6 +92,8 @@ def encode_requests(requests: list) -> bytes:
             a.ledgerId = request.ledger_id
             a.masterKey = request.master_key
             a.recovery = request.recovery
+            if request.lafr != -1:
+                a.lafr = request.lafr
             _set_entries(a, request.ledger_id, request.entries)
         elif kind is ReadRequest:
             rd = r.init("read")
@@ -124,7 +126,7 @@ def _decode_request(r):
     if which == "add":
         a = r.add
         return AddRequest(txn=txn, ledger_id=a.ledgerId, master_key=a.masterKey, recovery=a.recovery,
-                          entries=_get_entries(a, a.ledgerId))
+                          entries=_get_entries(a, a.ledgerId), lafr=a.lafr)
     if which == "read":
         rd = r.read
         return ReadRequest(txn=txn, ledger_id=rd.ledgerId, entry_ids=list(rd.entryIds), fence=rd.fence,
@@ -205,6 +207,8 @@ def encode_responses(responses: list) -> bytes:
             rl.ledgerId = response.ledger_id
             rl.lac = response.lac
             rl.lastEntryId = response.last_entry_id
+            if response.lafr != -1:
+                rl.lafr = response.lafr
         elif kind is WriteLacResponse:
             r.init("writeLac").ledgerId = response.ledger_id
         elif kind is ErrorResponse:
@@ -242,7 +246,7 @@ def _decode_response(r):
     if which == "readLac":
         rl = r.readLac
         return ReadLacResponse(txn=txn, status=status, ledger_id=rl.ledgerId, lac=rl.lac,
-                               last_entry_id=rl.lastEntryId, message=message)
+                               last_entry_id=rl.lastEntryId, message=message, lafr=rl.lafr)
     if which == "writeLac":
         return WriteLacResponse(txn=txn, status=status, ledger_id=r.writeLac.ledgerId, message=message)
     return ErrorResponse(txn=txn, status=status, message=message)

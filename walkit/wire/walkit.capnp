@@ -32,6 +32,7 @@ struct AddRequest {
   masterKey @1 :Data;
   recovery @2 :Bool;          # recovery adds pass a fenced ledger
   entries @3 :EntryBatch;
+  lafr @4 :Int64 = -1;        # the writer's last add fully replicated (on Qw bookies)
 }
 
 struct ReadRequest {
@@ -82,6 +83,7 @@ struct ReadLacResponse {
   ledgerId @0 :Int64;
   lac @1 :Int64;
   lastEntryId @2 :Int64;
+  lafr @3 :Int64 = -1;
 }
 
 struct WriteLacResponse {

@@ -15,6 +15,9 @@ answers, and sessions are lost. After every event the checker verifies (DESIGN.m
 - no LAC reader reported an entry as confirmed beyond where the ledger closed (no dirty reads);
 - all readers of the closed ledger read the same sequence, the one the writer wrote;
 - a writer that was told LedgerFenced completes no add afterwards;
+- with guaranteed write quorum (a third of the random runs): every entry of every fragment but
+  the last is durable on all Qw bookies of its write set (TLA+'s TailFragmentsReachWriteQuorum),
+  and so is every entry of the closed ledger (AllEntriesOfClosedLedgerReachedWriteQuorum);
 - and, at the end (faults stop, bookies return), the ledger is closed and readable (liveness).
 
 A check is re-run only when what it depends on changed (acknowledgements, the metadata, a
@@ -72,6 +75,7 @@ class SimConfig:
     end_ms: int = 15000
     add_timeout_ms: int = 150
     request_timeout_ms: int = 100
+    guaranteed_write_quorum: bool = False
 
     @classmethod
     def random(cls, rng: random.Random) -> "SimConfig":
@@ -85,7 +89,7 @@ class SimConfig:
                    metadata_fault_rate=rng.choice([0.0, 0.0, 0.05, 0.15]), session_losses=rng.choice([0, 0, 1, 2]),
                    bookie_crashes=rng.randint(0, 3), lost_bookies=lost, writer_crash_rate=0.4,
                    recoverers=rng.randint(1, 3), recoverer_crash_rate=rng.choice([0.0, 0.3]),
-                   lac_readers=rng.randint(0, 3))
+                   lac_readers=rng.randint(0, 3), guaranteed_write_quorum=rng.random() < 0.33)
 
 
 class _Owner:
@@ -102,10 +106,11 @@ class _Owner:
 class Simulation:
     """Simulation is one seeded run of the ledger scenario; `run()` returns a summary or raises.
 
-    `recovery_cls` lets a test substitute a deliberately broken recovery machine.
+    `recovery_cls` and `writer_cls` let a test substitute deliberately broken machines.
     """
 
-    def __init__(self, seed: int, config: SimConfig | None = None, recovery_cls=LedgerRecovery) -> None:
+    def __init__(self, seed: int, config: SimConfig | None = None, recovery_cls=LedgerRecovery,
+                 writer_cls=LedgerWriter) -> None:
         self.seed = seed
         config_rng = random.Random(seed)
         self.config = cfg = config or SimConfig.random(config_rng)
@@ -122,11 +127,12 @@ class Simulation:
         self.master_key = master_key(PASSWORD)
         metadata = LedgerMetadata(ledger_id=LEDGER_ID, ensemble_size=cfg.ensemble, write_quorum=cfg.write_quorum,
                                   ack_quorum=cfg.ack_quorum, ensembles={0: ensemble},
-                                  password_check=password_check(PASSWORD))
+                                  password_check=password_check(PASSWORD),
+                                  guaranteed_write_quorum=cfg.guaranteed_write_quorum)
         world.store.data[ledger_key(LEDGER_ID)] = (metadata.to_bytes(), 0)
         self.metadata = metadata
         self.writer_process = world.process("writer")
-        machine = LedgerWriter(metadata, 0, master_key=self.master_key, digest=self.digest,
+        machine = writer_cls(metadata, 0, master_key=self.master_key, digest=self.digest,
                                add_timeout_ms=cfg.add_timeout_ms, explicit_lac_ms=50)
         self.writer = _Owner(self, "writer", machine, self._writer_outcome)
         self.writer_process.attach(self.writer, [])
@@ -337,6 +343,8 @@ class Simulation:
         if metadata.state == CLOSED and self.closed_metadata is None:
             self.closed_metadata = metadata
             self._check_lacs()
+        if metadata.guaranteed_write_quorum:
+            self._check_write_quorum(metadata)
 
     def _check(self) -> None:
         md = self.metadata
@@ -358,6 +366,31 @@ class Simulation:
         if closed is not None:
             if self.acked_upto > closed.last_entry_id:
                 self.fail(f"entry {self.acked_upto} was acknowledged but the ledger closed at {closed.last_entry_id}")
+
+    def _copies(self, md: LedgerMetadata, entry_id: int) -> tuple[int, tuple[str, ...]]:
+        """_copies counts the bookies of an entry's write set that hold it durably, as written."""
+        write_set = write_set_bookies(entry_id, md.ensemble_at(entry_id), md.write_quorum)
+        expected = f"e{entry_id}".encode()
+        copies = 0
+        for address in write_set:          # a bookie lost for good still counts: it reached it
+            data = self.world.bookies[address].storage.durable.get((LEDGER_ID, entry_id))
+            if data is not None and unpack_entry(LEDGER_ID, entry_id, data).payload == expected:
+                copies += 1
+        return copies, write_set
+
+    def _check_write_quorum(self, md: LedgerMetadata) -> None:
+        """_check_write_quorum checks TailFragmentsReachWriteQuorum, and AllEntriesOfClosedLedgerReachedWriteQuorum once closed."""
+        starts = md.fragment_starts
+        ranges = [(first, following - 1) for first, following in zip(starts, starts[1:])]
+        if md.state == CLOSED:
+            ranges.append((starts[-1], md.last_entry_id))
+        for first, last in ranges:
+            for entry_id in range(first, last + 1):
+                copies, write_set = self._copies(md, entry_id)
+                if copies < md.write_quorum:
+                    what = "the closed ledger" if entry_id >= starts[-1] else f"the fragment at {first}"
+                    self.fail(f"guaranteed write quorum: entry {entry_id} of {what} is durable on {copies} "
+                              f"bookies of its write set {write_set}, fewer than Qw={md.write_quorum}")
 
     def _check_lacs(self) -> None:
         closed = self.closed_metadata

@@ -411,12 +411,16 @@ class World:
             self.log("%s: metadata %s takes effect, its answer is lost", process.name, call.method)
             try:
                 self._apply(call)
+            except InvariantViolation:
+                raise
             except Exception:  # noqa: BLE001 - the answer is lost either way
                 pass
             self._answer(pending, None, MetadataError(f"{call.method}: answer lost"))
             return
         try:
             value, error = self._apply(call), None
+        except InvariantViolation:
+            raise                     # a checker run by on_store_change found a violation
         except Exception as exc:  # noqa: BLE001 - a store answers with its typed error
             value, error = None, exc
         self._answer(pending, value, error)
