@@ -34,7 +34,8 @@ def available(group: str) -> dict[str, object]:
 def scheme_of(uri: str) -> str:
     """scheme_of returns the scheme of a backend URI, or raises ConfigError."""
     if not isinstance(uri, str) or "://" not in uri:
-        raise ConfigError(f"{uri!r} is not a backend URI; expected scheme://..., e.g. sqlite:///path/meta.db")
+        shown = repr(uri) if not isinstance(uri, str) or "@" not in uri else "the URI given"
+        raise ConfigError(f"{shown} is not a backend URI; expected scheme://..., e.g. sqlite:///path/meta.db")
     return urlsplit(uri).scheme
 
 
@@ -44,7 +45,8 @@ def load(group: str, uri: str):
     plugins = available(group)
     if scheme not in plugins:
         installed = ", ".join(sorted(plugins)) or "none"
-        raise PluginNotFound(f"no {group} plugin for scheme {scheme!r} (in {uri!r}); installed: {installed}")
+        from walkit.plugins.metadata.credentials import redact
+        raise PluginNotFound(f"no {group} plugin for scheme {scheme!r} (in {redact(uri)!r}); installed: {installed}")
     try:
         return plugins[scheme].load()
     except ImportError as exc:

@@ -67,7 +67,8 @@ def run(options: ServeOptions, echo=print) -> int:
         metadata = cluster.metadata_url
         where = f"embedded cluster of {options.bookies} bookies under {cluster.data_dir}"
     else:
-        where = f"cluster {metadata}"
+        from walkit.plugins.metadata.credentials import redact
+        where = f"cluster {redact(metadata)}"
     try:
         return asyncio.run(_serve(options, metadata, where, echo))
     finally:

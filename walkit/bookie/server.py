@@ -187,8 +187,9 @@ class BookieServer:
 
     def serve(self) -> None:
         """serve runs the request loop on this thread until `stop()`."""
+        from walkit.plugins.metadata.credentials import redact
         log.info("bookie %s serving (storage %s, metadata %s)", self.address, self.config.storage,
-                 self.config.metadata)
+                 redact(self.config.metadata))
         self._gc_thread.start()
         if self.config.autorecovery:
             self._start_recovery()

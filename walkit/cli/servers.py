@@ -121,7 +121,8 @@ def local(bookies, data_dir, storage, metadata, demo, security) -> None:
     with LocalCluster(bookies=bookies, data_dir=data_dir, storage=storage, metadata=metadata,
                       security=security) as cluster:
         click.echo(f"walkit local cluster: {bookies} bookies at {', '.join(cluster.addresses)}")
-        click.echo(f"metadata: {cluster.metadata_url}")
+        from walkit.plugins.metadata.credentials import redact
+        click.echo(f"metadata: {redact(cluster.metadata_url)}")
         if security:
             click.echo(f"security: on; client key pair {cluster.client_key} "
                        f"(walkit --key {cluster.client_key} ...)")
