@@ -12,6 +12,7 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)      # the KV server's tests use redis-cli
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)                   # the topics broker's tests use kcat
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)       # the metrics tests scrape with a real Prometheus
 command -v sqlite3 >/dev/null 2>&1 || missing+=(sqlite3)             # the SQLite replicator's tests read replicas with it
 if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
