@@ -470,3 +470,52 @@ def test_a_negative_lafr_below_minus_one_is_a_bad_request():
     (reply,) = bookie.send(AddRequest(txn=1, ledger_id=LEDGER_ID, master_key=MASTER_KEY, entries=[make_entry(0)],
                                       lafr=-5))
     assert reply.response.status == Status.BAD_REQUEST and "LAFR" in reply.response.message
+
+
+# -- unbounded ledgers: terms and truncation (seed 001) ---------------------------------------------
+def term_add(bookie: "Bookie", *entry_ids: int, term: int = 0, truncate: bool = False, recovery: bool = False,
+        payload: bytes | None = None):
+    entries = [make_entry(i, payload, lac=i - 1) for i in entry_ids]
+    (reply,) = bookie.send(AddRequest(txn=1, ledger_id=LEDGER_ID, master_key=MASTER_KEY, entries=entries,
+                                      term=term, truncate=truncate, recovery=recovery))
+    return reply
+
+
+def test_a_request_from_a_lower_term_gets_invalid_term_and_a_higher_one_is_adopted_durably():
+    bookie = Bookie()
+    assert term_add(bookie, 0, term=1).response.status == Status.OK
+    (fence,) = bookie.send(ReadLacRequest(txn=2, ledger_id=LEDGER_ID, fence=True, master_key=MASTER_KEY, term=2))
+    assert fence.response.status == Status.OK and fence.durable
+    assert bookie.storage.states[LEDGER_ID].term == 2 and not bookie.storage.states[LEDGER_ID].fenced
+    refused = term_add(bookie, 1, term=1)
+    assert refused.response.status == Status.INVALID_TERM and "term 2" in refused.response.message
+    assert term_add(bookie, 1, term=0).response.status == Status.INVALID_TERM       # term-less: stale too
+    (read,) = bookie.send(ReadRequest(txn=3, ledger_id=LEDGER_ID, entry_ids=[0], fence=True,
+                                      master_key=MASTER_KEY, term=1))
+    assert read.response.status == Status.INVALID_TERM
+    (plain,) = bookie.send(ReadRequest(txn=4, ledger_id=LEDGER_ID, entry_ids=[0]))      # plain reads: no term
+    assert plain.response.status == Status.OK and [e.entry_id for e in plain.response.entries] == [0]
+    assert term_add(bookie, 1, term=3).response.status == Status.OK                          # adopts term 3
+    assert bookie.storage.states[LEDGER_ID].term == 3
+
+
+def test_a_truncating_add_drops_every_entry_above_it_even_after_a_restart():
+    bookie = Bookie()
+    term_add(bookie, 0, 1, 2, 3, term=1)
+    truncate = term_add(bookie, 1, term=2, truncate=True, recovery=True, payload=b"noop")
+    assert truncate.response.status == Status.OK and truncate.durable
+    (read,) = bookie.send(ReadRequest(txn=5, ledger_id=LEDGER_ID, entry_ids=[0, 1, 2, 3]))
+    assert [(e.entry_id, e.payload) for e in read.response.entries] == [(0, b"e0"), (1, b"noop")]
+    (lac,) = bookie.send(ReadLacRequest(txn=6, ledger_id=LEDGER_ID))
+    assert lac.response.last_entry_id == 1
+    restarted = Bookie(bookie.storage)            # the handler re-reads the ledger from storage
+    (lac,) = restarted.send(ReadLacRequest(txn=7, ledger_id=LEDGER_ID))
+    assert lac.response.last_entry_id == 1 and lac.response.lac == 0
+    assert term_add(restarted, 2, term=2).response.status == Status.OK                  # the new term writes on
+    (read,) = restarted.send(ReadRequest(txn=8, ledger_id=LEDGER_ID, entry_ids=[2, 3]))
+    assert [e.entry_id for e in read.response.entries] == [2]
+
+
+def test_a_truncating_add_without_a_term_is_a_bad_request():
+    reply = term_add(Bookie(), 0, truncate=True)
+    assert reply.response.status == Status.BAD_REQUEST and "truncating" in reply.response.message

@@ -18,6 +18,11 @@ Rules applied here (DESIGN.md §3):
   refused too;
 - the bookie's LAC of a ledger is the highest LAC carried by its entries or sent explicitly;
   long-poll requests wait until it passes their `previous_lac` or their timeout expires;
+- unbounded ledgers fence by term instead of the flag (seed 001): adds, fencing reads and LAC
+  reads carry the writer's or recoverer's term; a request from a lower term than the ledger's
+  gets INVALID_TERM, one from a higher term moves the ledger to it (durably, before the answer).
+  An add with `truncate` drops every entry above its highest one: the bookie overwrites them
+  with tombstones, which reads treat as absent (no storage backend needs a delete for this);
 - a read-only bookie refuses ordinary adds with READ_ONLY and keeps serving reads;
 - every request is checked against `BookieLimits` before it touches storage or state: ids the
   storage can hold, digest and master-key sizes, long-poll timeouts and how many long polls
@@ -45,15 +50,21 @@ class LedgerState:
     """LedgerState is what a bookie must remember about a ledger besides its entries.
 
     It is durable (part of `EntryStorage` and covered by `sync()`): the fenced flag, the master
-    key recorded on the first add or fence, and the highest explicit LAC.
+    key recorded on the first add or fence, the highest explicit LAC, and the highest term seen
+    (unbounded ledgers fence by term instead of the flag).
     """
 
     fenced: bool = False
     master_key: bytes = b""
     explicit_lac: int = NO_ENTRY
+    term: int = 0
 
 
 _STORED = struct.Struct(">qB")
+#: What a bookie stores in place of an entry a truncating add dropped (no real entry has LAC -3).
+TOMBSTONE = _STORED.pack(-3, 0)
+#: The most entries one truncating add may drop (a writer never has this many in flight).
+MAX_TRUNCATE_SPAN = 1 << 22
 
 #: The highest ledger or entry id the wire can carry (Cap'n Proto Int64).
 MAX_ID = 2**63 - 1
@@ -81,6 +92,11 @@ class BookieLimits:
 def pack_entry(lac: int, digest: bytes, payload: bytes) -> bytes:
     """pack_entry returns the bytes a bookie stores for an entry (its ids are the storage key)."""
     return _STORED.pack(lac, len(digest)) + digest + payload
+
+
+def is_tombstone(data: bytes | None) -> bool:
+    """is_tombstone tells whether stored bytes are a dropped entry's tombstone (see TOMBSTONE)."""
+    return data is not None and data[:_STORED.size] == TOMBSTONE
 
 
 def unpack_entry(ledger_id: int, entry_id: int, data: bytes) -> Entry:
@@ -226,9 +242,13 @@ class BookieHandler:
             return f"master key of {len(request.master_key)} bytes exceeds {MAX_MASTER_KEY_BYTES}"
         max_entry = self.limits.max_entry_id
         kind = type(request)
+        if getattr(request, "term", 0) < 0:
+            return f"term {request.term} is negative"
         if kind is AddRequest:
             if not NO_ENTRY <= request.lafr <= max_entry:
                 return f"LAFR {request.lafr} is out of range (-1..{max_entry})"
+            if request.truncate and (not request.term or not request.entries):
+                return "a truncating add needs a term and at least one entry"
             for entry in request.entries:
                 if entry.ledger_id != ledger_id:
                     return f"entry ({entry.ledger_id}, {entry.entry_id}) does not belong to ledger {ledger_id}"
@@ -261,10 +281,13 @@ class BookieHandler:
                 return None
             last = self.storage.last_entry(ledger_id)
             lac = state.explicit_lac
-            if last >= 0:
-                data = self.storage.get(ledger_id, last)
-                if data is not None:
-                    lac = max(lac, _STORED.unpack_from(data)[0])
+            data = self.storage.get(ledger_id, last) if last >= 0 else None
+            if is_tombstone(data):             # a truncated tail: the last entry is below its tombstones
+                while last >= 0 and (data is None or is_tombstone(data)):
+                    last -= 1
+                    data = self.storage.get(ledger_id, last) if last >= 0 else None
+            if data is not None:
+                lac = max(lac, _STORED.unpack_from(data)[0])
             ledger = self._ledgers[ledger_id] = _Ledger(state, lac, last)
         return ledger
 
@@ -295,14 +318,28 @@ class BookieHandler:
         existing = self._ledger(ledger_id)
         if existing is not None and existing.state.master_key and existing.state.master_key != request.master_key:
             return refuse(Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}")
-        if existing is not None and existing.state.fenced and not request.recovery:
+        stale = _stale_term(ledger_id, existing, request.term)
+        if stale is not None:
+            return refuse(Status.INVALID_TERM, stale)
+        if existing is not None and existing.state.fenced and not request.recovery and not request.term:
             return refuse(Status.FENCED, f"ledger {ledger_id} is fenced")
+        highest = max((e.entry_id for e in request.entries), default=NO_ENTRY)
+        if request.truncate and existing is not None and existing.last_entry_id - highest > MAX_TRUNCATE_SPAN:
+            return refuse(Status.BAD_REQUEST, f"truncating above entry {highest} would drop more than "
+                                              f"{MAX_TRUNCATE_SPAN} entries")
         ledger, commands = self._claim(ledger_id, request.master_key)
+        commands += self._adopt_term(ledger_id, ledger, request.term)
         if request.entries:
             commands.append(StoreEntries(ledger_id, [(e.entry_id, pack_entry(e.lac, e.digest, e.payload))
                                                      for e in request.entries]))
             ledger.lac = max(ledger.lac, max(e.lac for e in request.entries))
-            ledger.last_entry_id = max(ledger.last_entry_id, max(e.entry_id for e in request.entries))
+            if request.truncate:
+                if ledger.last_entry_id > highest:
+                    commands.append(StoreEntries(ledger_id, [(entry_id, TOMBSTONE) for entry_id
+                                                             in range(highest + 1, ledger.last_entry_id + 1)]))
+                ledger.last_entry_id = highest
+            else:
+                ledger.last_entry_id = max(ledger.last_entry_id, highest)
         if request.lafr > ledger.lafr:       # never past the LAC: a fully replicated entry is confirmed
             ledger.lafr = min(request.lafr, ledger.lac)
         commands.append(Reply(peer, AddResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
@@ -323,11 +360,24 @@ class BookieHandler:
         existing = self._ledger(ledger_id)
         if existing is not None and existing.state.master_key and existing.state.master_key != request.master_key:
             return None, [], make_error(Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}")
+        stale = _stale_term(ledger_id, existing, request.term)
+        if stale is not None:
+            return None, [], make_error(Status.INVALID_TERM, stale)
         ledger, commands = self._claim(ledger_id, request.master_key)
+        if request.term:                       # unbounded ledgers: the term is the fence
+            return ledger, commands + self._adopt_term(ledger_id, ledger, request.term), None
         if not ledger.state.fenced:
             ledger.state = replace(ledger.state, fenced=True)
             commands = [StoreLedgerState(ledger_id, ledger.state)]
         return ledger, commands, None
+
+    @staticmethod
+    def _adopt_term(ledger_id: int, ledger: _Ledger, term: int) -> list:
+        """_adopt_term moves the ledger to a higher `term` (durably); it returns the store command."""
+        if term <= ledger.state.term:
+            return []
+        ledger.state = replace(ledger.state, term=term)
+        return [StoreLedgerState(ledger_id, ledger.state)]
 
     def _on_read(self, peer: bytes, request: ReadRequest) -> list:
         def error(status: Status, message: str) -> list:
@@ -385,7 +435,7 @@ class BookieHandler:
         for entry_id, data in zip(ids, datas):
             if fresh and entry_id in fresh:
                 entries.append(fresh[entry_id])
-            elif data is not None:
+            elif data is not None and not is_tombstone(data):
                 entries.append(unpack_entry(ledger_id, entry_id, data))
         return Reply(peer, ReadResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
                                         entries=entries, lac=ledger.lac), durable)
@@ -442,6 +492,18 @@ class BookieHandler:
             return []
         rest = [p for p in polls if ledger.lac <= p.request.previous_lac]
         return self._take_polls(ledger_id, rest, ready, fresh)
+
+
+def _stale_term(ledger_id: int, ledger: _Ledger | None, term: int) -> str | None:
+    """_stale_term says why a request from `term` is refused with INVALID_TERM, or None.
+
+    A term-less request (0) is stale on a ledger that has a term, so a client that does not
+    know the ledger is unbounded cannot write or fence it.
+    """
+    held = ledger.state.term if ledger is not None else 0
+    if term >= held:
+        return None
+    return f"ledger {ledger_id} is in term {held} on this bookie; this request is from term {term}"
 
 
 _RESPONSE_OF = {AddRequest: AddResponse, ReadRequest: ReadResponse, ReadLacRequest: ReadLacResponse,

@@ -125,16 +125,17 @@ class Dispatcher:
         txn, kind = next(self._txns), type(command)
         if kind is ev.SendAdds:
             request = AddRequest(txn=txn, ledger_id=command.ledger_id, master_key=command.master_key,
-                                 entries=command.entries, recovery=command.recovery, lafr=command.lafr)
+                                 entries=command.entries, recovery=command.recovery, lafr=command.lafr,
+                                 term=command.term, truncate=command.truncate)
             timeout = 0
         elif kind is ev.SendRead:
             request = ReadRequest(txn=txn, ledger_id=command.ledger_id, entry_ids=command.entry_ids,
-                                  fence=command.fence, master_key=command.master_key)
+                                  fence=command.fence, master_key=command.master_key, term=command.term)
             timeout = 0
         elif kind is ev.SendReadLac:
             request = ReadLacRequest(txn=txn, ledger_id=command.ledger_id, fence=command.fence,
                                      master_key=command.master_key, previous_lac=command.previous_lac,
-                                     timeout_ms=command.timeout_ms)
+                                     timeout_ms=command.timeout_ms, term=command.term)
             timeout = command.timeout_ms
         else:
             request = WriteLacRequest(txn=txn, ledger_id=command.ledger_id, master_key=command.master_key,

@@ -187,6 +187,8 @@ class SendAdds:
     entries: list[Entry]
     recovery: bool = False
     lafr: int = -1
+    term: int = 0
+    truncate: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,6 +200,7 @@ class SendRead:
     entry_ids: list[int]
     fence: bool = False
     master_key: bytes = b""
+    term: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,6 +213,7 @@ class SendReadLac:
     master_key: bytes = b""
     previous_lac: int = -2
     timeout_ms: int = 0
+    term: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -349,10 +353,15 @@ class CompleteRead:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteRecovery:
-    """CompleteRecovery reports the recovered (CLOSED) metadata of a ledger."""
+    """CompleteRecovery reports the recovered metadata of a ledger: CLOSED, or OPEN in a new term.
+
+    After a reopen (OPEN in a new term) `last_entry_id` is the no-op that ends the recovery: the
+    new term's writer starts after it. Otherwise it is -1 (the metadata has the last entry).
+    """
 
     metadata: LedgerMetadata
     version: int
+    last_entry_id: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

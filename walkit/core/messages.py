@@ -19,6 +19,9 @@ from typing import NamedTuple
 NO_ENTRY = -1
 #: `previous_lac` value meaning "answer at once, do not long-poll".
 NO_LONG_POLL = -2
+#: The payload of the no-op entry that ends a new term's recovery of an unbounded ledger; readers
+#: of unbounded ledgers skip it, and writers of unbounded ledgers refuse it as a payload.
+NOOP_PAYLOAD = b"\x00walkit:no-op\x00"
 
 
 class Status(enum.IntEnum):
@@ -54,6 +57,10 @@ class AddRequest:
 
     `lafr` is the writer's Last Add Fully Replicated (every entry up to it is on Qw bookies),
     kept by the bookie for recovery of guaranteed-write-quorum ledgers; -1 when unknown.
+
+    Unbounded ledgers: `term` is the writer's term (a bookie in a higher term refuses with
+    INVALID_TERM, one in a lower term adopts it), and `truncate` makes the bookie drop every
+    entry above the highest one in this request (the no-op that ends a new term's recovery).
     """
 
     txn: int
@@ -62,15 +69,18 @@ class AddRequest:
     entries: list[Entry]
     recovery: bool = False
     lafr: int = NO_ENTRY
+    term: int = 0
+    truncate: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadRequest:
     """ReadRequest reads entries of one ledger by id.
 
-    With `fence` the bookie first makes the ledger fenced (durably) and checks `master_key`.
-    With `previous_lac` >= -1 the bookie holds the request until its LAC for the ledger passes
-    `previous_lac` or `timeout_ms` elapsed (long poll), then answers.
+    With `fence` the bookie first makes the ledger fenced (durably) and checks `master_key`; with
+    a `term` too (unbounded ledgers) it moves the ledger to that term instead (INVALID_TERM if it
+    is in a higher one). With `previous_lac` >= -1 the bookie holds the request until its LAC
+    for the ledger passes `previous_lac` or `timeout_ms` elapsed (long poll), then answers.
     """
 
     txn: int
@@ -80,13 +90,15 @@ class ReadRequest:
     master_key: bytes = b""
     previous_lac: int = NO_LONG_POLL
     timeout_ms: int = 0
+    term: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadLacRequest:
     """ReadLacRequest asks a bookie for the highest LAC and last entry it holds for a ledger.
 
-    `fence` makes it a fencing request (recovery); `previous_lac` long-polls as in ReadRequest.
+    `fence` makes it a fencing request (recovery; with `term`, a term change as in ReadRequest);
+    `previous_lac` long-polls as in ReadRequest.
     """
 
     txn: int
@@ -95,6 +107,7 @@ class ReadLacRequest:
     master_key: bytes = b""
     previous_lac: int = NO_LONG_POLL
     timeout_ms: int = 0
+    term: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -59,6 +59,12 @@ class LedgerMetadata:
 
     With `guaranteed_write_quorum` (seed 001's companion change, walkit.core.writer) every entry
     of a closed ledger, and every entry of all but the last fragment, is on Qw bookies.
+
+    An `unbounded` ledger (seed 001) is written by one writer at a time over many terms: `term`
+    is the current one (its writer's adds carry it; bookies refuse lower terms), a new writer
+    takes over by recovering into the next term (IN_RECOVERY at term + 1, then OPEN again), and
+    entries below `first_entry_id` were truncated away with the fragments that held only them.
+    Unbounded ledgers always use guaranteed write quorum (the protocol is only safe with it).
     """
 
     ledger_id: int
@@ -74,13 +80,20 @@ class LedgerMetadata:
     custom: Mapping[str, str] = field(default_factory=dict)
     owner: str = ""
     guaranteed_write_quorum: bool = False
+    unbounded: bool = False
+    term: int = 0
+    first_entry_id: int = 0
 
     def __post_init__(self) -> None:
         check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
         if self.state not in STATES:
             raise ConfigError(f"unknown ledger state {self.state!r}")
-        if not self.ensembles or 0 not in self.ensembles:
-            raise ConfigError("a ledger needs a first ensemble starting at entry 0")
+        if not self.ensembles or min(self.ensembles) > self.first_entry_id:
+            raise ConfigError(f"a ledger needs a first ensemble starting at entry {self.first_entry_id} or before")
+        if self.unbounded and not self.guaranteed_write_quorum:
+            raise ConfigError("an unbounded ledger needs guaranteed write quorum")
+        if self.term < 0 or (self.first_entry_id and not self.unbounded):
+            raise ConfigError("only unbounded ledgers have a first entry other than 0, and terms are >= 0")
         for first, bookies in self.ensembles.items():
             if len(bookies) != self.ensemble_size or len(set(bookies)) != len(bookies):
                 raise ConfigError(f"fragment at entry {first} must list {self.ensemble_size} distinct bookies")
@@ -101,7 +114,7 @@ class LedgerMetadata:
     def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
         """ensemble_at returns the ensemble of the fragment that holds `entry_id`."""
         starts = self.fragment_starts
-        return self.ensembles[starts[bisect.bisect_right(starts, max(entry_id, 0)) - 1]]
+        return self.ensembles[starts[max(0, bisect.bisect_right(starts, entry_id) - 1)]]
 
     @property
     def last_fragment_start(self) -> int:
@@ -132,8 +145,28 @@ class LedgerMetadata:
         return replace(self, ensembles=ensembles)
 
     def in_recovery(self) -> "LedgerMetadata":
-        """in_recovery returns the metadata marked IN_RECOVERY (seed 004, fencing step 1)."""
-        return replace(self, state=IN_RECOVERY)
+        """in_recovery returns the metadata marked IN_RECOVERY (seed 004, fencing step 1).
+
+        An unbounded ledger moves to the next term as well: the recoverer's own.
+        """
+        return replace(self, state=IN_RECOVERY, term=self.term + 1 if self.unbounded else self.term)
+
+    def reopened(self) -> "LedgerMetadata":
+        """reopened returns an unbounded ledger's metadata OPEN again, in the recoverer's term."""
+        return replace(self, state=OPEN)
+
+    def truncated(self, before: int) -> "LedgerMetadata":
+        """truncated returns an unbounded ledger's metadata without the entries below `before`.
+
+        Fragments that hold only such entries are dropped, so the metadata stays small however
+        many fragments the ledger went through; the last fragment always stays.
+        """
+        if before <= self.first_entry_id:
+            return self
+        starts = self.fragment_starts
+        kept = {first: self.ensembles[first] for first, following in zip(starts, starts[1:] + [None])
+                if following is None or following > before}
+        return replace(self, ensembles=kept, first_entry_id=before)
 
     def closed(self, last_entry_id: int) -> "LedgerMetadata":
         """closed returns the metadata marked CLOSED with its final last entry."""
@@ -155,11 +188,22 @@ class LedgerMetadata:
             doc["owner"] = self.owner
         if self.guaranteed_write_quorum:
             doc["guaranteed_write_quorum"] = True
+        if self.unbounded:
+            # Fragments accumulate over an unbounded ledger's life: each names its bookies by
+            # their index in one list, so a fragment costs a few bytes, not three addresses.
+            names = sorted(self.bookies)
+            index = {name: i for i, name in enumerate(names)}
+            doc.update(unbounded=True, term=self.term, first_entry_id=self.first_entry_id, bookies=names,
+                       ensembles=[[first, [index[b] for b in self.ensembles[first]]] for first in self.fragment_starts])
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "LedgerMetadata":
         """from_bytes decodes metadata written by `to_bytes`."""
         doc = json.loads(data)
-        doc["ensembles"] = {int(first): tuple(bookies) for first, bookies in doc["ensembles"]}
+        names = doc.pop("bookies", None)
+        if names is None:
+            doc["ensembles"] = {int(first): tuple(bookies) for first, bookies in doc["ensembles"]}
+        else:
+            doc["ensembles"] = {int(first): tuple(names[i] for i in bookies) for first, bookies in doc["ensembles"]}
         return cls(**doc)

@@ -26,8 +26,20 @@ With guaranteed write quorum (`metadata.guaranteed_write_quorum`, see walkit.cor
 them may be on fewer than Qw bookies), and step 4 counts a write-back only once all Qw bookies
 of its write set acknowledged it, so the closed ledger has every entry on Qw bookies.
 
+Unbounded ledgers (seed 001; TLA+ ProtocolUnboundedLedgersAndGWQ) fence by term: step 1 moves
+the ledger to the next term (always, even if it is IN_RECOVERY already: each recoverer needs a
+term of its own), and every fencing read, recovery read and write-back carries that term; an
+INVALID_TERM answer means another client took a higher term, and this recovery fails with
+LedgerFenced. With `reopen` the ledger is not closed: once every entry before the first absent
+one was written back, a no-op entry with the truncate flag is written at that id to every bookie
+of the last fragment (each drops the dirty entries it holds above it), and when all of them
+acknowledged it the metadata goes back to OPEN in the new term, for a writer that starts after
+the no-op. Without the truncation an entry written by the old term to one bookie only could
+live on there under an id the new term reuses (seed 001's log-divergence counterexample).
+
 States (`RecoveryState`, transitions in `_TRANSITIONS`, each one asserted): MARKING (the CAS to
-IN_RECOVERY), FENCING, RECOVERING (reading and writing back), CLOSING (the CAS of CLOSED), DONE.
+IN_RECOVERY), FENCING, RECOVERING (reading and writing back), TRUNCATING (the no-op, reopen
+only), CLOSING (the final CAS: CLOSED, or OPEN after a reopen), DONE.
 A metadata write whose outcome is unknown is settled by the dispatcher (walkit.core.dispatch);
 MetadataFailed means the ledger is gone.
 """
@@ -39,10 +51,10 @@ import enum
 from walkit.core import events as ev
 from walkit.core.digest import Digest
 from walkit.core.distribution import absent_quorum, ensemble_coverage, write_set_bookies
-from walkit.core.messages import Entry, Status
-from walkit.core.metadata import CLOSED, IN_RECOVERY, LedgerMetadata
+from walkit.core.messages import NOOP_PAYLOAD, Entry, Status
+from walkit.core.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
 from walkit.core.messages import refusal as _refusal
-from walkit.errors import LedgerFenced, NotEnoughBookies, Timeout, Unauthorized
+from walkit.errors import ConfigError, LedgerClosed, LedgerFenced, NotEnoughBookies, Timeout, Unauthorized
 
 #: How long an undecided read or an unanswered fence waits before it is asked again.
 RETRY_MS = 100
@@ -55,16 +67,18 @@ class RecoveryState(str, enum.Enum):
     MARKING = "MARKING"
     FENCING = "FENCING"
     RECOVERING = "RECOVERING"
+    TRUNCATING = "TRUNCATING"
     CLOSING = "CLOSING"
     DONE = "DONE"
 
 
-MARKING, FENCING, RECOVERING, CLOSING, DONE = RecoveryState
+MARKING, FENCING, RECOVERING, TRUNCATING, CLOSING, DONE = RecoveryState
 
 _TRANSITIONS = {
     MARKING: {MARKING, FENCING, DONE},
     FENCING: {RECOVERING, DONE},
-    RECOVERING: {CLOSING, DONE},
+    RECOVERING: {TRUNCATING, CLOSING, DONE},
+    TRUNCATING: {CLOSING, DONE},
     CLOSING: {CLOSING, DONE},
     DONE: set(),
 }
@@ -106,6 +120,8 @@ class LedgerRecovery:
 
     #: Recovery reads carry the fence flag (BookKeeper issue 2614).
     FENCE_RECOVERY_READS = True
+    #: A reopen writes the truncating no-op before the ledger is OPEN again (seed 001).
+    TRUNCATE_ON_REOPEN = True
 
     def absent_votes_needed(self) -> int:
         """absent_votes_needed is QC = (Qw - Qa) + 1: NO_SUCH_ENTRY answers that prove absence."""
@@ -113,11 +129,18 @@ class LedgerRecovery:
 
     def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
                  timeout_ms: int = 30000, add_timeout_ms: int = 5000, window: int = 256,
-                 now_ms: int = 0) -> None:
+                 now_ms: int = 0, reopen: bool = False) -> None:
+        if reopen and not metadata.unbounded:
+            raise ConfigError(f"ledger {metadata.ledger_id} is not unbounded: it cannot be reopened")
         self.metadata = metadata
         self.version = version
         self.ledger_id = metadata.ledger_id
         self.master_key = master_key
+        self.reopen = reopen
+        self._unbounded = metadata.unbounded
+        self.term = 0                              # unbounded: this recovery's own term, once marked
+        self._sign = digest.sign
+        self._noop: int | None = None              # the id of the truncating no-op (reopen)
         self.phase = MARKING
         self.timeout_ms = timeout_ms
         self.add_timeout_ms = add_timeout_ms
@@ -163,8 +186,10 @@ class LedgerRecovery:
     def start(self) -> list:
         """start begins recovery: mark IN_RECOVERY (or go on if already marked or closed)."""
         if self.metadata.state == CLOSED:
+            if self.reopen:
+                return self._fail(LedgerClosed(f"ledger {self.ledger_id} is closed: it cannot be reopened"))
             return self._finish(self.metadata, self.version)
-        if self.metadata.state == IN_RECOVERY:
+        if self.metadata.state == IN_RECOVERY and not self._unbounded:
             return self._fence()
         self._to(MARKING)
         return [ev.WriteMetadata(metadata=self.metadata.in_recovery(), expected_version=self.version)]
@@ -179,6 +204,7 @@ class LedgerRecovery:
     def _on_written(self, event: ev.MetadataWritten) -> list:
         if self.phase == MARKING:
             self.metadata, self.version = event.metadata, event.version
+            self.term = event.metadata.term if self._unbounded else 0
             return self._fence()
         if self.phase == CLOSING:
             return self._finish(event.metadata, event.version)
@@ -187,7 +213,11 @@ class LedgerRecovery:
     def _on_conflict(self, event: ev.MetadataConflict) -> list:
         current, version = event.metadata, event.version
         if current.state == CLOSED:
+            if self.reopen:
+                return self._fail(LedgerClosed(f"ledger {self.ledger_id} was closed by another client"))
             return self._finish(current, version)         # another recoverer (or the writer) closed it
+        if self._unbounded and self.phase != MARKING and current.term != self.term:
+            return self._fail(self._taken(current.term))
         if self.phase == CLOSING and current.ensembles != self.metadata.ensembles:
             # Someone changed the fragments this recovery read and wrote back through: its view
             # of where entries live is stale, so it gives up and a fresh recovery starts over.
@@ -203,6 +233,10 @@ class LedgerRecovery:
     def _on_metadata_failed(self, event: ev.MetadataFailed) -> list:
         return self._fail(event.error)
 
+    def _taken(self, term: int | None = None) -> LedgerFenced:
+        higher = f"term {term}" if term is not None else "a higher term"
+        return LedgerFenced(f"ledger {self.ledger_id}: another client took over in {higher} "
+                            f"during this recovery (term {self.term})")
     # -- fencing --------------------------------------------------------------------------
     def _fence(self) -> list:
         self._to(FENCING)
@@ -210,13 +244,16 @@ class LedgerRecovery:
         return [self._fence_request(b) for b in self._ensemble]
 
     def _fence_request(self, bookie: str) -> ev.SendReadLac:
-        return ev.SendReadLac(bookie=bookie, ledger_id=self.ledger_id, fence=True, master_key=self.master_key)
+        return ev.SendReadLac(bookie=bookie, ledger_id=self.ledger_id, fence=True, master_key=self.master_key,
+                              term=self.term)
 
     def _on_lac(self, event: ev.LacRead) -> list:
         if self.phase != FENCING or event.bookie not in self._ensemble:
             return []
         if event.status == Status.UNAUTHORIZED:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
+        if event.status == Status.INVALID_TERM:
+            return self._fail(self._taken())
         if event.status != Status.OK:
             self._fence_failed[event.bookie] = self._now + RETRY_MS
             return []
@@ -250,7 +287,7 @@ class LedgerRecovery:
 
     def _reads(self, sends: dict[str, list[int]]) -> list:
         return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids, fence=self.FENCE_RECOVERY_READS,
-                            master_key=self.master_key) for b, ids in sends.items()]
+                            master_key=self.master_key, term=self.term) for b, ids in sends.items()]
 
     def _on_read(self, event: ev.EntriesRead) -> list:
         if self.phase != RECOVERING:
@@ -282,6 +319,8 @@ class LedgerRecovery:
             return []
         if event.status == Status.UNAUTHORIZED:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
+        if event.status == Status.INVALID_TERM:
+            return self._fail(self._taken())
         if event.status == Status.NO_SUCH_LEDGER:   # the bookie holds nothing of the ledger
             return self._on_read(ev.EntriesRead(bookie=event.bookie, ledger_id=event.ledger_id, entries=[],
                                                 missing=event.entry_ids, lac=-1))
@@ -300,9 +339,12 @@ class LedgerRecovery:
     # -- writing back ---------------------------------------------------------------------
     def _write_back(self, entry: Entry) -> list:
         self._writebacks[entry.entry_id] = _WriteBack(entry, self._now)
-        targets = self._targets(entry.entry_id)
-        return [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,
-                            entries=[entry], recovery=True) for b in targets if b not in self._failed]
+        return [self._add(b, entry) for b in self._targets(entry.entry_id) if b not in self._failed]
+
+    def _add(self, bookie: str, entry: Entry) -> ev.SendAdds:
+        """_add is the recovery add of `entry` to `bookie` (the no-op truncates)."""
+        return ev.SendAdds(bookie=bookie, ledger_id=self.ledger_id, master_key=self.master_key, entries=[entry],
+                           recovery=True, term=self.term, truncate=entry.entry_id == self._noop)
 
     def _view(self) -> LedgerMetadata:
         """_view is the metadata plus the fragments this recovery added (recorded at close)."""
@@ -312,12 +354,17 @@ class LedgerRecovery:
         return view
 
     def _targets(self, entry_id: int) -> tuple[str, ...]:
-        """_targets is the write set an entry is written back to (in a replaced ensemble if any)."""
+        """_targets is the write set an entry is written back to (in a replaced ensemble if any).
+
+        The truncating no-op goes to the whole ensemble: any bookie of it may hold dirty entries.
+        """
         view = self._view() if self._fragments else self.metadata
+        if entry_id == self._noop:
+            return view.ensemble_at(entry_id)
         return write_set_bookies(entry_id, view.ensemble_at(entry_id), view.write_quorum)
 
     def _on_acked(self, event: ev.AddsAcked) -> list:
-        if self.phase != RECOVERING:
+        if self.phase != RECOVERING and self.phase != TRUNCATING:
             return []
         for entry_id in event.entry_ids:
             pending = self._writebacks.get(entry_id)
@@ -326,10 +373,12 @@ class LedgerRecovery:
         return self._progress()
 
     def _on_rejected(self, event: ev.AddsRejected) -> list:
-        if self.phase != RECOVERING:
+        if self.phase != RECOVERING and self.phase != TRUNCATING:
             return []
         if event.status == Status.UNAUTHORIZED:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
+        if event.status == Status.INVALID_TERM:
+            return self._fail(self._taken())
         return self._replace(event.bookie)
 
     def _replace(self, bookie: str) -> list:
@@ -344,7 +393,7 @@ class LedgerRecovery:
         return [ev.ChooseBookies(ledger_id=self.ledger_id, exclude=frozenset(self._ensemble) | frozenset(self._failed))]
 
     def _on_chosen(self, event: ev.BookiesChosen) -> list:
-        if not self._choosing or self.phase != RECOVERING:
+        if not self._choosing or (self.phase != RECOVERING and self.phase != TRUNCATING):
             return []
         self._choosing = False
         to_replace = [b for b in self._ensemble if b in self._failed]
@@ -372,40 +421,63 @@ class LedgerRecovery:
             targets = self._targets(entry_id)
             wb.acked.intersection_update(targets)
             wb.sent_ms = self._now
-            commands += [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,
-                                     entries=[wb.entry], recovery=True)
-                         for b in targets if b not in wb.acked]
+            commands += [self._add(b, wb.entry) for b in targets if b not in wb.acked]
         return commands + self._progress()
 
     # -- progress and close ---------------------------------------------------------------
+    def _quorum_of(self, entry_id: int) -> int:
+        """_quorum_of is how many acknowledgements finish a write-back (the no-op: the whole ensemble)."""
+        return self.metadata.ensemble_size if entry_id == self._noop else self._quorum
+
     def _progress(self) -> list:
-        quorum = self._quorum
         while True:
             next_id = self._done_upto + 1
             wb = self._writebacks.get(next_id)
-            if wb is None or len(wb.acked) < quorum:
+            if wb is None or len(wb.acked) < self._quorum_of(next_id):
                 break
             del self._writebacks[next_id]
             self._done_upto = next_id
+        if self.phase == TRUNCATING:
+            if self._done_upto < self._noop:
+                return []
+            self._to(CLOSING)
+            return [self._close_write()]
         if self._absent_at is not None and self._done_upto >= self._absent_at - 1:
             self._probes.clear()
             self._writebacks.clear()
+            if self.reopen and self.TRUNCATE_ON_REOPEN:
+                return self._truncate()
             self._to(CLOSING)
             return [self._close_write()]
         return self._read_ahead()
 
+    def _truncate(self) -> list:
+        """_truncate writes the no-op at the first absent id to every bookie of the last fragment."""
+        self._to(TRUNCATING)
+        self._noop = noop_id = self._absent_at
+        lac = noop_id - 1
+        entry = Entry(self.ledger_id, noop_id, lac, self._sign(self.ledger_id, noop_id, lac, NOOP_PAYLOAD), NOOP_PAYLOAD)
+        return self._write_back(entry)
+
+    @property
+    def _end(self) -> int:
+        """_end is the recovered last entry: the no-op after a reopen, else the last entry present."""
+        return self._noop if self._noop is not None else self._absent_at - 1
+
     def _close_write(self) -> ev.WriteMetadata:
-        last = self._absent_at - 1
+        last = self._end
         proposed = self.metadata
         for first in sorted(self._fragments):
             if first <= last:
                 proposed = proposed.with_fragment(first, self._fragments[first])
-        return ev.WriteMetadata(metadata=proposed.closed(last), expected_version=self.version)
+        proposed = proposed.reopened() if self.reopen else proposed.closed(last)
+        return ev.WriteMetadata(metadata=proposed, expected_version=self.version)
 
     def _finish(self, metadata: LedgerMetadata, version: int) -> list:
         self._to(DONE)
         self.metadata, self.version = metadata, version
-        return [ev.CompleteRecovery(metadata=metadata, version=version)]
+        last = self._end if metadata.state == OPEN else -1
+        return [ev.CompleteRecovery(metadata=metadata, version=version, last_entry_id=last)]
 
     def _fail(self, error: Exception) -> list:
         self._to(DONE)
@@ -423,7 +495,7 @@ class LedgerRecovery:
                 if now >= when:
                     del self._fence_failed[bookie]
                     commands.append(self._fence_request(bookie))
-        elif self.phase == RECOVERING:
+        elif self.phase == RECOVERING or self.phase == TRUNCATING:
             sends: dict[str, list[int]] = {}
             for entry_id, probe in self._probes.items():
                 if probe.retry_ms is not None and now >= probe.retry_ms:
@@ -434,7 +506,7 @@ class LedgerRecovery:
                     probe.failed.clear()
             commands += self._reads(sends)
             for wb in self._writebacks.values():
-                if len(wb.acked) < self._quorum and now - wb.sent_ms >= self.add_timeout_ms:
+                if len(wb.acked) < self._quorum_of(wb.entry.entry_id) and now - wb.sent_ms >= self.add_timeout_ms:
                     for bookie in self._targets(wb.entry.entry_id):
                         if bookie not in wb.acked:
                             commands += self._replace(bookie)

@@ -42,6 +42,13 @@ BookKeeper protocol", the TLA+ spec ProtocolWithGuaranteedWriteQuorum) changes f
 So every entry of all but the last fragment, and every entry of a closed ledger, is on Qw
 bookies (the spec's TailFragmentsReachWriteQuorum and AllEntriesOfClosedLedgerReachedWriteQuorum).
 
+Unbounded ledgers (`metadata.unbounded`, seed 001): the writer writes in the metadata's term
+(every add carries it; a bookie in a higher term answers INVALID_TERM and the writer stops with
+LedgerFenced), starts after `last_entry_id` (the no-op its recovery wrote), and treats metadata
+of another term as fenced. A bookie that joins through an ensemble change may hold dirty
+entries of an earlier term: until it acknowledges an add, every add it gets has the truncate
+flag, which drops what it holds above that add.
+
 States (`WriterState`, transitions in `_TRANSITIONS`, each one asserted):
 
     WRITING   adds flow; completions happen only here
@@ -64,11 +71,11 @@ from collections import deque
 from walkit.core import events as ev
 from walkit.core.digest import Digest
 from walkit.core.distribution import write_sets_of
-from walkit.core.messages import Entry, Status
+from walkit.core.messages import NOOP_PAYLOAD, Entry, Status
 from walkit.core import metadata as ledger_states
 from walkit.core.metadata import LedgerMetadata
 from walkit.core.messages import refusal as _refusal
-from walkit.errors import LedgerClosed, LedgerFenced, NotEnoughBookies, Unauthorized, WalkitError
+from walkit.errors import ConfigError, LedgerClosed, LedgerFenced, NotEnoughBookies, Unauthorized, WalkitError
 
 #: How long the writer waits before asking again for bookies when none could replace a failure.
 CHOOSE_RETRY_MS = 200
@@ -117,7 +124,8 @@ class LedgerWriter:
     """
 
     def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
-                 add_timeout_ms: int = 5000, explicit_lac_ms: int = 100, now_ms: int = 0) -> None:
+                 add_timeout_ms: int = 5000, explicit_lac_ms: int = 100, now_ms: int = 0,
+                 last_entry_id: int = -1) -> None:
         if metadata.state != ledger_states.OPEN:
             raise LedgerClosed(f"ledger {metadata.ledger_id} is {metadata.state}, not OPEN")
         self.metadata = metadata
@@ -128,10 +136,11 @@ class LedgerWriter:
         self.explicit_lac_ms = explicit_lac_ms
         self.state = WRITING
         self.close_requested = False
-        self.last_add_confirmed = -1
-        self.last_add_pushed = -1
-        self.last_add_fully_replicated = -1        # tracked with guaranteed write quorum only
+        # An unbounded ledger's writer in a later term starts after the no-op its recovery wrote.
+        self.last_add_confirmed = self.last_add_pushed = self.last_add_fully_replicated = last_entry_id
         self._gwq = metadata.guaranteed_write_quorum
+        self.term = metadata.term if metadata.unbounded else 0
+        self._fresh: set[str] = set()               # unbounded: joined bookies not yet acknowledging
         self._pinned_since: dict[str, int] = {}     # pinned bookie -> when it first failed
         self._in_place: set[str] = set()            # pinned bookies retried in place by the change in flight
         self.error: WalkitError | None = None
@@ -145,7 +154,7 @@ class LedgerWriter:
         self._choose_again_ms: int | None = None
         self._now = now_ms
         self._last_add_ms = now_ms
-        self._lac_sent = -1
+        self._lac_sent = last_entry_id
         self._handlers = {
             ev.AppendRequested: self._on_append, ev.AddsAcked: self._on_acked,
             ev.AddsRejected: self._on_rejected, ev.BookiesChosen: self._on_bookies_chosen,
@@ -186,6 +195,9 @@ class LedgerWriter:
             # Refused appends take no entry ids: the next ids stay with whatever comes next.
             error = self.error or LedgerClosed(f"ledger {self.ledger_id} is closed")
             return [ev.FailAdds(ledger_id=self.ledger_id, first_entry_id=first, error=error)]
+        if self.term and NOOP_PAYLOAD in event.payloads:
+            return [ev.FailAdds(ledger_id=self.ledger_id, first_entry_id=first, error=ConfigError(
+                "an unbounded ledger cannot take the payload its recoveries use as a no-op"))]
         sends: dict[str, list[Entry]] = {}
         ledger_id, lac, sign, now = self.ledger_id, self.last_add_confirmed, self._sign, self._now
         write_sets, size, failed, pending = self._write_sets, len(self._write_sets), self._failed, self._pending
@@ -203,8 +215,13 @@ class LedgerWriter:
             entry_id += 1
         self.last_add_pushed = entry_id - 1
         self._last_add_ms = now
-        lafr = self.last_add_fully_replicated
-        return [ev.SendAdds(bookie=b, ledger_id=ledger_id, master_key=self.master_key, entries=entries, lafr=lafr)
+        return self._sends(sends)
+
+    def _sends(self, sends: dict[str, list[Entry]]) -> list:
+        """_sends turns entries per bookie into SendAdds (term, LAFR, and truncate for fresh bookies)."""
+        lafr, term, fresh = self.last_add_fully_replicated, self.term, self._fresh
+        return [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key, entries=entries,
+                            lafr=lafr, term=term, truncate=b in fresh)
                 for b, entries in sends.items()]
 
     def _on_acked(self, event: ev.AddsAcked) -> list:
@@ -218,6 +235,8 @@ class LedgerWriter:
             self._unreachable_since.pop(bookie, None)
         if self._pinned_since:
             self._pinned_since.pop(bookie, None)
+        if self._fresh:
+            self._fresh.discard(bookie)
         for entry_id in event.entry_ids:
             index = entry_id - head
             if 0 <= index < count and bookie in write_sets[entry_id % size]:
@@ -363,9 +382,7 @@ class LedgerWriter:
             for bookie in write_set:
                 if bookie not in pending.acked and bookie not in self._failed and bookie in resend_to:
                     sends.setdefault(bookie, []).append(pending.entry)
-        lafr = self.last_add_fully_replicated
-        commands: list = [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,
-                                      entries=entries, lafr=lafr) for b, entries in sends.items()]
+        commands: list = self._sends(sends)
         self._in_place = set()
         if self._failed:
             return commands + self._start_change()
@@ -378,7 +395,10 @@ class LedgerWriter:
             return [ev.CompleteClose(metadata=event.metadata, version=event.version)]
         if self.state is not CHANGING:
             return []
-        replacements = set(self._replacements.values()) | self._in_place
+        replacements = set(self._replacements.values())
+        if self.term:
+            self._fresh |= replacements
+        replacements |= self._in_place
         self._adopt(event.metadata, event.version)
         return self._finish_change(resend_to=replacements)
 
@@ -388,9 +408,9 @@ class LedgerWriter:
             return self._close_conflict(current, event.version)
         if self.state is not CHANGING:
             return []
-        if current.state != ledger_states.OPEN:
-            return self._fail(LedgerFenced(f"ledger {self.ledger_id} is {current.state}: another "
-                                           "client is recovering or closed it"))
+        if current.state != ledger_states.OPEN or current.term != self.metadata.term:
+            return self._fail(LedgerFenced(f"ledger {self.ledger_id} is {current.state} in term {current.term}: "
+                                           "another client is recovering, took over or closed it"))
         # Still OPEN: someone else changed the metadata; retry the change on top of theirs and
         # send every unacknowledged entry to whichever write set it has now.
         self._adopt(current, event.version)
@@ -435,7 +455,7 @@ class LedgerWriter:
 
     def _close_conflict(self, current: LedgerMetadata, version: int) -> list:
         """_close_conflict applies seed 000's rules for a failed CAS of a writer's close."""
-        if current.state == ledger_states.OPEN:
+        if current.state == ledger_states.OPEN and current.term == self.metadata.term:
             self.metadata, self.version = current, version
             return [self._write_close()]
         if current.state == ledger_states.CLOSED and current.last_entry_id == self.last_add_confirmed:

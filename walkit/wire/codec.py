@@ -94,6 +94,9 @@ def encode_requests(requests: list) -> bytes:
             a.recovery = request.recovery
             if request.lafr != -1:
                 a.lafr = request.lafr
+            if request.term:
+                a.term = request.term
+                a.truncate = request.truncate
             _set_entries(a, request.ledger_id, request.entries)
         elif kind is ReadRequest:
             rd = r.init("read")
@@ -103,6 +106,8 @@ def encode_requests(requests: list) -> bytes:
             rd.masterKey = request.master_key
             rd.previousLac = request.previous_lac
             rd.timeoutMs = request.timeout_ms
+            if request.term:
+                rd.term = request.term
         elif kind is ReadLacRequest:
             rl = r.init("readLac")
             rl.ledgerId = request.ledger_id
@@ -110,6 +115,8 @@ def encode_requests(requests: list) -> bytes:
             rl.masterKey = request.master_key
             rl.previousLac = request.previous_lac
             rl.timeoutMs = request.timeout_ms
+            if request.term:
+                rl.term = request.term
         elif kind is WriteLacRequest:
             wl = r.init("writeLac")
             wl.ledgerId = request.ledger_id
@@ -126,15 +133,16 @@ def _decode_request(r):
     if which == "add":
         a = r.add
         return AddRequest(txn=txn, ledger_id=a.ledgerId, master_key=a.masterKey, recovery=a.recovery,
-                          entries=_get_entries(a, a.ledgerId), lafr=a.lafr)
+                          entries=_get_entries(a, a.ledgerId), lafr=a.lafr, term=a.term, truncate=a.truncate)
     if which == "read":
         rd = r.read
         return ReadRequest(txn=txn, ledger_id=rd.ledgerId, entry_ids=list(rd.entryIds), fence=rd.fence,
-                           master_key=rd.masterKey, previous_lac=rd.previousLac, timeout_ms=rd.timeoutMs)
+                           master_key=rd.masterKey, previous_lac=rd.previousLac, timeout_ms=rd.timeoutMs,
+                           term=rd.term)
     if which == "readLac":
         rl = r.readLac
         return ReadLacRequest(txn=txn, ledger_id=rl.ledgerId, fence=rl.fence, master_key=rl.masterKey,
-                              previous_lac=rl.previousLac, timeout_ms=rl.timeoutMs)
+                              previous_lac=rl.previousLac, timeout_ms=rl.timeoutMs, term=rl.term)
     if which == "writeLac":
         wl = r.writeLac
         return WriteLacRequest(txn=txn, ledger_id=wl.ledgerId, master_key=wl.masterKey, lac=wl.lac)

@@ -33,6 +33,8 @@ struct AddRequest {
   recovery @2 :Bool;          # recovery adds pass a fenced ledger
   entries @3 :EntryBatch;
   lafr @4 :Int64 = -1;        # the writer's last add fully replicated (on Qw bookies)
+  term @5 :Int64;             # unbounded ledgers: the writer's term (0: none)
+  truncate @6 :Bool;          # drop every entry above the highest one of this request
 }
 
 struct ReadRequest {
@@ -42,6 +44,7 @@ struct ReadRequest {
   masterKey @3 :Data;         # required with fence
   previousLac @4 :Int64 = -2; # long poll: answer once the LAC passes it; -2 = no long poll
   timeoutMs @5 :UInt32;
+  term @6 :Int64;             # with fence, on unbounded ledgers: move to this term
 }
 
 struct ReadLacRequest {
@@ -50,6 +53,7 @@ struct ReadLacRequest {
   masterKey @2 :Data;
   previousLac @3 :Int64 = -2;
   timeoutMs @4 :UInt32;
+  term @5 :Int64;
 }
 
 struct WriteLacRequest {

@@ -7,7 +7,7 @@ The file ``checkpoint`` is one header line and a JSON body::
 
 It names the journal position from which replay starts (everything before it is in the entry
 logs and indexes, fsynced), the active entry log, every live log with its per-ledger byte
-counts, and each ledger's summary: last entry id and state (fenced, master key, explicit LAC).
+counts, and each ledger's summary: last entry id and state (fenced, master key, explicit LAC, term).
 It is replaced atomically: written to ``checkpoint.tmp``, fsynced, renamed, directory fsynced.
 """
 
@@ -44,7 +44,8 @@ class Checkpoint:
             "active_log": self.active_log,
             "logs": {str(log_id): [total, {str(k): v for k, v in self.log_usage.get(log_id, {}).items()}]
                      for log_id, total in self.log_totals.items()},
-            "ledgers": {str(ledger_id): [last, int(state.fenced), state.master_key.hex(), state.explicit_lac]
+            "ledgers": {str(ledger_id): [last, int(state.fenced), state.master_key.hex(), state.explicit_lac,
+                                         state.term]
                         for ledger_id, (last, state) in self.ledgers.items()},
         }, separators=(",", ":")).encode()
         return f"{_MAGIC} {crc32c(body):08x}\n".encode() + body
@@ -63,8 +64,9 @@ class Checkpoint:
             journal_seq=doc["journal"][0], journal_offset=doc["journal"][1], active_log=doc["active_log"],
             log_totals={log_id: total for log_id, (total, _) in logs.items()},
             log_usage={log_id: {int(k): v for k, v in usage.items()} for log_id, (_, usage) in logs.items()},
-            ledgers={int(k): (last, LedgerState(fenced=bool(fenced), master_key=bytes.fromhex(key), explicit_lac=lac))
-                     for k, (last, fenced, key, lac) in doc["ledgers"].items()},
+            ledgers={int(k): (last, LedgerState(fenced=bool(fields[0]), master_key=bytes.fromhex(fields[1]),
+                                                explicit_lac=fields[2], term=fields[3] if len(fields) > 3 else 0))
+                     for k, (last, *fields) in doc["ledgers"].items()},
         )
 
 

@@ -8,7 +8,8 @@ The crc covers the length, the type and the payload, so a torn write, a bad leng
 bits are all caught. Payloads:
 
     PUT     ledger i64 | entry i64 | data
-    STATE   ledger i64 | fenced u8 | explicit_lac i64 | master_key
+    STATE   ledger i64 | flags u8 | explicit_lac i64 | [term i64] | master_key
+            (flags: 1 fenced, 2 a term follows; without it the term is 0)
     DELETE  ledger i64
 
 `encode_*` append records to the in-memory group-commit buffer; `JournalWriter.commit` writes the
@@ -35,7 +36,9 @@ KINDS = frozenset((PUT, STATE, DELETE))
 HEADER = struct.Struct("<IIB")         # length, crc32c, type
 _CHECKED = struct.Struct("<IB")        # what the crc covers before the payload: length, type
 PUT_IDS = struct.Struct("<qq")          # ledger, entry
-_STATE = struct.Struct("<qBq")          # ledger, fenced, explicit_lac (then the master key)
+_STATE = struct.Struct("<qBq")          # ledger, flags, explicit_lac (then the term if flagged, the master key)
+_TERM = struct.Struct("<q")
+_FENCED, _HAS_TERM = 1, 2
 _LEDGER = struct.Struct("<q")
 _PUT_HEAD = struct.Struct("<IIBqq")     # HEADER and PUT_IDS in one
 _PUT_CHECKED = struct.Struct("<IBqq")   # _CHECKED and PUT_IDS in one
@@ -67,8 +70,12 @@ def encode_put(buffer: bytearray, ledger_id: int, entry_id: int, data: bytes) ->
 
 
 def encode_state(buffer: bytearray, ledger_id: int, state: LedgerState) -> None:
-    """encode_state appends a STATE record (fenced flag, explicit LAC, master key) to `buffer`."""
-    _record(buffer, STATE, _STATE.pack(ledger_id, bool(state.fenced), state.explicit_lac), bytes(state.master_key))
+    """encode_state appends a STATE record (fenced flag, explicit LAC, term, master key) to `buffer`."""
+    flags = (_FENCED if state.fenced else 0) | (_HAS_TERM if state.term else 0)
+    head = _STATE.pack(ledger_id, flags, state.explicit_lac)
+    if state.term:
+        head += _TERM.pack(state.term)
+    _record(buffer, STATE, head, bytes(state.master_key))
 
 
 def encode_delete(buffer: bytearray, ledger_id: int) -> None:
@@ -78,8 +85,13 @@ def encode_delete(buffer: bytearray, ledger_id: int) -> None:
 
 def decode_state(payload: bytes) -> tuple[int, LedgerState]:
     """decode_state returns (ledger, state) of a STATE payload."""
-    ledger_id, fenced, lac = _STATE.unpack_from(payload)
-    return ledger_id, LedgerState(fenced=bool(fenced), master_key=bytes(payload[_STATE.size:]), explicit_lac=lac)
+    ledger_id, flags, lac = _STATE.unpack_from(payload)
+    start, term = _STATE.size, 0
+    if flags & _HAS_TERM:
+        (term,) = _TERM.unpack_from(payload, start)
+        start += _TERM.size
+    return ledger_id, LedgerState(fenced=bool(flags & _FENCED), master_key=bytes(payload[start:]), explicit_lac=lac,
+                                  term=term)
 
 
 def decode_delete(payload: bytes) -> int:
