@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Real ZooKeeper and etcd servers for the metadata tests (walkit.testing.servers runs them), and
-# redis-cli, kcat and sqlite3 for the adapters' tests.
+# redis-cli, kcat and sqlite3 for the adapters' tests, OpenJDK 17 for the Spark adapter's tests.
 missing=()
 [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
@@ -14,6 +14,7 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)      # the KV ser
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)                   # the topics broker's tests use kcat
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)       # the metrics tests scrape with a real Prometheus
 command -v sqlite3 >/dev/null 2>&1 || missing+=(sqlite3)             # the SQLite replicator's tests read replicas with it
+dpkg -s openjdk-17-jre-headless >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)  # Spark 4 runs on Java 17
 if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
