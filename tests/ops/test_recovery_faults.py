@@ -229,3 +229,28 @@ def test_a_writer_and_the_auditor_change_the_same_open_ledger_without_corrupting
                         for info in client.bookies().values())
         print(f"\nwriter wrote {len(written)} entries through 2 bookie losses; fragments {sorted(metadata.ensembles)}; "
               f"worker CAS conflicts seen: {conflicts:.0f}")
+
+
+def test_a_bookie_back_after_its_data_was_copied_away_gives_the_space_back(tmp_path):
+    with LocalCluster(bookies=5, data_dir=str(tmp_path / "gc"), http=True,
+                      bookie_args=("--lost-bookie-delay", "1", "--recovery-password", "pw", "--gc-interval", "1",
+                                   "--periodic-check-interval", "0")) as cluster, \
+            Client(cluster.metadata_url) as client:
+        acked = write_closed(client, ledgers=4, entries=500)
+        victim = bookie_in_most(client, acked)
+        index = cluster.addresses.index(victim)
+        held = [lid for lid in acked if victim in client.ledger_metadata(lid).bookies]
+        cluster.kill_bookie(index)
+        wait_repaired(client, victim, timeout=90)
+        cluster.start_bookie(index)                        # back, with copies nobody reads any more
+        http = cluster.http_address(index)
+
+        def dropped():
+            log = cluster.log_tail(index, lines=500)
+            return all(f"ledger {lid} no longer names this bookie" in log for lid in held)
+        wait_until(dropped, timeout=60, message=lambda: cluster.log_tail(index))
+        wait_until(lambda: scrape(http).get("walkit_bookie_ledgers") == 0, timeout=30,
+                   message="the returned bookie kept the ledgers re-replicated away from it")
+        live = set(client.bookies()) - {victim}
+        for ledger_id, entries in acked.items():
+            assert missing_replicas(client, ledger_id, entries, live) == [], f"ledger {ledger_id}"

@@ -7,7 +7,8 @@ add that arrived while the previous sync ran), then sends the replies. Around th
 
 - garbage collection: a background thread checks the ledgers stored here against the metadata;
   ledgers whose metadata is gone are deleted and storage is compacted; a ledger whose metadata
-  cannot be read is kept;
+  cannot be read is kept; a closed ledger whose fragments no longer name this bookie
+  (re-replicated elsewhere) is deleted under its replication lock (over-replicated ledgers);
 - read-only mode: past `disk_usage_threshold` of the storage's disk in use, adds get READ_ONLY
   and the registration says read-only (new ledgers avoid the bookie, writers replace it);
   below `disk_usage_lwm` the bookie is writable again; reads are served throughout;
@@ -42,11 +43,11 @@ import shutil
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from walkit.autorecovery.marks import DECOMMISSION_PREFIX
+from walkit.autorecovery.marks import DECOMMISSION_PREFIX, UnderReplication
 from walkit.bookie.config import BookieConfig
 from walkit.bookie.service import BookieService
 from walkit.core.messages import ErrorResponse, Status
-from walkit.core.metadata import ledger_key
+from walkit.core.metadata import CLOSED, LedgerMetadata, ledger_key
 from walkit.errors import ConfigError, MetadataError, NodeExists, NoSuchKey, StorageError
 from walkit.metrics import BookieMetrics, HttpEndpoint
 from walkit.plugins import open_metadata, open_storage
@@ -86,7 +87,8 @@ class BookieServer:
         self._last_round = time.perf_counter()
         self._serving = False
         self.failed: StorageError | None = None
-        self._deletions: deque[int] = deque()
+        self._deletions: deque[tuple[int, object]] = deque()    # (ledger id, its replication lock or None)
+        self._released: deque = deque()                          # locks to release, their deletions synced
         self._gc_candidates: deque[list[int]] = deque()
         self._context = zmq.Context.instance()
         self.storage = open_storage(config.storage)
@@ -195,6 +197,7 @@ class BookieServer:
             self._start_recovery()
         self._serving = True
         metrics = self.metrics
+        held: list = []
         sock, service, config = self.socket, self.service, self.config
         self._poller.register(sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
@@ -210,15 +213,21 @@ class BookieServer:
                     self._wait_for_group()
                 service.tick(int(time.monotonic() * 1000))
                 while self._deletions:
-                    ledger_id = self._deletions.popleft()
-                    log.info("garbage collection: deleting ledger %d (no metadata)", ledger_id)
+                    ledger_id, lock = self._deletions.popleft()
+                    log.info("garbage collection: deleting ledger %d (%s)", ledger_id,
+                             "no metadata" if lock is None else "not in its ensembles any more")
                     service.delete_ledger(ledger_id)
+                    if lock is not None:
+                        held.append(lock)
                 adds, reads, batch = service.add_replies, service.read_replies, service.unsynced_entries
                 flushing = time.perf_counter()
                 frames = service.flush()
                 metrics.round(started, flushing, batch, service.add_replies - adds, service.read_replies - reads)
                 for peer, frame in frames:
                     sock.send_multipart((peer, frame), zmq.NOBLOCK)
+                if held:                          # deleted and synced: the GC thread releases the locks
+                    self._released.extend(held)
+                    held.clear()
                 if service.failed is not None:
                     raise service.failed
                 if not self._maintain(time.monotonic()):
@@ -413,9 +422,48 @@ class BookieServer:
                 continue
             for ledger_id in self._gc_candidates.popleft():
                 try:
-                    self.metadata.get(ledger_key(ledger_id))
+                    value, _ = self.metadata.get(ledger_key(ledger_id))
                 except NoSuchKey:
-                    self._deletions.append(ledger_id)
+                    self._deletions.append((ledger_id, None))
+                    continue
                 except MetadataError as exc:
                     log.warning("garbage collection: keeping ledger %d, metadata unreadable: %s", ledger_id, exc)
                     break
+                try:
+                    lock = self._over_replicated(ledger_id, value)
+                except MetadataError as exc:
+                    log.warning("garbage collection: keeping ledger %d: %s", ledger_id, exc)
+                    break
+                if lock is not None:
+                    self._deletions.append((ledger_id, lock))
+            while self._released:
+                self._released.popleft().close()
+
+    def _over_replicated(self, ledger_id: int, value: bytes):
+        """_over_replicated returns the ledger's replication lock if this bookie should drop its copy.
+
+        That is a CLOSED ledger whose fragments no longer name this bookie (re-replicated away
+        while it was down or draining): the space is given back. The check is made again under
+        the ledger's replication lock, which is released only after the deletion synced, so no
+        worker can be copying entries of the ledger to this bookie meanwhile; an unclosed ledger
+        is never touched (a writer or recoverer may add this bookie to it).
+        """
+        metadata = LedgerMetadata.from_bytes(value)
+        if metadata.state != CLOSED or self.address in metadata.bookies:
+            return None
+        lock = UnderReplication(self.metadata).lock(ledger_id, f"gc@{self.address}")
+        if lock is None:
+            return None                           # a worker is at it: look again next time
+        try:
+            value, _ = self.metadata.get(ledger_key(ledger_id))
+            metadata = LedgerMetadata.from_bytes(value)
+        except NoSuchKey:
+            return lock
+        except BaseException:
+            lock.close()
+            raise
+        if metadata.state == CLOSED and self.address not in metadata.bookies:
+            log.info("garbage collection: ledger %d no longer names this bookie; dropping its copy", ledger_id)
+            return lock
+        lock.close()
+        return None
