@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -76,3 +77,35 @@ def auditor_http(client) -> str | None:
     leader = LeaderElection(client.store, ELECTION, "test-observer").leader()
     info = client.registry.info(leader) if leader else None
     return info.http if info is not None and info.http else None
+
+
+class BackgroundWriter:
+    """BackgroundWriter appends to a ledger from a thread until `stop()`, recording what was acked.
+
+    `written` maps entry ids to payloads; `failures` holds what made it stop early.
+    """
+
+    def __init__(self, writer, prefix: bytes = b"entry", timeout: float = 60.0) -> None:
+        self.writer = writer
+        self.written: dict[int, bytes] = {}
+        self.failures: list[BaseException] = []
+        self._stop = threading.Event()
+        self._prefix, self._timeout = prefix, timeout
+        self._thread = threading.Thread(target=self._run, name="background-writer")
+        self._thread.start()
+
+    def _run(self) -> None:
+        e = 0
+        while not self._stop.is_set():
+            payload = b"%s %d" % (self._prefix, e)
+            try:
+                self.written[self.writer.append(payload, timeout=self._timeout)] = payload
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                self.failures.append(exc)
+                return
+            e += 1
+
+    def stop(self) -> None:
+        """stop ends the thread after the append in flight."""
+        self._stop.set()
+        self._thread.join(self._timeout + 30)

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.integration.helpers import wait_until
-from tests.ops.helpers import PASSWORD, auditor_http, fragments_on, missing_replicas, scrape
+from tests.ops.helpers import PASSWORD, BackgroundWriter, auditor_http, fragments_on, missing_replicas, scrape
 from walkit.autorecovery import UnderReplication
 from walkit.client.api import Client
 from walkit.errors import LedgerFenced, NotEnoughBookies
@@ -131,21 +131,8 @@ def test_decommission_moves_a_live_bookies_data_while_its_writer_goes_on(cluster
     closed = client.create_ledger(3, 2, 2, password=PASSWORD)
     expected_closed = {closed.append(b"closed %d" % e): b"closed %d" % e for e in range(2000)}
     closed.close()
-    written: dict[int, bytes] = {}
-    stop = threading.Event()
-    failures: list[BaseException] = []
-
-    def keep_writing():
-        e = 0
-        while not stop.is_set():
-            try:
-                written[writer.append(b"live %d" % e, timeout=30)] = b"live %d" % e
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                failures.append(exc)
-                return
-            e += 1
-    thread = threading.Thread(target=keep_writing)
-    thread.start()
+    background = BackgroundWriter(writer, b"live", timeout=30)
+    written = background.written
     try:
         wait_until(lambda: len(written) > 200, timeout=30)
         result = subprocess.run([sys.executable, "-m", "walkit", "bookies", "decommission", target, "--password",
@@ -157,9 +144,8 @@ def test_decommission_moves_a_live_bookies_data_while_its_writer_goes_on(cluster
         count = len(written)
         wait_until(lambda: len(written) > count + 100, timeout=30, message="the writer stopped writing")
     finally:
-        stop.set()
-        thread.join(60)
-    assert failures == []
+        background.stop()
+    assert background.failures == []
     writer.close()
     assert fragments_on(client, target) == []
     info = client.registry.info(target)

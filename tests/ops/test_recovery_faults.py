@@ -11,13 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 from tests.integration.helpers import wait_until
-from tests.ops.helpers import PASSWORD, fragments_on, missing_replicas, scrape
+from tests.ops.helpers import PASSWORD, BackgroundWriter, fragments_on, missing_replicas, scrape
 from walkit.autorecovery import UnderReplication
 from walkit.autorecovery.auditor import ELECTION
 from walkit.client.api import Client
@@ -183,22 +182,8 @@ def test_a_writer_and_the_auditor_change_the_same_open_ledger_without_corrupting
                                    "--recovery-password", "pw")) as cluster, \
             Client(cluster.metadata_url, add_timeout=2) as client:
         writer = client.create_ledger(3, 2, 2, password=PASSWORD)
-        written: dict[int, bytes] = {}
-        failures: list[BaseException] = []
-        stop = threading.Event()
-
-        def keep_writing():
-            e = 0
-            while not stop.is_set():
-                payload = b"entry %d" % e
-                try:
-                    written[writer.append(payload, timeout=60)] = payload
-                except BaseException as exc:  # noqa: BLE001 - reported by the test
-                    failures.append(exc)
-                    return
-                e += 1
-        thread = threading.Thread(target=keep_writing)
-        thread.start()
+        background = BackgroundWriter(writer)
+        written, failures = background.written, background.failures
         dead = []
         try:
             for round_ in range(2):
@@ -214,8 +199,7 @@ def test_a_writer_and_the_auditor_change_the_same_open_ledger_without_corrupting
             count = len(written)
             wait_until(lambda: len(written) > count + 200, timeout=30, message="the writer stopped")
         finally:
-            stop.set()
-            thread.join(90)
+            background.stop()
         assert failures == []
         closed = writer.close()                       # its CAS may meet the workers' rewrites: re-read, close
         assert closed.state == "CLOSED" and closed.last_entry_id == max(written)

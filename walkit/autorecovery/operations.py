@@ -28,10 +28,13 @@ def _quiet(stage: str, done: int, total: int) -> None:
     pass
 
 
-def ledgers_on(client, address: str, progress: Progress = _quiet) -> dict[int, list[int]]:
-    """ledgers_on maps each ledger with a fragment on `address` to those fragments' first entries."""
+def ledgers_on(client, address: str, progress: Progress = _quiet, ledger_ids=None) -> dict[int, list[int]]:
+    """ledgers_on maps each ledger with a fragment on `address` to those fragments' first entries.
+
+    It looks at every ledger, or at `ledger_ids` only.
+    """
     found: dict[int, list[int]] = {}
-    ledger_ids = client.list_ledgers()
+    ledger_ids = client.list_ledgers() if ledger_ids is None else list(ledger_ids)
     for done, ledger_id in enumerate(ledger_ids, 1):
         try:
             metadata = client.ledger_metadata(ledger_id)
@@ -72,7 +75,7 @@ def recover_bookie(client, address: str, *, passwords=("",), reason: str = LOST,
         remaining = dict(found)
         while remaining:
             worker.run_once(force_open=force_open)
-            remaining = {lid: starts for lid, starts in _still_on(client, address, remaining).items()}
+            remaining = ledgers_on(client, address, ledger_ids=remaining)
             progress("replicate", len(found) - len(remaining), len(found))
             if not remaining:
                 break
@@ -89,19 +92,6 @@ def recover_bookie(client, address: str, *, passwords=("",), reason: str = LOST,
             "entries_copied": replicator.stats.entries_copied, "bytes_copied": replicator.stats.bytes_copied,
             "ledgers_recovered": replicator.stats.ledgers_recovered,
             "seconds": round(time.monotonic() - started, 3), "remaining": []}
-
-
-def _still_on(client, address: str, ledgers: dict[int, list[int]]) -> dict[int, list[int]]:
-    still = {}
-    for ledger_id in ledgers:
-        try:
-            metadata = client.ledger_metadata(ledger_id)
-        except NoSuchLedger:
-            continue
-        starts = [s for s in metadata.fragment_starts if address in metadata.ensembles[s]]
-        if starts:
-            still[ledger_id] = starts
-    return still
 
 
 def _errors(marks: UnderReplication, ledgers) -> str:
