@@ -41,7 +41,10 @@ def kv() -> None:
 @click.option("--roll-entries", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Start a new ledger of the log every N entries (truncation drops whole ledgers).")
 @click.option("--password", default="", help="Password of the log's and snapshots' ledgers.")
-def serve(**options) -> None:
+@click.option("--http-port", type=int, default=None,
+              help="Serve Prometheus /metrics (client append metrics), /health and /ready on this port "
+                   "(0: a free one) [default: off].")
+def serve(http_port, **options) -> None:
     """Serve a replicated key-value store over RESP, the Redis protocol, until Ctrl-C.
 
     redis-cli, redis-py and redis-benchmark work unchanged. Every write is appended to a walkit
@@ -56,8 +59,16 @@ def serve(**options) -> None:
     from walkit.adapters.kv.service import ServeOptions, run
     from walkit.errors import WalkitError
     logging.getLogger("walkit.adapters.kv").setLevel(min(logging.getLogger().level, logging.INFO))
+    endpoint = None
     try:
+        if http_port is not None:
+            from walkit.metrics import REGISTRY, HttpEndpoint
+            endpoint = HttpEndpoint(options["host"], http_port, [REGISTRY])
+            click.echo(f"metrics on http://{endpoint.address}/metrics", err=True)
         status = run(ServeOptions(**options), echo=lambda line: click.echo(line, err=True))
     except (WalkitError, OSError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     sys.exit(status)
