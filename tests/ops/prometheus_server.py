@@ -38,8 +38,9 @@ class PrometheusServer:
         scrape_configs = "".join(
             f"  - job_name: {json.dumps(job)}\n    static_configs:\n      - targets: {json.dumps(targets)}\n"
             for job, targets in jobs.items())
+        every = f"{int(interval * 1000)}ms"              # Prometheus durations take no fractions
         with open(config, "w") as f:
-            f.write(f"global:\n  scrape_interval: {interval}s\n  scrape_timeout: {interval}s\n"
+            f.write(f"global:\n  scrape_interval: {every}\n  scrape_timeout: {every}\n"
                     f"scrape_configs:\n{scrape_configs}")
         self.log_path = os.path.join(directory, "prometheus.log")
         with open(self.log_path, "ab") as log:
