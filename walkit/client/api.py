@@ -347,8 +347,7 @@ class WriteHandle:
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entries are bytes, not {type(data).__name__}")
-        future: Future = Future()
-        self._client.metrics.timed(future)
+        future: Future = self._client.metrics.future()
         with self._lock:
             self._submitted.append((bytes(data), future))
             first = len(self._submitted) == 1
