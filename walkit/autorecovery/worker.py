@@ -27,6 +27,9 @@ from walkit.errors import WalkitError
 
 log = logging.getLogger("walkit.autorecovery")
 
+#: How often a ledger left to its writer (within the grace period) is looked at again, at most.
+RECHECK_OPEN_S = 5.0
+
 
 class ReplicationWorker:
     """ReplicationWorker repairs marked ledgers with `replicator`, named `worker_id` in its locks.
@@ -95,7 +98,11 @@ class ReplicationWorker:
                 self.marks.settle(ledger_id, version, mark.bookies, error=str(exc))
                 return False
             if remaining:
-                self._back_off(ledger_id, first=self.poll_s)
+                # Left to an open ledger's writer: look again when its grace ends, or within
+                # RECHECK_OPEN_S, since the writer may move on (and its old fragment be copied) sooner.
+                due = mark.marked_ms / 1000 + self.replicator.open_grace_s - time.time()
+                self._retry_at[ledger_id] = (time.monotonic() + max(self.poll_s, min(due, RECHECK_OPEN_S)),
+                                             self.poll_s)
             else:
                 self._retry_at.pop(ledger_id, None)
             if not self.marks.settle(ledger_id, version, remaining):
