@@ -21,8 +21,10 @@ Rules applied here (DESIGN.md §3):
 - unbounded ledgers fence by term instead of the flag (seed 001): adds, fencing reads and LAC
   reads carry the writer's or recoverer's term; a request from a lower term than the ledger's
   gets INVALID_TERM, one from a higher term moves the ledger to it (durably, before the answer).
-  An add with `truncate` drops every entry above its highest one: the bookie overwrites them
-  with tombstones, which reads treat as absent (no storage backend needs a delete for this);
+  An add with `truncate` drops every entry above its highest one, unless a truncation at a
+  later (term, id) was applied already (so reordered or duplicated truncating adds are safe):
+  the bookie overwrites them with tombstones, which reads treat as absent (no storage backend
+  needs a delete for this);
 - a read-only bookie refuses ordinary adds with READ_ONLY and keeps serving reads;
 - every request is checked against `BookieLimits` before it touches storage or state: ids the
   storage can hold, digest and master-key sizes, long-poll timeouts and how many long polls
@@ -51,13 +53,16 @@ class LedgerState:
 
     It is durable (part of `EntryStorage` and covered by `sync()`): the fenced flag, the master
     key recorded on the first add or fence, the highest explicit LAC, and the highest term seen
-    (unbounded ledgers fence by term instead of the flag).
+    (unbounded ledgers fence by term instead of the flag). `truncated` is the (term, entry id)
+    of the last truncation applied: a truncating add applies only if its (term, first dropped
+    id) is later, so a late or duplicated one never drops what was written after it.
     """
 
     fenced: bool = False
     master_key: bytes = b""
     explicit_lac: int = NO_ENTRY
     term: int = 0
+    truncated: tuple[int, int] = (0, 0)
 
 
 _STORED = struct.Struct(">qB")
@@ -333,11 +338,14 @@ class BookieHandler:
             commands.append(StoreEntries(ledger_id, [(e.entry_id, pack_entry(e.lac, e.digest, e.payload))
                                                      for e in request.entries]))
             ledger.lac = max(ledger.lac, max(e.lac for e in request.entries))
-            if request.truncate:
+            mark = (request.term, highest + 1)
+            if request.truncate and mark > ledger.state.truncated:
                 if ledger.last_entry_id > highest:
                     commands.append(StoreEntries(ledger_id, [(entry_id, TOMBSTONE) for entry_id
                                                              in range(highest + 1, ledger.last_entry_id + 1)]))
                 ledger.last_entry_id = highest
+                ledger.state = replace(ledger.state, truncated=mark)
+                commands.append(StoreLedgerState(ledger_id, ledger.state))
             else:
                 ledger.last_entry_id = max(ledger.last_entry_id, highest)
         if request.lafr > ledger.lafr:       # never past the LAC: a fully replicated entry is confirmed

@@ -150,6 +150,7 @@ class LedgerRecovery:
         self._deadline = now_ms + timeout_ms
         # fencing
         self._fence_answers: dict[str, int] = {}    # bookie -> its LAC (LAFR with guaranteed write quorum)
+        self._fenced_lac = -1                       # the highest LAC the fencing answers reported
         self._quorum = metadata.write_quorum if metadata.guaranteed_write_quorum else metadata.ack_quorum
         self._fence_failed: dict[str, int] = {}     # bookie -> when to ask again
         self.start_entry = -1
@@ -258,6 +259,7 @@ class LedgerRecovery:
             self._fence_failed[event.bookie] = self._now + RETRY_MS
             return []
         self._fence_answers[event.bookie] = event.lafr if self.metadata.guaranteed_write_quorum else event.lac
+        self._fenced_lac = max(self._fenced_lac, event.lac)
         self._fence_failed.pop(event.bookie, None)
         md = self.metadata
         if len(self._fence_answers) < ensemble_coverage(md.ensemble_size, md.ack_quorum):
@@ -455,7 +457,9 @@ class LedgerRecovery:
         """_truncate writes the no-op at the first absent id to every bookie of the last fragment."""
         self._to(TRUNCATING)
         self._noop = noop_id = self._absent_at
-        lac = noop_id - 1
+        # The no-op carries the LAC fencing found, not noop_id - 1: the entries recovered after it
+        # are confirmed only once the metadata names the fragments recovery wrote them to.
+        lac = min(self._fenced_lac, noop_id - 1)
         entry = Entry(self.ledger_id, noop_id, lac, self._sign(self.ledger_id, noop_id, lac, NOOP_PAYLOAD), NOOP_PAYLOAD)
         return self._write_back(entry)
 

@@ -46,8 +46,9 @@ Unbounded ledgers (`metadata.unbounded`, seed 001): the writer writes in the met
 (every add carries it; a bookie in a higher term answers INVALID_TERM and the writer stops with
 LedgerFenced), starts after `last_entry_id` (the no-op its recovery wrote), and treats metadata
 of another term as fenced. A bookie that joins through an ensemble change may hold dirty
-entries of an earlier term: until it acknowledges an add, every add it gets has the truncate
-flag, which drops what it holds above that add.
+entries of an earlier term above the entries it gets, so every add of an unbounded ledger has
+the truncate flag: the bookie drops what it holds above the add, unless it applied a later
+truncation already, so reordered or duplicated adds never drop what later ones wrote.
 
 States (`WriterState`, transitions in `_TRANSITIONS`, each one asserted):
 
@@ -140,7 +141,6 @@ class LedgerWriter:
         self.last_add_confirmed = self.last_add_pushed = self.last_add_fully_replicated = last_entry_id
         self._gwq = metadata.guaranteed_write_quorum
         self.term = metadata.term if metadata.unbounded else 0
-        self._fresh: set[str] = set()               # unbounded: joined bookies not yet acknowledging
         self._pinned_since: dict[str, int] = {}     # pinned bookie -> when it first failed
         self._in_place: set[str] = set()            # pinned bookies retried in place by the change in flight
         self.error: WalkitError | None = None
@@ -218,10 +218,10 @@ class LedgerWriter:
         return self._sends(sends)
 
     def _sends(self, sends: dict[str, list[Entry]]) -> list:
-        """_sends turns entries per bookie into SendAdds (term, LAFR, and truncate for fresh bookies)."""
-        lafr, term, fresh = self.last_add_fully_replicated, self.term, self._fresh
+        """_sends turns entries per bookie into SendAdds (with the LAFR, and the term for unbounded ledgers)."""
+        lafr, term = self.last_add_fully_replicated, self.term
         return [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key, entries=entries,
-                            lafr=lafr, term=term, truncate=b in fresh)
+                            lafr=lafr, term=term, truncate=term > 0)
                 for b, entries in sends.items()]
 
     def _on_acked(self, event: ev.AddsAcked) -> list:
@@ -235,8 +235,6 @@ class LedgerWriter:
             self._unreachable_since.pop(bookie, None)
         if self._pinned_since:
             self._pinned_since.pop(bookie, None)
-        if self._fresh:
-            self._fresh.discard(bookie)
         for entry_id in event.entry_ids:
             index = entry_id - head
             if 0 <= index < count and bookie in write_sets[entry_id % size]:
@@ -395,10 +393,7 @@ class LedgerWriter:
             return [ev.CompleteClose(metadata=event.metadata, version=event.version)]
         if self.state is not CHANGING:
             return []
-        replacements = set(self._replacements.values())
-        if self.term:
-            self._fresh |= replacements
-        replacements |= self._in_place
+        replacements = set(self._replacements.values()) | self._in_place
         self._adopt(event.metadata, event.version)
         return self._finish_change(resend_to=replacements)
 

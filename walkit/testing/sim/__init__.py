@@ -6,15 +6,18 @@ store and client processes, all driven by a seed):
 - `Simulation` (walkit.testing.sim.ledger): one ledger written, recovered by racing and
   crashing recoverers, tailed by LAC readers and read back;
 - `LogSimulation` (walkit.testing.sim.log): a log with several writers that open, append, roll,
-  truncate, close and crash (also at the named failpoints), and followers tailing it.
+  truncate, close and crash (also at the named failpoints), and followers tailing it;
+- `UnboundedSimulation` (walkit.testing.sim.unbounded): writers battling for one unbounded
+  ledger across terms (seed 001), and `seed_001_counterexample`, its divergence scripted.
 
 A failing seed is a one-line reproduction: ``pytest tests/sim --seed N`` or
-``python -m walkit.testing.sim --seed N [--log]``.
+``python -m walkit.testing.sim --seed N [--log | --unbounded]``.
 """
 
 from walkit.testing.sim.ledger import SHAPES, SimConfig, Simulation
 from walkit.testing.sim.log import LogSimConfig, LogSimulation
+from walkit.testing.sim.unbounded import UnboundedSimConfig, UnboundedSimulation, seed_001_counterexample
 from walkit.testing.sim.world import InvariantViolation, VolatileStorage, World
 
 __all__ = ["InvariantViolation", "LogSimConfig", "LogSimulation", "SHAPES", "SimConfig", "Simulation",
-           "VolatileStorage", "World"]
+           "UnboundedSimConfig", "UnboundedSimulation", "VolatileStorage", "World", "seed_001_counterexample"]

@@ -1,6 +1,7 @@
-"""python -m walkit.testing.sim --seed N [--log] [--trace]: replay one simulator run.
+"""python -m walkit.testing.sim --seed N [--log | --unbounded] [--trace]: replay one simulator run.
 
-Runs the ledger scenario (or the log scenario with --log) for seed N and prints its summary, or
+Runs the ledger scenario (the log scenario with --log, the unbounded-ledger battle with
+--unbounded) for seed N and prints its summary, or
 the violated invariant with the trace that led to it. `--seeds N` runs seeds 0..N-1 and reports
 the first failure and the rate.
 """
@@ -11,7 +12,7 @@ import argparse
 import sys
 import time
 
-from walkit.testing.sim import InvariantViolation, LogSimulation, Simulation
+from walkit.testing.sim import InvariantViolation, LogSimulation, Simulation, UnboundedSimulation
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,9 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="replay this seed")
     parser.add_argument("--seeds", type=int, default=0, help="run seeds 0..N-1")
     parser.add_argument("--log", action="store_true", help="the log scenario (default: the ledger scenario)")
+    parser.add_argument("--unbounded", action="store_true", help="writers battling for an unbounded ledger")
     parser.add_argument("--trace", action="store_true", help="print the trace of a passing run too")
     args = parser.parse_args(argv)
-    scenario = LogSimulation if args.log else Simulation
+    scenario = UnboundedSimulation if args.unbounded else LogSimulation if args.log else Simulation
     seeds = [args.seed] if args.seed is not None else range(args.seeds)
     started = time.monotonic()
     for seed in seeds:

@@ -232,6 +232,8 @@ class World:
         self.request_timeout_ms = max(request_timeout_ms, 8 * max_delay_ms + 2 * max_sync_ms + 10)
         self.after_step = after_step
         self.faults = True
+        #: drops(process, bookie, message) -> True drops a message on purpose (scripted scenarios).
+        self.drops = None
         self.bookies = {f"b{i}": SimBookie(f"b{i}") for i in range(bookies)}
         self.store = SimStore()
         self.processes: dict[str, Process] = {}
@@ -359,6 +361,9 @@ class World:
         return self.rng.randint(1, top)
 
     def _transmit(self, process: Process, bookie: str, fn, message) -> None:
+        if self.drops is not None and self.drops(process, bookie, message):
+            self.log("DROP (scripted) %s %s %s", process.name, bookie, _describe(message))
+            return
         rng = self.rng
         if self.faults and rng.random() < self.drop_rate:
             self.log("DROP %s %s", process.name, _describe(message))
@@ -470,7 +475,7 @@ def _describe(message) -> str:
         parts.append(f"L{message.ledger_id} ids={ids}")
     elif hasattr(message, "ledger_id"):
         parts.append(f"L{message.ledger_id}")
-    for flag in ("fence", "recovery"):
+    for flag in ("fence", "recovery", "truncate"):
         if getattr(message, flag, False):
             parts.append(flag)
     return f"{name}({' '.join(parts)})"
