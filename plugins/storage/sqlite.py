@@ -1,7 +1,7 @@
 """walkit.plugins.storage.sqlite keeps a bookie's entries in one SQLite file (``sqlite:///path/bookie.db``).
 
 Two tables: ``entries`` (ledger_id, entry_id, data) and ``ledgers`` (ledger_id, fenced,
-master_key, explicit_lac, term). The database runs in WAL mode with ``synchronous=FULL`` and
+master_key, explicit_lac, term, truncated_term, truncated_at). The database runs in WAL mode with ``synchronous=FULL`` and
 ``auto_vacuum=INCREMENTAL``. The group commit is one transaction: the first `put`,
 `set_ledger_state` or `delete_ledger` after a sync opens it, `sync()` commits it (a WAL append
 and an fsync). Reads use the same connection, so they see the open transaction's changes.
@@ -31,7 +31,9 @@ CREATE TABLE IF NOT EXISTS ledgers (
     fenced INTEGER NOT NULL DEFAULT 0,
     master_key BLOB NOT NULL DEFAULT x'',
     explicit_lac INTEGER NOT NULL DEFAULT -1,
-    term INTEGER NOT NULL DEFAULT 0
+    term INTEGER NOT NULL DEFAULT 0,
+    truncated_term INTEGER NOT NULL DEFAULT 0,
+    truncated_at INTEGER NOT NULL DEFAULT 0
 );
 """
 
@@ -66,8 +68,9 @@ class SqliteStorage:
             self._db.execute(f"PRAGMA cache_size={-int(settings['cache_mb'] * 1024)}")
             self._db.executescript(_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(ledgers)")}
-            if "term" not in columns:           # a file made before unbounded ledgers
-                self._db.execute("ALTER TABLE ledgers ADD COLUMN term INTEGER NOT NULL DEFAULT 0")
+            for column in ("term", "truncated_term", "truncated_at"):
+                if column not in columns:       # a file made before unbounded ledgers
+                    self._db.execute(f"ALTER TABLE ledgers ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
         except sqlite3.Error as exc:
             self._db.close()
             raise StorageError(f"sqlite storage {path}: {exc}") from exc
@@ -129,16 +132,17 @@ class SqliteStorage:
 
     def ledger_state(self, ledger_id: int) -> LedgerState | None:
         """ledger_state returns a ledger's state, or None if the ledger is unknown here."""
-        row = self._db.execute("SELECT fenced, master_key, explicit_lac, term FROM ledgers WHERE ledger_id = ?",
-                               (ledger_id,)).fetchone()
+        row = self._db.execute("SELECT fenced, master_key, explicit_lac, term, truncated_term, truncated_at "
+                               "FROM ledgers WHERE ledger_id = ?", (ledger_id,)).fetchone()
         return None if row is None else LedgerState(fenced=bool(row[0]), master_key=bytes(row[1]),
-                                                    explicit_lac=row[2], term=row[3])
+                                                    explicit_lac=row[2], term=row[3], truncated=(row[4], row[5]))
 
     def set_ledger_state(self, ledger_id: int, state: LedgerState) -> None:
         """set_ledger_state records a ledger's state in the open transaction; durable after sync()."""
-        self._write("INSERT OR REPLACE INTO ledgers (ledger_id, fenced, master_key, explicit_lac, term) "
-                    "VALUES (?, ?, ?, ?, ?)", (ledger_id, int(state.fenced), bytes(state.master_key),
-                                               state.explicit_lac, state.term))
+        self._write("INSERT OR REPLACE INTO ledgers (ledger_id, fenced, master_key, explicit_lac, term, "
+                    "truncated_term, truncated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (ledger_id, int(state.fenced), bytes(state.master_key), state.explicit_lac, state.term,
+                     *state.truncated))
         self._known.add(ledger_id)
 
     def delete_ledger(self, ledger_id: int) -> None:

@@ -259,8 +259,9 @@ class EntryStorageConformance:
         assert storage.ledger_state(1) == state
         storage.set_ledger_state(1, LedgerState(master_key=b"k2"))
         assert storage.ledger_state(1) == LedgerState(master_key=b"k2")
-        storage.set_ledger_state(1, LedgerState(master_key=b"k2", term=2**40 + 3))     # unbounded ledgers' term
-        assert storage.ledger_state(1).term == 2**40 + 3
+        state = LedgerState(master_key=b"k2", term=2**40 + 3, truncated=(2**40, 17))     # unbounded ledgers
+        storage.set_ledger_state(1, state)
+        assert storage.ledger_state(1) == state
         assert list(storage.ledgers()) == [1] and storage.last_entry(1) == -1
 
     def test_put_makes_the_ledger_known(self, storage):
@@ -316,7 +317,7 @@ class EntryStorageConformance:
         workload = Workload()
         workload.run(lambda _: storage, path, lambda _: None, groups=10)
         storage.put(7, 0, payload(7, 0, 3 << 20))
-        storage.set_ledger_state(8, LedgerState(fenced=True, master_key=b"m8", explicit_lac=3, term=5))
+        storage.set_ledger_state(8, LedgerState(fenced=True, master_key=b"m8", explicit_lac=3, term=5, truncated=(4, 9)))
         storage.put(9, 0, b"doomed")
         storage.set_ledger_state(9, LedgerState(master_key=b"m9"))
         storage.sync()
@@ -327,7 +328,8 @@ class EntryStorageConformance:
         try:
             workload.check(storage, 10)
             assert storage.get(7, 0) == payload(7, 0, 3 << 20) and storage.last_entry(7) == 0
-            assert storage.ledger_state(8) == LedgerState(fenced=True, master_key=b"m8", explicit_lac=3, term=5)
+            assert storage.ledger_state(8) == LedgerState(fenced=True, master_key=b"m8", explicit_lac=3, term=5,
+                                                          truncated=(4, 9))
             assert storage.ledger_state(9) is None and storage.get(9, 0) is None and storage.last_entry(9) == -1
             assert sorted(storage.ledgers()) == [1, 2, 3, 7, 8]
         finally:

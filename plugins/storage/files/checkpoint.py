@@ -45,7 +45,7 @@ class Checkpoint:
             "logs": {str(log_id): [total, {str(k): v for k, v in self.log_usage.get(log_id, {}).items()}]
                      for log_id, total in self.log_totals.items()},
             "ledgers": {str(ledger_id): [last, int(state.fenced), state.master_key.hex(), state.explicit_lac,
-                                         state.term]
+                                         state.term, *state.truncated]
                         for ledger_id, (last, state) in self.ledgers.items()},
         }, separators=(",", ":")).encode()
         return f"{_MAGIC} {crc32c(body):08x}\n".encode() + body
@@ -65,7 +65,8 @@ class Checkpoint:
             log_totals={log_id: total for log_id, (total, _) in logs.items()},
             log_usage={log_id: {int(k): v for k, v in usage.items()} for log_id, (_, usage) in logs.items()},
             ledgers={int(k): (last, LedgerState(fenced=bool(fields[0]), master_key=bytes.fromhex(fields[1]),
-                                                explicit_lac=fields[2], term=fields[3] if len(fields) > 3 else 0))
+                                                explicit_lac=fields[2], term=fields[3] if len(fields) > 3 else 0,
+                                                truncated=tuple(fields[4:6]) if len(fields) > 5 else (0, 0)))
                      for k, (last, *fields) in doc["ledgers"].items()},
         )
 

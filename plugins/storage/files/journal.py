@@ -8,8 +8,8 @@ The crc covers the length, the type and the payload, so a torn write, a bad leng
 bits are all caught. Payloads:
 
     PUT     ledger i64 | entry i64 | data
-    STATE   ledger i64 | flags u8 | explicit_lac i64 | [term i64] | master_key
-            (flags: 1 fenced, 2 a term follows; without it the term is 0)
+    STATE   ledger i64 | flags u8 | explicit_lac i64 | [term i64] | [truncated i64 i64] | master_key
+            (flags: 1 fenced, 2 a term follows, 4 the last truncation's term and id follow)
     DELETE  ledger i64
 
 `encode_*` append records to the in-memory group-commit buffer; `JournalWriter.commit` writes the
@@ -38,7 +38,8 @@ _CHECKED = struct.Struct("<IB")        # what the crc covers before the payload:
 PUT_IDS = struct.Struct("<qq")          # ledger, entry
 _STATE = struct.Struct("<qBq")          # ledger, flags, explicit_lac (then the term if flagged, the master key)
 _TERM = struct.Struct("<q")
-_FENCED, _HAS_TERM = 1, 2
+_TRUNCATED = struct.Struct("<qq")
+_FENCED, _HAS_TERM, _HAS_TRUNCATED = 1, 2, 4
 _LEDGER = struct.Struct("<q")
 _PUT_HEAD = struct.Struct("<IIBqq")     # HEADER and PUT_IDS in one
 _PUT_CHECKED = struct.Struct("<IBqq")   # _CHECKED and PUT_IDS in one
@@ -71,10 +72,13 @@ def encode_put(buffer: bytearray, ledger_id: int, entry_id: int, data: bytes) ->
 
 def encode_state(buffer: bytearray, ledger_id: int, state: LedgerState) -> None:
     """encode_state appends a STATE record (fenced flag, explicit LAC, term, master key) to `buffer`."""
-    flags = (_FENCED if state.fenced else 0) | (_HAS_TERM if state.term else 0)
+    truncated = state.truncated != (0, 0)
+    flags = (_FENCED if state.fenced else 0) | (_HAS_TERM if state.term else 0) | (_HAS_TRUNCATED if truncated else 0)
     head = _STATE.pack(ledger_id, flags, state.explicit_lac)
     if state.term:
         head += _TERM.pack(state.term)
+    if truncated:
+        head += _TRUNCATED.pack(*state.truncated)
     _record(buffer, STATE, head, bytes(state.master_key))
 
 
@@ -86,12 +90,15 @@ def encode_delete(buffer: bytearray, ledger_id: int) -> None:
 def decode_state(payload: bytes) -> tuple[int, LedgerState]:
     """decode_state returns (ledger, state) of a STATE payload."""
     ledger_id, flags, lac = _STATE.unpack_from(payload)
-    start, term = _STATE.size, 0
+    start, term, truncated = _STATE.size, 0, (0, 0)
     if flags & _HAS_TERM:
         (term,) = _TERM.unpack_from(payload, start)
         start += _TERM.size
+    if flags & _HAS_TRUNCATED:
+        truncated = _TRUNCATED.unpack_from(payload, start)
+        start += _TRUNCATED.size
     return ledger_id, LedgerState(fenced=bool(flags & _FENCED), master_key=bytes(payload[start:]), explicit_lac=lac,
-                                  term=term)
+                                  term=term, truncated=tuple(truncated))
 
 
 def decode_delete(payload: bytes) -> int:
