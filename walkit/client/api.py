@@ -25,7 +25,7 @@ from walkit.client.drivers import OutcomeDriver, ReaderDriver, WriterDriver
 from walkit.client.loop import ClientLoop, now_ms
 from walkit.core import events as ev
 from walkit.core.digest import DIGEST_TYPES, Digest, master_key, password_check
-from walkit.core.messages import Entry
+from walkit.core.messages import NOOP_PAYLOAD, Entry
 from walkit.core.metadata import (
     CLOSED, LEDGER_ID_COUNTER, LEDGER_PREFIX, LedgerMetadata, check_quorums, ledger_id_of, ledger_key,
 )
@@ -33,7 +33,7 @@ from walkit.core.reader import LacReader, RangeReader
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import LedgerWriter
 from walkit.errors import (
-    ClientClosed, ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, Timeout, Unauthorized,
+    BadVersion, ClientClosed, ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, Timeout, Unauthorized,
 )
 from walkit.metrics import client_metrics
 from walkit.plugins import open_metadata
@@ -120,8 +120,15 @@ class Client:
                       password: bytes | str = b"", digest: str = "crc32c",
                       custom: dict[str, str] | None = None, timeout: float | None = None,
                       min_racks: int | None = None,
-                      guaranteed_write_quorum: bool = False) -> "WriteHandle":
+                      guaranteed_write_quorum: bool = False, unbounded: bool = False) -> "WriteHandle":
         """create_ledger makes a new ledger on `ensemble` random live bookies and opens it for writing.
+
+        An `unbounded` ledger (seed 001) has no end: any client may take it over with
+        `reopen_ledger`, which fences the current writer by moving the ledger to a new term,
+        and `truncate_ledger` deletes its oldest entries with the fragments that held them.
+        Unbounded ledgers always use guaranteed write quorum. Readers never see the no-op
+        entries that end each takeover's recovery; appending the no-op payload itself
+        (walkit.core.messages.NOOP_PAYLOAD) is refused.
 
         With `guaranteed_write_quorum`, appends are still acknowledged at `ack_quorum`, but the
         writer keeps every entry until it is on all `write_quorum` bookies (replacing failed
@@ -151,7 +158,8 @@ class Client:
             ledger_id=ledger_id, ensemble_size=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
             ensembles={0: tuple(bookies)}, digest_type=digest, password_check=password_check(password),
             created_ms=int(time.time() * 1000), custom=dict(custom or {}), owner=self.principal,
-            guaranteed_write_quorum=bool(guaranteed_write_quorum))
+            guaranteed_write_quorum=bool(guaranteed_write_quorum or unbounded), unbounded=bool(unbounded),
+            term=1 if unbounded else 0)
         version = self.store.create(ledger_key(ledger_id), metadata.to_bytes())
         machine = LedgerWriter(metadata, version, master_key=master_key(password),
                                digest=Digest(digest, password), add_timeout_ms=int(self.add_timeout * 1000),
@@ -184,6 +192,69 @@ class Client:
         else:
             lac = self._run(LacReader(metadata), timeout, f"reading the LAC of ledger {ledger_id}")
         return ReadHandle(self, metadata, digest, lac, timeout)
+
+    def reopen_ledger(self, ledger_id: int, *, password: bytes | str = b"", timeout: float | None = None) -> "WriteHandle":
+        """reopen_ledger takes over an unbounded ledger and returns a WriteHandle in a new term.
+
+        The ledger moves to the next term (its current writer's appends fail with LedgerFenced
+        from then on), is recovered (every entry that may have been acknowledged stays, on all
+        write-quorum bookies), and a no-op entry ends the old term's tail on every bookie of the
+        last fragment; appends then continue after it. Two clients reopening at once battle:
+        one of them wins, the other gets LedgerFenced. ConfigError for a bounded ledger,
+        LedgerClosed for a closed one, Unauthorized for a wrong password.
+        """
+        self._check_open()
+        timeout = timeout or self.timeout
+        password = _password(password)
+        metadata, version = self._get_metadata(ledger_id)
+        if not metadata.unbounded:
+            raise ConfigError(f"ledger {ledger_id} is not unbounded: only unbounded ledgers can be reopened "
+                              "(open it with open_ledger(recover=True) to close it)")
+        if metadata.password_check and metadata.password_check != password_check(password):
+            raise Unauthorized(f"wrong password for ledger {ledger_id}")
+        digest = Digest(metadata.digest_type, password)
+        machine = LedgerRecovery(metadata, version, master_key=master_key(password), digest=digest,
+                                 timeout_ms=int(timeout * 1000), add_timeout_ms=int(self.add_timeout * 1000),
+                                 now_ms=now_ms(), reopen=True)
+        done = self._run(machine, timeout, f"reopening ledger {ledger_id}", whole=True)
+        writer = LedgerWriter(done.metadata, done.version, master_key=master_key(password), digest=digest,
+                              add_timeout_ms=int(self.add_timeout * 1000), now_ms=now_ms(),
+                              last_entry_id=done.last_entry_id)
+        return WriteHandle(self, writer, timeout)
+
+    def truncate_ledger(self, ledger_id: int, before: int) -> LedgerMetadata:
+        """truncate_ledger deletes the entries of an unbounded ledger below `before`.
+
+        The fragments that held only such entries leave the metadata (so it stays small however
+        long the ledger lives), and bookies no longer named by any fragment drop the ledger at
+        their garbage collection. `before` may not pass the last entry confirmed to readers
+        (the LAC the bookies report). Reading below the new first entry raises NoSuchEntry.
+        """
+        self._check_open()
+        while True:
+            metadata, version = self._get_metadata(ledger_id)
+            if not metadata.unbounded:
+                raise ConfigError(f"ledger {ledger_id} is not unbounded: delete the ledger instead")
+            end = self.ledger_lac(ledger_id, metadata)
+            if before > end + 1:
+                raise ConfigError(f"cannot truncate ledger {ledger_id} before entry {before}: only entries "
+                                  f"up to {end} are confirmed")
+            truncated = metadata.truncated(before)
+            if truncated == metadata:
+                return metadata
+            try:
+                self.store.put(ledger_key(ledger_id), truncated.to_bytes(), version)
+                return truncated
+            except BadVersion:
+                continue                     # the writer changed the ensemble meanwhile: again
+
+    def ledger_lac(self, ledger_id: int, metadata: LedgerMetadata | None = None, timeout: float | None = None) -> int:
+        """ledger_lac returns a ledger's last entry confirmed to readers: the last entry once closed,
+        else the LAC the bookies of its last fragment report."""
+        metadata = metadata or self.ledger_metadata(ledger_id)
+        if metadata.state == CLOSED:
+            return metadata.last_entry_id
+        return self._run(LacReader(metadata), timeout or self.timeout, f"reading the LAC of ledger {ledger_id}")
 
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         """ledger_metadata returns the current metadata of a ledger (NoSuchLedger if absent)."""
@@ -408,12 +479,17 @@ class ReadHandle:
 
         Reading past the LAC is refused with NoSuchEntry. Each entry has `.entry_id` and
         `.payload`. A replica with corrupt bytes is skipped for another; DigestMismatch is raised
-        only if no replica verifies.
+        only if no replica verifies. An unbounded ledger's no-op entries (one per takeover) are
+        skipped, so entry ids have gaps there; reading below its first entry (after
+        `truncate_ledger`) is refused with NoSuchEntry.
         """
         last = self.last_add_confirmed if last is None else last
         if last > self.last_add_confirmed:
             raise NoSuchEntry(f"entry {last} of ledger {self.ledger_id} is beyond the last add "
                               f"confirmed ({self.last_add_confirmed})")
+        if first < self.metadata.first_entry_id:
+            raise NoSuchEntry(f"entries of ledger {self.ledger_id} below {self.metadata.first_entry_id} were "
+                              f"truncated")
         timeout = timeout or self._timeout
         machine = RangeReader(self.metadata, first, last, self._digest,
                               timeout_ms=self._client._loop.request_timeout_ms, now_ms=now_ms())
@@ -431,7 +507,10 @@ class ReadHandle:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield from item
+            if self.metadata.unbounded:
+                yield from (entry for entry in item if entry.payload != NOOP_PAYLOAD)
+            else:
+                yield from item
             consumed = ev.EntriesConsumed(upto=item[-1].entry_id)
             self._loop.call(lambda consumed=consumed: self._loop.step(driver, consumed))
 

@@ -20,7 +20,7 @@ class WriterDriver(Driver):
     def __init__(self, machine) -> None:
         self.machine = machine
         self.futures: deque[Future] = deque()
-        self.first_entry = 0                # entry id of futures[0]
+        self.first_entry = machine.last_add_pushed + 1     # entry id of futures[0]
         self.close_futures: list[Future] = []
 
     def handle(self, command) -> None:
@@ -94,8 +94,9 @@ class ReaderDriver(Driver):
 class OutcomeDriver(Driver):
     """OutcomeDriver resolves one future from a machine's single final command.
 
-    It serves recovery (CompleteRecovery / FailRecovery) and LAC reads (CompleteRead / FailRead:
-    the LAC, or the CompleteRead itself with `whole`).
+    It serves recovery (CompleteRecovery / FailRecovery: (metadata, version), or the
+    CompleteRecovery itself with `whole`) and LAC reads (CompleteRead / FailRead: the LAC, or the
+    CompleteRead itself with `whole`).
     """
 
     def __init__(self, machine, future: Future, whole: bool = False) -> None:
@@ -106,7 +107,7 @@ class OutcomeDriver(Driver):
     def handle(self, command) -> None:
         kind = type(command)
         if kind is ev.CompleteRecovery:
-            self.future.set_result((command.metadata, command.version))
+            self.future.set_result(command if self.whole else (command.metadata, command.version))
         elif kind is ev.CompleteRead:
             self.future.set_result(command if self.whole else command.lac)
         elif kind in (ev.FailRecovery, ev.FailRead):

@@ -135,25 +135,37 @@ class ZmqTransport:
         down, self._down = self._down, []
         return received, down
 
+    def _denied(self, event: int, value: int) -> bool:
+        """_denied tells whether a failed handshake means the bookie refused our key (secured only).
+
+        ZAP's refusal (HANDSHAKE_FAILED_AUTH) or a CURVE error is a refusal; any other failed
+        handshake (a bookie dying mid-greeting, say) is only a connection that went down.
+        """
+        if self.curve is None:
+            return False
+        return event == zmq.EVENT_HANDSHAKE_FAILED_AUTH or (
+            event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+
     def _on_monitor(self, channel: _Channel) -> None:
         while True:
             try:
-                event = recv_monitor_message(channel.monitor, zmq.NOBLOCK)["event"]
+                message = recv_monitor_message(channel.monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return
+            event = message["event"]
             if event == _UP:
                 channel.state = "up"
                 self.refused.discard(channel.address)
                 held, channel.held = channel.held, []
                 for frame in held:
                     channel.socket.send(frame, zmq.NOBLOCK)
-            elif event & _DENIED and channel.state != "down":
+            elif self._denied(event, message["value"]) and channel.state != "down":
                 self.refused.add(channel.address)
                 channel.refused_at = time.monotonic()
                 channel.state = "down"
                 channel.held.clear()
                 self._down.append(channel.address)
-            elif event in (_DOWN, _REFUSED) and channel.state != "down":
+            elif (event in (_DOWN, _REFUSED) or event & _DENIED) and channel.state != "down":
                 channel.state = "down"
                 channel.held.clear()
                 self._down.append(channel.address)

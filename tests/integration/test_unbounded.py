@@ -1,0 +1,160 @@
+"""Unbounded ledgers and guaranteed write quorum (issue 19) with real bookie and writer processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from concurrent.futures import wait as wait_futures
+
+import pytest
+
+import walkit
+from walkit.core.distribution import write_set_bookies
+from walkit.core.messages import NOOP_PAYLOAD, Status
+from walkit.errors import ConfigError, LedgerFenced, NoSuchEntry
+from walkit.local import LocalCluster
+from walkit.testing.unbounded_writer import PASSWORD
+
+from .helpers import RawBookie, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with LocalCluster(bookies=4, data_dir=str(tmp_path / "cluster"), storage="files") as cluster:
+        yield cluster
+
+
+class WriterProcess:
+    """WriterProcess runs walkit.testing.unbounded_writer and collects what it reports."""
+
+    def __init__(self, cluster: LocalCluster, ledger_id: int, name: str) -> None:
+        self.name = name
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "walkit.testing.unbounded_writer", cluster.metadata_url, str(ledger_id), name],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.strip())
+
+    def send(self, command: str) -> None:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+
+    def count(self, prefix: str) -> int:
+        return sum(1 for line in list(self.lines) if line.startswith(prefix))
+
+    def acked(self) -> list[tuple[int, str]]:
+        return [(int(line.split()[1]), line.split()[2]) for line in list(self.lines) if line.startswith("acked ")]
+
+    def stop(self) -> str:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._reader.join(timeout=10)
+        return self.process.stderr.read()
+
+
+def test_two_writer_processes_take_an_unbounded_ledger_from_each_other_ten_times(cluster):
+    with walkit.Client(cluster.metadata_url) as client:
+        ledger_id = client.create_ledger(3, 3, 2, password=PASSWORD, unbounded=True).ledger_id
+    writers = [WriterProcess(cluster, ledger_id, name) for name in ("A", "B")]
+    try:
+        for turn in range(10):
+            writer = writers[turn % 2]
+            taken, acked = writer.count("took "), len(writer.acked())
+            writer.send("take")                      # fences the other one while it appends
+            wait_until(lambda: writer.count("took ") > taken, 60,
+                       message=lambda: f"{writer.name} did not take turn {turn}: {writer.lines[-5:]}")
+            wait_until(lambda: len(writer.acked()) >= acked + 20, 60,
+                       message=lambda: f"{writer.name} appended nothing in turn {turn}: {writer.lines[-5:]}")
+        last = writers[9 % 2]
+        last.send("close")
+        wait_until(lambda: last.count("closed ") == 1, 60, message=lambda: f"no close: {last.lines[-5:]}")
+    finally:
+        errors = [w.stop() for w in writers]
+    fenced = writers[0].count("fenced") + writers[1].count("fenced")
+    assert fenced >= 9, (fenced, errors)                      # every takeover fenced the other writer
+    acknowledged: dict[int, str] = {}
+    for writer in writers:
+        for entry_id, payload in writer.acked():
+            assert acknowledged.setdefault(entry_id, payload) == payload, f"entry {entry_id} acknowledged twice"
+    with walkit.Client(cluster.metadata_url) as client:
+        metadata = client.ledger_metadata(ledger_id)
+        assert metadata.state == "CLOSED" and metadata.term == 11
+        read = [(e.entry_id, e.payload.decode()) for e in client.open_ledger(ledger_id, password=PASSWORD).read()]
+    assert all(payload.encode() != NOOP_PAYLOAD for _, payload in read)
+    assert [entry_id for entry_id, _ in read] == sorted(entry_id for entry_id, _ in read)
+    payloads = [payload for _, payload in read]
+    assert len(payloads) == len(set(payloads)), "a payload was read twice"
+    by_id = dict(read)
+    missing = {entry_id: payload for entry_id, payload in acknowledged.items() if by_id.get(entry_id) != payload}
+    assert not missing, f"acknowledged but not read back: {sorted(missing.items())[:5]}"
+    for name in ("A", "B"):                      # each writer's payloads are read in the order it wrote them
+        numbers = [int(p.split("-")[1]) for p in payloads if p.startswith(name + "-")]
+        assert numbers == sorted(numbers)
+
+
+def test_a_reopened_ledger_fences_the_old_writer_and_continues_after_the_noop(cluster):
+    with walkit.Client(cluster.metadata_url) as client:
+        writer = client.create_ledger(3, 2, 2, password=b"pw", unbounded=True)
+        for i in range(5):
+            assert writer.append(b"a%d" % i) == i
+        taken = client.reopen_ledger(writer.ledger_id, password=b"pw")
+        assert taken.metadata.term == 2
+        with pytest.raises(LedgerFenced):
+            writer.append(b"late", timeout=10)
+        assert [taken.append(b"b%d" % i) for i in range(3)] == [6, 7, 8]       # 5 is the no-op
+        reader = client.open_ledger(writer.ledger_id, password=b"pw")
+        assert [e.payload for e in reader.read()] == [b"a0", b"a1", b"a2", b"a3", b"a4", b"b0", b"b1"]
+        with pytest.raises(ConfigError):
+            client.reopen_ledger(client.create_ledger(3, 2, 2).ledger_id)          # bounded ledgers end
+        with pytest.raises(walkit.errors.Unauthorized):
+            client.reopen_ledger(writer.ledger_id, password=b"wrong")
+        with pytest.raises(ConfigError):
+            client.truncate_ledger(writer.ledger_id, 100)                           # past the LAC
+        client.truncate_ledger(writer.ledger_id, 3)
+        taken.close()
+        reader = client.open_ledger(writer.ledger_id, password=b"pw")
+        assert [e.payload for e in reader.read(3)] == [b"a3", b"a4", b"b0", b"b1", b"b2"]
+        with pytest.raises(NoSuchEntry):
+            list(reader.read(0))
+
+
+def test_guaranteed_write_quorum_leaves_every_entry_of_the_closed_ledger_on_qw_bookies(tmp_path):
+    with LocalCluster(bookies=5, data_dir=str(tmp_path / "cluster"), storage="files") as cluster, \
+            walkit.Client(cluster.metadata_url, add_timeout=1, request_timeout=2) as client:
+        writer = client.create_ledger(3, 3, 2, password=b"pw", guaranteed_write_quorum=True)
+        first = writer.metadata.current_ensemble
+        killed, stopped = cluster.addresses.index(first[0]), cluster.addresses.index(first[1])
+        futures = [writer.append_async(b"e%d" % i) for i in range(300)]
+        wait_futures(futures[:150], timeout=60)
+        cluster.kill_bookie(killed)                                # SIGKILL mid-stream
+        futures += [writer.append_async(b"e%d" % i) for i in range(300, 600)]
+        cluster.stop_bookie(stopped)                               # and another one for a while
+        futures += [writer.append_async(b"e%d" % i) for i in range(600, 900)]
+        cluster.start_bookie(stopped)
+        wait_futures(futures, timeout=120)
+        assert [f.result() for f in futures] == list(range(900))
+        metadata = writer.close()
+        assert metadata.last_entry_id == 899 and len(metadata.ensembles) >= 2
+        assert first[0] not in metadata.current_ensemble
+        cluster.start_bookie(killed)         # only to read what it holds: it had them before it died
+        for entry_id in range(900):
+            write_set = write_set_bookies(entry_id, metadata.ensemble_at(entry_id), metadata.write_quorum)
+            copies = 0
+            for address in write_set:
+                with RawBookie(address) as raw:
+                    response = raw.read(metadata.ledger_id, [entry_id], timeout=10)
+                copies += response.status == Status.OK and [e.payload for e in response.entries] == [b"e%d" % entry_id]
+            assert copies == 3, f"entry {entry_id} is on {copies} of its write set {write_set}"
