@@ -374,8 +374,14 @@ class BookieServer:
     def _start_recovery(self) -> None:
         """_start_recovery runs auto-recovery in this process; a failure to start leaves the bookie serving."""
         from walkit.autorecovery import AutoRecovery
+        config = self.config.recovery_config()
+        if self._security is not None and not os.environ.get("WALKIT_KEY"):
+            log.warning("secured bookie without a client key (WALKIT_KEY): its replication worker cannot read "
+                        "or write other bookies, so it runs the auditor only; give it a key allowed and granted "
+                        "on the ledgers (walkit --key FILE bookie ...) or run `walkit --key FILE autorecovery`")
+            config.worker = False
         try:
-            self.recovery = AutoRecovery(self.config.metadata, self.address, self.config.recovery_config()).start()
+            self.recovery = AutoRecovery(self.config.metadata, self.address, config).start()
         except Exception as exc:  # noqa: BLE001 - serving entries matters more than auditing
             log.error("auto-recovery did not start: %s", exc)
             return
