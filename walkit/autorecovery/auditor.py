@@ -32,6 +32,7 @@ import time
 
 from walkit.autorecovery.bookieio import BookieIO
 from walkit.autorecovery.marks import LOST, MISSING, UnderReplication, now_ms
+from walkit.autorecovery.replicator import first_kept
 from walkit.core.distribution import write_set_bookies
 from walkit.core.messages import ReadRequest, Status
 from walkit.core.metadata import CLOSED, LEDGER_PREFIX, LedgerMetadata, ledger_id_of, ledger_key
@@ -70,9 +71,11 @@ def final_fragments(metadata: LedgerMetadata):
     """final_fragments yields (start, end, ensemble) of the fragments whose entries no longer change.
 
     Those are every fragment of a CLOSED ledger and all but the last of another; `end` is
-    start - 1 for a fragment without entries.
+    below `start` for a fragment without entries. The range of an unbounded ledger's fragment
+    starts at its first kept entry (the prefix before it was truncated).
     """
     starts = metadata.fragment_starts
+    kept = first_kept(metadata)
     for index, start in enumerate(starts):
         if index == len(starts) - 1:
             if metadata.state != CLOSED:
@@ -80,7 +83,7 @@ def final_fragments(metadata: LedgerMetadata):
             end = metadata.last_entry_id
         else:
             end = starts[index + 1] - 1
-        yield start, end, metadata.ensembles[start]
+        yield max(start, kept), end, metadata.ensembles[start]
 
 
 def entries_on(start: int, end: int, position: int, ensemble_size: int, write_quorum: int) -> int:

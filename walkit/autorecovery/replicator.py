@@ -58,6 +58,11 @@ MAX_ROUNDS = 20
 BATCH_BYTES = 8 * 1024 * 1024
 
 
+def first_kept(metadata: LedgerMetadata) -> int:
+    """first_kept is the first entry a ledger still holds (an unbounded ledger drops its prefix)."""
+    return getattr(metadata, "first_entry_id", 0) or 0
+
+
 class RepairError(WalkitError):
     """RepairError says why a ledger could not be repaired now (the mark stays, with this reason)."""
 
@@ -80,8 +85,9 @@ class ReplicationStats:
 class _Task:
     """_Task is one fragment position to repair: bookie at ensemble[position] of the fragment at `start`."""
 
-    start: int
-    end: int                  # last entry of the fragment (start - 1 when it holds none)
+    start: int                # the fragment's first entry id (its key in the metadata)
+    first: int                # first entry to copy: `start`, or an unbounded ledger's first kept entry
+    end: int                  # last entry of the fragment (below `first` when it holds none)
     position: int
     bookie: str
     in_place: bool
@@ -170,12 +176,13 @@ class Replicator:
                 later.update({b: targets[b] for b in metadata.ensembles[start] if b in targets})
                 continue
             end = metadata.last_entry_id if last_fragment else starts[index + 1] - 1
+            first = max(start, first_kept(metadata))
             for position, bookie in enumerate(metadata.ensembles[start]):
                 if bookie not in targets:
                     continue
                 info = live.get(bookie)
                 in_place = (targets[bookie] == MISSING and info is not None and not info.draining)
-                tasks.append(_Task(start, end, position, bookie, in_place))
+                tasks.append(_Task(start, first, end, position, bookie, in_place))
         return tasks, later
 
     def _repair_fragments(self, metadata: LedgerMetadata, version: int, targets: dict[str, str],
@@ -212,7 +219,7 @@ class Replicator:
     def _entries_of(self, metadata: LedgerMetadata, task: _Task) -> list[int]:
         """_entries_of lists the entries of the task's fragment stored at its position."""
         size, quorum = metadata.ensemble_size, metadata.write_quorum
-        return [e for e in range(task.start, task.end + 1) if (task.position - e) % size < quorum]
+        return [e for e in range(task.first, task.end + 1) if (task.position - e) % size < quorum]
 
     # -- copying ----------------------------------------------------------------------------
     def _copy(self, metadata, ensemble, task: _Task, entry_ids: list[int], target: str, digest, key, live) -> None:
@@ -241,7 +248,7 @@ class Replicator:
             found = self._collect(metadata, ensemble, task, chunk, reads, answers, digest, old_alive, live)
             entries = [found[e] for e in chunk]
             pending_add = AddRequest(txn=self.io.next_txn(), ledger_id=ledger_id, master_key=key,
-                                     entries=entries, recovery=True)
+                                     entries=entries, recovery=True, term=getattr(metadata, "term", 0))
             size = sum(len(e.payload) for e in entries) / max(1, len(entries))
             batch = max(1, min(self.batch_entries, int(BATCH_BYTES / max(size, 1))))
 
