@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from dataclasses import dataclass, replace
 
 from walkit.autorecovery.bookieio import BookieIO
@@ -114,6 +115,7 @@ class Replicator:
         self.stats = stats or ReplicationStats()
         self.io = io or BookieIO(server_key=self._server_key)
         self._owns_io = io is None
+        self.stopping = threading.Event()        # set by a stopping worker: copies end at the next batch
 
     def _server_key(self, address: str) -> str | None:
         info = self.client.registry.info(address)
@@ -230,6 +232,8 @@ class Replicator:
         batch = self.batch_entries
         position = 0
         while position < len(entry_ids) or pending_add is not None:
+            if self.stopping.is_set():
+                raise RepairError(f"ledger {ledger_id}: the worker is stopping")
             chunk = entry_ids[position:position + batch]
             position += len(chunk)
             reads = self._plan_reads(metadata, ensemble, task, chunk, old_alive, live)

@@ -136,5 +136,6 @@ class ReplicationWorker:
     def stop(self, timeout: float = 30.0) -> None:
         """stop ends the thread after the ledger in hand (its lock is released)."""
         self._stop.set()
+        self.replicator.stopping.set()
         if self._thread is not None:
             self._thread.join(timeout)
