@@ -9,7 +9,7 @@ from walkit.core.loglist import Position
 from walkit.local import free_port
 
 from ..integration.helpers import wait_until
-from .kafka import create_topic, produce
+from .kafkaclients import create_topic, produce
 
 pytestmark = pytest.mark.slow
 
