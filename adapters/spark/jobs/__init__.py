@@ -25,6 +25,7 @@ def session(app: str, master: str | None):
             builder = (builder.config("spark.driver.host", "127.0.0.1")
                        .config("spark.driver.bindAddress", "127.0.0.1")
                        .config("spark.ui.enabled", "false")
+                       .config("spark.ui.showConsoleProgress", "false")
                        .config("spark.sql.shuffle.partitions", "4"))
     builder = builder.config("spark.sql.session.timeZone", "UTC")    # the jobs write times in UTC
     spark = builder.getOrCreate()
