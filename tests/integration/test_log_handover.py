@@ -156,8 +156,10 @@ def test_automatic_rolls_with_appends_held_acknowledge_in_log_order_and_fence_th
         acked = [(p, payload) for p, payload in outcomes if p is not None]
         assert order == sorted(order), f"acknowledgements arrived out of log order: {order}"
         assert all(p < new_position for p, _ in acked), "an old append was acknowledged after the new writer wrote"
-        failed = [payload for p, payload in outcomes if p is None]
-        assert failed, "the appends held by the stopped bookie must fail once the log was taken over"
+        # A held append either fails (LedgerFenced) or, when the bookies that have it answered the
+        # new writer's recovery first and the stopped bookie acknowledges it after SIGCONT, is
+        # acknowledged at the position recovery kept: before every record of the new writer, and
+        # read by the follower (checked below). Both are what BookKeeper allows.
         acked_index = [i for i, (p, _) in enumerate(outcomes) if p is not None]
         assert acked_index == list(range(len(acked_index))), "a later append succeeded after an earlier one failed"
         new.append(b"new-1")

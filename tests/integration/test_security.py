@@ -153,7 +153,7 @@ def test_no_one_can_claim_a_ledger_id_nobody_created(cluster, store):
 def test_the_cli_makes_keys_allows_them_and_uses_the_one_walkit_key_names(cluster, tmp_path, monkeypatch):
     from click.testing import CliRunner
     from walkit.cli import main
-    monkeypatch.delenv("WALKIT_KEY", raising=False)          # `walkit --key` sets it; undone after the test
+    monkeypatch.setenv("WALKIT_KEY", "")        # `walkit --key` sets it; setenv makes pytest remove it after
     url = cluster.metadata_url
 
     def walkit_cli(*args: str, ok: bool = True):

@@ -158,3 +158,35 @@ def test_guaranteed_write_quorum_leaves_every_entry_of_the_closed_ledger_on_qw_b
                     response = raw.read(metadata.ledger_id, [entry_id], timeout=10)
                 copies += response.status == Status.OK and [e.payload for e in response.entries] == [b"e%d" % entry_id]
             assert copies == 3, f"entry {entry_id} is on {copies} of its write set {write_set}"
+
+
+def test_a_log_backed_by_one_unbounded_ledger_keeps_the_log_api_across_takeovers(cluster):
+    with walkit.Client(cluster.metadata_url) as client:
+        reading = None
+        try:
+            first = client.open_log("orders", unbounded=True, write_quorum=3)
+            reading = client.read_log("orders", follow=True, poll=0.2)
+            acked = [first.append(b"a%d" % i) for i in range(50)]
+            second = client.open_log("orders")                          # takes the ledger over
+            with pytest.raises(LedgerFenced):
+                first.append(b"late", timeout=10)
+            acked += [second.append(b"b%d" % i) for i in range(50)]
+            assert {p.ledger_id for p in acked} == {first.ledger_id} == set(client.log_metadata("orders").ledger_ids)
+            assert second.roll() == first.ledger_id                    # one ledger: nothing to roll
+            third = client.open_log("orders")
+            acked += [third.append(b"c%d" % i) for i in range(50)]
+            got = []
+            for record in reading:
+                got.append((record.position, record.payload))
+                if len(got) == 150:
+                    break
+            expected = [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(50)] + [b"c%d" % i for i in range(50)]
+            assert [payload for _, payload in got] == expected
+            assert [position for position, _ in got] == acked
+            third.truncate(acked[100])
+            assert [r.payload for r in client.read_log("orders")][:1] == [b"c0"]
+            third.close()
+            assert client.ledger_metadata(first.ledger_id).state == "OPEN"   # closing a writer leaves it open
+        finally:
+            if reading is not None:
+                reading.close()

@@ -24,10 +24,11 @@ from walkit.client.loop import Driver, now_ms, wall_ms
 from walkit.core import events as ev
 from walkit.core import logevents as lev
 from walkit.core.digest import Digest, master_key, password_check
+from walkit.core.messages import NOOP_PAYLOAD
 from walkit.core.log import LogMachine
 from walkit.core.logreader import LogReader
-from walkit.core.loglist import LOG_PREFIX, LogConfig, LogMetadata, Position, check_log_name, log_key
-from walkit.errors import LedgerClosed, NoSuchKey, NoSuchLog, Timeout, WalkitError
+from walkit.core.loglist import LOG_PREFIX, LogConfig, LogMetadata, LogSegment, Position, check_log_name, log_key
+from walkit.errors import ConfigError, LedgerClosed, NodeExists, NoSuchKey, NoSuchLog, Timeout, WalkitError
 
 
 class LogRecord(NamedTuple):
@@ -126,6 +127,13 @@ def open_log(client, name: str, *, password: bytes = b"", config: LogConfig | No
     """open_log makes this client the log's single writer (walkit.core.log); see Client.open_log."""
     check_log_name(name)
     timeout = timeout or client.timeout
+    try:
+        existing = read_log_metadata(client.store, name)[0]
+    except NoSuchLog:
+        existing = None
+    if existing.config.unbounded if existing is not None else (config is not None and config.unbounded):
+        return UnboundedLogWriter.open(client, name, password=password, config=config or LogConfig(unbounded=True),
+                                       timeout=timeout)
     machine = LogMachine(name, master_key=master_key(password), password_check=password_check(password),
                          digest_for=lambda kind: Digest(kind, password), config=config,
                          add_timeout_ms=int(client.add_timeout * 1000), recovery_timeout_ms=int(timeout * 1000),
@@ -239,6 +247,103 @@ class LogWriter:
             self.close()
 
 
+class UnboundedLogWriter:
+    """UnboundedLogWriter writes a log backed by one unbounded ledger (LogConfig.unbounded).
+
+    It has LogWriter's API. Opening creates the ledger (and the log's record naming it) or takes
+    the ledger over with `reopen_ledger`: a new term fences the previous writer, its recovery
+    keeps every record that may have been acknowledged, and appends continue after it. Positions
+    are (the ledger, entry id); ids skip the no-op entry each takeover writes. `roll` changes
+    nothing (the ledger has no end), `truncate(before)` drops the fragments below `before`, and
+    `close` stops this writer without closing the ledger, so the next writer can take it over.
+    """
+
+    def __init__(self, client, handle, metadata: LogMetadata, timeout: float) -> None:
+        self._client = client
+        self._handle = handle
+        self.metadata = metadata
+        self.name = metadata.name
+        self.ledger_id = handle.ledger_id
+        self._timeout = timeout
+        self._closed = False
+        self._pending: set[Future] = set()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, client, name: str, *, password: bytes, config: LogConfig, timeout: float) -> "UnboundedLogWriter":
+        """open takes log `name` over, creating it (one unbounded ledger) if it does not exist."""
+        store = client.store
+        try:
+            metadata = read_log_metadata(store, name)[0]
+        except NoSuchLog:
+            handle = client.create_ledger(config.ensemble, config.write_quorum, config.ack_quorum, password=password,
+                                          digest=config.digest, custom={"log": name}, timeout=timeout, unbounded=True)
+            metadata = LogMetadata(name=name, config=config, segments=(LogSegment(ledger_id=handle.ledger_id,
+                                                                                  created_ms=wall_ms()),),
+                                   created_ms=wall_ms(), owner=client.principal)
+            try:
+                store.create(log_key(name), metadata.to_bytes())
+                return cls(client, handle, metadata, timeout)
+            except NodeExists:                   # another writer created the log first: take it over
+                client.delete_ledger(handle.ledger_id)
+                metadata = read_log_metadata(store, name)[0]
+        if not metadata.config.unbounded or len(metadata.segments) != 1:
+            raise ConfigError(f"log {name!r} is a list of ledgers, not one unbounded ledger")
+        handle = client.reopen_ledger(metadata.segments[0].ledger_id, password=password, timeout=timeout)
+        return cls(client, handle, metadata, timeout)
+
+    def append_async(self, data: bytes) -> Future:
+        """append_async appends a record; the Future resolves to its Position (in log order)."""
+        if self._closed:
+            raise LedgerClosed(f"log writer of {self.name!r} is closed")
+        result: Future = Future()
+        inner = self._handle.append_async(data)
+        with self._lock:
+            self._pending.add(result)
+
+        def done(future: Future) -> None:
+            with self._lock:
+                self._pending.discard(result)
+            error = future.exception()
+            if error is not None:
+                result.set_exception(error)
+            else:
+                result.set_result(Position(self.ledger_id, future.result()))
+        inner.add_done_callback(done)
+        return result
+
+    def append(self, data: bytes, timeout: float | None = None) -> Position:
+        """append appends a record and blocks until it is acknowledged; it returns its Position."""
+        return _wait(self.append_async(data), timeout or self._timeout, f"append to log {self.name!r}")
+
+    def roll(self, timeout: float | None = None) -> int:
+        """roll does nothing for an unbounded log (its one ledger has no end); it returns the ledger id."""
+        return self.ledger_id
+
+    def truncate(self, before: Position, timeout: float | None = None) -> list[int]:
+        """truncate drops the records before `before` with the fragments that held them; it returns []."""
+        self._client.truncate_ledger(self.ledger_id, before.entry_id)
+        return []
+
+    def close(self, timeout: float | None = None) -> LogMetadata:
+        """close waits for pending appends and stops this writer; the ledger stays open for the next."""
+        self._closed = True
+        with self._lock:
+            pending = list(self._pending)
+        for future in pending:
+            try:
+                _wait(future, timeout or self._timeout, f"closing log {self.name!r}")
+            except WalkitError:
+                pass
+        return self.metadata
+
+    def __enter__(self) -> "UnboundedLogWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class _ReaderDriver(Driver):
     """_ReaderDriver hands a LogReader's records to the reading thread through a queue.
 
@@ -331,6 +436,9 @@ class LogReading:
                 raise item
             self._ledger_id, entries = item
             self._last_taken = entries[-1].entry_id
+            ledger = self._driver.machine.ledger
+            if ledger is not None and ledger.unbounded:       # the no-ops that end takeovers are not records
+                entries = [e for e in entries if e.payload != NOOP_PAYLOAD]
             self._batch = entries[::-1]
         entry = self._batch.pop()
         return LogRecord(Position(self._ledger_id, entry.entry_id), entry.payload)

@@ -83,6 +83,10 @@ class LogConfig:
     bytes or `roll_age_s` seconds (0 disables each). Retention deletes closed ledgers older than
     `retention_age_s` and the oldest closed ledgers while the log exceeds `retention_bytes`
     (0 disables each); the open ledger is never deleted.
+
+    With `unbounded` the log is one unbounded ledger (seed 001) instead of a list of ledgers: a
+    new writer takes it over in a new term rather than recovering it and starting another
+    ledger, it never rolls, and truncation drops fragments (walkit.client.log.UnboundedLogWriter).
     """
 
     ensemble: int = 3
@@ -94,6 +98,7 @@ class LogConfig:
     roll_age_s: float = 0.0
     retention_age_s: float = 0.0
     retention_bytes: int = 0
+    unbounded: bool = False
 
     def __post_init__(self) -> None:
         for name in ("roll_entries", "roll_bytes", "roll_age_s", "retention_age_s", "retention_bytes"):

@@ -56,6 +56,7 @@ class LogReader:
         self.attempts = attempts
         self.done = False
         self.next = start                         # the next record to deliver
+        self._from_oldest = start is None
         self.delivered: Position | None = None    # the last record delivered
         self._segment: LogSegment | None = None
         self._last_in_list = False
@@ -70,6 +71,11 @@ class LogReader:
         self._parked = None                        # what to do once the caller consumed everything
         self._now = now_ms
         self._digests: dict[str, Digest] = {}
+
+    @property
+    def ledger(self) -> LedgerMetadata | None:
+        """ledger is the metadata of the ledger being read (None between ledgers)."""
+        return self._ledger
 
     def start(self) -> list:
         """start reads the log's ledger list."""
@@ -132,6 +138,11 @@ class LogReader:
         if event.metadata is None:
             return self._fail(LogTruncated(f"log {self.name!r}: ledger {event.ledger_id} was deleted while being read"))
         self._ledger = md = event.metadata
+        if self.next.entry_id < md.first_entry_id:   # an unbounded ledger truncated below its first entry
+            if not (self._from_oldest and self.delivered is None):
+                return self._fail(LogTruncated(f"log {self.name!r}: records before {md.first_entry_id} of ledger "
+                                               f"{md.ledger_id} were truncated before they were read"))
+            self.next = Position(md.ledger_id, md.first_entry_id)
         if md.state == LEDGER_CLOSED:
             return self._read_to(md.last_entry_id, final=True)
         self._sub = LacReader(md)

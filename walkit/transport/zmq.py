@@ -135,16 +135,17 @@ class ZmqTransport:
         down, self._down = self._down, []
         return received, down
 
-    def _denied(self, event: int, value: int) -> bool:
-        """_denied tells whether a failed handshake means the bookie refused our key (secured only).
+    @staticmethod
+    def _denied(event: int, value: int) -> bool:
+        """_denied tells whether a failed handshake means the bookie refused who we are.
 
-        ZAP's refusal (HANDSHAKE_FAILED_AUTH) or a CURVE error is a refusal; any other failed
-        handshake (a bookie dying mid-greeting, say) is only a connection that went down.
+        ZAP's refusal (HANDSHAKE_FAILED_AUTH), a CURVE error, or a secured bookie meeting a client
+        without keys (mechanism mismatch) is a refusal; any other failed handshake (a bookie dying
+        mid-greeting, say) is only a connection that went down.
         """
-        if self.curve is None:
-            return False
         return event == zmq.EVENT_HANDSHAKE_FAILED_AUTH or (
-            event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+            event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            and value in (zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC, zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH))
 
     def _on_monitor(self, channel: _Channel) -> None:
         while True:
