@@ -190,3 +190,36 @@ def test_a_log_backed_by_one_unbounded_ledger_keeps_the_log_api_across_takeovers
         finally:
             if reading is not None:
                 reading.close()
+
+
+def test_truncation_drops_fragments_and_bookies_outside_them_give_the_space_back(tmp_path):
+    with LocalCluster(bookies=4, data_dir=str(tmp_path / "cluster"), storage="files",
+                      bookie_args=("--gc-interval", "0.2", "--no-autorecovery")) as cluster, \
+            walkit.Client(cluster.metadata_url, add_timeout=1, request_timeout=2) as client:
+        writer = client.create_ledger(3, 3, 2, password=b"pw", unbounded=True)
+        first = writer.metadata.current_ensemble
+        for i in range(100):
+            writer.append(b"e%d" % i)
+        leaving = cluster.addresses.index(first[0])
+        cluster.stop_bookie(leaving)                       # its fragment ends: the writer replaces it
+        for i in range(100, 200):
+            writer.append(b"e%d" % i)
+        metadata = client.ledger_metadata(writer.ledger_id)
+        assert sorted(metadata.ensembles) == [0, 100] and first[0] not in metadata.ensembles[100]
+        cluster.start_bookie(leaving)
+        with RawBookie(first[0]) as raw:
+            assert raw.read_lac(writer.ledger_id).status == Status.OK           # it still holds entries 0..99
+        truncated = client.truncate_ledger(writer.ledger_id, 150)
+        assert sorted(truncated.ensembles) == [100] and truncated.first_entry_id == 150
+        assert len(truncated.to_bytes()) < len(metadata.to_bytes())
+
+        def dropped() -> bool:
+            with RawBookie(first[0]) as raw:
+                return raw.read_lac(writer.ledger_id).status == Status.NO_SUCH_LEDGER
+        wait_until(dropped, 30, message="the bookie outside every fragment kept the truncated ledger")
+        for i in range(200, 210):
+            writer.append(b"e%d" % i)
+        reader = client.open_ledger(writer.ledger_id, password=b"pw")
+        assert [e.payload for e in reader.read(150)] == [b"e%d" % i for i in range(150, reader.last_add_confirmed + 1)]
+        with pytest.raises(NoSuchEntry):
+            list(reader.read(100))

@@ -87,7 +87,8 @@ class BookieServer:
         self._last_round = time.perf_counter()
         self._serving = False
         self.failed: StorageError | None = None
-        self._deletions: deque[tuple[int, object]] = deque()    # (ledger id, its replication lock or None)
+        # (ledger id, its replication lock or None, the adds seen before its metadata was read or None)
+        self._deletions: deque[tuple[int, object, int | None]] = deque()
         self._released: deque = deque()                          # locks to release, their deletions synced
         self._gc_candidates: deque[list[int]] = deque()
         self._context = zmq.Context.instance()
@@ -213,9 +214,11 @@ class BookieServer:
                     self._wait_for_group()
                 service.tick(int(time.monotonic() * 1000))
                 while self._deletions:
-                    ledger_id, lock = self._deletions.popleft()
+                    ledger_id, lock, writes = self._deletions.popleft()
+                    if writes is not None and service.writes.get(ledger_id, 0) != writes:
+                        continue                  # an add arrived since: a writer uses this bookie again
                     log.info("garbage collection: deleting ledger %d (%s)", ledger_id,
-                             "no metadata" if lock is None else "not in its ensembles any more")
+                             "no metadata" if lock is None and writes is None else "not in its ensembles any more")
                     service.delete_ledger(ledger_id)
                     if lock is not None:
                         held.append(lock)
@@ -427,10 +430,11 @@ class BookieServer:
             if not self._gc_candidates:
                 continue
             for ledger_id in self._gc_candidates.popleft():
+                writes = self.service.writes.get(ledger_id, 0)      # before the metadata is read
                 try:
                     value, _ = self.metadata.get(ledger_key(ledger_id))
                 except NoSuchKey:
-                    self._deletions.append((ledger_id, None))
+                    self._deletions.append((ledger_id, None, None))
                     continue
                 except MetadataError as exc:
                     log.warning("garbage collection: keeping ledger %d, metadata unreadable: %s", ledger_id, exc)
@@ -441,9 +445,22 @@ class BookieServer:
                     log.warning("garbage collection: keeping ledger %d: %s", ledger_id, exc)
                     break
                 if lock is not None:
-                    self._deletions.append((ledger_id, lock))
+                    self._deletions.append((ledger_id, lock, None))
+                elif self._truncated_away(value):
+                    self._deletions.append((ledger_id, None, writes))
             while self._released:
                 self._released.popleft().close()
+
+    def _truncated_away(self, value: bytes) -> bool:
+        """_truncated_away tells whether this bookie holds an unbounded ledger none of whose fragments name it.
+
+        Truncation dropped the fragments this bookie was in (walkit.Client.truncate_ledger), so
+        its copy holds nothing readable. The deletion runs on the serving thread only if no add
+        for the ledger arrived since the metadata was read: a writer that put this bookie in a
+        new fragment meanwhile keeps what it wrote.
+        """
+        metadata = LedgerMetadata.from_bytes(value)
+        return metadata.unbounded and metadata.state != CLOSED and self.address not in metadata.bookies
 
     def _over_replicated(self, ledger_id: int, value: bytes):
         """_over_replicated returns the ledger's replication lock if this bookie should drop its copy.

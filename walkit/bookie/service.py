@@ -80,6 +80,9 @@ class BookieService:
         self.read_replies = 0           # read and LAC read requests answered (any status)
         self.entries_read = 0           # entries returned by reads
         self.failed: Exception | None = None    # set when storage.sync() raised StorageError
+        #: adds received per ledger: garbage collection deletes an unclosed ledger only if none
+        #: arrived since it looked at the ledger's metadata (see BookieServer's garbage collection)
+        self.writes: dict[int, int] = {}
 
     @property
     def read_only(self) -> bool:
@@ -107,7 +110,10 @@ class BookieService:
         for request in requests:
             if isinstance(request, ErrorResponse):
                 self._replies.append(Reply(peer, request, False))
-            elif self.access is None:
+                continue
+            if type(request) is AddRequest:
+                self.writes[request.ledger_id] = self.writes.get(request.ledger_id, 0) + 1
+            if self.access is None:
                 self._step(peer, request)
             else:
                 try:
@@ -237,6 +243,7 @@ class BookieService:
     def delete_ledger(self, ledger_id: int) -> None:
         """delete_ledger drops a ledger's data (garbage collection of deleted ledgers)."""
         self.storage.delete_ledger(ledger_id)
+        self.writes.pop(ledger_id, None)
         self._dirty = True
         self._apply(self.handler.forget(ledger_id))
         if self.access is not None:
