@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from walkit.errors import NoSuchKey, NotEnoughBookies
-from walkit.placement import choose_ensemble, spread_order
+from walkit.placement import choose_ensemble, choose_replacement, spread_order
 
 BOOKIES_PREFIX = "bookies"
 
@@ -90,6 +90,37 @@ class BookieRegistry:
         """
         live = self.live() if live is None else live
         return spread_order({a: info.rack for a, info in live.items() if _writable(info) and a not in exclude})
+
+    def placed(self, kind: str = "", *args) -> list[str]:
+        """placed lists writable bookies for the dispatcher's `live_bookies` call, placement first.
+
+        ("create", E, Qw): a rack-aware ensemble of E first (then the others); ("replace",
+        ensemble, replaced, Qw): the rack-aware replacement of each replaced bookie, in order,
+        then the others. Anything else, or placement that cannot be met: `writable()`.
+        """
+        live = self.live()
+        writable = self.writable(live=live)
+        racks = {a: info.rack for a, info in live.items()}
+        try:
+            if kind == "create":
+                count, write_quorum = args
+                if len(writable) >= count:
+                    chosen = choose_ensemble({a: racks[a] for a in writable}, count, write_quorum)
+                    return chosen + [b for b in writable if b not in chosen]
+            elif kind == "replace":
+                ensemble, replaced, write_quorum = args
+                slots, candidates, chosen = list(ensemble), {a: racks[a] for a in writable if a not in ensemble}, []
+                for bookie in replaced:
+                    if not candidates:
+                        break
+                    pick = choose_replacement(slots, slots.index(bookie), candidates, write_quorum, racks=racks)
+                    slots[slots.index(bookie)] = pick
+                    chosen.append(pick)
+                    del candidates[pick]
+                return chosen + [b for b in writable if b not in chosen]
+        except (NotEnoughBookies, ValueError, KeyError):
+            pass
+        return writable
 
     def choose(self, count: int, exclude=frozenset(), *, write_quorum: int | None = None,
                min_racks: int = 1) -> list[str]:

@@ -188,7 +188,8 @@ def test_rejected_bookie_asks_for_a_replacement_outside_the_ensemble(status):
     commands = reject(writer, "B2", 0, status=status)
     # Only an unreachable bookie (its connection closed) may be used again if it comes back.
     recheck = frozenset({"B2"}) if status == Status.UNREACHABLE else frozenset()
-    assert commands == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)), recheck=recheck)]
+    assert commands == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)), recheck=recheck,
+                                         ensemble=bookies(3), replacing=("B2",), write_quorum=3)]
     assert writer.changing_ensemble
 
 
@@ -368,7 +369,8 @@ def test_metadata_conflict_still_open_retries_the_change_on_the_new_version():
     change_to(writer, "B3", "B4")
     ack(writer, "B2", 0)
     retry = conflict(writer, make_metadata(), version=VERSION + 5)
-    assert retry == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)))]
+    assert retry == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)), ensemble=bookies(3),
+                                      replacing=("B3",), write_quorum=3)]
     again = only(choose(writer, "B4"), ev.WriteMetadata)
     assert again.expected_version == VERSION + 5
     commands = written(writer, again.metadata, version=VERSION + 6)
@@ -391,7 +393,8 @@ def test_add_timeout_replaces_the_bookies_that_did_not_ack():
     ack(writer, "B1", 0)
     assert writer.step(ev.Ticked(now_ms=4999)) == []
     commands = writer.step(ev.Ticked(now_ms=5000))
-    assert commands == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)))]
+    assert commands == [ev.ChooseBookies(ledger_id=LEDGER_ID, exclude=frozenset(bookies(3)), ensemble=bookies(3),
+                                         replacing=("B2",), write_quorum=2)]
     proposed = only(choose(writer, "B4"), ev.WriteMetadata).metadata
     assert proposed.ensembles == {0: ("B1", "B4", "B3")}
 

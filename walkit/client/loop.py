@@ -157,7 +157,7 @@ class ClientLoop:
         value, error = None, None
         try:
             if call.method == "live_bookies":
-                value = self.registry.writable()
+                value = self.registry.placed(*call.args)
             else:
                 value = getattr(self.store, call.method)(*call.args)
         except Exception as exc:  # noqa: BLE001 - the dispatcher decides what an error means

@@ -15,7 +15,9 @@ bookie's answer, or with status UNREACHABLE when the bookie is down, the send fa
 answer came within `request_timeout_ms` (plus a long poll's own timeout).
 
 Metadata commands become calls on the metadata store (get, put, create, delete, next_id, and
-`live_bookies`, which lists registered writable bookies in random order). A call whose outcome
+`live_bookies`, which lists registered writable bookies in random order, or in placement order
+when its arguments describe the ensemble to fill: ("create", E, Qw) or ("replace", ensemble,
+replaced bookies, Qw)). A call whose outcome
 is unknown (MetadataError: a timeout, a lost answer, a lost session) is never reported as a
 failure: the key is read again and the machine is told what the store holds, a write that
 took effect as MetadataWritten and one that did not as MetadataConflict (DESIGN.md §6: "re-read
@@ -299,7 +301,8 @@ class Dispatcher:
             self.reconnect |= back
             candidates = [b for b in writable if b not in command.exclude]
             return [ev.BookiesChosen(ledger_id=command.ledger_id, bookies=candidates, back=back)]
-        self._call(owner, "live_bookies", (), on_result)
+        self._call(owner, "live_bookies", ("replace", command.ensemble, command.replacing, command.write_quorum),
+                   on_result)
 
     def _create_ledger(self, owner, command: ev.CreateLedger) -> None:
         """_create_ledger picks bookies, draws an id and creates the metadata (one flow)."""
@@ -314,6 +317,7 @@ class Dispatcher:
                                                f"{len(writable)} available"))
             self._call(owner, "next_id", (LEDGER_ID_COUNTER,), lambda i, e: with_id(writable, i, e))
             return []
+        placement = ("create", command.ensemble, command.write_quorum)
 
         def with_id(writable, ledger_id, error):
             if error is not None:       # no id: a counter value lost to an unknown outcome is only a gap
@@ -333,7 +337,7 @@ class Dispatcher:
                          lambda version: [ev.LedgerCreated(token=command.token, metadata=metadata, version=version)],
                          exists)
             return []
-        self._call(owner, "live_bookies", (), with_bookies)
+        self._call(owner, "live_bookies", placement, with_bookies)
 
     def _delete_ledger(self, owner, command: ev.DeleteLedger) -> None:
         self._call(owner, "delete", (ledger_key(command.ledger_id),), lambda value, error: [])

@@ -248,12 +248,17 @@ class ChooseBookies:
     """ChooseBookies asks the shell for live writable bookies outside `exclude`.
 
     `recheck` names unreachable bookies the machine would use again if they came back: the
-    shell reports those registered and writable in BookiesChosen.back.
+    shell reports those registered and writable in BookiesChosen.back. `ensemble`, `replacing`
+    (its failed bookies, in ensemble order) and `write_quorum` let the shell order candidates
+    so that the i-th is the rack-aware choice for the i-th replaced position (walkit.placement).
     """
 
     ledger_id: int
     exclude: frozenset[str]
     recheck: frozenset[str] = frozenset()
+    ensemble: tuple[str, ...] = ()
+    replacing: tuple[str, ...] = ()
+    write_quorum: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -392,7 +392,14 @@ class LedgerRecovery:
         if self._choosing:
             return []
         self._choosing = True
-        return [ev.ChooseBookies(ledger_id=self.ledger_id, exclude=frozenset(self._ensemble) | frozenset(self._failed))]
+        return [self._choose()]
+
+    def _choose(self) -> ev.ChooseBookies:
+        """_choose asks for replacements of the failed bookies of the current ensemble (rack-aware)."""
+        ensemble = self._ensemble
+        return ev.ChooseBookies(ledger_id=self.ledger_id, exclude=frozenset(ensemble) | frozenset(self._failed),
+                                ensemble=ensemble, replacing=tuple(b for b in ensemble if b in self._failed),
+                                write_quorum=self.metadata.write_quorum)
 
     def _on_chosen(self, event: ev.BookiesChosen) -> list:
         if not self._choosing or (self.phase != RECOVERING and self.phase != TRUNCATING):
@@ -517,7 +524,6 @@ class LedgerRecovery:
             if self._choose_again_ms is not None and now >= self._choose_again_ms:
                 self._choose_again_ms = None
                 self._choosing = True
-                commands.append(ev.ChooseBookies(ledger_id=self.ledger_id,
-                                                 exclude=frozenset(self._ensemble) | self._failed))
+                commands.append(self._choose())
         return commands
 

@@ -302,9 +302,12 @@ class LedgerWriter:
 
     def _choose(self) -> ev.ChooseBookies:
         """_choose asks for replacements, and whether unreachable failed bookies came back."""
-        exclude = frozenset(self.metadata.current_ensemble) | frozenset(self._failed)
+        ensemble = self.metadata.current_ensemble
+        exclude = frozenset(ensemble) | frozenset(self._failed)
         recheck = frozenset(b for b in self._failed if self._retriable(b))
-        return ev.ChooseBookies(ledger_id=self.ledger_id, exclude=exclude, recheck=recheck)
+        return ev.ChooseBookies(ledger_id=self.ledger_id, exclude=exclude, recheck=recheck, ensemble=ensemble,
+                                replacing=tuple(b for b in ensemble if b in self._failed),
+                                write_quorum=self.metadata.write_quorum)
 
     def _retriable(self, bookie: str) -> bool:
         """_retriable tells whether a failed bookie may be used again in place (see the module doc)."""
