@@ -173,11 +173,7 @@ class BatchReader(DataSourceReader):
 
     def read(self, partition: PieceInput):
         """read yields the piece's records (on an executor) as Arrow batches."""
-        if not isinstance(partition, PieceInput):
-            return iter(())                   # Spark's stand-in partition of a plan with none
-        options = self.options
-        return read_piece(partition.piece, options.metadata, options.password, options.timeout,
-                          options.fail_on_data_loss, self.schema)
+        return _read(self.options, self.schema, partition)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -309,14 +305,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: PieceInput):
         """read yields the piece's records (on an executor) as Arrow batches."""
-        if not isinstance(partition, PieceInput):
-            return iter(())                   # Spark's stand-in partition of a plan with none
-        options = self.options
-        return read_piece(partition.piece, options.metadata, options.password, options.timeout,
-                          options.fail_on_data_loss, self.schema)
+        return _read(self.options, self.schema, partition)
 
     def commit(self, end: dict) -> None:
         """commit does nothing: the offsets are in Spark's checkpoint, and nothing is held for the query."""
+
+
+def _read(options: SourceOptions, schema, partition):
+    """_read reads one planned piece on an executor (nothing for Spark's stand-in of an empty plan)."""
+    if not isinstance(partition, PieceInput):
+        return iter(())
+    return read_piece(partition.piece, options.metadata, options.password, options.timeout,
+                      options.fail_on_data_loss, schema)
 
 
 def _share(available: dict, budget: int | None) -> dict:

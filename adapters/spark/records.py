@@ -58,6 +58,14 @@ def _varint(buf, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+def _field(buf, pos: int) -> tuple[bytes | None, int]:
+    """_field reads a varint length (-1: null) and that many bytes at `pos`; it returns (bytes, next pos)."""
+    length, pos = _varint(buf, pos)
+    if length < 0:
+        return None, pos
+    return buf[pos:pos + length], pos + length
+
+
 def decode_batch(batch: bytes, lo: int, hi: int, out) -> None:
     """decode_batch appends the records of `batch` with lo <= offset < hi to the column lists of `out`.
 
@@ -81,9 +89,9 @@ def decode_batch(batch: bytes, lo: int, hi: int, out) -> None:
         return
     offsets, timestamps, types, keys, values, headers = (out.offsets, out.timestamps, out.types, out.keys,
                                                          out.values, out.headers)
-    buf = memoryview(batch)
+    buf = bytes(batch)
     pos = HEADER_SIZE
-    varint = _varint
+    varint, field = _varint, _field
     for _ in range(count):
         length, pos = varint(buf, pos)
         end = pos + length
@@ -94,30 +102,14 @@ def decode_batch(batch: bytes, lo: int, hi: int, out) -> None:
         if not lo <= offset < hi:
             pos = end
             continue
-        key_len, pos = varint(buf, pos)
-        if key_len < 0:
-            key = None
-        else:
-            key = bytes(buf[pos:pos + key_len])
-            pos += key_len
-        value_len, pos = varint(buf, pos)
-        if value_len < 0:
-            value = None
-        else:
-            value = bytes(buf[pos:pos + value_len])
-            pos += value_len
+        key, pos = field(buf, pos)
+        value, pos = field(buf, pos)
         header_count, pos = varint(buf, pos)
         pairs = []
         for _h in range(header_count):
-            name_len, pos = varint(buf, pos)
-            name = bytes(buf[pos:pos + name_len]).decode("utf-8", "replace")
-            pos += name_len
-            hv_len, pos = varint(buf, pos)
-            if hv_len < 0:
-                pairs.append((name, None))
-            else:
-                pairs.append((name, bytes(buf[pos:pos + hv_len])))
-                pos += hv_len
+            name, pos = field(buf, pos)
+            header, pos = field(buf, pos)
+            pairs.append((name.decode("utf-8", "replace"), header))
         offsets.append(offset)
         timestamps.append(max_ts if append_time else first_ts + ts_delta)
         types.append(kind)
@@ -172,7 +164,7 @@ def _take_bytes(buf, pos: int):
     pos += 4
     if length < 0:
         return None, pos
-    return bytes(buf[pos:pos + length]), pos + length
+    return buf[pos:pos + length], pos + length
 
 
 def decode_row(data: bytes) -> tuple[int | None, bytes | None, bytes | None, list[tuple[str, bytes | None]]]:

@@ -93,15 +93,29 @@ def _topic_batches(client, piece, password, fail_on_data_loss, arrow_schema, pa)
 
 
 def _topic_arrow(piece: Piece, columns: Columns, arrow_schema, pa):
+    """_topic_arrow builds one Arrow batch of topic records, column by column (headers flattened, not per row)."""
     count = len(columns)
     header_type = arrow_schema.field("headers").type
+    offsets, names, values = [0], [], []
+    for pairs in columns.headers:
+        for name, value in pairs:
+            names.append(name)
+            values.append(value)
+        offsets.append(len(names))
+    header_fields = list(header_type.value_type)
+    headers = pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.StructArray.from_arrays([pa.array(names, pa.string()), pa.array(values, pa.binary())], fields=header_fields),
+        type=header_type)
+    stamp_type = arrow_schema.field("timestamp").type
+    stamps = pa.array(columns.timestamps, pa.int64()).cast(pa.timestamp("ms", tz=stamp_type.tz)).cast(stamp_type)
     return pa.RecordBatch.from_arrays([
         pa.array(columns.keys, pa.binary()),
         pa.array(columns.values, pa.binary()),
-        pa.array([piece.topic] * count, pa.string()),
-        pa.array([piece.partition] * count, pa.int32()),
+        pa.repeat(pa.scalar(piece.topic, pa.string()), count),
+        pa.repeat(pa.scalar(piece.partition, pa.int32()), count),
         pa.array(columns.offsets, pa.int64()),
-        pa.array([t * 1000 for t in columns.timestamps], arrow_schema.field("timestamp").type),
+        stamps,
         pa.array(columns.types, pa.int32()),
-        pa.array([[{"key": k, "value": v} for k, v in h] for h in columns.headers], header_type),
+        headers,
     ], schema=arrow_schema)
