@@ -51,7 +51,10 @@ def sqlite() -> None:
 @click.argument("name")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--node-id", default=None, help="How other nodes name this replica [default: host:pid:FILE].")
-def replica(metadata, name, file, node_id) -> None:
+@click.option("--http-port", type=int, default=None,
+              help="Serve Prometheus /metrics, /health and /ready (ready once it applied a transaction) "
+                   "on 127.0.0.1 at this port (0: a free one) [default: off].")
+def replica(metadata, name, file, node_id, http_port) -> None:
     """Keep FILE, a plain SQLite file, up to date with database NAME until Ctrl-C.
 
     FILE applies every committed transaction in log order (WAL mode), so any SQLite client,
@@ -61,22 +64,31 @@ def replica(metadata, name, file, node_id) -> None:
 
     Example: walkit sqlite replica app app-replica.db
     """
-    _sqlite_errors(_replica)(metadata, name, file, node_id)
+    _sqlite_errors(_replica)(metadata, name, file, node_id, http_port)
 
 
-def _replica(metadata, name, file, node_id) -> None:
+def _replica(metadata, name, file, node_id, http_port=None) -> None:
     import walkit.adapters.sqlite as sq
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     conn = sq.connect(file, name=name, metadata=metadata, node_id=node_id, replica=True, check_same_thread=False)
+    endpoint = None
     try:
         click.echo(f"replica of {name} in {os.path.abspath(file)}: applied {conn.position or 'nothing yet'}, "
                    f"leader {conn.leader or 'unknown'}", err=True)
         database = conn._database
+        if http_port is not None:
+            from walkit.metrics import REGISTRY, HttpEndpoint
+            endpoint = HttpEndpoint("127.0.0.1", http_port, [REGISTRY],
+                                    health=lambda: (not stop.is_set(), f"replica of {name}"),
+                                    ready=lambda: (conn.position is not None, f"applied {conn.position}"))
+            click.echo(f"metrics on http://{endpoint.address}/metrics", err=True)
         while not stop.wait(0.5):
             database.check()
     finally:
+        if endpoint is not None:
+            endpoint.close()
         conn.close()
     click.echo(f"replica of {name} stopped at {conn.position}", err=True)
 
