@@ -44,7 +44,19 @@ def kv() -> None:
 @click.option("--http-port", type=int, default=None,
               help="Serve Prometheus /metrics (client append metrics), /health and /ready on this port "
                    "(0: a free one) [default: off].")
-def serve(http_port, **options) -> None:
+@click.option("--requirepass", envvar="WALKIT_KV_REQUIREPASS", default=None, metavar="PASSWORD",
+              help="Require AUTH PASSWORD before any other command (redis-server's requirepass: the password of "
+                   "the user 'default') [env WALKIT_KV_REQUIREPASS]. Other local users can see command lines: "
+                   "prefer the env or --requirepass-file.")
+@click.option("--requirepass-file", type=click.Path(exists=True, dir_okay=False), default=None, metavar="FILE",
+              help="Read the requirepass password from the first line of FILE.")
+@click.option("--user", "users", multiple=True, metavar="NAME:PASSWORD",
+              help="A user who may log in with AUTH NAME PASSWORD, repeatable. With users and no requirepass, "
+                   "connections without credentials are refused.")
+@click.option("--acl-file", envvar="WALKIT_KV_ACL_FILE", type=click.Path(exists=True, dir_okay=False), default=None,
+              metavar="FILE", help="Users from a Redis ACL file: lines 'user NAME on >PASSWORD' (README lists the "
+                                   "rules taken) [env WALKIT_KV_ACL_FILE].")
+def serve(http_port, requirepass, requirepass_file, users, acl_file, **options) -> None:
     """Serve a replicated key-value store over RESP, the Redis protocol, until Ctrl-C.
 
     redis-cli, redis-py and redis-benchmark work unchanged. Every write is appended to a walkit
@@ -54,11 +66,20 @@ def serve(http_port, **options) -> None:
     serve (possibly stale) reads, and answer writes with READONLY naming the leader. While a
     server loads the store at start-up, data commands are answered LOADING.
 
+    With --requirepass (or --user, --acl-file) clients must log in first, as with redis-server:
+    redis-cli -a PASSWORD, or redis-cli --user NAME --pass PASSWORD.
+
     Example: walkit kv serve, then in another terminal: redis-cli -p 6380 SET greeting hello
     """
+    from walkit.adapters.kv.auth import BadUsers, load_users
     from walkit.adapters.kv.service import ServeOptions, run
     from walkit.errors import WalkitError
     logging.getLogger("walkit.adapters.kv").setLevel(min(logging.getLogger().level, logging.INFO))
+    try:
+        options["users"] = load_users(requirepass=requirepass, requirepass_file=requirepass_file, users=users,
+                                      acl_file=acl_file)
+    except (BadUsers, OSError) as exc:
+        raise click.UsageError(str(exc)) from None
     endpoint = None
     try:
         if http_port is not None:

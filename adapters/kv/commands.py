@@ -8,7 +8,9 @@ Each handler takes (server, connection, args) where args[0] is the command name:
   arguments; the reply is what applying the record returns;
 - other commands (PING, INFO, CONFIG, HELLO...) return the reply and change no data.
 
-Errors follow Redis' wording, so clients map them to the same exceptions.
+Errors follow Redis' wording, so clients map them to the same exceptions. On a server that
+requires a password (auth.py) a connection that has not authenticated may send only the
+NO_AUTH commands; connection.py answers every other one NOAUTH.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import time
 from typing import Callable, NamedTuple
 
 from walkit.adapters.kv import info as reports
+from walkit.adapters.kv.patterns import compile_pattern
 from walkit.adapters.kv.records import GET, KEEPTTL, NX, XX, Delete, FlushDb, IncrBy, MSet, Set
 from walkit.adapters.kv.resp import OK, PONG, ReplyError, Simple
-from walkit.adapters.kv.state import INT64_MAX, NOT_AN_INTEGER, compile_pattern, parse_int
+from walkit.adapters.kv.state import INT64_MAX, NOT_AN_INTEGER, parse_int
 
 READ, WRITE, OTHER = "read", "write", "other"
 SYNTAX = "ERR syntax error"
@@ -28,6 +31,17 @@ SYNTAX = "ERR syntax error"
 #: connection or the server, not the data. Every other command, PING included, gets LOADING.
 WHILE_LOADING = frozenset({b"AUTH", b"CLIENT", b"COMMAND", b"CONFIG", b"HELLO", b"INFO", b"QUIT", b"ROLE",
                            b"SELECT", b"TIME"})
+#: The commands a connection may send before it authenticated (redis-server's no-auth flag).
+NO_AUTH = frozenset({b"AUTH", b"HELLO", b"QUIT"})
+NOAUTH = "NOAUTH Authentication required."
+WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
+
+
+class AuthFailed(ReplyError):
+    """AuthFailed is the WRONGPASS answer to AUTH or HELLO AUTH; the connection sends it late (auth.py)."""
+
+    def __init__(self) -> None:
+        super().__init__(WRONGPASS)
 
 
 class Command(NamedTuple):
@@ -283,9 +297,29 @@ def role(server, conn, args):
     return reports.role_reply(server)
 
 
+def _client_name(name: bytes) -> bytes:
+    if any(c <= 32 or c > 126 for c in name):
+        raise ReplyError("ERR Client names cannot contain spaces, newlines or special characters.")
+    return name
+
+
+def _log_in(server, conn, name: bytes, password: bytes) -> None:
+    """_log_in makes the connection user `name`, or raises AuthFailed (its state stays as it was)."""
+    user = server.users.authenticate(name, password)
+    if user is None:
+        server.auth_failed(conn, name)
+        raise AuthFailed()
+    conn.logged_in(user)
+
+
 @command("HELLO", -1, OTHER)
 def hello(server, conn, args):
-    """hello answers HELLO [2|3] [AUTH user pass] [SETNAME name] and switches the protocol version."""
+    """hello answers HELLO [2|3 [AUTH user pass] [SETNAME name]]: it may log in, and switches the protocol version.
+
+    As redis-server: options are checked first, then the credentials; an unauthenticated
+    connection without AUTH gets NOAUTH, and nothing changes unless all of it succeeds.
+    """
+    version, credentials, name = None, None, None
     if len(args) > 1:
         version = parse_int(args[1])
         if version not in (2, 3):
@@ -294,12 +328,22 @@ def hello(server, conn, args):
         while i < len(args):
             option = args[i].upper()
             if option == b"AUTH" and i + 2 < len(args):
-                i += 3                          # no users here: any credentials are accepted
+                credentials = args[i + 1], args[i + 2]
+                i += 3
             elif option == b"SETNAME" and i + 1 < len(args):
-                conn.name = args[i + 1]
+                name = _client_name(args[i + 1])
                 i += 2
             else:
-                raise ReplyError(SYNTAX)
+                raise ReplyError(f"ERR Syntax error in HELLO option '{args[i][:64].decode('utf-8', 'replace')}'")
+    if credentials is not None:
+        _log_in(server, conn, *credentials)
+    if conn.user is None:
+        raise ReplyError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO "
+                         "<proto> AUTH <user> <pass> option can be used to authenticate the client and select the "
+                         "RESP protocol version at the same time")
+    if name is not None:
+        conn.name = name
+    if version is not None:
         conn.resp3 = version == 3
     return {"server": "redis", "version": reports.REDIS_VERSION, "proto": 3 if conn.resp3 else 2,
             "id": conn.id, "mode": "standalone", "role": "master" if server.is_leader else "replica",
@@ -308,7 +352,16 @@ def hello(server, conn, args):
 
 @command("AUTH", -2, OTHER)
 def auth(server, conn, args):
-    """auth answers AUTH: there are no users, so any credentials are accepted."""
+    """auth answers AUTH password (the default user) and AUTH user password, as redis-server 7 does."""
+    if len(args) > 3:
+        raise ReplyError(SYNTAX)
+    if len(args) == 2:
+        if server.users.default_nopass:
+            raise ReplyError("ERR AUTH <password> called without any password configured for the default user. "
+                             "Are you sure your configuration is correct?")
+        _log_in(server, conn, b"default", args[1])
+    else:
+        _log_in(server, conn, args[1], args[2])
     return OK
 
 
@@ -317,7 +370,7 @@ def client(server, conn, args):
     """client answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO and LIST."""
     sub = args[1].upper()
     if sub == b"SETNAME" and len(args) == 3:
-        conn.name = args[2]
+        conn.name = _client_name(args[2])
         return OK
     if sub == b"GETNAME" and len(args) == 2:
         return conn.name
@@ -332,12 +385,18 @@ def client(server, conn, args):
 
 @command("CONFIG", -2, OTHER)
 def config(server, conn, args):
-    """config answers CONFIG GET pattern... (info.config_values); CONFIG SET is accepted and ignored."""
+    """config answers CONFIG GET pattern... (info.config_values); CONFIG SET is accepted and ignored,
+    except for the settings of passwords and users, which are refused: ignoring them would leave
+    the server open while the client believes it closed it."""
     sub = args[1].upper()
     if sub == b"GET" and len(args) >= 3:
         settings = reports.config_values(server)
         matchers = [compile_pattern(p.lower()).match for p in args[2:]]
         return {name: value for name, value in settings.items() if any(m(name.encode()) for m in matchers)}
+    if sub == b"SET" and any(p.lower() in (b"requirepass", b"masterauth", b"masteruser", b"aclfile")
+                             for p in args[2::2]):
+        raise ReplyError("ERR walkit kv takes passwords and users only at start (walkit kv serve --requirepass, "
+                         "--user, --acl-file)")
     if sub in (b"SET", b"RESETSTAT", b"REWRITE"):
         return OK
     raise ReplyError(f"ERR unknown subcommand '{args[1].decode('utf-8', 'replace')}'. Try CONFIG HELP.")

@@ -9,6 +9,17 @@ write was applied and before the next record, so a pipeline ``SET k 1; GET k; SE
 1. Other connections are never blocked by it. Reads that are not chained follow reads.py: at
 once, or after a read barrier.
 
+Backpressure: commands run only while the connection can take their replies. While the
+transport's write buffer is full (the client does not read), or more than HIGH_WATER replies
+are pending, or the answer to a failed AUTH is being held back (auth.py), no further command
+runs and reading pauses; what was received stays in the parser until the connection can go on.
+So a client that pipelines thousands of GETs of a large value and reads none of them costs
+one reply's worth of memory above the buffer, not thousands.
+
+Authentication: on a server that requires it (auth.py) a connection starts without a user; it
+may then send only AUTH, HELLO and QUIT (others are answered NOAUTH), with RESP's lower limits
+for unauthenticated connections (resp.py).
+
 Threads: everything here runs on the event loop thread, except the Future callbacks, which run
 on the apply thread; they read the state under the machine's lock and hand their replies to the
 loop through the server's Inbox. While the node is not ready data commands are answered LOADING.
@@ -21,12 +32,17 @@ import collections
 import functools
 import itertools
 
-from walkit.adapters.kv.commands import COMMANDS, READ, WHILE_LOADING, WRITE, check_arity, unknown
+from walkit.adapters.kv.auth import FAILED_AUTH_DELAY_S
+from walkit.adapters.kv.commands import (
+    COMMANDS, NO_AUTH, NOAUTH, READ, WHILE_LOADING, WRITE, AuthFailed, check_arity, unknown,
+)
 from walkit.adapters.kv.resp import ProtocolError, ReplyError, RespParser, encode
 from walkit.errors import NotLeader
 
 #: Pause reading a connection while this many of its replies are pending; resume below LOW_WATER.
 HIGH_WATER, LOW_WATER = 10_000, 1_000
+#: Replies ready to send are written once they add up to this many bytes, also mid-pipeline.
+FLUSH_BYTES = 64 * 1024
 
 LOADING = "LOADING walkit kv is loading the store: it applies the log up to where it ended at start-up"
 
@@ -49,17 +65,23 @@ class Connection(asyncio.Protocol):
         self.server = server
         self.id = next(self._ids)
         self.name: bytes | None = None
+        self.user: str | None = None if server.users.required else "default"
         self.resp3 = False
         self.close_after_reply = False
         self.peer = "?"
         self._parser = RespParser()
+        self._parser.unauthenticated = self.user is None
         self._slots: collections.deque[Slot] = collections.deque()
         self._last_write = None                 # the Future of this connection's last write, while pending
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._transport = None
         self._flush_scheduled = False
         self._reading_paused = False
         self._writing_paused = False
+        self._held = None                       # the timer of a failed AUTH's answer, while it waits
+        self._stalled = False                   # commands wait in the parser until the connection may go on
+        self._running = False
         self._closed = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -72,6 +94,9 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self._closed = True
         self.server.connections.discard(self)
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -82,24 +107,49 @@ class Connection(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
-        """data_received runs every complete command received, then writes the replies that are ready."""
+        """data_received runs the complete commands received while the connection may, then writes the replies."""
+        self._parser.feed(data)
+        self._run()
+
+    def logged_in(self, user: str) -> None:
+        """logged_in makes `user` this connection's user (AUTH or HELLO succeeded)."""
+        self.user = user
+        self._parser.unauthenticated = False
+
+    # -- commands -------------------------------------------------------------------------
+    def _busy(self) -> bool:
+        """_busy tells whether the connection must wait before it runs another command (see the module doc)."""
+        return self._writing_paused or self._held is not None or len(self._slots) > HIGH_WATER
+
+    def _run(self) -> None:
+        """_run executes buffered commands until none is complete or the connection is busy, then flushes."""
+        if self._running:
+            return
+        self._running = True
         parser = self._parser
-        parser.feed(data)
         try:
-            while not self.close_after_reply:
+            while not (self.close_after_reply or self._closed):
+                if self._busy():
+                    self._stalled = parser.buffered > 0
+                    break
                 args = parser.next()
                 if args is None:
                     break
                 self._execute(args)
+                if self._out_bytes > FLUSH_BYTES:
+                    self.flush()                # the transport may say it is full: then this stops
         except ProtocolError as exc:
             self._reply(ReplyError(f"ERR Protocol error: {exc}"))
             self.close_after_reply = True
+        finally:
+            self._running = False
         self.flush()
-        self._update_reading()
 
-    # -- commands -------------------------------------------------------------------------
     def _execute(self, args: list[bytes]) -> None:
         name = args[0].upper()
+        if self.user is None and name not in NO_AUTH:
+            self._reply(ReplyError(NOAUTH))
+            return
         spec = COMMANDS.get(name)
         if spec is None:
             self._reply(unknown(args))
@@ -115,8 +165,20 @@ class Connection(asyncio.Protocol):
                 self._read(spec, args)
             else:
                 self._reply(spec.handler(server, self, args))
+        except AuthFailed as exc:
+            self._hold(exc)
         except ReplyError as exc:
             self._reply(exc)
+
+    def _hold(self, error: AuthFailed) -> None:
+        """_hold answers a failed AUTH after FAILED_AUTH_DELAY_S; until then no later command of this connection runs."""
+        slot = self._new_slot()
+
+        def release() -> None:
+            self._held = None
+            self._fill(slot, error)
+        self._held = self.server.loop.call_later(FAILED_AUTH_DELAY_S, release)
+        self._update_reading()
 
     def _write(self, change) -> None:
         slot = self._new_slot()
@@ -194,7 +256,9 @@ class Connection(asyncio.Protocol):
         if self._slots:
             self._new_slot().reply = encode(value, self.resp3)
         else:
-            self._out.append(encode(value, self.resp3))
+            reply = encode(value, self.resp3)
+            self._out.append(reply)
+            self._out_bytes += len(reply)
 
     def _fill(self, slot: Slot, value) -> None:
         slot.reply = encode(value, self.resp3)
@@ -213,23 +277,29 @@ class Connection(asyncio.Protocol):
         if out and not self._closed:
             self._transport.write(b"".join(out) if len(out) > 1 else out[0])
         out.clear()
+        self._out_bytes = 0
         if self.close_after_reply and not slots and not self._closed:
             self._transport.close()
             self._closed = True
         self._update_reading()
 
     def _update_reading(self) -> None:
+        """_update_reading pauses reading while the connection is busy, and goes on with stalled commands after."""
         if self._closed:
             return
-        pending = len(self._slots)
-        if not self._reading_paused and (pending > HIGH_WATER or self._writing_paused):
+        busy = self._busy()
+        if not self._reading_paused and busy:
             self._reading_paused = True
             self._transport.pause_reading()
-        elif self._reading_paused and pending < LOW_WATER and not self._writing_paused:
+        elif self._reading_paused and not busy and len(self._slots) < LOW_WATER:
             self._reading_paused = False
             self._transport.resume_reading()
+        if self._stalled and not busy and not self._running:
+            self._stalled = False
+            self.server.loop.call_soon(self._run)
 
     def describe(self) -> str:
         """describe is this connection's line in CLIENT LIST."""
         name = (self.name or b"").decode("utf-8", "replace")
-        return f"id={self.id} addr={self.peer} name={name} db=0 resp={3 if self.resp3 else 2}\n"
+        return (f"id={self.id} addr={self.peer} name={name} db=0 user={self.user or ''} "
+                f"resp={3 if self.resp3 else 2}\n")

@@ -83,6 +83,7 @@ def info_text(server, sections: list[str]) -> str:
             f"master_repl_offset:{machine.index}", f"cluster:{server.cluster}"],
         "persistence": [f"loading:{int(not server.ready)}", "aof_enabled:1", f"snapshots:{machine.snapshots}",
                         f"snapshot_position:{snapshot_position or ''}", f"snapshot_every:{server.snapshot_every}"],
+        "stats": [f"acl_access_denied_auth:{server.auth_failures}"],
         "keyspace": [f"db0:keys={keys},expires={expires},avg_ttl=0"],
     }
     wanted = [s for s in sections if s in parts] or list(parts)

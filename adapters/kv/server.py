@@ -6,8 +6,8 @@
 
 Connections (connection.py) keep each client's replies in order; the server holds what they
 share: the machine and its node, the clock records are stamped with, the read gate (reads.py),
-SCAN cursors, and the Inbox through which the node's apply thread hands replies to the event
-loop. INFO, ROLE and CONFIG are answered from info.py.
+SCAN cursors, the users who may connect (auth.py), and the Inbox through which the node's
+apply thread hands replies to the event loop. INFO, ROLE and CONFIG are answered from info.py.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import itertools
 import logging
 import time
 
+from walkit.adapters.kv.auth import Users
 from walkit.adapters.kv.connection import LOADING, Connection
 from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.reads import ReadGate
@@ -26,6 +27,9 @@ from walkit.adapters.kv.resp import ReplyError
 from walkit.errors import NotLeader, WalkitError
 
 log = logging.getLogger("walkit.adapters.kv")
+
+#: Failed AUTH attempts are logged at most once in this many seconds (with a count of the others).
+AUTH_WARNING_EVERY_S = 10.0
 
 
 def wall_ms() -> int:
@@ -85,12 +89,16 @@ class ScanCursors:
 class KVServer:
     """KVServer serves RESP on `host:port` over a KVMachine replicated by `node` (set once it started).
 
-    Until `node` is set the server answers LOADING. `cluster` is the metadata URI INFO reports.
+    Until `node` is set the server answers LOADING. `cluster` is the metadata URI INFO reports;
+    `users` who may connect (default: anyone, as a Redis without requirepass).
     """
 
     def __init__(self, machine: KVMachine, loop, *, host: str = "127.0.0.1", port: int = 6380, cluster: str = "",
-                 snapshot_every: int = 0) -> None:
+                 snapshot_every: int = 0, users: Users | None = None) -> None:
         self.machine = machine
+        self.users = users or Users()
+        self.auth_failures = 0                  # INFO's acl_access_denied_auth
+        self._auth_logged = (float("-inf"), 0)  # when the last warning was logged, and the count then
         self.loop = loop
         self.node = None
         self.host = host
@@ -139,6 +147,23 @@ class KVServer:
     def now_ms(self) -> int:
         """now_ms is this server's clock: never behind a stamp it applied or, as leader, handed out."""
         return max(wall_ms(), self.machine.stamp, self._stamped)
+
+    def auth_failed(self, conn: Connection, name: bytes) -> None:
+        """auth_failed counts a failed AUTH and logs it, at most once per AUTH_WARNING_EVERY_S.
+
+        The line names the user only if it exists (a password typed where the user name goes
+        must not reach the log) and never the password.
+        """
+        self.auth_failures += 1
+        now = time.monotonic()
+        logged_at, logged_count = self._auth_logged
+        if now - logged_at < AUTH_WARNING_EVERY_S:
+            return
+        who = f"user {name.decode('utf-8', 'replace')!r}" if self.users.known(name) else "an unknown user"
+        others = self.auth_failures - logged_count - 1
+        log.warning("walkit kv: failed AUTH from %s as %s%s", conn.peer, who,
+                    f" ({others} more failed since the last such line)" if others else "")
+        self._auth_logged = (now, self.auth_failures)
 
     def role_changed(self, role: str) -> None:
         """role_changed is the node's on_role callback (role thread): a new leadership is noted for reads.py."""

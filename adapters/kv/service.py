@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import walkit
 from walkit.adapters.kv import info
+from walkit.adapters.kv.auth import Users
 from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.server import KVServer
 from walkit.errors import WalkitError
@@ -47,6 +48,7 @@ class ServeOptions:
     ack_quorum: int | None = None
     roll_entries: int = 10_000
     password: str = ""
+    users: Users = field(default_factory=Users, repr=False)
 
     def node_options(self) -> dict:
         """node_options are the walkit.replicate options of the store (the log's are used when it is created)."""
@@ -101,7 +103,7 @@ def start_node(server: KVServer, client, *, name: str, node_id: str, **options):
 async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
     loop = asyncio.get_running_loop()
     server = KVServer(KVMachine(), loop, host=options.host, port=options.port, cluster=metadata,
-                      snapshot_every=options.snapshot_every)
+                      snapshot_every=options.snapshot_every, users=options.users)
     await server.start()
     address = _advertised(options, server.port)
     client = await loop.run_in_executor(None, walkit.Client, metadata)
@@ -120,7 +122,8 @@ async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
     echo(f"walkit kv: serving RESP on {listening}{'' if address == listening else f' as {address}'} "
          f"(store {options.name!r}, {where}; {info.walkit_role(server)})")
     host = "" if options.host in ("127.0.0.1", "localhost") else f"-h {address.rpartition(':')[0]} "
-    echo(f"connect with: redis-cli {host}-p {server.port}   (or any Redis client; Ctrl-C stops the server)")
+    echo(f"connect with: redis-cli {host}-p {server.port}{_credentials_hint(options.users)}   "
+         f"(or any Redis client; Ctrl-C stops the server)")
     while not stop.is_set() and node.failed is None:
         try:
             await asyncio.wait_for(stop.wait(), 0.5)
@@ -136,6 +139,13 @@ async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
         echo(f"walkit kv: the node failed: {type(node.failed).__name__}: {node.failed}")
         return 1
     return 0
+
+
+def _credentials_hint(users: Users) -> str:
+    """_credentials_hint is what redis-cli needs to log in (never a password: it asks for it)."""
+    if not users.required:
+        return ""
+    return " --askpass" if users.default_enabled else " --user NAME --askpass"
 
 
 def _warn_about_old_log(client, name: str, echo) -> None:

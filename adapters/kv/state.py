@@ -17,11 +17,11 @@ removal is deterministic too.
 
 from __future__ import annotations
 
-import functools
 import re
 
 from sortedcontainers import SortedDict, SortedList
 
+from walkit.adapters.kv.patterns import compile_pattern, literal_prefix
 from walkit.adapters.kv.records import GET, KEEPTTL, NX, XX, Delete, FlushDb, IncrBy, MSet, Set
 from walkit.adapters.kv.resp import OK, ReplyError
 
@@ -37,43 +37,6 @@ def parse_int(text: bytes) -> int | None:
         return None
     value = int(text)
     return value if INT64_MIN <= value <= INT64_MAX else None
-
-
-@functools.lru_cache(maxsize=256)
-def compile_pattern(pattern: bytes) -> re.Pattern:
-    """compile_pattern turns a Redis glob (``*``, ``?``, ``[a-z]``, ``[^x]``, ``\\``) into a regex."""
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        c = pattern[i:i + 1]
-        if c == b"*":
-            out.append(b".*")
-        elif c == b"?":
-            out.append(b".")
-        elif c == b"\\" and i + 1 < n:
-            i += 1
-            out.append(re.escape(pattern[i:i + 1]))
-        elif c == b"[":
-            end = pattern.find(b"]", i + 1)
-            if end < 0:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1:end]
-                negate = body.startswith(b"^")
-                body = body[1:] if negate else body
-                parts = [b"\\" + body[j:j + 1] if body[j:j + 1] in b"\\]^[" else body[j:j + 1]
-                         for j in range(len(body))]
-                out.append(b"[" + (b"^" if negate else b"") + b"".join(parts) + b"]" if body else b"(?!)")
-                i = end
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile(b"".join(out) + rb"\Z", re.DOTALL)
-
-
-def literal_prefix(pattern: bytes) -> bytes:
-    """literal_prefix is the part of a glob before its first special character."""
-    match = re.match(rb"[^*?\[\\]*", pattern)
-    return match.group(0)
 
 
 class State:
