@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from walkit.adapters.spark.records import entry_span
 from walkit.core.loglist import Position
 from walkit.core.metadata import CLOSED
-from walkit.errors import NoSuchLedger
+from walkit.errors import NoSuchLedger, NoSuchLog
 
 
 @dataclass(frozen=True)
@@ -71,12 +71,19 @@ class LogIndex:
         self._first: dict[int, int | None] = {}  # ledger -> base offset of its first batch
         self._keys: dict[tuple[int, int], int | None] = {}
 
-    def refresh(self) -> "LogIndex":
+    def refresh(self, missing_ok: bool = False) -> "LogIndex":
         """refresh reads the ledger list and the end of every ledger not known to be closed.
 
-        It raises NoSuchLog if the log does not exist.
+        It raises NoSuchLog if the log does not exist, unless `missing_ok` (a topic partition
+        whose leader has not opened its log yet): then the log is taken as empty.
         """
-        metadata = self.client.log_metadata(self.name)
+        try:
+            metadata = self.client.log_metadata(self.name)
+        except NoSuchLog:
+            if not missing_ok:
+                raise
+            self.ledgers, self.last_entry = [], {}
+            return self
         ledgers = []
         self._handles.clear()
         for ledger_id in metadata.ledger_ids:

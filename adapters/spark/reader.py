@@ -71,7 +71,7 @@ class Planner:
         if index is None:
             index = self.indexes[key] = LogIndex(self.client, name, self.options.password)
         with self.reaching(f"reading the ledgers of {name}"):
-            return index.refresh()
+            return index.refresh(missing_ok=isinstance(key, tuple))
 
     def bounds(self, tp: tuple[str, int]) -> tuple[int, int, LogIndex]:
         """bounds is (earliest offset, end offset, index) of a topic partition as the bookies show it now."""

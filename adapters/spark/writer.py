@@ -120,7 +120,8 @@ class TopicPublisher:
         self._producer = None
 
     def _index(self, partition: int) -> LogIndex:
-        return LogIndex(self.client, partition_log(self.topic, partition), self.options.password).refresh()
+        return LogIndex(self.client, partition_log(self.topic, partition), self.options.password).refresh(
+            missing_ok=True)
 
     def mark(self) -> dict:
         """mark is where each partition ends now (a lower bound of where this batch's records will be)."""
