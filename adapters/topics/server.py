@@ -9,6 +9,11 @@ Hostile input: a size prefix below zero or above `max_request_bytes`, an unknown
 an unsupported version (except ApiVersions, which gets Kafka's UNSUPPORTED_VERSION answer),
 or a body that does not decode closes that connection, as Kafka's broker does; other
 connections are not affected. A handler that fails unexpectedly closes its connection too.
+
+With users (`--sasl-users`), every connection starts behind a sasl.SaslGate: until it
+authenticates, its frames go to the gate (ApiVersions, SaslHandshake, SaslAuthenticate, at
+most sasl.MAX_UNAUTHENTICATED_FRAME bytes each) and anything else closes it; a failed
+authentication is answered, then the connection closes.
 """
 
 from __future__ import annotations
@@ -18,13 +23,25 @@ import collections
 import logging
 
 from walkit.adapters.topics import handlers
+from walkit.adapters.topics.sasl import MAX_UNAUTHENTICATED_FRAME, Reply, SaslGate, Users
 from walkit.adapters.topics.wire import BadRequest, api_versions_error, frame_size, parse_request
 
 log = logging.getLogger("walkit.adapters.topics")
 
 #: Pause reading a connection while this many of its requests are unanswered.
 MAX_IN_FLIGHT = 1000
+#: How long a connection stays open after its last answer (a failed authentication) unless the
+#: client closes it first: kafka-python drops an answer that arrives together with the close.
+LAST_ANSWER_GRACE = 1.0
 _NO_RESPONSE = object()
+
+
+class _Last:
+    """_Last is a connection's last answer: the writer sends `frame` (if any), then closes for `reason`."""
+
+    def __init__(self, frame: bytes | None, reason: str) -> None:
+        self.frame = frame
+        self.reason = reason
 
 
 class Connection(asyncio.Protocol):
@@ -41,6 +58,9 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._writer_task: asyncio.Task | None = None
         self._wake = asyncio.Event()
+        self._ending = False                # the last answer is queued: read nothing more
+        self.gate = SaslGate(server.users) if server.users is not None else None
+        self.user: str | None = None        # the authenticated SASL user
 
     def connection_made(self, transport) -> None:
         self._transport = transport
@@ -59,13 +79,15 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         """data_received splits the stream into frames and starts one task per request."""
+        if self._ending:
+            return
         buffer = self._buffer
         buffer += data
-        limit = self.server.max_request_bytes
-        while not self._closed and len(buffer) >= 4:
+        while not self._closed and not self._ending and len(buffer) >= 4:
             size = frame_size(buffer)
+            limit = self.server.max_request_bytes if self.gate is None else MAX_UNAUTHENTICATED_FRAME
             if size < 0 or size > limit:
-                self.close(f"a frame of {size} bytes (limit {limit})")
+                self.close(f"a frame of {size} bytes (limit {limit}{'' if self.gate is None else ' before authentication'})")
                 return
             if len(buffer) < 4 + size:
                 break
@@ -80,6 +102,9 @@ class Connection(asyncio.Protocol):
         if self.server.broker is None:
             self.close("the broker is starting")
             return
+        if self.gate is not None:
+            self._authenticate(frame)
+            return
         slot = self.server.loop.create_future()
         try:
             request = parse_request(frame)
@@ -91,29 +116,57 @@ class Connection(asyncio.Protocol):
             slot.set_result(answer)
             self._queue(slot)
             return
+        self._serve(request)
+
+    def _serve(self, request) -> None:
+        slot = self.server.loop.create_future()
         self._queue(slot)
         task = self.server.loop.create_task(handlers.handle(self.server.broker, self, request))
         task.add_done_callback(lambda t: self._handled(slot, t, request))
+
+    def _authenticate(self, frame: bytes) -> None:
+        """_authenticate passes a frame of a connection not yet authenticated to its SaslGate."""
+        gate = self.gate
+        step = gate.receive(frame)
+        if not isinstance(step, Reply):
+            self._serve(step)                           # ApiVersions
+            return
+        if gate.user is not None:
+            self.gate, self.user = None, gate.user
+            log.info("%s authenticated as SASL user %r", self.peer, gate.user)
+        if step.close is not None and step.answer is None:
+            self.close(step.close)
+            return
+        answer = step.answer if step.close is None else _Last(step.answer, step.close)
+        if step.close is not None:
+            self._ending = True
+        slot = self.server.loop.create_future()
+        self._queue(slot)
+        if step.delay:
+            self.server.loop.call_later(step.delay, lambda: slot.done() or slot.set_result(answer))
+        else:
+            slot.set_result(answer)
 
     def _queue(self, slot: asyncio.Future) -> None:
         self._slots.append(slot)
         slot.add_done_callback(lambda _: self._wake.set())
 
     def _handled(self, slot: asyncio.Future, task: asyncio.Task, request) -> None:
-        if slot.done():
-            return
         if task.cancelled():
-            slot.cancel()
+            if not slot.done():
+                slot.cancel()
             return
-        error = task.exception()
+        error = task.exception()                    # retrieved (and logged) even if the client left meanwhile
         if error is not None:
             log.error("%s: %s v%d failed: %s: %s", self.peer, type(request.body).__name__, request.version,
                       type(error).__name__, error, exc_info=error)
-            slot.set_result(None)
-            self.close("an internal error")
+            if not slot.done():
+                slot.set_result(None)
+                self.close("an internal error")
             return
-        response = task.result()
-        slot.set_result(_NO_RESPONSE if response is None else response)
+        if not slot.done():
+            response = task.result()
+            slot.set_result(_NO_RESPONSE if response is None else response)
 
     async def _write_responses(self) -> None:
         """_write_responses writes answers in request order as they become ready."""
@@ -121,7 +174,7 @@ class Connection(asyncio.Protocol):
         while not self._closed:
             await self._wake.wait()
             self._wake.clear()
-            out = []
+            out, last = [], None
             while slots and slots[0].done():
                 slot = slots.popleft()
                 if slot.cancelled():
@@ -129,19 +182,31 @@ class Connection(asyncio.Protocol):
                 answer = slot.result()
                 if answer is None:
                     break
+                if isinstance(answer, _Last):
+                    last = answer
+                    if answer.frame is not None:
+                        out.append(answer.frame)
+                    break
                 if answer is not _NO_RESPONSE:
                     out.append(answer)
             if out and not self._closed:
                 self._transport.write(b"".join(out))
+            if last is not None:
+                self.close(last.reason, after=LAST_ANSWER_GRACE)
+                return
             if self._paused and len(slots) < MAX_IN_FLIGHT // 2 and not self._closed:
                 self._paused = False
                 self._transport.resume_reading()
 
-    def close(self, reason: str) -> None:
-        """close drops the connection (after a protocol violation)."""
+    def close(self, reason: str, *, after: float = 0.0) -> None:
+        """close drops the connection (after a protocol violation), `after` seconds from now unless the client goes first."""
         if self._closed:
             return
         log.info("closing the connection from %s: %s", self.peer, reason)
+        if after:
+            self._ending = True
+            self.server.loop.call_later(after, self._transport.close)
+            return
         self._closed = True
         self._transport.close()
         self._wake.set()
@@ -151,8 +216,9 @@ class KafkaServer:
     """KafkaServer listens on host:port and serves the Kafka protocol for a Broker."""
 
     def __init__(self, loop, *, host: str = "127.0.0.1", port: int = 9092,
-                 max_request_bytes: int = 100 * 1024 * 1024) -> None:
+                 max_request_bytes: int = 100 * 1024 * 1024, users: Users | None = None) -> None:
         self.broker = None                  # set once the broker exists (it needs the port)
+        self.users = users                  # SASL/PLAIN users; None: no authentication
         self.loop = loop
         self.host = host
         self.port = port

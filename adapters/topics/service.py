@@ -4,7 +4,10 @@
 
 Without `metadata` it runs an embedded LocalCluster (bookie processes under `data_dir`,
 which exit on their own if this process dies); with a metadata URI it joins that cluster,
-and every broker on one cluster shares its topics, partitions and groups.
+and every broker on one cluster shares its topics, partitions and groups. With `sasl_users`
+(a file) or `sasl_user` (NAME:PASSWORD pairs) every connection must authenticate with
+SASL/PLAIN (sasl.py); brokers share state only through walkit logs, never connect to each
+other, so each broker needs only the users its clients log in as.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import asyncio
 import logging
 import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import walkit
 from walkit.adapters.topics.broker import Broker, BrokerSettings
 from walkit.adapters.topics.catalog import BrokerInfo, Catalog
+from walkit.adapters.topics.sasl import Users, file_is_private
 from walkit.adapters.topics.server import KafkaServer
 
 log = logging.getLogger("walkit.adapters.topics")
@@ -43,7 +47,17 @@ class ServeOptions:
     retention_check_ms: int = 5000
     snapshot_every: int = 10_000
     rebalance_delay_ms: int = 1000
-    password: str = ""
+    password: str = field(default="", repr=False)
+    sasl_users: str | None = None                                   # a users file (sasl.Users.parse)
+    sasl_user: tuple[str, ...] = field(default=(), repr=False)      # NAME:PASSWORD pairs
+
+    def users(self) -> Users | None:
+        """users are the SASL/PLAIN users, None when neither --sasl-users nor --sasl-user is given."""
+        if not self.sasl_users and not self.sasl_user:
+            return None
+        if self.sasl_users and not file_is_private(self.sasl_users):
+            log.warning("the SASL users file %s is readable by other users (chmod 600 it)", self.sasl_users)
+        return Users.load(self.sasl_users, self.sasl_user)
 
     def settings(self) -> BrokerSettings:
         """settings are the broker's tunables derived from the options."""
@@ -60,6 +74,7 @@ class ServeOptions:
 
 def run(options: ServeOptions, echo=print) -> int:
     """run serves until SIGTERM/SIGINT and returns the exit status."""
+    users = options.users()                         # a bad users file stops here, before any bookie starts
     cluster = None
     metadata = options.metadata
     if metadata is None:
@@ -70,7 +85,7 @@ def run(options: ServeOptions, echo=print) -> int:
         from walkit.plugins.metadata.credentials import redact
         where = f"cluster {redact(metadata)}"
     try:
-        return asyncio.run(_serve(options, metadata, where, echo))
+        return asyncio.run(_serve(options, metadata, where, echo, users))
     finally:
         if cluster is not None:
             cluster.close()
@@ -86,11 +101,12 @@ def _advertised(options: ServeOptions, port: int) -> tuple[str, int]:
     return host, port
 
 
-async def start_broker(options: ServeOptions, client) -> tuple[Broker, KafkaServer]:
-    """start_broker listens, registers a broker on `client`'s cluster and starts serving."""
+async def start_broker(options: ServeOptions, client, users: Users | None = None) -> tuple[Broker, KafkaServer]:
+    """start_broker listens, registers a broker on `client`'s cluster and starts serving (`users`: SASL/PLAIN)."""
     loop = asyncio.get_running_loop()
     settings = options.settings()
-    server = KafkaServer(loop, host=options.host, port=options.port, max_request_bytes=settings.max_request_bytes)
+    server = KafkaServer(loop, host=options.host, port=options.port, max_request_bytes=settings.max_request_bytes,
+                         users=users)
     await server.start()
     broker_id = options.broker_id
     if broker_id is None:
@@ -102,17 +118,22 @@ async def start_broker(options: ServeOptions, client) -> tuple[Broker, KafkaServ
     return broker, server
 
 
-async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
+async def _serve(options: ServeOptions, metadata: str, where: str, echo, users: Users | None) -> int:
     loop = asyncio.get_running_loop()
     client = walkit.Client(metadata)
     try:
-        broker, server = await start_broker(options, client)
+        broker, server = await start_broker(options, client, users)
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         echo(f"walkit topics: broker {broker.id} serving the Kafka protocol on {options.host}:{server.port} "
              f"as {broker.info.host}:{broker.info.port} ({where})")
-        echo(f"try: kcat -b 127.0.0.1:{server.port} -L   (Ctrl-C stops the broker)")
+        if server.users is None:
+            echo(f"try: kcat -b 127.0.0.1:{server.port} -L   (Ctrl-C stops the broker)")
+        else:
+            echo(f"SASL/PLAIN required (users: {', '.join(server.users.names)}); try: kcat -b 127.0.0.1:{server.port} "
+                 f"-X security.protocol=SASL_PLAINTEXT -X sasl.mechanisms=PLAIN -X sasl.username=NAME "
+                 f"-X sasl.password=PASSWORD -L")
         await stop.wait()
         echo("walkit topics: stopping")
         await server.close()

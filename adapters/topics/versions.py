@@ -5,7 +5,8 @@ brokers, capped where a later version needs what this broker does not keep: topi
 Fetch (v13+) and Produce (v13+), KIP-848 consumer groups, two-phase commit. ApiVersions
 answers with this table; a request outside it gets UNSUPPORTED_VERSION (ApiVersions) or the
 connection closed, as Kafka does. Transactional APIs are absent on purpose: transactions are
-not supported (see handlers/produce.py).
+not supported (see handlers/produce.py). SaslHandshake and SaslAuthenticate are listed
+whether or not the broker requires SASL, as Kafka lists them (sasl.py, handlers/sasl.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 #: api key -> (request class, lowest version, highest version) this broker serves.
 SUPPORTED: dict[int, tuple[type, int, int]] = {
@@ -41,6 +43,8 @@ SUPPORTED: dict[int, tuple[type, int, int]] = {
         (DeleteTopicsRequest, 1, 5),
         (InitProducerIdRequest, 0, 4),
         (DescribeConfigsRequest, 1, 4),
+        (SaslHandshakeRequest, 0, 1),
+        (SaslAuthenticateRequest, 0, 2),
     )
 }
 

@@ -9,6 +9,7 @@ anything but `BadRequest`; the server closes a connection that sent one, as Kafk
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -88,8 +89,9 @@ def api_versions_error(frame: bytes) -> bytes | None:
     return bytes(message.encode(header=True, framed=True))
 
 
+@functools.cache
 def api_table() -> list:
-    """api_table is the ApiVersions response's list of supported APIs."""
+    """api_table is the ApiVersions response's list of supported APIs (built once: callers must not change it)."""
     entry = ApiVersionsResponse.ApiVersion
     return [entry(api_key=key, min_version=low, max_version=high) for key, (_, low, high) in sorted(SUPPORTED.items())]
 

@@ -1,7 +1,8 @@
 """walkit.cli.topics is `walkit topics`: the Kafka-compatible broker and commands that talk to it.
 
 `serve` runs a broker (walkit.adapters.topics). The other commands are Kafka clients
-(kafka-python) of a running broker, given by --bootstrap HOST:PORT (or WALKIT_BOOTSTRAP).
+(kafka-python) of a running broker, given by --bootstrap HOST:PORT (or WALKIT_BOOTSTRAP), logging
+in with SASL/PLAIN when a user is given (WALKIT_SASL_USERNAME and WALKIT_SASL_PASSWORD).
 """
 
 from __future__ import annotations
@@ -15,9 +16,33 @@ import click
 
 from walkit.cli.common import main
 
-bootstrap_option = click.option(
-    "--bootstrap", "-b", envvar="WALKIT_BOOTSTRAP", default="127.0.0.1:9092", show_default=True,
-    metavar="HOST:PORT", help="A broker of the cluster (walkit topics serve) [env WALKIT_BOOTSTRAP].")
+
+def kafka_settings(bootstrap: str, sasl_username: str | None = None, sasl_password: str | None = None) -> dict:
+    """kafka_settings are kafka-python's connection settings for a broker, logging in with SASL/PLAIN if a user is given."""
+    settings = {"bootstrap_servers": bootstrap}
+    if sasl_username is None and sasl_password is None:
+        return settings
+    if not sasl_username or not sasl_password:
+        raise click.UsageError("SASL needs both a user and a password: --sasl-username (WALKIT_SASL_USERNAME) "
+                               "and WALKIT_SASL_PASSWORD (or --sasl-password)")
+    return {**settings, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": sasl_username, "sasl_plain_password": sasl_password}
+
+
+def client_options(fn):
+    """client_options gives a client command --bootstrap and the SASL login, passed on as `kafka` (kafka_settings)."""
+    @click.option("--bootstrap", "-b", envvar="WALKIT_BOOTSTRAP", default="127.0.0.1:9092", show_default=True,
+                  metavar="HOST:PORT", help="A broker of the cluster (walkit topics serve) [env WALKIT_BOOTSTRAP].")
+    @click.option("--sasl-username", envvar="WALKIT_SASL_USERNAME", default=None, metavar="NAME",
+                  help="Log in with SASL/PLAIN as NAME, to a broker started with --sasl-users "
+                       "[env WALKIT_SASL_USERNAME].")
+    @click.option("--sasl-password", envvar="WALKIT_SASL_PASSWORD", default=None, metavar="PASSWORD",
+                  help="The SASL password [env WALKIT_SASL_PASSWORD: prefer it, command lines are visible to "
+                       "other local users].")
+    @functools.wraps(fn)
+    def wrapper(*args, bootstrap, sasl_username, sasl_password, **kwargs):
+        return fn(*args, kafka=kafka_settings(bootstrap, sasl_username, sasl_password), **kwargs)
+    return wrapper
 
 
 def _parse_configs(values: tuple[str, ...]) -> dict[str, str]:
@@ -87,6 +112,14 @@ def topics() -> None:
               help="How long a new group waits for more members before its first rebalance "
                    "(Kafka's group.initial.rebalance.delay.ms).")
 @click.option("--password", default="", help="Password of the partitions' ledgers.")
+@click.option("--sasl-users", envvar="WALKIT_SASL_USERS", default=None, metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False),
+              help="Require SASL/PLAIN with the users of FILE: USER:PASSWORD lines, or a Kafka JAAS file's "
+                   "user_NAME=\"PASSWORD\" entries [env WALKIT_SASL_USERS].")
+@click.option("--sasl-user", multiple=True, envvar="WALKIT_SASL_USER", metavar="NAME:PASSWORD",
+              help="Require SASL/PLAIN and accept this user, repeatable (with --sasl-users: added to the file's, "
+                   "winning over it) [env WALKIT_SASL_USER, space-separated]. Other local users can see command "
+                   "lines: prefer the file.")
 @_kafka_errors
 def serve(**options) -> None:
     """Serve the Kafka protocol from walkit logs until Ctrl-C.
@@ -97,37 +130,43 @@ def serve(**options) -> None:
     others follow, and a dead broker's partitions move within seconds.
 
     Example: walkit topics serve, then: echo hello | kcat -b 127.0.0.1:9092 -t greetings -P
+
+    With --sasl-users or --sasl-user every client must log in with SASL/PLAIN
+    (security.protocol=SASL_PLAINTEXT, sasl.mechanism=PLAIN).
     """
+    from walkit.adapters.topics.sasl import BadUsers
     from walkit.adapters.topics.service import ServeOptions, run
     from walkit.errors import WalkitError
     logging.getLogger("walkit.adapters.topics").setLevel(min(logging.getLogger().level, logging.INFO))
     try:
         status = run(ServeOptions(**options), echo=lambda line: click.echo(line, err=True))
+    except BadUsers as exc:
+        raise click.ClickException(str(exc)) from None
     except (WalkitError, OSError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     sys.exit(status)
 
 
-def _admin(bootstrap: str):
+def _admin(kafka: dict):
     from kafka import KafkaAdminClient
-    return KafkaAdminClient(bootstrap_servers=bootstrap, client_id="walkit-topics", request_timeout_ms=30000)
+    return KafkaAdminClient(**kafka, client_id="walkit-topics", request_timeout_ms=30000)
 
 
 @topics.command()
-@bootstrap_option
+@client_options
 @click.argument("name")
 @click.option("--partitions", "-p", type=click.IntRange(min=1), default=1, show_default=True, help="Partitions.")
 @click.option("--config", "-c", "configs", multiple=True, metavar="NAME=VALUE",
               help="Topic config, repeatable: retention.ms, retention.bytes, segment.ms, segment.bytes, "
                    "max.message.bytes.")
 @_kafka_errors
-def create(bootstrap, name, partitions, configs) -> None:
+def create(kafka, name, partitions, configs) -> None:
     """Create topic NAME (its partitions get leaders before this returns).
 
     Example: walkit topics create orders -p 6 -c retention.ms=86400000
     """
     from kafka.admin import NewTopic
-    admin = _admin(bootstrap)
+    admin = _admin(kafka)
     try:
         admin.create_topics([NewTopic(name, partitions, 1, topic_configs=_parse_configs(configs))], timeout_ms=15000)
     finally:
@@ -136,11 +175,11 @@ def create(bootstrap, name, partitions, configs) -> None:
 
 
 @topics.command(name="list")
-@bootstrap_option
+@client_options
 @_kafka_errors
-def list_topics(bootstrap) -> None:
+def list_topics(kafka) -> None:
     """List the topics."""
-    admin = _admin(bootstrap)
+    admin = _admin(kafka)
     try:
         for name in sorted(admin.list_topics()):
             click.echo(name)
@@ -149,14 +188,14 @@ def list_topics(bootstrap) -> None:
 
 
 @topics.command()
-@bootstrap_option
+@client_options
 @click.argument("name")
 @_kafka_errors
-def describe(bootstrap, name) -> None:
+def describe(kafka, name) -> None:
     """Describe topic NAME: configs, and per partition its leader and offsets."""
     from kafka import KafkaConsumer, TopicPartition
     from kafka.admin import ConfigResource
-    admin = _admin(bootstrap)
+    admin = _admin(kafka)
     try:
         found = admin.describe_topics([name])[0]
         if found["error_code"]:
@@ -167,7 +206,7 @@ def describe(bootstrap, name) -> None:
     click.echo(f"topic {name}\tpartitions {len(found['partitions'])}\tid {found['topic_id']}")
     for key, value in sorted(configs.get("topic", {}).get(name, {}).items()):
         click.echo(f"  {key}={value['value']}{'' if value['config_source'] == 'DEFAULT_CONFIG' else '  (set)'}")
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="walkit-topics", enable_auto_commit=False)
+    consumer = KafkaConsumer(**kafka, client_id="walkit-topics", enable_auto_commit=False)
     try:
         parts = [TopicPartition(name, p["partition_index"]) for p in found["partitions"]]
         first, last = consumer.beginning_offsets(parts), consumer.end_offsets(parts)
@@ -178,12 +217,12 @@ def describe(bootstrap, name) -> None:
 
 
 @topics.command()
-@bootstrap_option
+@client_options
 @click.argument("name")
 @_kafka_errors
-def delete(bootstrap, name) -> None:
+def delete(kafka, name) -> None:
     """Delete topic NAME and its partitions' logs."""
-    admin = _admin(bootstrap)
+    admin = _admin(kafka)
     try:
         admin.delete_topics([name], timeout_ms=15000)
     finally:
@@ -192,7 +231,7 @@ def delete(bootstrap, name) -> None:
 
 
 @topics.command()
-@bootstrap_option
+@client_options
 @click.argument("topic")
 @click.argument("values", nargs=-1)
 @click.option("--key", "-k", default=None, help="Key of every record (murmur2 picks its partition, as in Kafka).")
@@ -201,13 +240,13 @@ def delete(bootstrap, name) -> None:
 @click.option("--partition", type=int, default=None, help="Write to this partition.")
 @click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
 @_kafka_errors
-def produce(bootstrap, topic, values, key, key_separator, partition, acks) -> None:
+def produce(kafka, topic, values, key, key_separator, partition, acks) -> None:
     """Append VALUES (or, without any, each line of stdin) to TOPIC, idempotently.
 
     Example: printf 'a:1\\nb:2\\n' | walkit topics produce orders -K:
     """
     from kafka import KafkaProducer
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks if acks == "all" else int(acks),
+    producer = KafkaProducer(**kafka, acks=acks if acks == "all" else int(acks),
                              enable_idempotence=acks == "all", client_id="walkit-topics")
     lines = values or (line.rstrip("\n") for line in sys.stdin)
     futures = []
@@ -228,7 +267,7 @@ def produce(bootstrap, topic, values, key, key_separator, partition, acks) -> No
 
 
 @topics.command()
-@bootstrap_option
+@client_options
 @click.argument("topic")
 @click.option("--group", "-g", default=None, help="Consume as a member of this group and commit offsets.")
 @click.option("--from-beginning", is_flag=True, help="Without committed offsets, start at the earliest offset.")
@@ -238,10 +277,10 @@ def produce(bootstrap, topic, values, key, key_separator, partition, acks) -> No
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: partition:offset, key and value separated by tabs; json: one object per line.")
 @_kafka_errors
-def consume(bootstrap, topic, group, from_beginning, count, timeout_s, fmt) -> None:
+def consume(kafka, topic, group, from_beginning, count, timeout_s, fmt) -> None:
     """Print the records of TOPIC as they arrive (Ctrl-C stops)."""
     from kafka import KafkaConsumer
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id="walkit-topics",
+    consumer = KafkaConsumer(topic, **kafka, group_id=group, client_id="walkit-topics",
                              auto_offset_reset="earliest" if from_beginning else "latest",
                              enable_auto_commit=group is not None,
                              consumer_timeout_ms=int(timeout_s * 1000) if timeout_s else float("inf"))
@@ -267,13 +306,13 @@ def consume(bootstrap, topic, group, from_beginning, count, timeout_s, fmt) -> N
 
 
 @topics.command()
-@bootstrap_option
+@client_options
 @click.argument("group", required=False)
 @_kafka_errors
-def groups(bootstrap, group) -> None:
+def groups(kafka, group) -> None:
     """List consumer groups, or show GROUP: state, members, committed offsets and lag."""
     from kafka import KafkaConsumer
-    admin = _admin(bootstrap)
+    admin = _admin(kafka)
     try:
         if group is None:
             for found in sorted(admin.list_groups(), key=lambda g: g["group_id"]):
@@ -286,7 +325,7 @@ def groups(bootstrap, group) -> None:
     click.echo(f"group {group}\tstate {described['group_state']}\tprotocol {described['protocol_data'] or '-'}")
     for member in described["members"]:
         click.echo(f"  member {member['member_id']}\tclient {member['client_id']}\thost {member['client_host']}")
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="walkit-topics", enable_auto_commit=False)
+    consumer = KafkaConsumer(**kafka, client_id="walkit-topics", enable_auto_commit=False)
     try:
         ends = consumer.end_offsets(list(committed)) if committed else {}
     finally:

@@ -8,10 +8,10 @@ codes (errors.py).
 
 from __future__ import annotations
 
-from walkit.adapters.topics.handlers import admin, cluster, commits, fetch, groups, produce
+from walkit.adapters.topics.handlers import admin, cluster, commits, fetch, groups, produce, sasl
 
 HANDLERS = {}
-for _module in (admin, cluster, commits, fetch, groups, produce):
+for _module in (admin, cluster, commits, fetch, groups, produce, sasl):
     HANDLERS.update(_module.HANDLERS)
 
 
