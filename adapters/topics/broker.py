@@ -170,6 +170,13 @@ class Broker:
             raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, f"{topic!r} has no partition {partition}")
         raise KafkaError(errors.NOT_LEADER_OR_FOLLOWER, f"broker {self.id} does not lead {topic}-{partition}")
 
+    async def lookup_topic(self, name: str) -> Topic | None:
+        """lookup_topic returns a topic's record: from this broker's view, else (a topic just made) the catalog."""
+        topic = self.view.topics.get(name) if isinstance(name, str) else None
+        if topic is None:
+            topic = await self.loop.run_in_executor(None, self.catalog.topic, name)
+        return topic
+
     def bucket_for(self, group: str) -> BucketLeader:
         """bucket_for returns the bucket coordinating `group` here, or raises NOT_COORDINATOR (INVALID_GROUP_ID)."""
         if not isinstance(group, str) or not group:

@@ -68,9 +68,14 @@ def group_bucket(group: str) -> int:
     return zlib.crc32(group.encode()) % GROUP_BUCKETS
 
 
+def valid_topic_name(name) -> bool:
+    """valid_topic_name tells whether `name` can name a topic (Kafka's rule: 1-180 of [A-Za-z0-9._-], not . or ..)."""
+    return isinstance(name, str) and TOPIC_NAME.fullmatch(name) is not None and name not in (".", "..")
+
+
 def check_topic_name(name: str) -> str:
     """check_topic_name returns `name` or raises KafkaError(INVALID_TOPIC_EXCEPTION)."""
-    if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+    if not valid_topic_name(name):
         raise KafkaError(errors.INVALID_TOPIC_EXCEPTION,
                          f"invalid topic name {name!r}: use 1-180 letters, digits, '.', '_' or '-'")
     return name
@@ -173,7 +178,9 @@ class Catalog:
         return topic
 
     def topic(self, name: str) -> Topic | None:
-        """topic returns a topic's record, or None."""
+        """topic returns a topic's record, or None (at once for a name no topic can have: "", "a/b", ...)."""
+        if not valid_topic_name(name):
+            return None
         try:
             value, _ = self.store.get(f"{TOPICS}/{name}")
         except NoSuchKey:
@@ -191,6 +198,8 @@ class Catalog:
 
     def delete_topic(self, name: str) -> Topic:
         """delete_topic removes a topic's record (its leaders then delete the logs); KafkaError if absent."""
+        if not valid_topic_name(name):
+            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
         try:
             value, version = self.store.get(f"{TOPICS}/{name}")
             self.store.delete(f"{TOPICS}/{name}", version)

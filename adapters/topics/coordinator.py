@@ -116,7 +116,12 @@ class GroupCoordinator:
         if not 1000 <= session_timeout_ms <= 1_800_000:
             answer.set_result(JoinResult(errors.INVALID_SESSION_TIMEOUT))
             return answer
-        group = self.groups.setdefault(group_id, Group(group_id))
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:                               # a stranger's rejoin creates no group (as Kafka)
+                answer.set_result(JoinResult(errors.UNKNOWN_MEMBER_ID, member_id=member_id))
+                return answer
+            group = self.groups[group_id] = Group(group_id)
         if group.members and protocol_type != group.protocol_type:
             answer.set_result(JoinResult(errors.INCONSISTENT_GROUP_PROTOCOL))
             return answer
@@ -201,7 +206,7 @@ class GroupCoordinator:
             del group.members[member.id]                    # did not rejoin in time
         group.generation += 1
         if not group.members:
-            group.state, group.leader, group.protocol = EMPTY, None, None
+            self._forget(group)
             return
         group.protocol = group.choose_protocol()
         if group.leader not in group.members:
@@ -288,13 +293,22 @@ class GroupCoordinator:
 
     def _after_removal(self, group: Group, reason: str) -> None:
         if not group.members:
-            if group.timer is not None:
-                group.timer.cancel()
-                group.timer = None
-            group.state, group.leader, group.protocol = EMPTY, None, None
-            group.generation += 1
+            self._forget(group)
         else:
             self._prepare(group, reason)
+
+    def _forget(self, group: Group) -> None:
+        """_forget drops a group without members (Kafka's Dead state): a join starts it again at generation 0.
+
+        Its committed offsets stay (offsets.py), and ListGroups still shows it as Empty. Keeping
+        empty groups would let any client grow the coordinator's memory by naming new groups.
+        """
+        if group.timer is not None:
+            group.timer.cancel()
+            group.timer = None
+        group.state, group.leader, group.protocol = EMPTY, None, None
+        if self.groups.get(group.id) is group:
+            del self.groups[group.id]
 
     def check_commit(self, group_id: str, generation: int, member_id: str) -> int:
         """check_commit returns the error code of an OffsetCommit's membership, NONE if it may commit."""

@@ -162,7 +162,7 @@ async def describe_configs(broker, connection, request):
     for resource in request.body.resources or []:
         code, message, configs = errors.NONE, None, []
         if resource.resource_type == TOPIC_RESOURCE:
-            topic = await broker.loop.run_in_executor(None, broker.catalog.topic, resource.resource_name)
+            topic = await broker.lookup_topic(resource.resource_name)
             if topic is None:
                 code, message = errors.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {resource.resource_name!r}"
             else:

@@ -69,9 +69,7 @@ async def metadata(broker, connection, request):
     brokers = live_brokers(broker)
     topics = []
     for name in (sorted(view.topics) if wanted is None else wanted):
-        topic = view.topics.get(name) if name is not None else None
-        if topic is None and name is not None:
-            topic = await broker.loop.run_in_executor(None, broker.catalog.topic, name)
+        topic = await broker.lookup_topic(name) if name is not None else None
         if topic is None:
             code = errors.UNKNOWN_TOPIC_OR_PARTITION
             if auto and name is not None:

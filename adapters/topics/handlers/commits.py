@@ -1,7 +1,9 @@
 """walkit.adapters.topics.handlers.commits answers OffsetCommit and OffsetFetch.
 
 A commit is checked against the group's membership (generation and member id; a consumer
-outside group management commits with generation -1 and no member id), appended to the
+outside group management commits with generation -1 and no member id) and, as Kafka does,
+refused for partitions that do not exist (UNKNOWN_TOPIC_OR_PARTITION: offsets for made-up
+names would grow the group's state without end); the rest is appended to the
 group bucket's log and answered once acknowledged (offsets.py), so an answered commit
 survives the coordinator. OffsetFetch reads the bucket's applied state: -1 for partitions
 without a committed offset.
@@ -38,8 +40,12 @@ async def offset_commit(broker, connection, request):
     codes: dict[tuple[str, int], int] = {}
     offsets = []
     for topic in body.topics or []:
+        known = await broker.lookup_topic(topic.name) if code == errors.NONE else None
         for part in topic.partitions or []:
             metadata = part.committed_metadata
+            if code == errors.NONE and (known is None or not 0 <= part.partition_index < known.partitions):
+                codes[(topic.name, part.partition_index)] = errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
             if code == errors.NONE and metadata is not None and len(metadata) > MAX_METADATA:
                 codes[(topic.name, part.partition_index)] = OFFSET_METADATA_TOO_LARGE
                 continue
