@@ -13,13 +13,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-import walkit  # noqa: E402
-from walkit.bench import pipelined  # noqa: E402
+import walkit
+from walkit.bench import pipelined
 
 KEYS = ("entries_per_s", "p50_ms", "p99_ms", "p999_ms")
 

@@ -16,16 +16,13 @@ import argparse
 import json
 import os
 import re
-import sys
 import tempfile
 import threading
 import time
 from datetime import datetime
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-import walkit  # noqa: E402
-from walkit.plugins import open_storage  # noqa: E402
+import walkit
+from walkit.plugins import open_storage
 
 
 def rss_mb(pid: int) -> float:

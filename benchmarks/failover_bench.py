@@ -16,14 +16,11 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-import walkit  # noqa: E402
+import walkit
 
 
 def one_run(cluster: walkit.LocalCluster, client: walkit.Client, args) -> dict:

@@ -25,9 +25,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from walkit.local import free_port  # noqa: E402
+from walkit.local import free_port
 
 TESTS = ("SET", "GET")
 

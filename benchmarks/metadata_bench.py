@@ -27,11 +27,9 @@ import threading
 import time
 from contextlib import ExitStack
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from walkit.core.metadata import LEDGER_ID_COUNTER, LedgerMetadata, ledger_key  # noqa: E402
-from walkit.plugins import open_metadata  # noqa: E402
-from walkit.testing.servers import EtcdCluster, EtcdServer, ZooKeeperServer  # noqa: E402
+from walkit.core.metadata import LEDGER_ID_COUNTER, LedgerMetadata, ledger_key
+from walkit.plugins import open_metadata
+from walkit.testing.servers import EtcdCluster, EtcdServer, ZooKeeperServer
 
 BACKENDS = ("sqlite", "zk", "etcd", "etcd3")
 BOOKIES = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.ops.helpers import auditor_http, fragments_on, scrape  # noqa: E402
 from walkit.autorecovery import UnderReplication  # noqa: E402

@@ -29,12 +29,11 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from topics_bench import stop, wait_port  # noqa: E402
+from topics_bench import stop, wait_port
 
-from walkit.local import free_port  # noqa: E402
+from walkit.local import free_port
 
 
 def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int) -> float:

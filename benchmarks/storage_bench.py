@@ -20,14 +20,11 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from walkit.plugins import open_storage  # noqa: E402
-from walkit.plugins.storage.files.journal import encode_put  # noqa: E402
+from walkit.plugins import open_storage
+from walkit.plugins.storage.files.journal import encode_put
 
 BACKENDS = {
     "files": lambda folder: open_storage(f"files://{folder}/files"),

@@ -32,9 +32,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from walkit.local import free_port  # noqa: E402
+from walkit.local import free_port
 
 
 def wait_port(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:

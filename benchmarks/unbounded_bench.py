@@ -18,14 +18,11 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-import walkit  # noqa: E402
-from walkit.bench import pipelined  # noqa: E402
-from walkit.core.metadata import LedgerMetadata  # noqa: E402
+import walkit
+from walkit.bench import pipelined
+from walkit.core.metadata import LedgerMetadata
 
 KEYS = ("entries_per_s", "p50_ms", "p99_ms")
 MODES = {"plain": {}, "gwq": {"guaranteed_write_quorum": True}, "unbounded": {"unbounded": True}}
