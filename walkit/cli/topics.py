@@ -17,9 +17,13 @@ import click
 from walkit.cli.common import main
 
 
+#: How long a command tries to reach (and log in to) the broker before it gives up.
+BOOTSTRAP_TIMEOUT_MS = 10_000
+
+
 def kafka_settings(bootstrap: str, sasl_username: str | None = None, sasl_password: str | None = None) -> dict:
     """kafka_settings are kafka-python's connection settings for a broker, logging in with SASL/PLAIN if a user is given."""
-    settings = {"bootstrap_servers": bootstrap}
+    settings = {"bootstrap_servers": bootstrap, "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
     if sasl_username is None and sasl_password is None:
         return settings
     if not sasl_username or not sasl_password:
@@ -55,18 +59,45 @@ def _parse_configs(values: tuple[str, ...]) -> dict[str, str]:
     return configs
 
 
+class _SaslRefusal(logging.Handler):
+    """_SaslRefusal remembers the broker's answer to a refused SASL login, which kafka-python only logs and retries."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.message: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "SaslAuthenticationFailedError" in text and self.message is None:
+            self.message = text.rpartition("SaslAuthenticationFailedError: ")[2].partition(" (backoff")[0].rstrip(")")
+
+
 def _kafka_errors(fn):
-    """_kafka_errors turns Kafka client errors, and a missing kafka-python, into one-line messages."""
+    """_kafka_errors turns Kafka client errors, and a missing kafka-python, into one-line messages.
+
+    A refused SASL login is retried by kafka-python until its bootstrap timeout and then reported
+    as "Unable to bootstrap"; the message names the refusal instead. kafka-python's own log
+    lines (a warning per retry) are shown only with -v.
+    """
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             from kafka.errors import KafkaError
         except ImportError:
             raise click.ClickException("walkit topics needs kafka-python: pip install 'walkit[topics]'") from None
+        refusal, kafka_log = _SaslRefusal(), logging.getLogger("kafka")
+        kafka_log.addHandler(refusal)
+        kafka_log.propagate = logging.getLogger().level <= logging.INFO
         try:
             return fn(*args, **kwargs)
         except KafkaError as exc:
+            if refusal.message:
+                raise click.ClickException(f"the broker refused the SASL login: {refusal.message} "
+                                           "(check --sasl-username and WALKIT_SASL_PASSWORD)") from None
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        finally:
+            kafka_log.removeHandler(refusal)
+            kafka_log.propagate = True
     return wrapper
 
 
