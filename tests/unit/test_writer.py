@@ -574,3 +574,54 @@ def test_gwq_a_pinned_bookie_is_retried_in_place_then_the_writer_fails():
     reject(writer, "B3", 1)
     failed = choose(writer, "B4")
     assert isinstance(only(failed, ev.FailAdds).error, NotEnoughBookies)
+
+
+# -- backpressure --------------------------------------------------------------------------------
+def test_appends_beyond_max_bytes_in_flight_wait_without_ids_and_go_as_earlier_ones_complete():
+    writer = make_writer(3, 3, 2, max_bytes_in_flight=10)
+    sent = sent_adds(writer.step(ev.AppendRequested(payloads=[b"aaaa", b"bbbb", b"cccc", b"dddd"])))
+    assert sent["B1"] == [0, 1] and writer.queued_count == 2 and writer.bytes_in_flight == 8
+    assert writer.last_add_pushed == 1                      # queued appends have no entry id yet
+    ack(writer, "B1", 0)
+    commands = ack(writer, "B2", 0)                         # entry 0 done: 4 bytes free, room for one more
+    assert completed(commands) == [0] and sent_adds(commands)["B1"] == [2] and writer.queued_count == 1
+    commands = ack(writer, "B3", 1) + ack(writer, "B2", 1)
+    assert completed(commands) == [1]
+    assert sent_adds(commands)["B1"] == [3] and writer.queued_count == 0
+    assert all(e.lac == 1 for c in of_type(commands, ev.SendAdds) for e in c.entries)   # sent after 1 completed
+
+
+def test_one_entry_larger_than_max_bytes_in_flight_is_still_sent_alone():
+    writer = make_writer(3, 3, 2, max_bytes_in_flight=4)
+    sent = sent_adds(writer.step(ev.AppendRequested(payloads=[b"x" * 100, b"y"])))
+    assert sent["B1"] == [0] and writer.queued_count == 1
+    ack(writer, "B1", 0)
+    commands = ack(writer, "B2", 0)
+    assert completed(commands) == [0] and sent_adds(commands)["B1"] == [1]
+
+
+def test_close_waits_for_queued_appends_and_a_failure_fails_them_from_the_first_pending_id():
+    writer = make_writer(3, 3, 2, max_bytes_in_flight=2)
+    append(writer, 3)                                       # p0 sent; p1, p2 queued (2 bytes each)
+    assert writer.queued_count == 2 and not writer.step(ev.CloseRequested())
+    for entry_id in range(3):
+        ack(writer, "B1", entry_id)
+        commands = ack(writer, "B2", entry_id)
+    assert only(commands, ev.WriteMetadata).metadata.last_entry_id == 2
+
+    failing = make_writer(3, 3, 2, max_bytes_in_flight=2)
+    append(failing, 3)
+    failed = reject(failing, "B1", 0, status=Status.FENCED)
+    assert only(failed, ev.FailAdds).first_entry_id == 0
+    assert failing.queued_count == 0 and failing.bytes_in_flight == 0
+
+
+def test_with_guaranteed_write_quorum_bytes_leave_flight_only_once_on_every_write_quorum_bookie():
+    writer = LedgerWriter(dataclasses.replace(make_metadata(3, 3, 2), guaranteed_write_quorum=True), VERSION,
+                          master_key=MASTER_KEY, digest=DIGEST, max_bytes_in_flight=2)
+    append(writer, 2)
+    ack(writer, "B1", 0)
+    commands = ack(writer, "B2", 0)
+    assert completed(commands) == [0] and not of_type(commands, ev.SendAdds)   # confirmed, not on Qw yet
+    commands = ack(writer, "B3", 0)
+    assert sent_adds(commands)["B1"] == [1]

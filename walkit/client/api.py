@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 
-from walkit.client.drivers import OutcomeDriver, ReaderDriver, WriterDriver
+from walkit.client.drivers import Batch, OutcomeDriver, ReaderDriver, WriterDriver
 from walkit.client.loop import ClientLoop, now_ms
 from walkit.core import events as ev
 from walkit.core.digest import DIGEST_TYPES, Digest, master_key, password_check
@@ -31,7 +31,7 @@ from walkit.core.metadata import (
 )
 from walkit.core.reader import LacReader, RangeReader
 from walkit.core.recovery import LedgerRecovery
-from walkit.core.writer import LedgerWriter
+from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
 from walkit.errors import (
     BadVersion, ClientClosed, ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, Timeout, Unauthorized,
 )
@@ -77,17 +77,25 @@ class Client:
     least that many racks (bookies register with `--rack`; walkit.placement), capped at each
     ledger's write quorum. Appends are counted in the process's client metrics
     (walkit.metrics.client_metrics).
+
+    `max_bytes_in_flight` bounds the payload bytes each writer (ledger or log) has sent to
+    bookies and not yet had acknowledged; appends beyond it wait in the client, in order, and
+    go as earlier ones complete, so a large window of large entries slows down instead of
+    making every bookie miss the add timeout.
     """
 
     def __init__(self, metadata, *, timeout: float = 30.0, add_timeout: float = 5.0,
                  request_timeout: float = 10.0, transport=None, key: str | None = None,
-                 min_racks: int = 1) -> None:
+                 min_racks: int = 1, max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT) -> None:
         if timeout <= 0 or add_timeout <= 0 or request_timeout <= 0:
             raise ConfigError("timeouts must be positive")
         if not isinstance(min_racks, int) or isinstance(min_racks, bool) or min_racks < 1:
             raise ConfigError(f"min_racks must be a positive integer, got {min_racks!r}")
+        if not isinstance(max_bytes_in_flight, int) or isinstance(max_bytes_in_flight, bool) or max_bytes_in_flight < 1:
+            raise ConfigError(f"max_bytes_in_flight must be a positive integer, got {max_bytes_in_flight!r}")
         self.timeout = timeout
         self.add_timeout = add_timeout
+        self.max_bytes_in_flight = max_bytes_in_flight
         self.min_racks = min_racks
         self.metrics = client_metrics()
         self.principal = ""
@@ -163,7 +171,7 @@ class Client:
         version = self.store.create(ledger_key(ledger_id), metadata.to_bytes())
         machine = LedgerWriter(metadata, version, master_key=master_key(password),
                                digest=Digest(digest, password), add_timeout_ms=int(self.add_timeout * 1000),
-                               now_ms=now_ms())
+                               now_ms=now_ms(), max_bytes_in_flight=self.max_bytes_in_flight)
         return WriteHandle(self, machine, timeout or self.timeout)
 
     def open_ledger(self, ledger_id: int, *, password: bytes | str = b"", recover: bool = False,
@@ -219,7 +227,7 @@ class Client:
         done = self._run(machine, timeout, f"reopening ledger {ledger_id}", whole=True)
         writer = LedgerWriter(done.metadata, done.version, master_key=master_key(password), digest=digest,
                               add_timeout_ms=int(self.add_timeout * 1000), now_ms=now_ms(),
-                              last_entry_id=done.last_entry_id)
+                              last_entry_id=done.last_entry_id, max_bytes_in_flight=self.max_bytes_in_flight)
         return WriteHandle(self, writer, timeout)
 
     def truncate_ledger(self, ledger_id: int, before: int) -> LedgerMetadata:
@@ -396,7 +404,7 @@ class WriteHandle:
         self._driver = WriterDriver(machine)
         self._timeout = timeout
         self._lock = threading.Lock()
-        self._submitted: list[tuple[bytes, Future]] = []
+        self._submitted: list = []                  # (payload, Future) and (payloads, Batch), in order
         self.ledger_id = machine.ledger_id
         self._loop.call(lambda: self._loop.attach(self._driver, []))
 
@@ -426,11 +434,59 @@ class WriteHandle:
             self._loop.call(self._drain)
         return future
 
+    def append_many_async(self, records) -> Future:
+        """append_many_async sends `records` (bytes each) as consecutive entries, with one Future for all.
+
+        The Future resolves to the `range` of their entry ids once the last is acknowledged
+        (entries complete in order, so every one of them is), or raises the first failure; on
+        a failure the entries below `last_add_confirmed` were written. One Future and one
+        completion per call instead of one per record: the way to append many records at once.
+        """
+        payloads = []
+        for data in records:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(f"entries are bytes, not {type(data).__name__}")
+            payloads.append(bytes(data))
+        future: Future = Future()
+        if not payloads:
+            future.set_result(range(0))
+            return future
+        batch = Batch(future, len(payloads))
+        metrics, started = self._client.metrics, time.perf_counter()
+
+        def counted(f: Future) -> None:
+            if f.exception() is not None:
+                metrics.failures += len(payloads)
+            else:
+                metrics.appends += len(payloads)
+                metrics.append_latency.observe(time.perf_counter() - started)
+        future.add_done_callback(counted)
+        with self._lock:
+            self._submitted.append((payloads, batch))
+            first = len(self._submitted) == 1
+        if first:
+            self._loop.call(self._drain)
+        return future
+
+    def append_many(self, records, timeout: float | None = None) -> range:
+        """append_many appends `records` as consecutive entries and blocks until all are acknowledged.
+
+        It returns the range of their entry ids (see append_many_async).
+        """
+        timeout = timeout or self._timeout
+        return _wait(self.append_many_async(records), timeout, f"append_many to ledger {self.ledger_id}")
+
     def _drain(self) -> None:
         with self._lock:
             submitted, self._submitted = self._submitted, []
+        payloads = []
+        for payload, future in submitted:
+            if type(future) is Batch:
+                payloads += payload
+            else:
+                payloads.append(payload)
         self._driver.futures.extend(f for _, f in submitted)
-        self._loop.step(self._driver, ev.AppendRequested(payloads=[p for p, _ in submitted]))
+        self._loop.step(self._driver, ev.AppendRequested(payloads=payloads))
 
     def append(self, data: bytes, timeout: float | None = None) -> int:
         """append sends `data` and blocks until it is acknowledged; it returns the entry id."""

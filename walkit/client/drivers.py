@@ -14,8 +14,28 @@ from walkit.client.loop import Driver
 from walkit.core import events as ev
 
 
+class Batch:
+    """Batch is the one Future of an `append_many`: it resolves to the range of its entry ids.
+
+    It stands for `size` consecutive entries in the writer driver's queue; `acked` of them are
+    complete. If the writer fails, it fails as a whole, even when its first entries completed
+    (the handle's last_add_confirmed says how far it got).
+    """
+
+    __slots__ = ("future", "size", "acked", "first")
+
+    def __init__(self, future: Future, size: int) -> None:
+        self.future = future
+        self.size = size
+        self.acked = 0
+        self.first = -1
+
+
 class WriterDriver(Driver):
-    """WriterDriver owns the futures of a ledger writer's adds, in entry order."""
+    """WriterDriver owns the futures of a ledger writer's adds, in entry order.
+
+    `futures` holds a Future per `append_async` and a Batch per `append_many`.
+    """
 
     def __init__(self, machine) -> None:
         self.machine = machine
@@ -27,17 +47,26 @@ class WriterDriver(Driver):
         kind = type(command)
         futures = self.futures
         if kind is ev.CompleteAdds:
-            entry_id = self.first_entry
-            while entry_id <= command.last_entry_id and futures:
-                futures.popleft().set_result(entry_id)
-                entry_id += 1
+            entry_id, last = self.first_entry, command.last_entry_id
+            while entry_id <= last and futures:
+                head = futures[0]
+                if type(head) is Batch:
+                    if head.acked == 0:
+                        head.first = entry_id
+                    take = min(head.size - head.acked, last - entry_id + 1)
+                    head.acked += take
+                    entry_id += take
+                    if head.acked == head.size:
+                        futures.popleft()
+                        if not head.future.done():
+                            head.future.set_result(range(head.first, head.first + head.size))
+                else:
+                    futures.popleft().set_result(entry_id)
+                    entry_id += 1
             self.first_entry = entry_id
         elif kind is ev.FailAdds:
             # Only entries from first_entry_id fail: adds still pending before them complete later.
-            keep = max(0, command.first_entry_id - self.first_entry)
-            failed = [futures.pop() for _ in range(len(futures) - keep)]
-            for future in reversed(failed):
-                future.set_exception(command.error)
+            self._fail_from(max(0, command.first_entry_id - self.first_entry), command.error)
             if not futures:
                 self.first_entry = self.machine.last_add_pushed + 1
         elif kind is ev.CompleteClose:
@@ -54,9 +83,30 @@ class WriterDriver(Driver):
         if self.machine.error is not None and not self.close_futures and not futures:
             self.finished = True
 
+    def _fail_from(self, keep: int, error: Exception) -> None:
+        """_fail_from fails every entry after the first `keep` pending ones (a Batch across the line fails whole)."""
+        futures, kept, count = self.futures, 0, 0
+        for item in futures:
+            if count >= keep:
+                break
+            count += item.size - item.acked if type(item) is Batch else 1
+            kept += 1
+            if count > keep:            # a batch across the line: its first entries may still complete
+                item.size -= count - keep
+                item.future.set_exception(error)
+        while len(futures) > kept:
+            item = futures[kept]
+            del futures[kept]
+            future = item.future if type(item) is Batch else item
+            if not future.done():
+                future.set_exception(error)
+
     def fail(self, error: Exception) -> None:
         while self.futures:
-            self.futures.popleft().set_exception(error)
+            item = self.futures.popleft()
+            future = item.future if type(item) is Batch else item
+            if not future.done():
+                future.set_exception(error)
         for future in self.close_futures:
             future.set_exception(error)
         self.close_futures.clear()

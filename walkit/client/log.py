@@ -137,7 +137,8 @@ def open_log(client, name: str, *, password: bytes = b"", config: LogConfig | No
     machine = LogMachine(name, master_key=master_key(password), password_check=password_check(password),
                          digest_for=lambda kind: Digest(kind, password), config=config,
                          add_timeout_ms=int(client.add_timeout * 1000), recovery_timeout_ms=int(timeout * 1000),
-                         owner=client.principal, now_ms=now_ms(), wall_ms=wall_ms())
+                         owner=client.principal, now_ms=now_ms(), wall_ms=wall_ms(),
+                         max_bytes_in_flight=client.max_bytes_in_flight)
     driver = _WriterDriver(machine)
     loop = client._loop
     loop.call(lambda: loop.attach(driver, machine.start()))

@@ -46,7 +46,7 @@ from walkit.core.digest import Digest
 from walkit.core.loglist import LogConfig, LogMetadata, LogSegment, Position
 from walkit.core.metadata import CLOSED as LEDGER_CLOSED
 from walkit.core.recovery import LedgerRecovery
-from walkit.core.writer import LedgerWriter
+from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
 from walkit.errors import LedgerClosed, LedgerFenced, LogContention, NoSuchLog, WalkitError
 
 #: How long an automatic roll that could not create a ledger waits before it tries again.
@@ -117,7 +117,8 @@ class LogMachine:
     def __init__(self, name: str, *, master_key: bytes, password_check: str,
                  digest_for: Callable[[str], Digest], config: LogConfig | None = None,
                  add_timeout_ms: int = 5000, recovery_timeout_ms: int = 30_000, explicit_lac_ms: int = 100,
-                 open_attempts: int = 10, owner: str = "", now_ms: int = 0, wall_ms: int = 0) -> None:
+                 open_attempts: int = 10, owner: str = "", now_ms: int = 0, wall_ms: int = 0,
+                 max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT) -> None:
         self.name = name
         self.owner = owner
         self.master_key = master_key
@@ -127,6 +128,7 @@ class LogMachine:
         self.add_timeout_ms = add_timeout_ms
         self.recovery_timeout_ms = recovery_timeout_ms
         self.explicit_lac_ms = explicit_lac_ms
+        self.max_bytes_in_flight = max_bytes_in_flight
         self.open_attempts = open_attempts
         self.state = OPENING
         self.error: WalkitError | None = None
@@ -328,7 +330,8 @@ class LogMachine:
         self.metadata, self.version = event.metadata, event.version
         md = created.metadata
         writer = LedgerWriter(md, created.version, master_key=self.master_key, digest=self.digest_for(md.digest_type),
-                              add_timeout_ms=self.add_timeout_ms, explicit_lac_ms=self.explicit_lac_ms, now_ms=self._now)
+                              add_timeout_ms=self.add_timeout_ms, explicit_lac_ms=self.explicit_lac_ms, now_ms=self._now,
+                              max_bytes_in_flight=self.max_bytes_in_flight)
         self._machines[md.ledger_id] = writer
         self._live.append(_Live(md.ledger_id, writer, md.created_ms, self._now))
         self._to(WRITING)
@@ -437,7 +440,8 @@ class LogMachine:
         self._roll_token = None
         md = created.metadata
         writer = LedgerWriter(md, created.version, master_key=self.master_key, digest=self.digest_for(md.digest_type),
-                              add_timeout_ms=self.add_timeout_ms, explicit_lac_ms=self.explicit_lac_ms, now_ms=self._now)
+                              add_timeout_ms=self.add_timeout_ms, explicit_lac_ms=self.explicit_lac_ms, now_ms=self._now,
+                              max_bytes_in_flight=self.max_bytes_in_flight)
         self._machines[md.ledger_id] = writer
         previous = self._live[-1]
         previous.rolled = True

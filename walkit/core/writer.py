@@ -25,6 +25,12 @@ and completes adds strictly in entry order (seed 000, "Writing to ledgers"):
 
 An idle writer sends its LAC explicitly (WriteLac) so tailing readers are not one entry behind.
 
+Backpressure: at most `max_bytes_in_flight` payload bytes are sent and not yet confirmed (with
+guaranteed write quorum: not yet fully replicated); later appends wait in the writer, in order,
+without an entry id, and are sent as earlier ones complete (one entry is always let through,
+whatever its size). So a caller with a large window of large entries never makes every bookie
+pass the add timeout at once, and an add's timeout runs from when it was sent.
+
 Guaranteed write quorum (`metadata.guaranteed_write_quorum`; Vanlightly's "Tweaking the
 BookKeeper protocol", the TLA+ spec ProtocolWithGuaranteedWriteQuorum) changes four things:
 
@@ -116,6 +122,10 @@ class _Pending:
         self.sent_ms = sent_ms
 
 
+#: The default of `max_bytes_in_flight`: payload bytes sent to bookies and not yet complete.
+DEFAULT_MAX_BYTES_IN_FLIGHT = 32 * 1024 * 1024
+
+
 class LedgerWriter:
     """LedgerWriter drives one open ledger; feed it events with `step`, act on its commands.
 
@@ -126,7 +136,7 @@ class LedgerWriter:
 
     def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
                  add_timeout_ms: int = 5000, explicit_lac_ms: int = 100, now_ms: int = 0,
-                 last_entry_id: int = -1) -> None:
+                 last_entry_id: int = -1, max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT) -> None:
         if metadata.state != ledger_states.OPEN:
             raise LedgerClosed(f"ledger {metadata.ledger_id} is {metadata.state}, not OPEN")
         self.metadata = metadata
@@ -146,6 +156,9 @@ class LedgerWriter:
         self.error: WalkitError | None = None
         self._sign = digest.sign
         self._pending: deque[_Pending] = deque()
+        self._queued: deque[bytes] = deque()        # appends waiting for bytes in flight to fall
+        self.max_bytes_in_flight = max_bytes_in_flight
+        self.bytes_in_flight = 0                    # payload bytes of _pending
         self._write_sets = write_sets_of(metadata.current_ensemble, metadata.write_quorum)
         self._failed: dict[str, str] = {}           # bookie -> why, awaiting replacement
         self._unreachable_since: dict[str, int] = {}  # bookie -> when it first became unreachable
@@ -179,6 +192,11 @@ class LedgerWriter:
         return len(self._pending)
 
     @property
+    def queued_count(self) -> int:
+        """queued_count is the number of appends waiting for bytes in flight to fall (no entry id yet)."""
+        return len(self._queued)
+
+    @property
     def changing_ensemble(self) -> bool:
         """changing_ensemble is True while failure handling (an ensemble change) is under way."""
         return self.state is CHOOSING or self.state is CHANGING
@@ -198,13 +216,38 @@ class LedgerWriter:
         if self.term and NOOP_PAYLOAD in event.payloads:
             return [ev.FailAdds(ledger_id=self.ledger_id, first_entry_id=first, error=ConfigError(
                 "an unbounded ledger cannot take the payload its recoveries use as a no-op"))]
+        queued = self._queued
+        if not queued and self.bytes_in_flight + sum(map(len, event.payloads)) <= self.max_bytes_in_flight:
+            payloads = event.payloads                  # the common case: everything goes at once
+        else:
+            queued.extend(event.payloads)
+            payloads = self._release()
+        self._last_add_ms = self._now
+        return self._push(payloads)
+
+    def _release(self) -> list[bytes]:
+        """_release takes the queued appends that fit under max_bytes_in_flight (at least one if none is in flight)."""
+        queued, limit, taken = self._queued, self.max_bytes_in_flight, []
+        in_flight = self.bytes_in_flight
+        while queued and (in_flight + len(queued[0]) <= limit or (in_flight == 0 and not taken)):
+            payload = queued.popleft()
+            in_flight += len(payload)
+            taken.append(payload)
+        return taken
+
+    def _push(self, payloads: list[bytes]) -> list:
+        """_push gives `payloads` the next entry ids and sends them to their write sets."""
+        if not payloads:
+            return []
         sends: dict[str, list[Entry]] = {}
         ledger_id, lac, sign, now = self.ledger_id, self.last_add_confirmed, self._sign, self._now
         write_sets, size, failed, pending = self._write_sets, len(self._write_sets), self._failed, self._pending
-        entry_id = first
-        for payload in event.payloads:
+        entry_id = self.last_add_pushed + 1
+        sent_bytes = 0
+        for payload in payloads:
             entry = Entry(ledger_id, entry_id, lac, sign(ledger_id, entry_id, lac, payload), payload)
             pending.append(_Pending(entry, now))
+            sent_bytes += len(payload)
             for bookie in write_sets[entry_id % size]:
                 if bookie not in failed:
                     batch = sends.get(bookie)
@@ -214,7 +257,7 @@ class LedgerWriter:
                         batch.append(entry)
             entry_id += 1
         self.last_add_pushed = entry_id - 1
-        self._last_add_ms = now
+        self.bytes_in_flight += sent_bytes
         return self._sends(sends)
 
     def _sends(self, sends: dict[str, list[Entry]]) -> list:
@@ -251,9 +294,12 @@ class LedgerWriter:
             return []
         pending, quorum = self._pending, self.metadata.ack_quorum
         last = self.last_add_confirmed
+        done_bytes = 0
         if not self._gwq:
             while pending and len(pending[0].acked) >= quorum:
-                last = pending.popleft().entry.entry_id
+                entry = pending.popleft().entry
+                last = entry.entry_id
+                done_bytes += len(entry.payload)
         elif pending:
             head, count = pending[0].entry.entry_id, len(pending)
             index = last + 1 - head              # pending holds LAFR+1..: the first unconfirmed add
@@ -262,12 +308,18 @@ class LedgerWriter:
             last = max(last, head + index - 1)
             write_quorum = self.metadata.write_quorum
             while pending and pending[0].entry.entry_id <= last and len(pending[0].acked) >= write_quorum:
-                self.last_add_fully_replicated = pending.popleft().entry.entry_id
+                entry = pending.popleft().entry
+                self.last_add_fully_replicated = entry.entry_id
+                done_bytes += len(entry.payload)
         commands: list = []
         if last != self.last_add_confirmed:
             self.last_add_confirmed = last
             commands.append(ev.CompleteAdds(ledger_id=self.ledger_id, last_entry_id=last))
-        if self.close_requested and not pending:
+        if done_bytes:
+            self.bytes_in_flight -= done_bytes
+            if self._queued:
+                commands += self._push(self._release())
+        if self.close_requested and not pending and not self._queued:
             commands.append(self._write_close())
         return commands
 
@@ -427,6 +479,8 @@ class LedgerWriter:
         self._to(FAILED)
         first = self._pending[0].entry.entry_id if self._pending else self.last_add_pushed + 1
         self._pending.clear()
+        self._queued.clear()
+        self.bytes_in_flight = 0
         self._replacements = None
         commands: list = [ev.FailAdds(ledger_id=self.ledger_id, first_entry_id=first, error=error)]
         if self.close_requested:
@@ -442,7 +496,7 @@ class LedgerWriter:
         if self.close_requested:
             return []
         self.close_requested = True
-        if self.state is WRITING and not self._pending:
+        if self.state is WRITING and not self._pending and not self._queued:
             return [self._write_close()]
         return []
 

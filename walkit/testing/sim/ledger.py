@@ -36,7 +36,7 @@ from walkit.core.distribution import write_set_bookies
 from walkit.core.metadata import CLOSED, LedgerMetadata, ledger_key
 from walkit.core.reader import LacReader, RangeReader
 from walkit.core.recovery import LedgerRecovery
-from walkit.core.writer import LedgerWriter
+from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
 from walkit.errors import LedgerFenced
 from walkit.testing.sim.world import World
 
@@ -76,6 +76,7 @@ class SimConfig:
     add_timeout_ms: int = 150
     request_timeout_ms: int = 100
     guaranteed_write_quorum: bool = False
+    max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT   # small: appends queue in the writer (backpressure)
 
     @classmethod
     def random(cls, rng: random.Random) -> "SimConfig":
@@ -89,7 +90,8 @@ class SimConfig:
                    metadata_fault_rate=rng.choice([0.0, 0.0, 0.05, 0.15]), session_losses=rng.choice([0, 0, 1, 2]),
                    bookie_crashes=rng.randint(0, 3), lost_bookies=lost, writer_crash_rate=0.4,
                    recoverers=rng.randint(1, 3), recoverer_crash_rate=rng.choice([0.0, 0.3]),
-                   lac_readers=rng.randint(0, 3), guaranteed_write_quorum=rng.random() < 0.33)
+                   lac_readers=rng.randint(0, 3), guaranteed_write_quorum=rng.random() < 0.33,
+                   max_bytes_in_flight=rng.choice([DEFAULT_MAX_BYTES_IN_FLIGHT] * 2 + [1, 8]))
 
 
 class _Owner:
@@ -133,7 +135,8 @@ class Simulation:
         self.metadata = metadata
         self.writer_process = world.process("writer")
         machine = writer_cls(metadata, 0, master_key=self.master_key, digest=self.digest,
-                               add_timeout_ms=cfg.add_timeout_ms, explicit_lac_ms=50)
+                               add_timeout_ms=cfg.add_timeout_ms, explicit_lac_ms=50,
+                               max_bytes_in_flight=cfg.max_bytes_in_flight)
         self.writer = _Owner(self, "writer", machine, self._writer_outcome)
         self.writer_process.attach(self.writer, [])
         self.acked_upto = -1                 # highest entry acknowledged to the writer

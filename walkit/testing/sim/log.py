@@ -41,6 +41,7 @@ from walkit.core.log import LogMachine
 from walkit.core.logreader import LogReader
 from walkit.core.loglist import LogConfig, LogMetadata, Position, log_key
 from walkit.core.metadata import CLOSED, LEDGER_PREFIX, LedgerMetadata, ledger_id_of, ledger_key
+from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT
 from walkit.errors import LogTruncated
 from walkit.testing.sim.ledger import SHAPES
 from walkit.testing.sim.world import World
@@ -82,6 +83,7 @@ class LogSimConfig:
     end_ms: int = 30000
     add_timeout_ms: int = 150
     request_timeout_ms: int = 100
+    max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT   # small: appends queue in the writers (backpressure)
 
     @classmethod
     def random(cls, rng: random.Random) -> "LogSimConfig":
@@ -97,7 +99,8 @@ class LogSimConfig:
                    session_losses=rng.randint(0, 2), bookie_crashes=rng.randint(0, 3),
                    lost_bookies=1 if qa >= 2 and rng.random() < 0.2 else 0,
                    writer_crash_rate=rng.choice([0.0, 0.3, 0.6]), failpoint_crash_rate=rng.choice([0.0, 0.3]),
-                   follower_crash_rate=rng.choice([0.0, 0.3]))
+                   follower_crash_rate=rng.choice([0.0, 0.3]),
+                   max_bytes_in_flight=rng.choice([DEFAULT_MAX_BYTES_IN_FLIGHT] * 2 + [1, 10]))
 
 
 class _Writer:
@@ -217,7 +220,8 @@ class LogSimulation:
         machine = self.writer_cls(LOG, master_key=master_key(PASSWORD), password_check=password_check(PASSWORD),
                                   digest_for=self.digests.__getitem__, config=self.log_config,
                                   add_timeout_ms=add_timeout, recovery_timeout_ms=3000,
-                                  explicit_lac_ms=50, now_ms=world.now, wall_ms=world.now)
+                                  explicit_lac_ms=50, now_ms=world.now, wall_ms=world.now,
+                                  max_bytes_in_flight=self.config.max_bytes_in_flight)
         writer = _Writer(self, k, machine, process)
         self.writers.append(writer)
         return writer
