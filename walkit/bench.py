@@ -9,8 +9,15 @@ distribution to a PNG (matplotlib, optional).
 Phases:
 - append: `entries` appends of `size` bytes with at most `window` in flight; entries/s,
   latency percentiles (p50/p99/p99.9) and a throughput time series;
+- append_many: the same entries through `append_many` in batches of `batch` records, with
+  about `window` entries in flight (window / batch calls);
 - latency: `latency_entries` appends with one in flight;
-- read: catch-up read of the closed ledger the append phase wrote, in entries/s;
+- read: catch-up read of the closed ledger the append phase wrote, in entries/s, first with
+  a cold page cache (the bookies' files dropped from it: /proc/sys/vm/drop_caches, as root;
+  `cold` says whether it could) and then again, warm;
+- sustained (with `duration` > 0, once, after the runs): appends with `window` in flight for
+  `duration` seconds, long enough to cross several checkpoints, with entries/s and p99 per
+  `interval` seconds;
 - recovery: time for open_ledger(recover=True) on a ledger left OPEN with `recovery_entries`
   entries, as after a writer crash.
 """
@@ -47,14 +54,19 @@ class BenchConfig:
     storage: str = "files"
     runs: int = 3
     data_dir: str | None = None
+    batch: int = 100
+    duration: float = 0.0
+    interval: float = 10.0
 
     def validate(self) -> None:
         """validate raises ConfigError for impossible settings."""
         if self.bookies < self.ensemble:
             raise ConfigError(f"{self.bookies} bookies cannot hold an ensemble of {self.ensemble}")
-        for name in ("size", "entries", "window", "runs"):
+        for name in ("size", "entries", "window", "runs", "batch"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        if self.duration < 0 or self.interval <= 0:
+            raise ConfigError("duration must be at least 0 and interval positive")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -121,6 +133,79 @@ def pipelined(submit: Callable[[int], object], count: int, window: int,
             "series": [series.get(b, 0) / BUCKET_S for b in range(max(series, default=-1) + 1)]}
 
 
+def sustained(submit: Callable[[], object], duration: float, window: int, interval: float) -> dict:
+    """sustained calls `submit()` -> Future with `window` in flight for `duration` seconds.
+
+    It returns the totals and, per `interval` seconds of completions, entries/s and latency
+    percentiles, so stalls (a checkpoint, a compaction) show as a bad interval.
+    """
+    slots = threading.Semaphore(window)
+    lock = threading.Lock()
+    samples: list[tuple[float, float]] = []          # (completed at, latency)
+    errors: list[BaseException] = []
+    outstanding = [0]
+    drained = threading.Event()
+
+    def callback(started: float):
+        def done(future) -> None:
+            now = time.perf_counter()
+            error = future.exception()
+            with lock:
+                samples.append((now, now - started))
+                if error is not None:
+                    errors.append(error)
+                outstanding[0] -= 1
+                if outstanding[0] == 0 and stop[0]:
+                    drained.set()
+            slots.release()
+        return done
+
+    stop = [False]
+    began = time.perf_counter()
+    deadline = began + duration
+    while not errors:
+        slots.acquire()
+        started = time.perf_counter()
+        if started >= deadline:
+            slots.release()
+            break
+        with lock:
+            outstanding[0] += 1
+        submit().add_done_callback(callback(started))
+    with lock:
+        stop[0] = True
+        if outstanding[0] == 0:
+            drained.set()
+    drained.wait()
+    if errors:
+        raise errors[0]
+    elapsed = time.perf_counter() - began
+    buckets: dict[int, list[float]] = {}
+    for at, latency in samples:
+        buckets.setdefault(int((at - began) / interval), []).append(latency)
+    intervals = []
+    for index in sorted(buckets):
+        values = buckets[index]
+        span = min(interval, elapsed - index * interval)
+        if span < interval / 2:
+            continue                              # the drain at the end: too short to say anything
+        intervals.append({"start_s": index * interval, "entries_per_s": len(values) / span,
+                          **latency_summary(values)})
+    return {"entries": len(samples), "seconds": elapsed, "entries_per_s": len(samples) / elapsed,
+            **latency_summary([latency for _, latency in samples]), "intervals": intervals}
+
+
+def drop_page_cache() -> bool:
+    """drop_page_cache writes dirty pages and drops the page cache (root only); False if it may not."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+        return True
+    except OSError:
+        return False
+
+
 def _median_runs(runs: list[dict], keys) -> dict:
     return {key: statistics.median(r[key] for r in runs) for key in keys}
 
@@ -130,7 +215,7 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
     import walkit
     config.validate()
     payload = os.urandom(config.size)
-    appends, singles, reads, recoveries = [], [], [], []
+    appends, batches, singles, reads, warm_reads, recoveries = [], [], [], [], [], []
     for _ in range(config.runs):
         with tempfile.TemporaryDirectory(prefix="walkit-bench-", dir=config.data_dir) as data_dir, \
                 walkit.LocalCluster(bookies=config.bookies, data_dir=data_dir, storage=config.storage) as cluster, \
@@ -140,22 +225,45 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
             appends.append(pipelined(lambda i: writer.append_async(payload), config.entries, config.window,
                                      progress))
             writer.close()
-            reader = client.open_ledger(writer.ledger_id)
-            started = time.perf_counter()
-            count = sum(1 for _ in reader.read())
-            reads.append({"entries": count, "entries_per_s": count / (time.perf_counter() - started)})
+            many = client.create_ledger(*quorums)
+            records = [payload] * config.batch
+            calls = max(1, config.entries // config.batch)
+            result = pipelined(lambda i: many.append_many_async(records), calls, max(1, config.window // config.batch))
+            batches.append({**result, "entries": calls * config.batch,
+                            "entries_per_s": calls * config.batch / result["seconds"]})
+            many.close()
+            cold = drop_page_cache()
+            for target in (reads, warm_reads):
+                reader = client.open_ledger(writer.ledger_id)
+                started = time.perf_counter()
+                count = sum(1 for _ in reader.read())
+                target.append({"entries": count, "entries_per_s": count / (time.perf_counter() - started),
+                               "cold": cold and target is reads})
             single = client.create_ledger(*quorums)
             singles.append(pipelined(lambda i: single.append_async(payload), config.latency_entries, 1, progress))
             single.close()
             recoveries.append(_recovery_time(cluster, config, payload, quorums))
     keys = ("entries_per_s", "p50_ms", "p99_ms", "p999_ms")
+    long_run = None
+    if config.duration:
+        with tempfile.TemporaryDirectory(prefix="walkit-bench-", dir=config.data_dir) as data_dir, \
+                walkit.LocalCluster(bookies=config.bookies, data_dir=data_dir, storage=config.storage) as cluster, \
+                walkit.Client(cluster.metadata_url) as client:
+            writer = client.create_ledger(config.ensemble, config.write_quorum, config.ack_quorum)
+            long_run = sustained(lambda: writer.append_async(payload), config.duration, config.window,
+                                 config.interval)
+            writer.close()
     return {
         "config": asdict(config),
         "append": {"median": _median_runs(appends, keys), "runs": [_without_raw(r) for r in appends],
                    "latencies": appends[-1]["latencies"], "series": appends[-1]["series"]},
         "one_in_flight": {"median": _median_runs(singles, keys), "runs": [_without_raw(r) for r in singles],
                           "latencies": singles[-1]["latencies"]},
-        "catch_up_read": {"median": _median_runs(reads, ("entries_per_s",)), "runs": reads},
+        "append_many": {"median": _median_runs(batches, keys), "runs": [_without_raw(r) for r in batches]},
+        "catch_up_read": {"median": _median_runs(reads, ("entries_per_s",)), "runs": reads,
+                          "cold": all(r["cold"] for r in reads)},
+        "catch_up_read_warm": {"median": _median_runs(warm_reads, ("entries_per_s",)), "runs": warm_reads},
+        "sustained": long_run,
         "recovery": {"median": _median_runs(recoveries, ("seconds",)), "runs": recoveries},
     }
 
@@ -218,12 +326,27 @@ def summary_lines(result: dict) -> list[str]:
         f"{c['size']} B entries, {c['storage']} storage, median of {c['runs']} runs",
         f"  appends (window {c['window']}): {a['entries_per_s']:,.0f} entries/s; latency p50 {a['p50_ms']:.2f} ms, "
         f"p99 {a['p99_ms']:.2f} ms, p99.9 {a['p999_ms']:.2f} ms",
+        f"  append_many (batches of {c['batch']}, ~{c['window']} entries in flight): "
+        f"{result['append_many']['median']['entries_per_s']:,.0f} entries/s",
         f"  one append in flight: p50 {s['p50_ms']:.3f} ms, p99 {s['p99_ms']:.3f} ms, p99.9 {s['p999_ms']:.3f} ms",
-        f"  catch-up read of a closed ledger: {result['catch_up_read']['median']['entries_per_s']:,.0f} entries/s",
+        f"  catch-up read of a closed ledger: {result['catch_up_read']['median']['entries_per_s']:,.0f} entries/s "
+        f"({'cold page cache' if result['catch_up_read']['cold'] else 'page cache NOT dropped: not root'}), "
+        f"warm {result['catch_up_read_warm']['median']['entries_per_s']:,.0f} entries/s",
         f"  recovery of an open ledger of {c['recovery_entries']:,} entries: "
         f"{result['recovery']['median']['seconds'] * 1000:.0f} ms",
     ]
+    long_run = result.get("sustained")
+    if long_run:
+        lines.append(f"  sustained {long_run['seconds']:.0f} s (window {c['window']}): "
+                     f"{long_run['entries_per_s']:,.0f} entries/s, p99 {long_run['p99_ms']:.2f} ms; "
+                     f"vs the short run: throughput {long_run['entries_per_s'] / a['entries_per_s']:.2f}x, "
+                     f"p99 {long_run['p99_ms'] / a['p99_ms']:.2f}x")
+        for part in long_run["intervals"]:
+            lines.append(f"    {part['start_s']:>5.0f} s: {part['entries_per_s']:>9,.0f} entries/s, "
+                         f"p50 {part['p50_ms']:.2f} ms, p99 {part['p99_ms']:.2f} ms")
     for name, peer in result.get("peers", {}).items():
         lines.append(f"  {name}: {peer['entries_per_s']:,.0f} ops/s (p50 {peer['p50_ms']:.2f} ms) -> walkit is "
-                     f"{a['entries_per_s'] / peer['entries_per_s']:.1f}x")
+                     f"{a['entries_per_s'] / peer['entries_per_s']:.1f}x; "
+                     f"{'fsyncs before acking' if peer.get('fsync') else 'does NOT fsync before acking'}; "
+                     f"{peer.get('note', '')}")
     return lines

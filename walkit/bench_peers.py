@@ -56,7 +56,8 @@ def run_peers(names: list[str], config: BenchConfig) -> dict:
 def _etcd(config: BenchConfig) -> dict:
     from walkit.testing.servers import EtcdCluster
     payload = base64.b64encode(os.urandom(config.size)).decode()
-    with EtcdCluster(members=3, data_dir=tempfile.mkdtemp(prefix="bench-etcd-", dir=config.data_dir)) as cluster:
+    with tempfile.TemporaryDirectory(prefix="bench-etcd-", dir=config.data_dir) as folder, \
+            EtcdCluster(members=3, data_dir=folder) as cluster:
         host, port = cluster.addresses[0].rsplit(":", 1)
         local = threading.local()
 
@@ -74,7 +75,8 @@ def _etcd(config: BenchConfig) -> dict:
         connections = min(config.window, 64)
         with ThreadPoolExecutor(max_workers=connections) as pool:
             result = pipelined(lambda i: pool.submit(put, i), config.entries, connections)
-        return {**result, "note": f"3 members, {connections} keep-alive HTTP connections"}
+        return {**result, "fsync": True, "note": f"3 members; Python threads over {connections} keep-alive HTTP "
+                "connections to the v3 JSON gateway (etcd's Go client is faster)"}
 
 
 # -- NATS JetStream -----------------------------------------------------------------------------
@@ -83,8 +85,12 @@ async def _ignore(error: Exception) -> None:
 
 
 def _nats(config: BenchConfig) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-nats-", dir=config.data_dir) as folder:
+        return _nats_in(config, folder)
+
+
+def _nats_in(config: BenchConfig, folder: str) -> dict:
     import nats
-    folder = tempfile.mkdtemp(prefix="bench-nats-", dir=config.data_dir)
     ports = [(_free_port(), _free_port()) for _ in range(3)]
     routes = ",".join(f"nats-route://127.0.0.1:{cluster}" for _, cluster in ports)
     processes = []
@@ -127,7 +133,7 @@ def _nats(config: BenchConfig) -> dict:
             asyncio.run_coroutine_threadsafe(connection.close(), loop).result(10)
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)
-        return {**result, "note": "3-node cluster, stream R3; acks before fsync"}
+        return {**result, "fsync": False, "note": "3-node cluster, stream R3, nats-py; acks BEFORE fsync"}
     finally:
         for process in processes:
             process.terminate()
@@ -140,7 +146,8 @@ def _zookeeper(config: BenchConfig) -> dict:
     from kazoo.client import KazooClient
     from walkit.testing.servers import ZooKeeperServer
     payload = os.urandom(config.size)
-    with ZooKeeperServer(data_dir=tempfile.mkdtemp(prefix="bench-zk-", dir=config.data_dir)) as server:
+    with tempfile.TemporaryDirectory(prefix="bench-zk-", dir=config.data_dir) as folder, \
+            ZooKeeperServer(data_dir=folder) as server:
         client = KazooClient(hosts=f"127.0.0.1:{server.port}")
         client.start(timeout=30)
         client.ensure_path("/bench")
@@ -161,4 +168,4 @@ def _zookeeper(config: BenchConfig) -> dict:
         finally:
             client.stop()
             client.close()
-        return {**result, "note": "one server, sequential znodes, kazoo async"}
+        return {**result, "fsync": True, "note": "one server (forceSync), sequential znodes, kazoo async"}

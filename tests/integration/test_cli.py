@@ -207,3 +207,23 @@ def test_walkit_local_runs_a_cluster_with_a_demo_until_ctrl_c(tmp_path, bookies,
         for pid in children:
             if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_bench_reports_every_phase_and_a_sustained_run_by_interval(tmp_path):
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(main, ["bench", "--entries", "600", "--window", "60", "--batch", "20", "--runs", "1",
+                                       "--storage", "memory", "--duration", "1.5", "--interval", "0.5",
+                                       "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    for phrase in ("appends (window 60)", "append_many (batches of 20", "one append in flight",
+                   "catch-up read of a closed ledger", "s (window 60): ", "recovery of an open ledger"):
+        assert phrase in result.output, result.output
+    data = json.loads(out.read_text())
+    assert data["append_many"]["runs"][0]["entries"] == 600
+    assert data["catch_up_read"]["runs"][0]["entries"] == 600
+    assert data["catch_up_read"]["cold"] == (os.geteuid() == 0)
+    intervals = data["sustained"]["intervals"]
+    assert len(intervals) >= 2 and all(part["entries_per_s"] > 0 for part in intervals)
+    assert data["sustained"]["entries"] > 0
+    bad = CliRunner().invoke(main, ["bench", "--batch", "0"])
+    assert bad.exit_code != 0 and "batch must be at least 1" in bad.output

@@ -21,24 +21,33 @@ from walkit.cli.common import friendly, main
 @click.option("--window", type=int, default=1000, show_default=True, help="Appends in flight.")
 @click.option("--storage", default="files", show_default=True, help="Bookie storage: files, sqlite, memory.")
 @click.option("--runs", type=int, default=3, show_default=True, help="Runs per phase; medians are reported.")
+@click.option("--batch", type=int, default=100, show_default=True,
+              help="Records per append_many call in the append_many phase.")
+@click.option("--duration", type=float, default=0, show_default=True, metavar="SECONDS",
+              help="Also run a sustained phase this long (e.g. 300), with throughput and p99 per --interval.")
+@click.option("--interval", type=float, default=10, show_default=True, metavar="SECONDS",
+              help="Reporting interval of the sustained phase.")
 @click.option("--peers", default="", metavar="LIST",
               help="Also run peers through the same harness: comma-separated etcd,nats,zookeeper.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write results as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Draw throughput over time and latency to this PNG (needs matplotlib).")
 @friendly
-def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, storage, runs, peers,
-          json_path, plot_path) -> None:
+def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, storage, runs, batch, duration,
+          interval, peers, json_path, plot_path) -> None:
     """Benchmark appends (throughput, latency), catch-up reads and recovery on a LocalCluster.
 
-    Every phase runs RUNS times on fresh bookie processes; medians are printed. With --peers,
+    Every phase runs RUNS times on fresh bookie processes; medians are printed. Phases: appends
+    with WINDOW in flight, the same through append_many, one append in flight, a catch-up read
+    with a cold page cache (dropped when run as root) and warm, recovery of an open ledger, and
+    with --duration a sustained run. With --peers,
     etcd (3 members), NATS JetStream (R3) and ZooKeeper run the same appends, back to back, and
     a table of ratios is printed.
     """
     from walkit import bench as harness
     config = harness.BenchConfig(bookies=bookies, ensemble=ensemble, write_quorum=write_quorum,
                                  ack_quorum=ack_quorum, size=size, entries=entries, window=window,
-                                 storage=storage, runs=runs)
+                                 storage=storage, runs=runs, batch=batch, duration=duration, interval=interval)
     config.validate()
     total = runs * (entries + config.latency_entries)
     with click.progressbar(length=total, label="walkit appends", file=sys.stderr) as bar:
