@@ -55,6 +55,8 @@ class EntryStorage(Protocol):
 
     # Optional, for speed: get_many(ledger_id, entry_ids) -> list[bytes | None] returns what `get`
     # would for each id, in order; bookies use it for batched reads when a backend defines it.
+    # Likewise put_many(ledger_id, entries) stores [(entry_id, data), ...] as `put` would each,
+    # all or none (a bad id raises before anything is stored); bookies use it for every add batch.
 
     def last_entry(self, ledger_id: int) -> int:
         """last_entry returns the highest entry id stored for a ledger, or -1."""

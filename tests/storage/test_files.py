@@ -139,6 +139,34 @@ def test_put_refuses_ids_the_index_cannot_hold(tmp_path):
         storage.close()
 
 
+def test_put_many_writes_the_same_journal_as_put_and_refuses_a_bad_batch_whole(tmp_path):
+    one, many = FileStorage(str(tmp_path / "one")), FileStorage(str(tmp_path / "many"))
+    entries = [(entry_id, payload(7, entry_id, 100 + entry_id)) for entry_id in range(50)]
+    try:
+        for entry_id, data in entries:
+            one.put(7, entry_id, data)
+        many.put_many(7, entries[:20])
+        many.put_many(7, [(entry_id, bytearray(data)) for entry_id, data in entries[20:]])
+        assert many.get(7, 30) == entries[30][1] and many.last_entry(7) == 49        # readable before the sync
+        assert bytes(one._buffer) == bytes(many._buffer)
+        for bad in ([(50, b"ok"), (FileStorage.max_entry_id + 1, b"too far")], [(50, b"ok"), (-1, b"negative")]):
+            with pytest.raises(ValueError):
+                many.put_many(7, bad)
+            assert many.get(7, 50) is None and many.last_entry(7) == 49                # nothing of it stored
+        with pytest.raises(ValueError):
+            many.put_many(-3, [(0, b"x")])
+        many.put_many(7, [])
+        many.sync()
+    finally:
+        one.close()
+        many.close()
+    reopened = FileStorage(str(tmp_path / "many"))
+    try:
+        assert reopened.get_many(7, list(range(50))) == [data for _, data in entries]
+    finally:
+        reopened.close()
+
+
 def test_an_index_write_failure_fails_that_ledger_only(tmp_path, monkeypatch):
     from walkit.errors import LedgerStorageError
     from walkit.plugins.storage.files import index as index_module

@@ -61,6 +61,7 @@ class BookieService:
                  max_long_poll_ms: int = 60_000, max_long_polls: int = 10_000, read_only: bool = False,
                  access=None) -> None:
         self.storage = storage
+        self._put_many = getattr(storage, "put_many", None)     # optional in the SPI: one call per add batch
         self.access = access
         self._parked: dict[int, list] = {}
         self._parked_count = 0
@@ -189,11 +190,12 @@ class BookieService:
             elif kind is StoreEntries:
                 ledger_id = command.ledger_id
                 self._dirty = True
-                size = 0
-                for entry_id, data in command.entries:
-                    storage.put(ledger_id, entry_id, data)
-                    size += len(data)
-                self.bytes_stored += size
+                if self._put_many is not None:
+                    self._put_many(ledger_id, command.entries)
+                else:
+                    for entry_id, data in command.entries:
+                        storage.put(ledger_id, entry_id, data)
+                self.bytes_stored += sum(len(data) for _, data in command.entries)
                 self.entries_stored += len(command.entries)
                 self.unsynced_entries += len(command.entries)
             elif kind is StoreLedgerState:

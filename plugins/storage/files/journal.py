@@ -70,6 +70,18 @@ def encode_put(buffer: bytearray, ledger_id: int, entry_id: int, data: bytes) ->
     buffer += data
 
 
+def encode_puts(buffer: bytearray, ledger_id: int, entries) -> None:
+    """encode_puts appends one PUT record per (entry_id, data) of a ledger: encode_put for a whole add batch."""
+    head_pack, checked_pack, put, size = _PUT_HEAD.pack, _PUT_CHECKED.pack, PUT, PUT_IDS.size
+    for entry_id, data in entries:
+        length = size + len(data)
+        if length > MAX_RECORD:
+            raise ValueError(f"journal record of {length} bytes exceeds the {MAX_RECORD}-byte limit")
+        crc = crc32c(data, crc32c(checked_pack(length, put, ledger_id, entry_id)))
+        buffer += head_pack(length, crc, put, ledger_id, entry_id)
+        buffer += data
+
+
 def encode_state(buffer: bytearray, ledger_id: int, state: LedgerState) -> None:
     """encode_state appends a STATE record (fenced flag, explicit LAC, term, master key) to `buffer`."""
     truncated = state.truncated != (0, 0)

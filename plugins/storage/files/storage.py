@@ -51,8 +51,8 @@ from walkit.plugins.storage.files import checkpoint as checkpoints
 from walkit.plugins.storage.files.entrylog import EntryLogs
 from walkit.plugins.storage.files.index import MAX_ENTRY_ID, LedgerIndex
 from walkit.plugins.storage.files.journal import (
-    HEADER, PUT, PUT_IDS, STATE, JournalWriter, RecordFile, decode_delete, decode_state, encode_delete,
-    encode_put, encode_state, journal_files, records,
+    HEADER, MAX_RECORD, PUT, PUT_IDS, STATE, JournalWriter, RecordFile, decode_delete, decode_state, encode_delete,
+    encode_put, encode_puts, encode_state, journal_files, records,
 )
 from walkit.plugins.storage.options import Option, check_options, split_uri
 
@@ -149,6 +149,24 @@ class FileStorage:
         self._pending.setdefault(ledger_id, {})[entry_id] = data
         self._pending_count += 1
         self._note_put(ledger_id, entry_id)
+        if len(self._buffer) >= self.buffer_max or self._pending_count >= _MAX_PENDING_ENTRIES:
+            self.sync()
+
+    def put_many(self, ledger_id: int, entries: list[tuple[int, bytes]]) -> None:
+        """put_many is `put` for a batch of one ledger's entries, encoded in one pass (all or none)."""
+        self._check()
+        if ledger_id < 0 or any(not 0 <= entry_id <= MAX_ENTRY_ID for entry_id, _ in entries):
+            raise ValueError(f"ledger id {ledger_id} or an entry id is out of range "
+                             f"(ledger ids from 0, entry ids 0..{MAX_ENTRY_ID})")
+        if any(len(data) > MAX_RECORD - PUT_IDS.size for _, data in entries):
+            raise ValueError(f"an entry exceeds the {MAX_RECORD}-byte journal record limit")
+        if not entries:
+            return
+        entries = [(entry_id, bytes(data)) for entry_id, data in entries]
+        encode_puts(self._buffer, ledger_id, entries)
+        self._pending.setdefault(ledger_id, {}).update(entries)
+        self._pending_count += len(entries)
+        self._note_put(ledger_id, max(entry_id for entry_id, _ in entries))
         if len(self._buffer) >= self.buffer_max or self._pending_count >= _MAX_PENDING_ENTRIES:
             self.sync()
 
