@@ -91,10 +91,16 @@ def test_kcat_lists_brokers_and_produces_with_murmur2_keys_that_it_consumes_back
     metadata = json.loads(kcat("-b", broker.bootstrap, "-L", "-J"))
     assert [b["name"] for b in metadata["brokers"]] == [f"127.0.0.1:{broker.port}"]
     lines = "".join(f"key-{i % 25}:value {i}\n" for i in range(200))
-    kcat("-b", broker.bootstrap, "-t", "kcat-keys", "-P", "-K:", "-X", "partitioner=murmur2_random", input=lines)
+    produced = subprocess.run(["kcat", "-b", broker.bootstrap, "-t", "kcat-keys", "-P", "-K:", "-X",
+                               "partitioner=murmur2_random"], input=lines, capture_output=True,
+                              text=True, timeout=120)
+    delivery_errors = [line for line in produced.stderr.splitlines() if "fail" in line.lower() or "error" in line.lower()]
+    assert produced.returncode == 0 and not delivery_errors, produced.stderr[-3000:]
     out = kcat("-b", broker.bootstrap, "-t", "kcat-keys", "-C", "-e", "-o", "beginning", "-f", "%p %o %k %s\\n")
     rows = [line.split(" ", 3) for line in out.splitlines()]
-    assert sorted(r[3] for r in rows) == sorted(f"value {i}" for i in range(200))
+    consumed = {p: [int(r[1]) for r in rows if r[0] == p] for p in sorted({r[0] for r in rows})}
+    assert sorted(r[3] for r in rows) == sorted(f"value {i}" for i in range(200)), (
+        f"offsets consumed per partition: {consumed}\nbroker log:\n{broker.log_tail(60)}")
     per_partition: dict[int, list[int]] = {}
     for partition, offset, key, _ in rows:
         assert int(partition) == (murmur2(key.encode()) & 0x7FFFFFFF) % 4, key     # Kafka's default partitioner

@@ -109,15 +109,21 @@ def test_fence_set_before_a_kill_holds_after_restart(tmp_path):
             writer = client.create_ledger(3, 3, 2, password=b"pw")
             for i in range(20):
                 writer.append(f"e{i}".encode())
-            recoverer.open_ledger(writer.ledger_id, password=b"pw", recover=True)   # fences all three
+            recoverer.open_ledger(writer.ledger_id, password=b"pw", recover=True)
+
+            def late_add(address: str) -> Status:
+                with RawBookie(address) as raw:
+                    return raw.add(writer.ledger_id, 100, b"late", master_key=writer._machine.master_key).status
+            # Recovery needs the fence on enough bookies, not all: wait until the last one has it
+            # (a FENCED answer goes out after the sync that made its fence durable).
+            for address in cluster.addresses:
+                wait_until(lambda: late_add(address) == Status.FENCED, timeout=30, message=address)
             for i in range(3):
                 cluster.kill_bookie(i)
             for i in range(3):
                 cluster.start_bookie(i)
             for address in cluster.addresses:
-                with RawBookie(address) as raw:
-                    late_add = raw.add(writer.ledger_id, 100, b"late", master_key=writer._machine.master_key)
-                    assert late_add.status == Status.FENCED, address
+                assert late_add(address) == Status.FENCED, address
 
 
 def run_bookie_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:

@@ -133,7 +133,9 @@ def test_a_reopened_ledger_fences_the_old_writer_and_continues_after_the_noop(cl
 
 def test_guaranteed_write_quorum_leaves_every_entry_of_the_closed_ledger_on_qw_bookies(tmp_path):
     with LocalCluster(bookies=5, data_dir=str(tmp_path / "cluster"), storage="files") as cluster, \
-            walkit.Client(cluster.metadata_url, add_timeout=1, request_timeout=2) as client:
+            walkit.Client(cluster.metadata_url, add_timeout=5, request_timeout=2) as client:
+        # add_timeout is also how long a pinned bookie (stopped below) may take to come back: a
+        # bookie restart on a loaded machine takes seconds.
         writer = client.create_ledger(3, 3, 2, password=b"pw", guaranteed_write_quorum=True)
         first = writer.metadata.current_ensemble
         killed, stopped = cluster.addresses.index(first[0]), cluster.addresses.index(first[1])
