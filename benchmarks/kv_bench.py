@@ -1,13 +1,13 @@
 """redis-benchmark against `walkit kv serve` and against Redis with fsync on every write, side by side.
 
-    python benchmarks/kv_bench.py -n 100000 -c 50 -d 3 --json kv_bench.json
+    python benchmarks/kv_bench.py -n 100000 -c 50 -d 3 [-P 16] --json kv_bench.json
 
 Starts, in the same run and on 127.0.0.1 with free ports and their own temporary directories:
 `walkit kv serve` on its embedded cluster (3 bookie processes, E3/Qw2/Qa2, files storage), and
 Debian's redis-server with ``appendonly yes`` and ``appendfsync always`` (each write is in
 the append-only file, fsynced, before it is answered: the closest Redis comes to walkit's
 "acknowledged once a quorum of bookies synced it"). Then runs ``redis-benchmark -t set,get``
-with the same -n/-c/-d/-r against each and prints the requests/s of both and the ratio
+with the same -n/-c/-P/-d/-r against each and prints the requests/s of both and the ratio
 walkit/redis. The machine is shared and noisy: compare figures from one run.
 """
 
@@ -46,7 +46,8 @@ def wait_ready(port: int, process: subprocess.Popen, role: bytes | None, timeout
 def benchmark(port: int, args) -> dict[str, float]:
     """benchmark runs redis-benchmark -t set,get once and returns requests/s per test."""
     command = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-t", "set,get", "-n", str(args.requests),
-               "-c", str(args.clients), "-d", str(args.size), "-r", str(args.keyspace), "--csv"]
+               "-c", str(args.clients), "-d", str(args.size), "-r", str(args.keyspace), "-P", str(args.pipeline),
+               "--csv"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise SystemExit(f"redis-benchmark failed: {done.stderr}")
@@ -68,6 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--requests", type=int, default=100_000, help="requests per test")
     parser.add_argument("-c", "--clients", type=int, default=50, help="parallel connections")
+    parser.add_argument("-P", "--pipeline", type=int, default=1, help="requests pipelined per connection")
     parser.add_argument("-d", "--size", type=int, default=3, help="value size in bytes")
     parser.add_argument("-r", "--keyspace", type=int, default=100_000, help="random keys from this many")
     parser.add_argument("--json", default=None, help="also write the results to this file")
@@ -101,7 +103,8 @@ def main() -> None:
                 stop(process)
 
     ratio = {test: results["walkit"][test] / results["redis"][test] for test in TESTS}
-    print(f"redis-benchmark -t set,get -n {args.requests} -c {args.clients} -d {args.size} -r {args.keyspace}")
+    print(f"redis-benchmark -t set,get -n {args.requests} -c {args.clients} -P {args.pipeline} -d {args.size} "
+          f"-r {args.keyspace}")
     print(f"{'test':6} {'walkit kv (req/s)':>18} {'redis aof always (req/s)':>25} {'walkit/redis':>13}")
     for test in TESTS:
         print(f"{test:6} {results['walkit'][test]:>18,.0f} {results['redis'][test]:>25,.0f} {ratio[test]:>13.2f}")
