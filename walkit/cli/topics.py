@@ -151,8 +151,11 @@ def topics() -> None:
               help="Require SASL/PLAIN and accept this user, repeatable (with --sasl-users: added to the file's, "
                    "winning over it) [env WALKIT_SASL_USER, space-separated]. Other local users can see command "
                    "lines: prefer the file.")
+@click.option("--http-port", type=int, default=None,
+              help="Serve Prometheus /metrics (the broker's appends to its logs: counts, failures, latency), "
+                   "/health and /ready on this port (0: a free one) [default: off].")
 @_kafka_errors
-def serve(**options) -> None:
+def serve(http_port, **options) -> None:
     """Serve the Kafka protocol from walkit logs until Ctrl-C.
 
     Each topic partition is a walkit log; record batches are stored as producers sent them,
@@ -169,12 +172,20 @@ def serve(**options) -> None:
     from walkit.adapters.topics.service import ServeOptions, run
     from walkit.errors import WalkitError
     logging.getLogger("walkit.adapters.topics").setLevel(min(logging.getLogger().level, logging.INFO))
+    endpoint = None
     try:
+        if http_port is not None:
+            from walkit.metrics import REGISTRY, HttpEndpoint
+            endpoint = HttpEndpoint(options["host"], http_port, [REGISTRY])
+            click.echo(f"metrics on http://{endpoint.address}/metrics", err=True)
         status = run(ServeOptions(**options), echo=lambda line: click.echo(line, err=True))
     except BadUsers as exc:
         raise click.ClickException(str(exc)) from None
     except (WalkitError, OSError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     sys.exit(status)
 
 
