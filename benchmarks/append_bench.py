@@ -16,20 +16,14 @@ import statistics
 import tempfile
 
 import walkit
-from walkit.bench import pipelined
+from walkit.bench import add_append_arguments, append_phases
 
 KEYS = ("entries_per_s", "p50_ms", "p99_ms", "p999_ms")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--entries", type=int, default=20000)
-    parser.add_argument("--window", type=int, default=1000)
-    parser.add_argument("--latency-entries", type=int, default=2000)
-    parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--storage", default="files")
-    parser.add_argument("--json", default=None)
+    add_append_arguments(parser)
     args = parser.parse_args()
     payload = os.urandom(args.size)
     phases: dict[str, list[dict]] = {"pipelined": [], "one_in_flight": []}
@@ -37,12 +31,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as data_dir, \
                 walkit.LocalCluster(bookies=3, data_dir=data_dir, storage=args.storage) as cluster, \
                 walkit.Client(cluster.metadata_url) as client:
-            for phase, count, window in (("pipelined", args.entries, args.window),
-                                         ("one_in_flight", args.latency_entries, 1)):
-                writer = client.create_ledger(3, 2, 2)
-                result = pipelined(lambda i: writer.append_async(payload), count, window)
-                writer.close()
-                phases[phase].append({k: result[k] for k in KEYS})
+            for phase, result in append_phases(lambda: client.create_ledger(3, 2, 2), payload, args, KEYS).items():
+                phases[phase].append(result)
     medians = {phase: {k: statistics.median(r[k] for r in runs) for k in KEYS} for phase, runs in phases.items()}
     print(f"E3/Qw2/Qa2 {args.size} B entries, {args.storage} storage, median of {args.runs} runs")
     for phase, m in medians.items():

@@ -19,7 +19,7 @@ import statistics
 import tempfile
 
 import walkit
-from walkit.bench import pipelined
+from walkit.bench import add_append_arguments, append_phases
 
 KEYS = ("entries_per_s", "p50_ms", "p99_ms")
 PHASES = ("pipelined", "one_in_flight")
@@ -30,25 +30,12 @@ def measure(secured: bool, args, payload: bytes) -> dict[str, dict]:
     with tempfile.TemporaryDirectory() as data_dir, \
             walkit.LocalCluster(bookies=3, data_dir=data_dir, storage=args.storage, security=secured) as cluster, \
             walkit.Client(cluster.metadata_url, key=cluster.client_key) as client:
-        results = {}
-        for phase, count, window in (("pipelined", args.entries, args.window),
-                                     ("one_in_flight", args.latency_entries, 1)):
-            writer = client.create_ledger(3, 2, 2)
-            result = pipelined(lambda i: writer.append_async(payload), count, window)
-            writer.close()
-            results[phase] = {k: result[k] for k in KEYS}
-        return results
+        return append_phases(lambda: client.create_ledger(3, 2, 2), payload, args, KEYS)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--entries", type=int, default=20000)
-    parser.add_argument("--window", type=int, default=1000)
-    parser.add_argument("--latency-entries", type=int, default=2000)
-    parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--storage", default="files")
-    parser.add_argument("--json", default=None)
+    add_append_arguments(parser, runs=5)
     args = parser.parse_args()
     payload = os.urandom(args.size)
     runs: dict[str, list[dict]] = {"plain": [], "curve": []}

@@ -21,7 +21,7 @@ import statistics
 import tempfile
 
 import walkit
-from walkit.bench import pipelined
+from walkit.bench import add_append_arguments, append_phases, pipelined
 from walkit.core.metadata import LedgerMetadata
 
 KEYS = ("entries_per_s", "p50_ms", "p99_ms")
@@ -42,14 +42,7 @@ def measure(args, payload: bytes, turn: int) -> dict[str, dict]:
         pipelined(lambda i: warm.append_async(payload), min(args.entries, 2000), args.window)
         warm.close()
         for mode in order:
-            options = MODES[mode]
-            results[mode] = {}
-            for phase, count, window in (("pipelined", args.entries, args.window),
-                                         ("one_in_flight", args.latency_entries, 1)):
-                writer = client.create_ledger(3, 3, 2, **options)
-                result = pipelined(lambda i: writer.append_async(payload), count, window)
-                writer.close()
-                results[mode][phase] = {k: result[k] for k in KEYS}
+            results[mode] = append_phases(lambda: client.create_ledger(3, 3, 2, **MODES[mode]), payload, args, KEYS)
     return results
 
 
@@ -73,13 +66,8 @@ def metadata_sizes(fragments: int, keep: int) -> dict[str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--entries", type=int, default=20000)
-    parser.add_argument("--window", type=int, default=1000)
-    parser.add_argument("--latency-entries", type=int, default=2000)
-    parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--runs", type=int, default=3)
+    add_append_arguments(parser, storage=False)
     parser.add_argument("--fragments", type=int, default=10000)
-    parser.add_argument("--json", default=None)
     args = parser.parse_args()
     payload = os.urandom(args.size)
     runs = [measure(args, payload, turn) for turn in range(args.runs)]

@@ -133,6 +133,30 @@ def pipelined(submit: Callable[[int], object], count: int, window: int,
             "series": [series.get(b, 0) / BUCKET_S for b in range(max(series, default=-1) + 1)]}
 
 
+def add_append_arguments(parser, runs: int = 3, storage: bool = True) -> None:
+    """add_append_arguments gives a benchmark script the options of `append_phases` (and --runs, --json)."""
+    parser.add_argument("--entries", type=int, default=20000, help="appends in the pipelined phase")
+    parser.add_argument("--window", type=int, default=1000, help="appends in flight in the pipelined phase")
+    parser.add_argument("--latency-entries", type=int, default=2000, help="appends with one in flight")
+    parser.add_argument("--size", type=int, default=1024, help="payload bytes per entry")
+    parser.add_argument("--runs", type=int, default=runs, help="runs; medians are reported")
+    if storage:
+        parser.add_argument("--storage", default="files", help="bookie storage")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+
+
+def append_phases(create_writer: Callable[[], object], payload: bytes, args, keys) -> dict[str, dict]:
+    """append_phases runs `args.entries` appends with `args.window` in flight, then `args.latency_entries`
+    with one in flight, each on a new writer from `create_writer()`; it returns {phase: {key: value}}."""
+    results = {}
+    for phase, count, window in (("pipelined", args.entries, args.window), ("one_in_flight", args.latency_entries, 1)):
+        writer = create_writer()
+        result = pipelined(lambda i: writer.append_async(payload), count, window)
+        writer.close()
+        results[phase] = {k: result[k] for k in keys}
+    return results
+
+
 def sustained(submit: Callable[[], object], duration: float, window: int, interval: float) -> dict:
     """sustained calls `submit()` -> Future with `window` in flight for `duration` seconds.
 
@@ -144,6 +168,7 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
     samples: list[tuple[float, float]] = []          # (completed at, latency)
     errors: list[BaseException] = []
     outstanding = [0]
+    stop = [False]                                   # set once no more appends will be submitted
     drained = threading.Event()
 
     def callback(started: float):
@@ -160,7 +185,6 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
             slots.release()
         return done
 
-    stop = [False]
     began = time.perf_counter()
     deadline = began + duration
     while not errors:

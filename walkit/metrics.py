@@ -145,18 +145,18 @@ class ClientMetrics(Collector):
         """future is a new Future for an append that records its latency and outcome (the cheap way)."""
         return TimedFuture(self)
 
-    def timed(self, future) -> None:
-        """timed records the latency and outcome of an append future made elsewhere, when it completes.
+    def timed(self, future, count: int = 1) -> None:
+        """timed records the latency and outcome of a future made elsewhere for `count` appends, when it completes.
 
-        It costs a done-callback per append; appends whose Future this client makes use `future()`.
+        It costs a done-callback per future; appends whose Future this client makes use `future()`.
         """
         started = time.perf_counter()
 
         def done(f) -> None:
             if f.cancelled() or f.exception() is not None:
-                self.failures += 1
+                self.failures += count
             else:
-                self.appends += 1
+                self.appends += count
                 self.append_latency.observe(time.perf_counter() - started)
         future.add_done_callback(done)
 

@@ -427,12 +427,16 @@ class WriteHandle:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entries are bytes, not {type(data).__name__}")
         future: Future = self._client.metrics.future()
+        self._submit(bytes(data), future)
+        return future
+
+    def _submit(self, payload, item) -> None:
+        """_submit queues one append (payload, Future) or append_many (payloads, Batch) for the I/O thread."""
         with self._lock:
-            self._submitted.append((bytes(data), future))
+            self._submitted.append((payload, item))
             first = len(self._submitted) == 1
         if first:
             self._loop.call(self._drain)
-        return future
 
     def append_many_async(self, records) -> Future:
         """append_many_async sends `records` (bytes each) as consecutive entries, with one Future for all.
@@ -451,21 +455,8 @@ class WriteHandle:
         if not payloads:
             future.set_result(range(0))
             return future
-        batch = Batch(future, len(payloads))
-        metrics, started = self._client.metrics, time.perf_counter()
-
-        def counted(f: Future) -> None:
-            if f.exception() is not None:
-                metrics.failures += len(payloads)
-            else:
-                metrics.appends += len(payloads)
-                metrics.append_latency.observe(time.perf_counter() - started)
-        future.add_done_callback(counted)
-        with self._lock:
-            self._submitted.append((payloads, batch))
-            first = len(self._submitted) == 1
-        if first:
-            self._loop.call(self._drain)
+        self._client.metrics.timed(future, len(payloads))
+        self._submit(payloads, Batch(future, len(payloads)))
         return future
 
     def append_many(self, records, timeout: float | None = None) -> range:

@@ -14,6 +14,11 @@ from walkit.client.loop import Driver
 from walkit.core import events as ev
 
 
+def _future_of(item) -> Future:
+    """_future_of is the Future of a queued append: the item itself, or a Batch's."""
+    return item.future if type(item) is Batch else item
+
+
 class Batch:
     """Batch is the one Future of an `append_many`: it resolves to the range of its entry ids.
 
@@ -95,16 +100,14 @@ class WriterDriver(Driver):
                 item.size -= count - keep
                 item.future.set_exception(error)
         while len(futures) > kept:
-            item = futures[kept]
+            future = _future_of(futures[kept])
             del futures[kept]
-            future = item.future if type(item) is Batch else item
             if not future.done():
                 future.set_exception(error)
 
     def fail(self, error: Exception) -> None:
         while self.futures:
-            item = self.futures.popleft()
-            future = item.future if type(item) is Batch else item
+            future = _future_of(self.futures.popleft())
             if not future.done():
                 future.set_exception(error)
         for future in self.close_futures:

@@ -38,7 +38,7 @@ from walkit.core.reader import LacReader, RangeReader
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
 from walkit.errors import LedgerFenced
-from walkit.testing.sim.world import World
+from walkit.testing.sim.world import Scenario, World
 
 LEDGER_ID = 7
 PASSWORD = b"sim"
@@ -105,7 +105,7 @@ class _Owner:
         self.read: list[bytes] = []
 
 
-class Simulation:
+class Simulation(Scenario):
     """Simulation is one seeded run of the ledger scenario; `run()` returns a summary or raises.
 
     `recovery_cls` and `writer_cls` let a test substitute deliberately broken machines.
@@ -148,17 +148,6 @@ class Simulation:
         self.lacs: list[int] = []            # every LAC a LacReader reported
         self.recoveries_started = 0
         self._names = 0
-
-    @property
-    def trace(self) -> list[str]:
-        """trace is the run's recent events, formatted."""
-        return self.world.trace
-
-    def log(self, fmt: str, *args) -> None:
-        self.world.log(fmt, *args)
-
-    def fail(self, message: str) -> None:
-        self.world.fail(message)
 
     # -- the plan -------------------------------------------------------------------------------
     def _plan(self) -> None:

@@ -44,7 +44,7 @@ from walkit.core.metadata import CLOSED, LEDGER_PREFIX, LedgerMetadata, ledger_i
 from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT
 from walkit.errors import LogTruncated
 from walkit.testing.sim.ledger import SHAPES
-from walkit.testing.sim.world import World
+from walkit.testing.sim.world import Scenario, World
 
 LOG = "sim-log"
 PASSWORD = b"sim-log"
@@ -137,7 +137,7 @@ class _Follower:
         self.sim._follower_outcome(self, command)
 
 
-class LogSimulation:
+class LogSimulation(Scenario):
     """LogSimulation is one seeded run of the log scenario; `run()` returns a summary or raises.
 
     `writer_cls` lets a test substitute a deliberately broken LogMachine.
@@ -172,16 +172,6 @@ class LogSimulation:
         self.final_attempts = 0
         self.final_reader: _Follower | None = None
         self.finished = False
-
-    @property
-    def trace(self) -> list[str]:
-        return self.world.trace
-
-    def log(self, fmt: str, *args) -> None:
-        self.world.log(fmt, *args)
-
-    def fail(self, message: str) -> None:
-        self.world.fail(message)
 
     # -- the plan -------------------------------------------------------------------------------
     def _plan(self) -> None:

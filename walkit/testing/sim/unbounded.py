@@ -42,7 +42,7 @@ from walkit.core.reader import RangeReader
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import LedgerWriter
 from walkit.errors import LedgerFenced
-from walkit.testing.sim.world import World
+from walkit.testing.sim.world import Scenario, World
 
 LEDGER_ID = 9
 PASSWORD = b"sim"
@@ -108,7 +108,7 @@ class _Writer:
         self.done = False
 
 
-class UnboundedSimulation:
+class UnboundedSimulation(Scenario):
     """UnboundedSimulation is one seeded battle of writers; `run()` returns a summary or raises."""
 
     def __init__(self, seed: int, config: UnboundedSimConfig | None = None, recovery_cls=LedgerRecovery,
@@ -156,16 +156,6 @@ class UnboundedSimulation:
             self._changed.update(entry_id for ledger_id, entry_id in storage.volatile if ledger_id == LEDGER_ID)
             sync()
         return synced
-
-    @property
-    def trace(self) -> list[str]:
-        return self.world.trace
-
-    def log(self, fmt: str, *args) -> None:
-        self.world.log(fmt, *args)
-
-    def fail(self, message: str) -> None:
-        self.world.fail(message)
 
     # -- the plan -------------------------------------------------------------------------------
     def _plan(self) -> None:

@@ -479,3 +479,20 @@ def _describe(message) -> str:
         if getattr(message, flag, False):
             parts.append(flag)
     return f"{name}({' '.join(parts)})"
+
+
+class Scenario:
+    """Scenario is the base of a simulation run over `self.world`: its trace, log lines and failure."""
+
+    world: World
+
+    @property
+    def trace(self) -> list[str]:
+        """trace is the run's recent events, formatted."""
+        return self.world.trace
+
+    def log(self, fmt: str, *args) -> None:
+        self.world.log(fmt, *args)
+
+    def fail(self, message: str) -> None:
+        self.world.fail(message)
