@@ -16,6 +16,8 @@ import walkit
 from walkit.errors import LedgerFenced
 from walkit.local import LocalCluster
 
+from .test_log_handover import stopped
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
@@ -95,3 +97,49 @@ def test_max_bytes_in_flight_must_be_a_positive_integer(cluster):
     for bad in (0, -1, 1.5, True, "1"):
         with pytest.raises(walkit.errors.ConfigError, match="max_bytes_in_flight"):
             walkit.Client(cluster.metadata_url, max_bytes_in_flight=bad)
+
+
+@pytest.mark.slow
+def test_queued_appends_survive_a_bookie_held_with_sigstop_in_order_and_once(tmp_path):
+    """Most appends wait in the client (64 KiB in flight) while one ensemble bookie is frozen: the
+    writer replaces it and every append, queued or sent, is acknowledged once, in order."""
+    with LocalCluster(bookies=4, data_dir=str(tmp_path / "cluster"), storage="files") as local, \
+            walkit.Client(local.metadata_url, add_timeout=1.0, max_bytes_in_flight=64 * 1024) as client:
+        writer = client.create_ledger(3, 2, 2)              # Qa = Qw: the frozen bookie's write sets stall
+        frozen = writer.metadata.current_ensemble[0]
+        payloads = [b"%05d" % i + os.urandom(1019) for i in range(3000)]
+        futures = [writer.append_async(p) for p in payloads[:1000]]
+        futures[200].result(60)                                 # the queue is draining
+        with stopped(local, frozen):
+            many = writer.append_many_async(payloads[1000:2000])
+            futures += [writer.append_async(p) for p in payloads[2000:]]
+            assert [f.result(120) for f in futures] == list(range(1000)) + list(range(2000, 3000))
+            assert many.result(0) == range(1000, 2000)
+            metadata = writer.close()
+        assert frozen not in metadata.current_ensemble and metadata.last_entry_id == 2999
+        reader = client.open_ledger(writer.ledger_id)
+        assert [e.payload for e in reader.read(0, 2999)] == payloads
+
+
+@pytest.mark.slow
+def test_a_recovery_racing_a_writer_with_queued_appends_keeps_every_acknowledged_one(tmp_path):
+    """A second client recovers the ledger while the first still has appends queued: the writer
+    is fenced, the queued appends fail, and the closed ledger holds exactly the acknowledged ones."""
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), storage="files") as local, \
+            walkit.Client(local.metadata_url, max_bytes_in_flight=16 * 1024) as client, \
+            walkit.Client(local.metadata_url) as other:
+        writer = client.create_ledger(3, 2, 2)
+        futures = [writer.append_async(b"%05d" % i + b"x" * 2043) for i in range(3000)]
+        futures[100].result(60)
+        closed = other.open_ledger(writer.ledger_id, recover=True)
+        acked = []
+        for future in futures:
+            try:
+                acked.append(future.result(60))
+            except LedgerFenced:
+                break
+        assert acked == list(range(len(acked))) and len(acked) < 3000
+        assert all(isinstance(f.exception(60), LedgerFenced) for f in futures[len(acked):])
+        last = closed.last_add_confirmed
+        assert last >= len(acked) - 1                       # nothing acknowledged was lost
+        assert [e.payload[:5] for e in closed.read(0, last)] == [b"%05d" % i for i in range(last + 1)]
