@@ -159,3 +159,49 @@ def test_checker_catches_a_broken_guaranteed_write_quorum_rule(config, broken):
 def test_correct_guaranteed_write_quorum_passes_the_provoking_configurations(config):
     for seed in range(100):
         Simulation(seed, config).run()
+
+
+# -- deferred sync (BookKeeper's WriteFlag.DEFERRED_SYNC) -------------------------------------------
+class WriterConfirmingAcknowledgedAdds(LedgerWriter):
+    """The LAC moves over acknowledged adds as if every bookie had answered a force."""
+
+    def _complete(self) -> list:
+        if self.deferred_sync:
+            self._forced = dict.fromkeys(self.metadata.current_ensemble, self._round + 1)
+        return super()._complete()
+
+
+class WriterIgnoringRestarts(LedgerWriter):
+    """A force answered by a restarted bookie counts for the entries its previous run acknowledged."""
+
+    def _restarted(self, bookie: str, instance: int) -> bool:
+        return False
+
+
+# Few entries, then forces and bookie crashes spread over a long window: bookies crash while
+# they hold acknowledged, unsynced entries and answer later forces from a new run.
+DEFERRED = SimConfig(bookies=4, ensemble=3, write_quorum=2, ack_quorum=2, entries=6, append_gap_ms=5, drop_rate=0.0,
+                     duplicate_rate=0.0, max_delay_ms=3, bookie_crashes=2, writer_crash_rate=0.0,
+                     writer_close_rate=0.0, recoverers=1, recovery_window_ms=1500, fault_window_ms=1500,
+                     deferred_sync=True, forces=8)
+
+
+@pytest.mark.parametrize("broken", [WriterConfirmingAcknowledgedAdds, WriterIgnoringRestarts],
+                         ids=["lac-over-unforced-adds", "force-answered-by-a-restarted-bookie"])
+def test_checker_catches_a_broken_deferred_sync_rule(broken):
+    violation = None
+    for seed in range(300):
+        try:
+            Simulation(seed, DEFERRED, writer_cls=broken).run()
+        except InvariantViolation as found:
+            violation = found
+            break
+    assert violation is not None, f"{broken.__name__} broke nothing in 300 seeds"
+    assert "forced entry" in violation.message or "a LAC reader reported" in violation.message
+    assert "fewer than Qa=2" in violation.message
+    Simulation(violation.seed, DEFERRED).run()          # the correct writer survives the same run
+
+
+def test_correct_deferred_sync_passes_the_provoking_configuration():
+    for seed in range(300):
+        Simulation(seed, DEFERRED).run()

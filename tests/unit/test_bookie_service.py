@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from walkit.core.messages import AddRequest, AddResponse, ErrorResponse, ReadRequest, Status
-from walkit.bookie.service import BookieService
+from dataclasses import replace
+
+from walkit.core.messages import AddRequest, AddResponse, ErrorResponse, ForceRequest, ReadRequest, Status
+from walkit.bookie.service import DEFERRED_SYNC_MS, BookieService
 from walkit.errors import LedgerStorageError
 from walkit.plugins.storage.memory import MemoryStorage
 from walkit.wire.codec import decode_responses, encode_requests
@@ -75,3 +77,69 @@ def test_the_storage_declares_the_highest_entry_id():
     service = BookieService(storage)
     assert round_trip(service, add(1, 11))[1].status == Status.BAD_REQUEST
     assert round_trip(service, add(1, 10))[1].status == Status.OK
+
+
+# -- deferred sync --------------------------------------------------------------------------------
+class CountingStorage(MemoryStorage):
+    """CountingStorage counts syncs, and what each one covered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs = 0
+
+    def sync(self) -> None:
+        self.syncs += 1
+        super().sync()
+
+
+def deferred_add(ledger_id: int, *entry_ids: int, txn: int = 1) -> AddRequest:
+    return replace(add(ledger_id, *entry_ids, txn=txn), deferred_sync=True)
+
+
+def test_deferred_sync_adds_are_answered_without_a_sync_and_a_force_syncs_them():
+    storage = CountingStorage()
+    service = BookieService(storage)
+    round_trip(service, deferred_add(5, 0, txn=1))          # the first add records the master key: synced
+    syncs = storage.syncs
+    answered = round_trip(service, deferred_add(5, 1, 2, txn=2))
+    assert answered[2].status == Status.OK and storage.syncs == syncs
+    assert answered[2].instance == service.handler.instance != 0
+    forced = round_trip(service, ForceRequest(txn=3, ledger_id=5, master_key=MASTER_KEY))
+    assert forced[3].status == Status.OK and forced[3].instance == service.handler.instance
+    assert storage.syncs == syncs + 1
+
+
+def test_an_ordinary_add_in_the_same_round_syncs_the_deferred_ones_too():
+    storage = CountingStorage()
+    service = BookieService(storage)
+    round_trip(service, deferred_add(5, 0), add(6, 0, txn=2))
+    syncs = storage.syncs
+    round_trip(service, deferred_add(5, 1, txn=3), add(6, 1, txn=4))
+    assert storage.syncs == syncs + 1
+
+
+def test_deferred_entries_are_synced_after_deferred_sync_ms_without_a_force():
+    storage = CountingStorage()
+    service = BookieService(storage)
+    service.tick(10_000)
+    round_trip(service, deferred_add(5, 0))
+    syncs = storage.syncs
+    round_trip(service, deferred_add(5, 1, txn=2))
+    assert storage.syncs == syncs
+    service.tick(10_000 + DEFERRED_SYNC_MS)
+    assert service.flush() == [] and storage.syncs == syncs + 1
+
+
+def test_a_force_with_the_wrong_master_key_is_refused_and_syncs_nothing():
+    storage = CountingStorage()
+    service = BookieService(storage)
+    round_trip(service, deferred_add(5, 0))
+    syncs = storage.syncs
+    refused = round_trip(service, ForceRequest(txn=2, ledger_id=5, master_key=b"k" * 32))
+    assert refused[2].status == Status.UNAUTHORIZED and storage.syncs == syncs
+
+
+def test_a_deferred_recovery_add_is_a_bad_request():
+    service = BookieService(MemoryStorage())
+    answered = round_trip(service, replace(deferred_add(5, 0), recovery=True))
+    assert answered[1].status == Status.BAD_REQUEST and "defer" in answered[1].message

@@ -7,8 +7,8 @@ import struct
 import pytest
 
 from walkit.core.messages import (
-    AddRequest, AddResponse, Entry, ErrorResponse, ReadLacRequest, ReadLacResponse, ReadRequest,
-    ReadResponse, Status, WriteLacRequest, WriteLacResponse,
+    AddRequest, AddResponse, Entry, ErrorResponse, ForceRequest, ForceResponse, ReadLacRequest, ReadLacResponse,
+    ReadRequest, ReadResponse, Status, WriteLacRequest, WriteLacResponse,
 )
 from walkit.wire.codec import FrameTooBusy, WireError, decode_requests, decode_responses, encode_requests, encode_responses
 
@@ -35,6 +35,9 @@ REQUESTS = {
     "read-lac-long-poll": ReadLacRequest(txn=10, ledger_id=7, previous_lac=41, timeout_ms=500),
     "write-lac": WriteLacRequest(txn=11, ledger_id=7, master_key=MASTER_KEY, lac=41),
     "write-lac-none": WriteLacRequest(txn=12, ledger_id=7, master_key=MASTER_KEY, lac=-1),
+    "add-deferred-sync": AddRequest(txn=14, ledger_id=7, master_key=MASTER_KEY, entries=[make_entry(0)],
+                                    deferred_sync=True),
+    "force": ForceRequest(txn=15, ledger_id=7, master_key=MASTER_KEY),
 }
 
 RESPONSES = {
@@ -52,6 +55,9 @@ RESPONSES = {
     "write-lac-unauthorized": WriteLacResponse(txn=10, status=Status.UNAUTHORIZED, ledger_id=7, message="key"),
     "error": ErrorResponse(txn=11, status=Status.BAD_REQUEST, message="malformed request: ü"),
     "error-no-txn": ErrorResponse(txn=0, status=Status.BAD_REQUEST),
+    "add-instance": AddResponse(txn=13, status=Status.OK, ledger_id=7, entry_ids=[4], instance=2**63 - 1),
+    "force": ForceResponse(txn=14, status=Status.OK, ledger_id=7, instance=12345),
+    "force-unauthorized": ForceResponse(txn=15, status=Status.UNAUTHORIZED, ledger_id=7, message="key"),
 }
 
 WIRE_STATUSES = [s for s in Status if s != Status.UNREACHABLE]

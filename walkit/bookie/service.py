@@ -5,7 +5,9 @@
 `flush()` then calls `storage.sync()` once if anything changed -- the group commit: one sync
 covers every request received since the previous flush -- and returns the encoded replies, one
 frame per peer. A reply is never returned before the sync that covers it (DESIGN.md §2); if the
-sync fails, the replies that needed it become IO_ERROR instead.
+sync fails, the replies that needed it become IO_ERROR instead. Entries of deferred-sync adds
+alone do not make a flush sync: their replies go out at once, and they become durable with the
+next sync another request needs (a force, say), or after DEFERRED_SYNC_MS at the latest.
 
 Nothing a peer sends can stop the service: a frame above `max_frame` bytes or holding more than
 `max_requests` requests is refused whole; a request the handler refuses gets its error; and an
@@ -24,12 +26,13 @@ Both the ZeroMQ server (`walkit.bookie.server`) and the in-memory transport use 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from dataclasses import replace
 
 from walkit.core.bookie import MAX_ID, BookieHandler, BookieLimits, Reply, StoreEntries, StoreLedgerState, error_response
 from walkit.core.messages import (
-    AddRequest, AddResponse, ErrorResponse, ReadLacResponse, ReadResponse, Status, WriteLacRequest,
+    AddRequest, AddResponse, ErrorResponse, ForceRequest, ReadLacResponse, ReadResponse, Status, WriteLacRequest,
 )
 from walkit.errors import LedgerStorageError, StorageError
 from walkit.wire.codec import (
@@ -40,11 +43,14 @@ log = logging.getLogger("walkit.bookie")
 
 #: Requests a secured bookie holds while it looks ledgers up; one more gets TOO_MANY_REQUESTS.
 MAX_PARKED = 10_000
+#: The longest entries of deferred-sync adds stay unsynced when no other request needs a sync.
+DEFERRED_SYNC_MS = 1000
 
 
 def _needed(request) -> str:
     """_needed is the permission a request needs: read, or write for anything that changes a ledger."""
-    if type(request) is AddRequest or type(request) is WriteLacRequest or request.fence:
+    kind = type(request)
+    if kind is AddRequest or kind is WriteLacRequest or kind is ForceRequest or request.fence:
         return "write"
     return "read"
 
@@ -69,9 +75,12 @@ class BookieService:
         self.max_requests = max_requests
         limits = BookieLimits(max_entry_id=getattr(storage, "max_entry_id", MAX_ID),
                               max_long_poll_ms=max_long_poll_ms, max_long_polls=max_long_polls)
-        self.handler = BookieHandler(storage, read_only=read_only, limits=limits)
+        self.handler = BookieHandler(storage, read_only=read_only, limits=limits, instance=secrets.randbits(63) | 1)
         self._replies: list[Reply] = []
-        self._dirty = False
+        self._dirty = False             # storage changed since the last sync
+        self._must_sync = False         # ... by something other than deferred-sync entries
+        self._now_ms = 0
+        self._synced_ms = 0
         self.unsynced_entries = 0       # entries stored since the last sync (group commit size)
         self.entries_stored = 0
         self.syncs = 0
@@ -178,7 +187,8 @@ class BookieService:
         self._apply(self.handler.peer_gone(peer))
 
     def tick(self, now_ms: int) -> None:
-        """tick passes time to the handler (long-poll timeouts)."""
+        """tick passes time to the handler (long-poll timeouts) and to the deferred-sync deadline."""
+        self._now_ms = now_ms
         self._apply(self.handler.tick(now_ms))
 
     def _apply(self, commands: list) -> None:
@@ -197,9 +207,11 @@ class BookieService:
                         storage.put(ledger_id, entry_id, data)
                 self.bytes_stored += sum(len(data) for _, data in command.entries)
                 self.entries_stored += len(command.entries)
-                self.unsynced_entries += len(command.entries)
+                if not command.deferred:
+                    self._must_sync = True
+                    self.unsynced_entries += len(command.entries)
             elif kind is StoreLedgerState:
-                self._dirty = True
+                self._dirty = self._must_sync = True
                 storage.set_ledger_state(command.ledger_id, command.state)
             else:
                 raise TypeError(f"unknown bookie command {command!r}")
@@ -209,8 +221,10 @@ class BookieService:
         if not self._replies and not self._dirty:
             return []
         replies, self._replies = self._replies, []
-        if self._dirty:
-            self._dirty = False
+        if self._dirty and (self._must_sync or any(r.durable for r in replies)
+                            or self._now_ms - self._synced_ms >= DEFERRED_SYNC_MS):
+            self._dirty = self._must_sync = False
+            self._synced_ms = self._now_ms
             self.unsynced_entries = 0
             try:
                 self.storage.sync()
@@ -246,7 +260,7 @@ class BookieService:
         """delete_ledger drops a ledger's data (garbage collection of deleted ledgers)."""
         self.storage.delete_ledger(ledger_id)
         self.writes.pop(ledger_id, None)
-        self._dirty = True
+        self._dirty = self._must_sync = True
         self._apply(self.handler.forget(ledger_id))
         if self.access is not None:
             self.access.forget(ledger_id)

@@ -128,7 +128,8 @@ class Client:
                       password: bytes | str = b"", digest: str = "crc32c",
                       custom: dict[str, str] | None = None, timeout: float | None = None,
                       min_racks: int | None = None,
-                      guaranteed_write_quorum: bool = False, unbounded: bool = False) -> "WriteHandle":
+                      guaranteed_write_quorum: bool = False, unbounded: bool = False,
+                      deferred_sync: bool = False) -> "WriteHandle":
         """create_ledger makes a new ledger on `ensemble` random live bookies and opens it for writing.
 
         An `unbounded` ledger (seed 001) has no end: any client may take it over with
@@ -143,6 +144,14 @@ class Client:
         bookies as needed), and close and recovery wait for that: every entry of the closed
         ledger is on `write_quorum` bookies, not only `ack_quorum` (see walkit.core.writer).
 
+        With `deferred_sync` (BookKeeper's WriteFlag.DEFERRED_SYNC) bookies acknowledge appends
+        before they are durable: appends complete sooner, and `WriteHandle.force()` makes every
+        entry appended before it durable on `ack_quorum` bookies. The LAC (what readers see)
+        moves only over forced entries; close forces everything first. A crash may take back
+        acknowledged entries that were not forced, and the writer never replaces a bookie: one
+        that fails or restarts ends it (NotEnoughBookies), and recovery closes the ledger with
+        every forced entry. It cannot be combined with guaranteed write quorum or unbounded.
+
         The ensemble is placed rack-aware: each write set spans as many racks as the writable
         bookies allow, and at least `min_racks` (default: the client's, capped at the write
         quorum); NotEnoughBookies says so when the racks cannot give that.
@@ -156,6 +165,8 @@ class Client:
         """
         self._check_open()
         check_quorums(ensemble, write_quorum, ack_quorum)
+        if deferred_sync and (guaranteed_write_quorum or unbounded):
+            raise ConfigError("deferred_sync cannot be combined with guaranteed_write_quorum or unbounded")
         if digest not in DIGEST_TYPES:
             raise ConfigError(f"unknown digest {digest!r}; expected one of {', '.join(DIGEST_TYPES)}")
         password = _password(password)
@@ -171,7 +182,8 @@ class Client:
         version = self.store.create(ledger_key(ledger_id), metadata.to_bytes())
         machine = LedgerWriter(metadata, version, master_key=master_key(password),
                                digest=Digest(digest, password), add_timeout_ms=int(self.add_timeout * 1000),
-                               now_ms=now_ms(), max_bytes_in_flight=self.max_bytes_in_flight)
+                               now_ms=now_ms(), max_bytes_in_flight=self.max_bytes_in_flight,
+                               deferred_sync=bool(deferred_sync))
         return WriteHandle(self, machine, timeout or self.timeout)
 
     def open_ledger(self, ledger_id: int, *, password: bytes | str = b"", recover: bool = False,
@@ -405,6 +417,7 @@ class WriteHandle:
         self._timeout = timeout
         self._lock = threading.Lock()
         self._submitted: list = []                  # (payload, Future) and (payloads, Batch), in order
+        self._forces = 0                            # force tokens drawn (on the I/O thread)
         self.ledger_id = machine.ledger_id
         self._loop.call(lambda: self._loop.attach(self._driver, []))
 
@@ -415,8 +428,43 @@ class WriteHandle:
 
     @property
     def last_add_confirmed(self) -> int:
-        """last_add_confirmed is the highest entry id acknowledged to this writer (-1 if none)."""
+        """last_add_confirmed is the writer's LAC: the highest entry id confirmed (-1 if none).
+
+        Every entry up to it is durable on Qa bookies. On a deferred-sync ledger it moves only
+        with forces; `last_add_acked` is the highest entry acknowledged to `append`.
+        """
         return self._machine.last_add_confirmed
+
+    @property
+    def last_add_acked(self) -> int:
+        """last_add_acked is the highest entry id whose append completed (-1 if none)."""
+        return self._machine.last_add_acked
+
+    @property
+    def deferred_sync(self) -> bool:
+        """deferred_sync is True if bookies acknowledge this ledger's appends before they are durable."""
+        return self._machine.deferred_sync
+
+    def force_async(self) -> Future:
+        """force_async makes every entry appended before it durable; the Future resolves to the LAC then.
+
+        It covers appends still queued behind `max_bytes_in_flight` too. On a deferred-sync
+        ledger it asks the bookies to sync; on an ordinary one it waits for those appends to
+        complete (they are durable once complete). It raises what failed the writer.
+        """
+        future: Future = Future()
+
+        def start() -> None:
+            self._drain()
+            token = self._forces = self._forces + 1
+            self._driver.force_futures[token] = future
+            self._loop.step(self._driver, ev.ForceRequested(token=token))
+        self._loop.call(start)
+        return future
+
+    def force(self, timeout: float | None = None) -> int:
+        """force blocks until every entry appended before it is durable on Qa bookies; it returns the LAC."""
+        return _wait(self.force_async(), timeout or self._timeout, f"forcing ledger {self.ledger_id}")
 
     def append_async(self, data: bytes) -> Future:
         """append_async sends `data` as the next entry; the Future resolves to its entry id.

@@ -47,6 +47,7 @@ class WriterDriver(Driver):
         self.futures: deque[Future] = deque()
         self.first_entry = machine.last_add_pushed + 1     # entry id of futures[0]
         self.close_futures: list[Future] = []
+        self.force_futures: dict[int, Future] = {}         # force token -> its Future
 
     def handle(self, command) -> None:
         kind = type(command)
@@ -74,6 +75,12 @@ class WriterDriver(Driver):
             self._fail_from(max(0, command.first_entry_id - self.first_entry), command.error)
             if not futures:
                 self.first_entry = self.machine.last_add_pushed + 1
+        elif kind is ev.CompleteForce:
+            for token in command.tokens:
+                self.force_futures.pop(token).set_result(command.last_entry_id)
+        elif kind is ev.FailForce:
+            for token in command.tokens:
+                self.force_futures.pop(token).set_exception(command.error)
         elif kind is ev.CompleteClose:
             for future in self.close_futures:
                 future.set_result(command.metadata)
@@ -85,7 +92,7 @@ class WriterDriver(Driver):
             self.close_futures.clear()
         else:
             raise TypeError(f"writer cannot handle {command!r}")
-        if self.machine.error is not None and not self.close_futures and not futures:
+        if self.machine.error is not None and not self.close_futures and not futures and not self.force_futures:
             self.finished = True
 
     def _fail_from(self, keep: int, error: Exception) -> None:
@@ -110,9 +117,10 @@ class WriterDriver(Driver):
             future = _future_of(self.futures.popleft())
             if not future.done():
                 future.set_exception(error)
-        for future in self.close_futures:
+        for future in [*self.close_futures, *self.force_futures.values()]:
             future.set_exception(error)
         self.close_futures.clear()
+        self.force_futures.clear()
         self.finished = True
 
 

@@ -25,6 +25,12 @@ Rules applied here (DESIGN.md §3):
   later (term, id) was applied already (so reordered or duplicated truncating adds are safe):
   the bookie overwrites them with tombstones, which reads treat as absent (no storage backend
   needs a delete for this);
+- a deferred-sync add (BookKeeper's WriteFlag.DEFERRED_SYNC) is acknowledged with a
+  non-durable Reply, its entries stored with StoreEntries(deferred=True); a ForceRequest is
+  answered with a durable Reply, so the shell syncs before it goes out and every entry the
+  bookie acknowledged before the force is durable when the writer learns of it. Add and force
+  answers carry the handler's `instance` (random per bookie start), so a writer sees when a
+  bookie restarted and may have lost acknowledged, unforced entries;
 - a read-only bookie refuses ordinary adds with READ_ONLY and keeps serving reads;
 - every request is checked against `BookieLimits` before it touches storage or state: ids the
   storage can hold, digest and master-key sizes, long-poll timeouts and how many long polls
@@ -42,8 +48,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from walkit.core.messages import (
-    NO_ENTRY, NO_LONG_POLL, AddRequest, AddResponse, Entry, ReadLacRequest, ReadLacResponse,
-    ReadRequest, ReadResponse, Status, WriteLacRequest, WriteLacResponse,
+    NO_ENTRY, NO_LONG_POLL, AddRequest, AddResponse, Entry, ForceRequest, ForceResponse, ReadLacRequest,
+    ReadLacResponse, ReadRequest, ReadResponse, Status, WriteLacRequest, WriteLacResponse,
 )
 
 
@@ -125,10 +131,14 @@ class StorageView(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StoreEntries:
-    """StoreEntries asks the shell to `put` packed entries of one ledger."""
+    """StoreEntries asks the shell to `put` packed entries of one ledger.
+
+    `deferred` entries (a deferred-sync add) need no sync until a durable Reply follows.
+    """
 
     ledger_id: int
     entries: list[tuple[int, bytes]]
+    deferred: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,12 +179,14 @@ class BookieHandler:
     """BookieHandler turns decoded requests into storage commands and replies.
 
     `storage` is read through (see StorageView); `read_only` can be switched by the shell.
-    Time comes from `tick(now_ms)`, which also expires long polls.
+    Time comes from `tick(now_ms)`, which also expires long polls. `instance` names this run
+    of the bookie in add and force answers: the shell draws a new random one at every start.
     """
 
     def __init__(self, storage: StorageView, *, read_only: bool = False,
-                 limits: BookieLimits = BookieLimits()) -> None:
+                 limits: BookieLimits = BookieLimits(), instance: int = 0) -> None:
         self.storage = storage
+        self.instance = instance
         self.read_only = read_only
         self.limits = limits
         self._ledgers: dict[int, _Ledger] = {}
@@ -182,7 +194,8 @@ class BookieHandler:
         self._poll_count = 0
         self._now = 0
         self._handlers = {AddRequest: self._on_add, ReadRequest: self._on_read,
-                          ReadLacRequest: self._on_read_lac, WriteLacRequest: self._on_write_lac}
+                          ReadLacRequest: self._on_read_lac, WriteLacRequest: self._on_write_lac,
+                          ForceRequest: self._on_force}
 
     # -- public ---------------------------------------------------------------------------
     def step(self, peer: bytes, request) -> list:
@@ -254,6 +267,8 @@ class BookieHandler:
                 return f"LAFR {request.lafr} is out of range (-1..{max_entry})"
             if request.truncate and (not request.term or not request.entries):
                 return "a truncating add needs a term and at least one entry"
+            if request.deferred_sync and (request.recovery or request.term):
+                return "recovery adds and adds of unbounded ledgers cannot defer their sync"
             for entry in request.entries:
                 if entry.ledger_id != ledger_id:
                     return f"entry ({entry.ledger_id}, {entry.entry_id}) does not belong to ledger {ledger_id}"
@@ -336,7 +351,7 @@ class BookieHandler:
         commands += self._adopt_term(ledger_id, ledger, request.term)
         if request.entries:
             commands.append(StoreEntries(ledger_id, [(e.entry_id, pack_entry(e.lac, e.digest, e.payload))
-                                                     for e in request.entries]))
+                                                     for e in request.entries], request.deferred_sync))
             ledger.lac = max(ledger.lac, max(e.lac for e in request.entries))
             mark = (request.term, highest + 1)
             if request.truncate and mark > ledger.state.truncated:
@@ -351,7 +366,8 @@ class BookieHandler:
         if request.lafr > ledger.lafr:       # never past the LAC: a fully replicated entry is confirmed
             ledger.lafr = min(request.lafr, ledger.lac)
         commands.append(Reply(peer, AddResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
-                                                entry_ids=[e.entry_id for e in request.entries]), True))
+                                                entry_ids=[e.entry_id for e in request.entries],
+                                                instance=self.instance), not request.deferred_sync))
         # The shell stores these entries only after this step returns: woken reads take them from here.
         return commands + self._wake(ledger_id, ledger, {e.entry_id: e for e in request.entries})
 
@@ -431,6 +447,20 @@ class BookieHandler:
             commands.append(StoreLedgerState(ledger_id, ledger.state))
         commands.append(Reply(peer, WriteLacResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id), True))
         return commands + self._wake(ledger_id, ledger)
+
+    def _on_force(self, peer: bytes, request: ForceRequest) -> list:
+        """_on_force answers after the next sync: everything acknowledged before it is durable then.
+
+        A ledger the bookie never saw is answered too (it holds nothing to sync); the instance
+        tells the writer whether this is the bookie run that acknowledged its entries.
+        """
+        ledger_id = request.ledger_id
+        ledger = self._ledger(ledger_id)
+        if ledger is not None and ledger.state.master_key and ledger.state.master_key != request.master_key:
+            return [Reply(peer, ForceResponse(txn=request.txn, status=Status.UNAUTHORIZED, ledger_id=ledger_id,
+                                              message=f"wrong master key for ledger {ledger_id}"), False)]
+        return [Reply(peer, ForceResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
+                                          instance=self.instance), True)]
 
     # -- replies and long polls -------------------------------------------------------------
     def _read_reply(self, peer: bytes, request: ReadRequest, ledger: _Ledger, durable: bool,
@@ -515,7 +545,7 @@ def _stale_term(ledger_id: int, ledger: _Ledger | None, term: int) -> str | None
 
 
 _RESPONSE_OF = {AddRequest: AddResponse, ReadRequest: ReadResponse, ReadLacRequest: ReadLacResponse,
-                WriteLacRequest: WriteLacResponse}
+                WriteLacRequest: WriteLacResponse, ForceRequest: ForceResponse}
 
 
 def error_response(request, status: Status, message: str):

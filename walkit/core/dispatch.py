@@ -9,7 +9,7 @@ same way, as etcd raft's applications drive `Ready`:
         then dispatcher.store_result(call.call_id, value, error) -> [(owner, event), ...]
     for owner, event in dispatcher.on_response(bookie, response): feed the event to the owner
 
-Commands for bookies (SendAdds, SendRead, SendReadLac, SendWriteLac) become requests with a
+Commands for bookies (SendAdds, SendRead, SendReadLac, SendWriteLac, SendForce) become requests with a
 transaction id, every field included; each request ends exactly once for its machine: with the
 bookie's answer, or with status UNREACHABLE when the bookie is down, the send failed or no
 answer came within `request_timeout_ms` (plus a long poll's own timeout).
@@ -38,7 +38,7 @@ from walkit.core import events as ev
 from walkit.core import logevents as lev
 from walkit.core.loglist import LogMetadata, log_key
 from walkit.core.messages import (
-    AddRequest, ErrorResponse, ReadLacRequest, ReadRequest, Status, WriteLacRequest,
+    AddRequest, ErrorResponse, ForceRequest, ReadLacRequest, ReadRequest, Status, WriteLacRequest,
 )
 from walkit.core.metadata import LEDGER_ID_COUNTER, LedgerMetadata, ledger_key
 from walkit.errors import BadVersion, NodeExists, NoSuchKey, NoSuchLedger, NotEnoughBookies
@@ -61,7 +61,7 @@ class StoreCall:
     args: tuple = ()
 
 
-_BOOKIE_COMMANDS = (ev.SendAdds, ev.SendRead, ev.SendReadLac, ev.SendWriteLac)
+_BOOKIE_COMMANDS = (ev.SendAdds, ev.SendRead, ev.SendReadLac, ev.SendWriteLac, ev.SendForce)
 
 
 class Dispatcher:
@@ -128,7 +128,7 @@ class Dispatcher:
         if kind is ev.SendAdds:
             request = AddRequest(txn=txn, ledger_id=command.ledger_id, master_key=command.master_key,
                                  entries=command.entries, recovery=command.recovery, lafr=command.lafr,
-                                 term=command.term, truncate=command.truncate)
+                                 term=command.term, truncate=command.truncate, deferred_sync=command.deferred_sync)
             timeout = 0
         elif kind is ev.SendRead:
             request = ReadRequest(txn=txn, ledger_id=command.ledger_id, entry_ids=command.entry_ids,
@@ -139,6 +139,9 @@ class Dispatcher:
                                      master_key=command.master_key, previous_lac=command.previous_lac,
                                      timeout_ms=command.timeout_ms, term=command.term)
             timeout = command.timeout_ms
+        elif kind is ev.SendForce:
+            request = ForceRequest(txn=txn, ledger_id=command.ledger_id, master_key=command.master_key)
+            timeout = 0
         else:
             request = WriteLacRequest(txn=txn, ledger_id=command.ledger_id, master_key=command.master_key,
                                       lac=command.lac)
@@ -371,7 +374,8 @@ def response_event(bookie: str, request, response):
         return failure_event(bookie, request, status, response.message)
     kind = type(request)
     if kind is AddRequest:
-        return ev.AddsAcked(bookie=bookie, ledger_id=request.ledger_id, entry_ids=response.entry_ids)
+        return ev.AddsAcked(bookie=bookie, ledger_id=request.ledger_id, entry_ids=response.entry_ids,
+                            instance=response.instance)
     if kind is ReadRequest:
         got = {e.entry_id for e in response.entries}
         missing = [i for i in request.entry_ids if i not in got]
@@ -380,6 +384,8 @@ def response_event(bookie: str, request, response):
     if kind is ReadLacRequest:
         return ev.LacRead(bookie=bookie, ledger_id=request.ledger_id, status=status, lac=response.lac,
                           last_entry_id=response.last_entry_id, lafr=response.lafr)
+    if kind is ForceRequest:
+        return ev.ForceAcked(bookie=bookie, ledger_id=request.ledger_id, instance=response.instance)
     return None       # WriteLac: nothing waits for it
 
 
@@ -389,6 +395,9 @@ def failure_event(bookie: str, request, status: Status, message: str):
     if kind is AddRequest:
         return ev.AddsRejected(bookie=bookie, ledger_id=request.ledger_id,
                                entry_ids=[e.entry_id for e in request.entries], status=status, message=message)
+    if kind is ForceRequest:        # the writer treats it as the bookie failing
+        return ev.AddsRejected(bookie=bookie, ledger_id=request.ledger_id, entry_ids=[], status=status,
+                               message=message)
     if kind is ReadRequest:
         return ev.ReadFailed(bookie=bookie, ledger_id=request.ledger_id, entry_ids=request.entry_ids,
                              status=status, message=message)

@@ -40,11 +40,32 @@ class AppendRequested:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AddsAcked:
-    """AddsAcked reports that `bookie` durably stored the listed entries."""
+    """AddsAcked reports that `bookie` durably stored the listed entries.
+
+    Deferred-sync adds are acknowledged once stored, not yet durable; `instance` names the
+    bookie run that answered (see walkit.core.messages.AddResponse).
+    """
 
     bookie: str
     ledger_id: int
     entry_ids: list[int]
+    instance: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForceRequested:
+    """ForceRequested asks the writer to make every entry appended so far durable; `token` names the request."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForceAcked:
+    """ForceAcked reports that `bookie` synced every entry it acknowledged before the force."""
+
+    bookie: str
+    ledger_id: int
+    instance: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,6 +210,16 @@ class SendAdds:
     lafr: int = -1
     term: int = 0
     truncate: bool = False
+    deferred_sync: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendForce:
+    """SendForce asks one bookie to sync what it acknowledged of a deferred-sync ledger."""
+
+    bookie: str
+    ledger_id: int
+    master_key: bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,10 +259,31 @@ class SendWriteLac:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteAdds:
-    """CompleteAdds tells the shell that every entry up to `last_entry_id` is confirmed."""
+    """CompleteAdds tells the shell that every entry up to `last_entry_id` is confirmed.
+
+    On a deferred-sync ledger "confirmed" means acknowledged by Qa bookies, not yet durable.
+    """
 
     ledger_id: int
     last_entry_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteForce:
+    """CompleteForce completes the forces `tokens`: every entry up to `last_entry_id` is durable on Qa bookies."""
+
+    ledger_id: int
+    tokens: list[int]
+    last_entry_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailForce:
+    """FailForce fails the forces `tokens` (the writer failed or the ledger closed without them)."""
+
+    ledger_id: int
+    tokens: list[int]
+    error: Exception
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

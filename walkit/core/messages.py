@@ -61,6 +61,9 @@ class AddRequest:
     Unbounded ledgers: `term` is the writer's term (a bookie in a higher term refuses with
     INVALID_TERM, one in a lower term adopts it), and `truncate` makes the bookie drop every
     entry above the highest one in this request (the no-op that ends a new term's recovery).
+
+    With `deferred_sync` the bookie acknowledges the entries once stored, before they are
+    durable; a later ForceRequest makes them durable (BookKeeper's WriteFlag.DEFERRED_SYNC).
     """
 
     txn: int
@@ -71,6 +74,7 @@ class AddRequest:
     lafr: int = NO_ENTRY
     term: int = 0
     truncate: bool = False
+    deferred_sync: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,18 +124,36 @@ class WriteLacRequest:
     lac: int
 
 
-Request = AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForceRequest:
+    """ForceRequest asks a bookie to make durable every entry of a ledger it acknowledged before.
+
+    The bookie answers after the sync that covers every request it received before this one.
+    """
+
+    txn: int
+    ledger_id: int
+    master_key: bytes
+
+
+Request = AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest | ForceRequest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AddResponse:
-    """AddResponse acknowledges (status OK) or refuses the entries of one AddRequest."""
+    """AddResponse acknowledges (status OK) or refuses the entries of one AddRequest.
+
+    `instance` names the bookie process that answered (random per start, 0 if unknown): a
+    writer of a deferred-sync ledger sees from a new instance that the bookie restarted and
+    may have lost entries it acknowledged but never made durable.
+    """
 
     txn: int
     status: Status
     ledger_id: int
     entry_ids: list[int] = field(default_factory=list)
     message: str = ""
+    instance: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,7 +207,18 @@ class ErrorResponse:
     message: str = ""
 
 
-Response = AddResponse | ReadResponse | ReadLacResponse | WriteLacResponse | ErrorResponse
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForceResponse:
+    """ForceResponse answers a ForceRequest once the bookie synced; `instance` as in AddResponse."""
+
+    txn: int
+    status: Status
+    ledger_id: int
+    message: str = ""
+    instance: int = 0
+
+
+Response = AddResponse | ReadResponse | ReadLacResponse | WriteLacResponse | ForceResponse | ErrorResponse
 
 
 def refusal(event, ledger_id: int) -> str:

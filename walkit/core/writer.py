@@ -48,6 +48,28 @@ BookKeeper protocol", the TLA+ spec ProtocolWithGuaranteedWriteQuorum) changes f
 So every entry of all but the last fragment, and every entry of a closed ledger, is on Qw
 bookies (the spec's TailFragmentsReachWriteQuorum and AllEntriesOfClosedLedgerReachedWriteQuorum).
 
+Forces (`ForceRequested`): a force completes (CompleteForce) once the LAC reaches the last
+entry appended before it, queued appends included. On an ordinary ledger that is when those
+adds complete. Deferred sync (`deferred_sync=True`, BookKeeper's WriteFlag.DEFERRED_SYNC)
+separates the two:
+
+- bookies acknowledge adds once stored, before their sync; an add completes (CompleteAdds)
+  at Qa such acknowledgements, in order, and `last_add_acked` follows it;
+- the LAC moves only over forced entries, so readers never see an entry a crash could take
+  back: the writer sends SendForce to every bookie of the ensemble, a bookie answers after
+  its sync, and an entry is forced once Qa bookies of its write set each acknowledged it
+  before the writer sent them a force they answered, from the same bookie run (`instance`).
+  "Acknowledged before the force was sent" needs no ordering from the network: the bookie
+  answered the add before it saw the force. Entries stay in the pending list (and count in
+  bytes in flight) until forced;
+- forces run in rounds, one at a time: one is started by a force request, by appends that
+  must queue (so a writer that never forces still makes progress), by close (which forces
+  everything first) and, while anything waits for one, by every tick after the last round;
+- the ensemble never changes (as in BookKeeper): a bookie that fails, does not answer, or
+  answers from a new instance (it restarted, and may have lost acknowledged, unforced
+  entries) ends the writer with NotEnoughBookies. Recovery then closes the ledger with every
+  forced entry, and possibly some unforced ones that survived.
+
 Unbounded ledgers (`metadata.unbounded`, seed 001): the writer writes in the metadata's term
 (every add carries it; a bookie in a higher term answers INVALID_TERM and the writer stops with
 LedgerFenced), starts after `last_entry_id` (the no-op its recovery wrote), and treats metadata
@@ -112,14 +134,19 @@ _TRANSITIONS = {
 
 
 class _Pending:
-    """_Pending is one add that is not complete yet: its entry and who acknowledged it."""
+    """_Pending is one add that is not complete yet: its entry and who acknowledged it.
 
-    __slots__ = ("entry", "acked", "sent_ms")
+    With deferred sync, `rounds` maps each bookie that acknowledged it to the number of force
+    rounds sent before that acknowledgement arrived.
+    """
+
+    __slots__ = ("entry", "acked", "sent_ms", "rounds")
 
     def __init__(self, entry: Entry, sent_ms: int) -> None:
         self.entry = entry
         self.acked: set[str] = set()
         self.sent_ms = sent_ms
+        self.rounds: dict[str, int] | None = None
 
 
 #: The default of `max_bytes_in_flight`: payload bytes sent to bookies and not yet complete.
@@ -136,9 +163,13 @@ class LedgerWriter:
 
     def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
                  add_timeout_ms: int = 5000, explicit_lac_ms: int = 100, now_ms: int = 0,
-                 last_entry_id: int = -1, max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT) -> None:
+                 last_entry_id: int = -1, max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+                 deferred_sync: bool = False) -> None:
         if metadata.state != ledger_states.OPEN:
             raise LedgerClosed(f"ledger {metadata.ledger_id} is {metadata.state}, not OPEN")
+        if deferred_sync and (metadata.guaranteed_write_quorum or metadata.unbounded):
+            raise ConfigError("deferred sync cannot be combined with guaranteed write quorum or unbounded ledgers")
+        self.deferred_sync = deferred_sync
         self.metadata = metadata
         self.version = version
         self.ledger_id = metadata.ledger_id
@@ -149,6 +180,12 @@ class LedgerWriter:
         self.close_requested = False
         # An unbounded ledger's writer in a later term starts after the no-op its recovery wrote.
         self.last_add_confirmed = self.last_add_pushed = self.last_add_fully_replicated = last_entry_id
+        self.last_add_acked = last_entry_id       # completed to the caller (ahead of the LAC with deferred sync)
+        self._forces: deque[tuple[int, int]] = deque()   # (last entry to force, token), targets ascending
+        self._round = 0                                  # force rounds sent
+        self._forcing: dict[str, int] = {}               # bookie -> the round whose answer is awaited
+        self._forced: dict[str, int] = {}                # bookie -> the last round it answered
+        self._instances: dict[str, int] = {}             # bookie -> the instance that answered first
         self._gwq = metadata.guaranteed_write_quorum
         self.term = metadata.term if metadata.unbounded else 0
         self._pinned_since: dict[str, int] = {}     # pinned bookie -> when it first failed
@@ -173,7 +210,7 @@ class LedgerWriter:
             ev.AddsRejected: self._on_rejected, ev.BookiesChosen: self._on_bookies_chosen,
             ev.MetadataWritten: self._on_metadata_written, ev.MetadataConflict: self._on_conflict,
             ev.MetadataFailed: self._on_metadata_failed, ev.CloseRequested: self._on_close,
-            ev.Ticked: self._on_tick,
+            ev.Ticked: self._on_tick, ev.ForceRequested: self._on_force, ev.ForceAcked: self._on_force_acked,
         }
 
     # -- public ---------------------------------------------------------------------------
@@ -223,7 +260,10 @@ class LedgerWriter:
             queued.extend(event.payloads)
             payloads = self._release()
         self._last_add_ms = self._now
-        return self._push(payloads)
+        commands = self._push(payloads)
+        if queued and self.deferred_sync:       # unforced entries fill the window: force them out
+            commands += self._force_round()
+        return commands
 
     def _release(self) -> list[bytes]:
         """_release takes the queued appends that fit under max_bytes_in_flight (at least one if none is in flight)."""
@@ -263,8 +303,9 @@ class LedgerWriter:
     def _sends(self, sends: dict[str, list[Entry]]) -> list:
         """_sends turns entries per bookie into SendAdds (with the LAFR, and the term for unbounded ledgers)."""
         lafr, term = self.last_add_fully_replicated, self.term
+        deferred = self.deferred_sync
         return [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key, entries=entries,
-                            lafr=lafr, term=term, truncate=term > 0)
+                            lafr=lafr, term=term, truncate=term > 0, deferred_sync=deferred)
                 for b, entries in sends.items()]
 
     def _on_acked(self, event: ev.AddsAcked) -> list:
@@ -274,14 +315,25 @@ class LedgerWriter:
         head = pending[0].entry.entry_id
         write_sets, size, count = self._write_sets, len(self._write_sets), len(pending)
         bookie = event.bookie
+        if self.deferred_sync and self._restarted(bookie, event.instance):
+            return self._fail(NotEnoughBookies(
+                f"bookie {bookie} restarted while writing deferred-sync ledger {self.ledger_id}, and may have lost "
+                "entries it acknowledged but never made durable; recover the ledger"))
         if self._unreachable_since:
             self._unreachable_since.pop(bookie, None)
         if self._pinned_since:
             self._pinned_since.pop(bookie, None)
+        deferred, round_ = self.deferred_sync, self._round
         for entry_id in event.entry_ids:
             index = entry_id - head
             if 0 <= index < count and bookie in write_sets[entry_id % size]:
-                pending[index].acked.add(bookie)
+                item = pending[index]
+                item.acked.add(bookie)
+                if deferred:
+                    if item.rounds is None:
+                        item.rounds = {bookie: round_}
+                    else:
+                        item.rounds.setdefault(bookie, round_)
         return self._complete()
 
     def _complete(self) -> list:
@@ -295,7 +347,19 @@ class LedgerWriter:
         pending, quorum = self._pending, self.metadata.ack_quorum
         last = self.last_add_confirmed
         done_bytes = 0
-        if not self._gwq:
+        commands: list = []
+        if self.deferred_sync:
+            if pending:
+                commands = self._acked(pending, quorum)
+                forced = self._forced
+                while pending and pending[0].entry.entry_id <= self.last_add_acked:
+                    head = pending[0]
+                    if sum(1 for b, r in head.rounds.items() if forced.get(b, 0) > r) < quorum:
+                        break
+                    pending.popleft()
+                    last = head.entry.entry_id
+                    done_bytes += len(head.entry.payload)
+        elif not self._gwq:
             while pending and len(pending[0].acked) >= quorum:
                 entry = pending.popleft().entry
                 last = entry.entry_id
@@ -311,10 +375,13 @@ class LedgerWriter:
                 entry = pending.popleft().entry
                 self.last_add_fully_replicated = entry.entry_id
                 done_bytes += len(entry.payload)
-        commands: list = []
         if last != self.last_add_confirmed:
             self.last_add_confirmed = last
-            commands.append(ev.CompleteAdds(ledger_id=self.ledger_id, last_entry_id=last))
+            if not self.deferred_sync:
+                self.last_add_acked = last
+                commands.append(ev.CompleteAdds(ledger_id=self.ledger_id, last_entry_id=last))
+            if self._forces:
+                commands += self._satisfied()
         if done_bytes:
             self.bytes_in_flight -= done_bytes
             if self._queued:
@@ -322,6 +389,68 @@ class LedgerWriter:
         if self.close_requested and not pending and not self._queued:
             commands.append(self._write_close())
         return commands
+
+    def _acked(self, pending: deque[_Pending], quorum: int) -> list:
+        """_acked completes, in order, the deferred-sync adds that Qa bookies acknowledged (not yet forced)."""
+        head, count = pending[0].entry.entry_id, len(pending)
+        index = self.last_add_acked + 1 - head
+        while index < count and len(pending[index].acked) >= quorum:
+            index += 1
+        acked = head + index - 1
+        if acked <= self.last_add_acked:
+            return []
+        self.last_add_acked = acked
+        return [ev.CompleteAdds(ledger_id=self.ledger_id, last_entry_id=acked)]
+
+    # -- forces ---------------------------------------------------------------------------
+    def _on_force(self, event: ev.ForceRequested) -> list:
+        if self.error is not None:
+            return [ev.FailForce(ledger_id=self.ledger_id, tokens=[event.token], error=self.error)]
+        target = self.last_add_pushed + len(self._queued)
+        if target <= self.last_add_confirmed:
+            return [ev.CompleteForce(ledger_id=self.ledger_id, tokens=[event.token],
+                                     last_entry_id=self.last_add_confirmed)]
+        self._forces.append((target, event.token))
+        return self._force_round()
+
+    def _satisfied(self) -> list:
+        """_satisfied completes the forces the LAC reached."""
+        forces, lac, tokens = self._forces, self.last_add_confirmed, []
+        while forces and forces[0][0] <= lac:
+            tokens.append(forces.popleft()[1])
+        return [ev.CompleteForce(ledger_id=self.ledger_id, tokens=tokens, last_entry_id=lac)] if tokens else []
+
+    def _wants_force(self) -> bool:
+        """_wants_force tells whether unforced entries are pending and something waits for them."""
+        return bool(self._pending) and bool(self._forces or self._queued or self.close_requested)
+
+    def _force_round(self) -> list:
+        """_force_round asks every ensemble bookie to sync (deferred sync), unless a round is under way."""
+        if (not self.deferred_sync or self._forcing or self.state is not WRITING
+                or self.last_add_pushed <= self.last_add_confirmed):
+            return []
+        self._round += 1
+        self._forcing = {b: self._round for b in self.metadata.current_ensemble}
+        return [ev.SendForce(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key) for b in self._forcing]
+
+    def _on_force_acked(self, event: ev.ForceAcked) -> list:
+        round_ = self._forcing.pop(event.bookie, None)
+        if round_ is None or self.error is not None:
+            return []
+        bookie = event.bookie
+        if self._restarted(bookie, event.instance):
+            return self._fail(NotEnoughBookies(
+                f"bookie {bookie} restarted while writing deferred-sync ledger {self.ledger_id}, and may have lost "
+                "entries it acknowledged but never made durable; recover the ledger"))
+        self._forced[bookie] = round_       # rounds are answered one at a time, in order
+        commands = self._complete()
+        if not self._forcing and self._wants_force():
+            commands += self._force_round()
+        return commands
+
+    def _restarted(self, bookie: str, instance: int) -> bool:
+        """_restarted tells whether `bookie` answers from another run than the one that answered first."""
+        return self._instances.setdefault(bookie, instance) != instance
 
     # -- failures and ensemble change ----------------------------------------------------
     def _on_rejected(self, event: ev.AddsRejected) -> list:
@@ -341,6 +470,10 @@ class LedgerWriter:
             return []
         if self.state is CLOSING or self.state is CLOSED or self.state is FAILED:
             return []       # nothing left to write: a change now would rewrite a closing ledger
+        if self.deferred_sync:
+            return self._fail(NotEnoughBookies(
+                f"bookie {bookie} failed ({why}) while writing deferred-sync ledger {self.ledger_id}; such a "
+                "ledger never replaces bookies, as entries acknowledged but not forced could be lost: recover it"))
         self._failed[bookie] = why
         if self.state is not WRITING:
             return []      # handled once the change in flight finished
@@ -478,11 +611,17 @@ class LedgerWriter:
         self.error = error
         self._to(FAILED)
         first = self._pending[0].entry.entry_id if self._pending else self.last_add_pushed + 1
+        if self.deferred_sync and self._pending:      # acknowledged adds completed already; the rest fail
+            first = max(first, self.last_add_acked + 1)
         self._pending.clear()
         self._queued.clear()
         self.bytes_in_flight = 0
         self._replacements = None
+        self._forcing = {}
         commands: list = [ev.FailAdds(ledger_id=self.ledger_id, first_entry_id=first, error=error)]
+        if self._forces:
+            commands.append(ev.FailForce(ledger_id=self.ledger_id, tokens=[t for _, t in self._forces], error=error))
+            self._forces.clear()
         if self.close_requested:
             commands.append(ev.FailClose(ledger_id=self.ledger_id, error=error))
         return commands
@@ -498,7 +637,7 @@ class LedgerWriter:
         self.close_requested = True
         if self.state is WRITING and not self._pending and not self._queued:
             return [self._write_close()]
-        return []
+        return self._force_round()
 
     def _write_close(self) -> ev.WriteMetadata:
         self._to(CLOSING)
@@ -539,8 +678,14 @@ class LedgerWriter:
             return []
         if state is CHANGING:
             return []
-        if self._pending:
-            head = self._pending[0]
+        pending = self._pending
+        if pending:
+            head = pending[0]
+            if self.deferred_sync:              # acknowledged adds wait for a force, not for bookies
+                index = self.last_add_acked + 1 - head.entry.entry_id
+                head = pending[index] if index < len(pending) else None
+                if head is None or now - head.sent_ms < self.add_timeout_ms:
+                    return self._force_round() if self._wants_force() else []
             if now - head.sent_ms >= self.add_timeout_ms:
                 commands: list = []
                 write_set = self._write_sets[head.entry.entry_id % len(self._write_sets)]

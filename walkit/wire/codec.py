@@ -13,8 +13,8 @@ import os
 import capnp
 
 from walkit.core.messages import (
-    AddRequest, AddResponse, Entry, ErrorResponse, ReadLacRequest, ReadLacResponse, ReadRequest,
-    ReadResponse, Status, WriteLacRequest, WriteLacResponse,
+    AddRequest, AddResponse, Entry, ErrorResponse, ForceRequest, ForceResponse, ReadLacRequest,
+    ReadLacResponse, ReadRequest, ReadResponse, Status, WriteLacRequest, WriteLacResponse,
 )
 from walkit.errors import ProtocolError
 
@@ -97,6 +97,8 @@ def encode_requests(requests: list) -> bytes:
             if request.term:
                 a.term = request.term
                 a.truncate = request.truncate
+            if request.deferred_sync:
+                a.deferredSync = True
             _set_entries(a, request.ledger_id, request.entries)
         elif kind is ReadRequest:
             rd = r.init("read")
@@ -122,6 +124,10 @@ def encode_requests(requests: list) -> bytes:
             wl.ledgerId = request.ledger_id
             wl.masterKey = request.master_key
             wl.lac = request.lac
+        elif kind is ForceRequest:
+            f = r.init("force")
+            f.ledgerId = request.ledger_id
+            f.masterKey = request.master_key
         else:
             raise TypeError(f"not a request: {request!r}")
     return message.to_bytes()
@@ -133,7 +139,8 @@ def _decode_request(r):
     if which == "add":
         a = r.add
         return AddRequest(txn=txn, ledger_id=a.ledgerId, master_key=a.masterKey, recovery=a.recovery,
-                          entries=_get_entries(a, a.ledgerId), lafr=a.lafr, term=a.term, truncate=a.truncate)
+                          entries=_get_entries(a, a.ledgerId), lafr=a.lafr, term=a.term, truncate=a.truncate,
+                          deferred_sync=a.deferredSync)
     if which == "read":
         rd = r.read
         return ReadRequest(txn=txn, ledger_id=rd.ledgerId, entry_ids=list(rd.entryIds), fence=rd.fence,
@@ -146,6 +153,9 @@ def _decode_request(r):
     if which == "writeLac":
         wl = r.writeLac
         return WriteLacRequest(txn=txn, ledger_id=wl.ledgerId, master_key=wl.masterKey, lac=wl.lac)
+    if which == "force":
+        f = r.force
+        return ForceRequest(txn=txn, ledger_id=f.ledgerId, master_key=f.masterKey)
     raise WireError(f"unknown request kind {which!r}")
 
 
@@ -205,6 +215,8 @@ def encode_responses(responses: list) -> bytes:
             a = r.init("add")
             a.ledgerId = response.ledger_id
             a.entryIds = response.entry_ids
+            if response.instance:
+                a.instance = response.instance
         elif kind is ReadResponse:
             rd = r.init("read")
             rd.ledgerId = response.ledger_id
@@ -219,6 +231,10 @@ def encode_responses(responses: list) -> bytes:
                 rl.lafr = response.lafr
         elif kind is WriteLacResponse:
             r.init("writeLac").ledgerId = response.ledger_id
+        elif kind is ForceResponse:
+            f = r.init("force")
+            f.ledgerId = response.ledger_id
+            f.instance = response.instance
         elif kind is ErrorResponse:
             r.error = None
         else:
@@ -246,7 +262,8 @@ def _decode_response(r):
     which = r.which()
     if which == "add":
         a = r.add
-        return AddResponse(txn=txn, status=status, ledger_id=a.ledgerId, entry_ids=list(a.entryIds), message=message)
+        return AddResponse(txn=txn, status=status, ledger_id=a.ledgerId, entry_ids=list(a.entryIds), message=message,
+                           instance=a.instance)
     if which == "read":
         rd = r.read
         return ReadResponse(txn=txn, status=status, ledger_id=rd.ledgerId, entries=_get_entries(rd, rd.ledgerId),
@@ -257,4 +274,7 @@ def _decode_response(r):
                                last_entry_id=rl.lastEntryId, message=message, lafr=rl.lafr)
     if which == "writeLac":
         return WriteLacResponse(txn=txn, status=status, ledger_id=r.writeLac.ledgerId, message=message)
+    if which == "force":
+        return ForceResponse(txn=txn, status=status, ledger_id=r.force.ledgerId, message=message,
+                             instance=r.force.instance)
     return ErrorResponse(txn=txn, status=status, message=message)

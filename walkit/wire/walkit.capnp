@@ -35,6 +35,7 @@ struct AddRequest {
   lafr @4 :Int64 = -1;        # the writer's last add fully replicated (on Qw bookies)
   term @5 :Int64;             # unbounded ledgers: the writer's term (0: none)
   truncate @6 :Bool;          # drop every entry above the highest one of this request
+  deferredSync @7 :Bool;      # acknowledge once stored; a ForceRequest makes the entries durable
 }
 
 struct ReadRequest {
@@ -62,6 +63,11 @@ struct WriteLacRequest {
   lac @2 :Int64;
 }
 
+struct ForceRequest {
+  ledgerId @0 :Int64;
+  masterKey @1 :Data;
+}
+
 struct Request {
   txnId @0 :UInt64;
   union {
@@ -69,12 +75,14 @@ struct Request {
     read @2 :ReadRequest;
     readLac @3 :ReadLacRequest;
     writeLac @4 :WriteLacRequest;
+    force @5 :ForceRequest;
   }
 }
 
 struct AddResponse {
   ledgerId @0 :Int64;
   entryIds @1 :List(Int64);
+  instance @2 :UInt64;        # the bookie process that answered (random per start)
 }
 
 struct ReadResponse {
@@ -94,6 +102,11 @@ struct WriteLacResponse {
   ledgerId @0 :Int64;
 }
 
+struct ForceResponse {
+  ledgerId @0 :Int64;
+  instance @1 :UInt64;
+}
+
 struct Response {
   txnId @0 :UInt64;
   status @1 :Status;
@@ -104,6 +117,7 @@ struct Response {
     read @5 :ReadResponse;
     readLac @6 :ReadLacResponse;
     writeLac @7 :WriteLacResponse;
+    force @8 :ForceResponse;
   }
 }
 

@@ -15,6 +15,11 @@ answers, and sessions are lost. After every event the checker verifies (DESIGN.m
 - no LAC reader reported an entry as confirmed beyond where the ledger closed (no dirty reads);
 - all readers of the closed ledger read the same sequence, the one the writer wrote;
 - a writer that was told LedgerFenced completes no add afterwards;
+- with deferred sync (a fifth of the runs without guaranteed write quorum; bookies sync such
+  adds only sometimes, so crashes take back acknowledged, unforced entries): the first check
+  holds for every entry a completed force covered instead of every acknowledged one, and every
+  LAC a reader reports covers only entries durable on Qa bookies (never what a crash could
+  take back);
 - with guaranteed write quorum (a third of the random runs): every entry of every fragment but
   the last is durable on all Qw bookies of its write set (TLA+'s TailFragmentsReachWriteQuorum),
   and so is every entry of the closed ledger (AllEntriesOfClosedLedgerReachedWriteQuorum);
@@ -27,7 +32,7 @@ close): durable bookie data only grows, so nothing else can break it.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from walkit.core import events as ev
 from walkit.core.bookie import unpack_entry
@@ -77,6 +82,8 @@ class SimConfig:
     request_timeout_ms: int = 100
     guaranteed_write_quorum: bool = False
     max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT   # small: appends queue in the writer (backpressure)
+    deferred_sync: bool = False
+    forces: int = 0                  # force requests spread over the appends (deferred sync)
 
     @classmethod
     def random(cls, rng: random.Random) -> "SimConfig":
@@ -84,14 +91,17 @@ class SimConfig:
         e, qw, qa = rng.choice(SHAPES)
         spare = rng.randint(1, 2)
         lost = 1 if qa >= 2 and spare >= 1 and rng.random() < 0.2 else 0
-        return cls(bookies=e + spare, ensemble=e, write_quorum=qw, ack_quorum=qa,
-                   entries=rng.randint(5, 40), drop_rate=rng.choice([0.0, 0.01, 0.05]),
-                   duplicate_rate=rng.choice([0.0, 0.02]), max_delay_ms=rng.choice([3, 12, 30]),
-                   metadata_fault_rate=rng.choice([0.0, 0.0, 0.05, 0.15]), session_losses=rng.choice([0, 0, 1, 2]),
-                   bookie_crashes=rng.randint(0, 3), lost_bookies=lost, writer_crash_rate=0.4,
-                   recoverers=rng.randint(1, 3), recoverer_crash_rate=rng.choice([0.0, 0.3]),
-                   lac_readers=rng.randint(0, 3), guaranteed_write_quorum=rng.random() < 0.33,
-                   max_bytes_in_flight=rng.choice([DEFAULT_MAX_BYTES_IN_FLIGHT] * 2 + [1, 8]))
+        config = cls(bookies=e + spare, ensemble=e, write_quorum=qw, ack_quorum=qa,
+                     entries=rng.randint(5, 40), drop_rate=rng.choice([0.0, 0.01, 0.05]),
+                     duplicate_rate=rng.choice([0.0, 0.02]), max_delay_ms=rng.choice([3, 12, 30]),
+                     metadata_fault_rate=rng.choice([0.0, 0.0, 0.05, 0.15]), session_losses=rng.choice([0, 0, 1, 2]),
+                     bookie_crashes=rng.randint(0, 3), lost_bookies=lost, writer_crash_rate=0.4,
+                     recoverers=rng.randint(1, 3), recoverer_crash_rate=rng.choice([0.0, 0.3]),
+                     lac_readers=rng.randint(0, 3), guaranteed_write_quorum=rng.random() < 0.33,
+                     max_bytes_in_flight=rng.choice([DEFAULT_MAX_BYTES_IN_FLIGHT] * 2 + [1, 8]))
+        if not config.guaranteed_write_quorum and rng.random() < 0.2:     # drawn last: older seeds keep their runs
+            config = replace(config, deferred_sync=True, forces=rng.randint(0, 4))
+        return config
 
 
 class _Owner:
@@ -136,10 +146,12 @@ class Simulation(Scenario):
         self.writer_process = world.process("writer")
         machine = writer_cls(metadata, 0, master_key=self.master_key, digest=self.digest,
                                add_timeout_ms=cfg.add_timeout_ms, explicit_lac_ms=50,
-                               max_bytes_in_flight=cfg.max_bytes_in_flight)
+                               max_bytes_in_flight=cfg.max_bytes_in_flight, deferred_sync=cfg.deferred_sync)
         self.writer = _Owner(self, "writer", machine, self._writer_outcome)
         self.writer_process.attach(self.writer, [])
         self.acked_upto = -1                 # highest entry acknowledged to the writer
+        self.forced_upto = -1                # highest entry a completed force covered (deferred sync)
+        self._force_targets: dict[int, int] = {}   # force token -> last entry appended before it
         self._checked_upto = -1              # acknowledged entries checked since the last change
         self.writer_failed = False
         self.appended = 0
@@ -157,6 +169,8 @@ class Simulation(Scenario):
         for _ in range(cfg.entries):
             t += rng.randint(0, cfg.append_gap_ms)
             world.at(t, self._append, rng.randint(1, 3))
+        for token in range(cfg.forces):
+            world.at(rng.randint(0, t + window), self._force, token)
         if rng.random() < cfg.writer_close_rate:
             world.at(t + rng.randint(0, 200), self._writer_close)
         if rng.random() < cfg.writer_crash_rate:
@@ -197,6 +211,13 @@ class Simulation(Scenario):
         self.appended += count
         self.log("writer appends %d (up to e%d)", count, self.appended - 1)
         self.writer_process.deliver(self.writer, ev.AppendRequested(payloads=payloads))
+
+    def _force(self, token: int) -> None:
+        if not self.writer_process.alive:
+            return
+        self._force_targets[token] = self.appended - 1
+        self.log("writer forces (token %d, up to e%d)", token, self.appended - 1)
+        self.writer_process.deliver(self.writer, ev.ForceRequested(token=token))
 
     def _writer_close(self) -> None:
         if self.writer_process.alive:
@@ -285,6 +306,14 @@ class Simulation(Scenario):
                 self.fail(f"the writer completed entry {command.last_entry_id} after it was told LedgerFenced")
             self.log("writer: acked up to e%d", command.last_entry_id)
             self.acked_upto = max(self.acked_upto, command.last_entry_id)
+        elif kind is ev.CompleteForce:
+            if self.writer_failed:
+                self.fail(f"the writer completed forces {command.tokens} after it was told LedgerFenced")
+            target = max(self._force_targets[t] for t in command.tokens)
+            if command.last_entry_id < target:
+                self.fail(f"forces {command.tokens} completed at LAC {command.last_entry_id}, below e{target}")
+            self.log("writer: forced up to e%d (tokens %s)", command.last_entry_id, command.tokens)
+            self.forced_upto = max(self.forced_upto, target)
         elif kind is ev.FailAdds:
             self.log("writer: adds fail from e%d: %r", command.first_entry_id, command.error)
             if isinstance(command.error, LedgerFenced):
@@ -338,11 +367,17 @@ class Simulation(Scenario):
         if metadata.guaranteed_write_quorum:
             self._check_write_quorum(metadata)
 
+    @property
+    def durable_upto(self) -> int:
+        """durable_upto is the highest entry the writer promised durable: acknowledged, or forced with deferred sync."""
+        return self.forced_upto if self.config.deferred_sync else self.acked_upto
+
     def _check(self) -> None:
         md = self.metadata
-        if self._checked_upto < self.acked_upto:
+        durable_upto = self.durable_upto
+        if self._checked_upto < durable_upto:
             bookies = self.world.bookies
-            for entry_id in range(self._checked_upto + 1, self.acked_upto + 1):
+            for entry_id in range(self._checked_upto + 1, durable_upto + 1):
                 write_set = write_set_bookies(entry_id, md.ensemble_at(entry_id), md.write_quorum)
                 expected = f"e{entry_id}".encode()
                 copies = 0
@@ -351,13 +386,13 @@ class Simulation(Scenario):
                     if data is not None and unpack_entry(LEDGER_ID, entry_id, data).payload == expected:
                         copies += 1
                 if copies < md.ack_quorum:
-                    self.fail(f"acknowledged entry {entry_id} is durable on {copies} bookies of its write set "
-                              f"{write_set}, fewer than Qa={md.ack_quorum}")
-            self._checked_upto = self.acked_upto
+                    self.fail(f"{'forced' if self.config.deferred_sync else 'acknowledged'} entry {entry_id} is "
+                              f"durable on {copies} bookies of its write set {write_set}, fewer than Qa={md.ack_quorum}")
+            self._checked_upto = durable_upto
         closed = self.closed_metadata
         if closed is not None:
-            if self.acked_upto > closed.last_entry_id:
-                self.fail(f"entry {self.acked_upto} was acknowledged but the ledger closed at {closed.last_entry_id}")
+            if durable_upto > closed.last_entry_id:
+                self.fail(f"entry {durable_upto} was acknowledged but the ledger closed at {closed.last_entry_id}")
 
     def _copies(self, md: LedgerMetadata, entry_id: int) -> tuple[int, tuple[str, ...]]:
         """_copies counts the bookies of an entry's write set that hold it durably, as written."""
@@ -389,6 +424,13 @@ class Simulation(Scenario):
         if closed is not None and self.lacs and max(self.lacs) > closed.last_entry_id:
             self.fail(f"a LAC reader reported entry {max(self.lacs)} confirmed, but the ledger closed at "
                       f"{closed.last_entry_id} (a dirty read)")
+        if self.lacs and self.config.deferred_sync and closed is None:
+            md = self.metadata
+            for entry_id in range(max(self.lacs) + 1):
+                copies, write_set = self._copies(md, entry_id)
+                if copies < md.ack_quorum:
+                    self.fail(f"a LAC reader reported entry {max(self.lacs)} confirmed, but entry {entry_id} is "
+                              f"durable on {copies} bookies of {write_set}, fewer than Qa={md.ack_quorum}")
 
     def _check_end(self) -> None:
         if self.closed_metadata is None:
