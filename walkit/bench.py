@@ -12,6 +12,9 @@ Phases:
 - append_many: the same entries through `append_many` in batches of `batch` records, with
   about `window` entries in flight (window / batch calls);
 - latency: `latency_entries` appends with one in flight;
+- deferred sync: the pipelined appends on a deferred-sync ledger, then one `force()`
+  (entries/s counts until the force returned: everything durable), and `latency_entries`
+  deferred-sync appends with one in flight (acknowledged, not yet durable);
 - read: catch-up read of the closed ledger the append phase wrote, in entries/s, first with
   a cold page cache (the bookies' files dropped from it: /proc/sys/vm/drop_caches, as root;
   `cold` says whether it could) and then again, warm;
@@ -240,6 +243,7 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
     config.validate()
     payload = os.urandom(config.size)
     appends, batches, singles, reads, warm_reads, recoveries = [], [], [], [], [], []
+    deferreds, deferred_singles = [], []
     for _ in range(config.runs):
         with tempfile.TemporaryDirectory(prefix="walkit-bench-", dir=config.data_dir) as data_dir, \
                 walkit.LocalCluster(bookies=config.bookies, data_dir=data_dir, storage=config.storage) as cluster, \
@@ -266,6 +270,17 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
             single = client.create_ledger(*quorums)
             singles.append(pipelined(lambda i: single.append_async(payload), config.latency_entries, 1, progress))
             single.close()
+            deferred = client.create_ledger(*quorums, deferred_sync=True)
+            result = pipelined(lambda i: deferred.append_async(payload), config.entries, config.window)
+            forcing = time.perf_counter()
+            deferred.force()
+            force_s = time.perf_counter() - forcing
+            deferreds.append({**result, "force_ms": force_s * 1000,
+                              "entries_per_s": config.entries / (result["seconds"] + force_s)})
+            deferred.close()
+            deferred = client.create_ledger(*quorums, deferred_sync=True)
+            deferred_singles.append(pipelined(lambda i: deferred.append_async(payload), config.latency_entries, 1))
+            deferred.close()
             recoveries.append(_recovery_time(cluster, config, payload, quorums))
     keys = ("entries_per_s", "p50_ms", "p99_ms", "p999_ms")
     long_run = None
@@ -284,6 +299,10 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
         "one_in_flight": {"median": _median_runs(singles, keys), "runs": [_without_raw(r) for r in singles],
                           "latencies": singles[-1]["latencies"]},
         "append_many": {"median": _median_runs(batches, keys), "runs": [_without_raw(r) for r in batches]},
+        "deferred_sync": {"median": _median_runs(deferreds, keys + ("force_ms",)),
+                          "runs": [_without_raw(r) for r in deferreds]},
+        "deferred_one_in_flight": {"median": _median_runs(deferred_singles, keys),
+                                   "runs": [_without_raw(r) for r in deferred_singles]},
         "catch_up_read": {"median": _median_runs(reads, ("entries_per_s",)), "runs": reads,
                           "cold": all(r["cold"] for r in reads)},
         "catch_up_read_warm": {"median": _median_runs(warm_reads, ("entries_per_s",)), "runs": warm_reads},
@@ -353,6 +372,15 @@ def summary_lines(result: dict) -> list[str]:
         f"  append_many (batches of {c['batch']}, ~{c['window']} entries in flight): "
         f"{result['append_many']['median']['entries_per_s']:,.0f} entries/s",
         f"  one append in flight: p50 {s['p50_ms']:.3f} ms, p99 {s['p99_ms']:.3f} ms, p99.9 {s['p999_ms']:.3f} ms",
+    ]
+    if "deferred_sync" in result:
+        d, ds = result["deferred_sync"]["median"], result["deferred_one_in_flight"]["median"]
+        lines += [
+            f"  deferred sync, appends (window {c['window']}) then one force: {d['entries_per_s']:,.0f} entries/s "
+            f"durable (the force took {d['force_ms']:.1f} ms); one append in flight (not yet durable): "
+            f"p50 {ds['p50_ms']:.3f} ms, p99 {ds['p99_ms']:.3f} ms",
+        ]
+    lines += [
         f"  catch-up read of a closed ledger: {result['catch_up_read']['median']['entries_per_s']:,.0f} entries/s "
         f"({'cold page cache' if result['catch_up_read']['cold'] else 'page cache NOT dropped: not root'}), "
         f"warm {result['catch_up_read_warm']['median']['entries_per_s']:,.0f} entries/s",

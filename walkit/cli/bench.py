@@ -38,11 +38,11 @@ def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, st
     """Benchmark appends (throughput, latency), catch-up reads and recovery on a LocalCluster.
 
     Every phase runs RUNS times on fresh bookie processes; medians are printed. Phases: appends
-    with WINDOW in flight, the same through append_many, one append in flight, a catch-up read
-    with a cold page cache (dropped when run as root) and warm, recovery of an open ledger, and
-    with --duration a sustained run. With --peers,
-    etcd (3 members), NATS JetStream (R3) and ZooKeeper run the same appends, back to back, and
-    a table of ratios is printed.
+    with WINDOW in flight, the same through append_many, one append in flight, the appends on a
+    deferred-sync ledger then one force (and one such append in flight), a catch-up read with a
+    cold page cache (dropped when run as root) and warm, recovery of an open ledger, and with
+    --duration a sustained run. With --peers, etcd (3 members, over gRPC), NATS JetStream (R3)
+    and ZooKeeper run the same appends, back to back, and a table of ratios is printed.
     """
     from walkit import bench as harness
     config = harness.BenchConfig(bookies=bookies, ensemble=ensemble, write_quorum=write_quorum,

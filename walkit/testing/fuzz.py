@@ -14,7 +14,7 @@ import random
 import struct
 from typing import Iterator, NamedTuple
 
-from walkit.core.messages import AddRequest, Entry, ReadLacRequest, ReadRequest, WriteLacRequest
+from walkit.core.messages import AddRequest, Entry, ForceRequest, ReadLacRequest, ReadRequest, WriteLacRequest
 from walkit.wire.codec import DEFAULT_MAX_REQUESTS, encode_requests
 
 #: Ledger ids the frames use: out of range, extreme, and a few far above any real cluster's.
@@ -66,7 +66,7 @@ class HostileFrames:
 
         def pick(values, tame):
             return rng.choice(values) if wild and rng.random() < 0.5 else tame
-        kind = rng.randrange(4)
+        kind = rng.randrange(5)
         key = pick((b"", b"k" * 65, b"x" * rng.randrange(1, 4000)), self.master_key)
         if kind == 0:
             entries = []
@@ -76,7 +76,7 @@ class HostileFrames:
                 digest = pick((b"d" * 256, b"d" * 1000, b""), b"\x01\x02\x03\x04")
                 entries.append(Entry(ledger, entry_id, lac, digest, rng.randbytes(rng.choice([0, 1, 10, 300]))))
             return AddRequest(txn=txn, ledger_id=ledger, master_key=key, entries=entries,
-                              recovery=rng.random() < 0.2)
+                              recovery=rng.random() < 0.2, deferred_sync=rng.random() < 0.3)
         if kind == 1:
             ids = [pick(_IDS, rng.randrange(0, 100)) for _ in range(rng.choice([0, 1, 5, 50]))]
             return ReadRequest(txn=txn, ledger_id=ledger, entry_ids=ids, fence=rng.random() < 0.2, master_key=key,
@@ -84,7 +84,9 @@ class HostileFrames:
         if kind == 2:
             return ReadLacRequest(txn=txn, ledger_id=ledger, fence=rng.random() < 0.2, master_key=key,
                                   previous_lac=pick(_LACS, -2), timeout_ms=pick(_TIMEOUTS, 0))
-        return WriteLacRequest(txn=txn, ledger_id=ledger, master_key=key, lac=pick(_LACS, 3))
+        if kind == 3:
+            return WriteLacRequest(txn=txn, ledger_id=ledger, master_key=key, lac=pick(_LACS, 3))
+        return ForceRequest(txn=txn, ledger_id=ledger, master_key=key)
 
     def _valid(self) -> bytes:
         count = self.rng.choice([1, 1, 2, 5])

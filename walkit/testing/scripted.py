@@ -34,7 +34,7 @@ from walkit.core.dispatch import Dispatcher, StoreCall
 from walkit.core.bookie import BookieHandler, Reply, StoreEntries, StoreLedgerState, unpack_entry
 from walkit.core.digest import Digest, master_key
 from walkit.core.distribution import write_set_bookies
-from walkit.core.messages import AddRequest, ReadLacRequest, ReadRequest, Status, WriteLacRequest
+from walkit.core.messages import AddRequest, ForceRequest, ReadLacRequest, ReadRequest, Status, WriteLacRequest
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import BadVersion, NoSuchKey
 from walkit.core.reader import RangeReader
@@ -46,7 +46,8 @@ LEDGER_ID = 7
 PASSWORD = b"scripted"
 
 #: The `kind` of a message, named after the request it is or answers.
-KINDS = {AddRequest: "add", ReadRequest: "read", ReadLacRequest: "lac", WriteLacRequest: "write_lac"}
+KINDS = {AddRequest: "add", ReadRequest: "read", ReadLacRequest: "lac", WriteLacRequest: "write_lac",
+         ForceRequest: "force"}
 #: The metadata commands the test runs by hand with cas() and choose().
 _METADATA_OPS = (ev.WriteMetadata, ev.ChooseBookies)
 
@@ -70,7 +71,7 @@ class Message:
 
     @property
     def kind(self) -> str:
-        """kind names the request the message is or answers ("add", "read", "lac", "write_lac")."""
+        """kind names the request the message is or answers ("add", "read", "lac", "write_lac", "force")."""
         return KINDS[type(self.request)]
 
     @property
