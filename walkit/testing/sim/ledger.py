@@ -195,7 +195,7 @@ class Simulation(Scenario):
         world.run(self.config.end_ms, lambda: self.closed_metadata is not None and self.reads and not world.faults
                   and self._idle())
         self._check_end()
-        return {"seed": self.seed, "config": self.config, "acked": self.acked_upto,
+        return {"seed": self.seed, "config": self.config, "acked": self.acked_upto, "durable": self.durable_upto,
                 "last_entry_id": self.closed_metadata.last_entry_id, "reads": len(self.reads),
                 "recoveries": self.recoveries_started}
 
