@@ -231,14 +231,85 @@ def test_checkpoints_rotate_the_journal_by_size_and_time(tmp_path):
         for entry_id in range(group * 20, (group + 1) * 20):
             storage.put(1, entry_id, payload(1, entry_id, 1000))
         storage.sync()
+        storage.wait_for_checkpoint()                        # checkpoints run in the background
     assert storage.checkpoints >= 10                        # 800 KB of journal, one per 50 KB
     journal_of(path)                                         # the older journal files are gone
     before = storage.checkpoints
     storage.put(1, 10_000, b"x")
     storage._last_checkpoint -= 1e10                         # as if checkpoint_s had passed
     storage.sync()
+    storage.wait_for_checkpoint()
     assert storage.checkpoints == before + 1
     storage.close()
+
+
+def test_a_background_checkpoint_leaves_the_syncs_to_go_on_meanwhile(tmp_path, monkeypatch):
+    """sync() only starts a checkpoint; the fsyncs of entry logs and indexes happen on another thread."""
+    import threading
+    from walkit.plugins.storage.files import storage as storage_module
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
+    release, started = threading.Event(), threading.Event()
+    original = storage_module.fsync_all
+
+    def held(fds, folders):
+        started.set()
+        assert release.wait(30)
+        original(fds, folders)
+    monkeypatch.setattr(storage_module, "fsync_all", held)
+    before = storage.checkpoints                             # opening checkpoints once
+    entry_id = 0
+    while not started.is_set():                              # until a checkpoint is due and started
+        storage.put(1, entry_id, payload(1, entry_id, 1000))
+        entry_id += 1
+        storage.sync()
+    for more in range(entry_id, entry_id + 200):             # 200 KB more while it is held
+        storage.put(1, more, payload(1, more, 1000))
+        storage.sync()
+    assert storage.checkpoints == before
+    release.set()
+    storage.wait_for_checkpoint()
+    assert storage.checkpoints == before + 1
+    storage.close()
+    storage = FileStorage(path)
+    try:
+        assert all(storage.get(1, e) == payload(1, e, 1000) for e in range(entry_id + 200))
+    finally:
+        storage.close()
+
+
+@pytest.mark.parametrize("crash_point", ["fsynced", "saved", "removed"])
+def test_a_crash_during_a_background_checkpoint_loses_no_synced_entry(tmp_path, crash_point):
+    path = str(tmp_path / "s")
+
+    def work(report):
+        from walkit.plugins.storage.files import storage as storage_module
+        storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
+        owner, name = {"fsynced": (storage_module, "fsync_all"), "saved": (checkpoint_format, "save"),
+                       "removed": (storage._journal, "remove_before")}[crash_point]
+        original, calls = getattr(owner, name), [0]
+
+        def crash(*args):
+            result = original(*args)
+            calls[0] += 1
+            if calls[0] == 3:                                # in the third background checkpoint
+                kill_self()
+            return result
+        setattr(owner, name, crash)
+        for group in range(1000):
+            for entry_id in range(group * 10, group * 10 + 10):
+                storage.put(group % 3, entry_id, payload(group % 3, entry_id, 1000))
+            storage.sync()
+            report(group)
+    reports, how = run_in_child(work)
+    assert how == "killed" and reports
+    storage = FileStorage(path)
+    try:
+        for group in range(max(reports) + 1):
+            for entry_id in range(group * 10, group * 10 + 10):
+                assert storage.get(group % 3, entry_id) == payload(group % 3, entry_id, 1000)
+    finally:
+        storage.close()
 
 
 def test_restart_replays_only_the_journal_after_the_checkpoint(tmp_path):

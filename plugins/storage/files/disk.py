@@ -2,7 +2,7 @@
 
 Files are numbered with fixed-width hexadecimal names (``0000000000000001.journal``,
 ``00000001.log``, ``000000000000002a.idx``); `numbered_files` lists them, ignoring any other
-name. `fsync_dir` makes created, renamed and removed names durable.
+name. `fsync_dir` makes created, renamed and removed names durable; `fsync_all` makes files and names durable.
 """
 
 from __future__ import annotations
@@ -36,3 +36,15 @@ def fsync_dir(folder: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_all(fds: list[int], folders: list[str]) -> None:
+    """fsync_all fsyncs and closes `fds`, then fsyncs `folders`; every descriptor is closed, even on errors."""
+    try:
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for folder in folders:
+        fsync_dir(folder)

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from typing import Iterator
 
 from walkit.errors import StorageError
-from walkit.plugins.storage.files.disk import fsync_dir, numbered_files, numbered_path
+from walkit.plugins.storage.files.disk import fsync_all, numbered_files, numbered_path
 from walkit.plugins.storage.files.journal import HEADER, PUT, PUT_IDS, RecordFile, records, verify
 
 _DATA = HEADER.size + PUT_IDS.size      # where an entry's data starts in its record
@@ -113,19 +113,25 @@ class EntryLogs:
 
     def fsync(self) -> None:
         """fsync makes every log written since the last fsync durable, and new or removed names."""
+        fsync_all(*self.take_unsynced())
+
+    def take_unsynced(self) -> tuple[list[int], list[str]]:
+        """take_unsynced hands over what `fsync` would make durable, and forgets it.
+
+        It returns new descriptors of every log written since (the caller fsyncs and closes
+        them, on any thread: this object's own descriptors may close meanwhile) and the folder
+        if names changed.
+        """
+        fds = []
         for log_id in sorted(self._unsynced):
             if log_id == self.active:
-                os.fsync(self._fd)
+                fds.append(os.dup(self._fd))
             elif log_id in self.totals:
-                fd = os.open(log_path(self.folder, log_id), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fds.append(os.open(log_path(self.folder, log_id), os.O_RDONLY))
         self._unsynced.clear()
-        if self._names_changed:
-            fsync_dir(self.folder)
-            self._names_changed = False
+        folders = [self.folder] if self._names_changed else []
+        self._names_changed = False
+        return fds, folders
 
     # -- reading --------------------------------------------------------------------------
     def _reader(self, log_id: int) -> int:
@@ -226,6 +232,17 @@ class EntryLogs:
             elif live < ratio * total:
                 sparse.append(log_id)
         return sorted(dead), sorted(sparse)
+
+    def reclaimable(self, ratio: float) -> bool:
+        """reclaimable tells whether `plan(ratio)` would find a log to remove or compact (it changes nothing)."""
+        for log_id, total in self.totals.items():
+            live = sum(self.usage.get(log_id, {}).values())
+            if log_id == self.active:
+                if total and (live == 0 or (live < ratio * total and total >= self.max_bytes // 4)):
+                    return True
+            elif live < ratio * total or live == 0:
+                return True
+        return False
 
     def remove(self, log_ids: list[int]) -> int:
         """remove deletes finished logs (after a checkpoint that no longer lists them); returns bytes freed."""

@@ -23,7 +23,7 @@ import os
 import struct
 from collections import OrderedDict
 
-from walkit.plugins.storage.files.disk import fsync_dir, numbered_files, numbered_path
+from walkit.plugins.storage.files.disk import fsync_all, numbered_files, numbered_path
 
 SLOT = struct.Struct("<IQI")            # log id, offset, length
 #: The highest entry id an index file holds (its slot ends at 8 TiB; ext4 stops short of 16 TiB).
@@ -169,24 +169,29 @@ class LedgerIndex:
 
     def fsync(self) -> None:
         """fsync makes the slots written since the last fsync durable, and new or removed names."""
+        fsync_all(*self.take_dirty())
+
+    def take_dirty(self) -> tuple[list[int], list[str]]:
+        """take_dirty writes staged slots and hands over what `fsync` would make durable, forgetting it.
+
+        It returns new descriptors of every index file written since (the caller fsyncs and
+        closes them, on any thread) and the folder if names changed.
+        """
         self.flush()
+        fds = []
         for ledger_id in sorted(self._dirty):
             fd = self._fds.get(ledger_id)
             if fd is not None:
-                os.fsync(fd)
+                fds.append(os.dup(fd))
                 continue
             try:
-                fd = os.open(index_path(self.folder, ledger_id), os.O_RDONLY)
+                fds.append(os.open(index_path(self.folder, ledger_id), os.O_RDONLY))
             except FileNotFoundError:
                 continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
         self._dirty.clear()
-        if self._names_changed:
-            fsync_dir(self.folder)
-            self._names_changed = False
+        folders = [self.folder] if self._names_changed else []
+        self._names_changed = False
+        return fds, folders
 
     def keep_only(self, ledger_ids) -> None:
         """keep_only deletes the index files of ledgers not in `ledger_ids` (left by deletes)."""

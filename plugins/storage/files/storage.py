@@ -15,11 +15,17 @@ the same bytes are appended to the active entry log (one write) and each entry's
 ledger's index file, both without fsync. So everything in the entry logs and indexes is already
 durable in the journal. A put past `write_buffer_mb` (or 65,536 unsynced entries) syncs early.
 
-Checkpoints. Every `journal_max_mb` of journal or `checkpoint_s` seconds (checked at `sync()`),
-on `compact()` and on `close()`: reclaim entry logs of deleted ledgers (copying the live entries
-of mostly dead logs forward through the journal), fsync the entry logs, index files and their
-directories, start a new journal file, and atomically write a checkpoint naming it plus every
-ledger's summary and every live log. Older journal files and reclaimed logs are then deleted.
+Checkpoints. On `compact()` when an entry log can be reclaimed, on `checkpoint()` and on
+`close()`: reclaim entry logs of deleted ledgers (copying the live entries of mostly dead logs
+forward through the journal), fsync the entry logs, index files and their directories, start a
+new journal file, and atomically write a checkpoint naming it plus every ledger's summary and
+every live log. Older journal files and reclaimed logs are then deleted. Every
+`journal_max_mb` of journal or `checkpoint_s` seconds (checked at `sync()`) a checkpoint runs
+in the background instead, so adds never wait for it: `sync()` starts a new journal file and
+notes the summaries (everything in the older journal files is in the entry logs and indexes by
+then), and a thread fsyncs the logs and indexes written so far (through descriptors of its own),
+writes the checkpoint and deletes the older journal files. One runs at a time;
+`wait_for_checkpoint()` waits for it, and a failure fails the storage as a synchronous one does.
 
 Recovery (on open). Load the checkpoint; delete entry logs it does not list and cut the active
 log back to its checkpointed size; delete index files of ledgers it does not know; replay the
@@ -43,11 +49,13 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import threading
 import time
 
 from walkit.core.bookie import LedgerState
 from walkit.errors import ConfigError, LedgerStorageError, StorageError
 from walkit.plugins.storage.files import checkpoint as checkpoints
+from walkit.plugins.storage.files.disk import fsync_all
 from walkit.plugins.storage.files.entrylog import EntryLogs
 from walkit.plugins.storage.files.index import MAX_ENTRY_ID, LedgerIndex
 from walkit.plugins.storage.files.journal import (
@@ -113,6 +121,7 @@ class FileStorage:
         self._failed: BaseException | None = None
         self._closed = False
         self._in_checkpoint = False
+        self._checkpointer: threading.Thread | None = None      # the background checkpoint, while it runs
         self._last_checkpoint = time.monotonic()
         self._journal: JournalWriter | None = None
         try:
@@ -203,8 +212,8 @@ class FileStorage:
         self._shadowed.clear()
         due = (self._journal.size >= self.journal_max
                or time.monotonic() - self._last_checkpoint >= self.checkpoint_s)
-        if due and not self._in_checkpoint:
-            self.checkpoint()
+        if due and not self._in_checkpoint and not self._checkpoint_running():
+            self._start_checkpoint()
         return failures
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
@@ -272,6 +281,7 @@ class FileStorage:
         """close takes a final checkpoint (unless the storage failed) and releases every file."""
         if self._closed:
             return
+        self._join_checkpoint()
         try:
             if self._failed is None:
                 self.checkpoint()
@@ -285,7 +295,7 @@ class FileStorage:
 
         It returns the bytes of entry logs given back to the file system.
         """
-        self._check()
+        self.wait_for_checkpoint()
         self._in_checkpoint = True
         try:
             failures = self._sync()
@@ -316,8 +326,58 @@ class FileStorage:
         return freed
 
     def compact(self) -> int:
-        """compact is the garbage collector's entry point: a checkpoint now; returns the bytes freed."""
+        """compact is the garbage collector's entry point: a checkpoint if an entry log can be reclaimed.
+
+        It returns the bytes freed (0, without a checkpoint, when no log can be reclaimed: the
+        background checkpoints keep the journal short meanwhile).
+        """
+        self._check()
+        if not self._logs.reclaimable(self.compact_ratio):
+            return 0
         return self.checkpoint()
+
+    def wait_for_checkpoint(self) -> None:
+        """wait_for_checkpoint waits until the background checkpoint, if one runs, finished; StorageError if it failed."""
+        self._join_checkpoint()
+        self._check()
+
+    def _checkpoint_running(self) -> bool:
+        thread = self._checkpointer
+        return thread is not None and thread.is_alive()
+
+    def _join_checkpoint(self) -> None:
+        thread, self._checkpointer = self._checkpointer, None
+        if thread is not None:
+            thread.join()
+
+    def _start_checkpoint(self) -> None:
+        """_start_checkpoint starts a background checkpoint (see the module doc); everything is applied now."""
+        self._join_checkpoint()           # a finished one
+        try:
+            logs, log_folders = self._logs.take_unsynced()
+            indexes, index_folders = self._index.take_dirty()
+            self._journal.rotate()
+        except BaseException as exc:
+            self._failed = exc
+            raise StorageError(f"files storage {self.path}: checkpoint failed: {exc}") from exc
+        self._last_checkpoint = time.monotonic()
+        snapshot = self._snapshot(set())
+        self._checkpointer = threading.Thread(
+            target=self._finish_checkpoint, args=(logs + indexes, log_folders + index_folders, snapshot),
+            name=f"checkpoint {self.path}", daemon=True)
+        self._checkpointer.start()
+
+    def _finish_checkpoint(self, fds: list[int], folders: list[str], snapshot: checkpoints.Checkpoint) -> None:
+        """_finish_checkpoint is the background half: fsync, write the checkpoint, drop older journal files."""
+        try:
+            fsync_all(fds, folders)
+            checkpoints.save(self.path, snapshot)
+            self._journal.remove_before(snapshot.journal_seq)
+        except BaseException as exc:  # noqa: BLE001 - reported by the next call on the serving thread
+            log.error("files storage %s: background checkpoint failed: %s", self.path, exc)
+            self._failed = exc
+            return
+        self.checkpoints += 1
 
     def _copy_live(self, log_id: int) -> None:
         """_copy_live re-puts the live entries of a mostly dead log, so it can be removed."""
