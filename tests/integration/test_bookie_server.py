@@ -76,7 +76,7 @@ def test_in_process_bookies_on_random_ports_serve_a_ledger_and_deregister_on_sto
 
 def test_server_refuses_bad_configuration(metadata_url):
     for options in ({"max_frame_bytes": 100}, {"port": 70000}, {"gc_interval_s": 0}, {"tick_ms": 0},
-                    {"max_batch_frames": 0}):
+                    {"max_batch_frames": 0}, {"max_batch_bytes": 100}):
         with pytest.raises(ConfigError):
             BookieServer(BookieConfig(metadata=metadata_url, **{"storage": "memory://", **options}))
     assert _live(metadata_url) == set()
@@ -119,3 +119,31 @@ def test_raw_requests_reach_an_in_process_bookie(servers):
         assert raw.add(5, 0, b"zero").status == Status.OK
         lac = raw.read_lac(5)
         assert (lac.status, lac.last_entry_id) == (Status.OK, 0)
+
+
+def test_a_round_stops_taking_frames_at_max_batch_bytes_and_every_append_still_completes(metadata_url, servers):
+    """Memory backpressure: a round takes frames until they hold max_batch_bytes (at least one frame)."""
+    bookies = [servers(max_batch_bytes=16 * 1024) for _ in range(3)]
+    rounds: list[list[int]] = []
+    for bookie in bookies:
+        service, receive, flush = bookie.service, bookie.service.receive, bookie.service.flush
+        current: list[int] = []
+
+        def counted_receive(peer, frame, principal=None, receive=receive, current=current):
+            current.append(len(frame))
+            receive(peer, frame, principal)
+
+        def counted_flush(flush=flush, current=current):
+            if current:
+                rounds.append(list(current))
+                current.clear()
+            return flush()
+        service.receive, service.flush = counted_receive, counted_flush
+    with walkit.Client(metadata_url) as client:
+        writer = client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=3)
+        data = [b"%06d" % i + b"x" * 4090 for i in range(2000)]       # 8 MB to each bookie
+        assert [f.result(60) for f in [writer.append_async(p) for p in data]] == list(range(2000))
+        writer.close()
+        assert [e.payload for e in client.open_ledger(writer.ledger_id).read()] == data
+    assert rounds and all(sum(sizes[:-1]) < 16 * 1024 for sizes in rounds)
+    assert max(len(sizes) for sizes in rounds) < 1024            # the frame cap was not what stopped them

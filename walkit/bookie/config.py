@@ -40,6 +40,7 @@ _RULES = {
     "max_long_poll_ms": (int, _positive, "a positive number of milliseconds"),
     "max_long_polls": (int, _positive, "a positive number of long polls"),
     "max_batch_frames": (int, _positive, "a positive number of frames"),
+    "max_batch_bytes": (int, lambda v: v >= 1024, "at least 1024 bytes"),
     "group_wait_ms": (float, lambda v: 0 <= v <= 1000, "between 0 and 1000 ms"),
     "group_max_entries": (int, _positive, "a positive number of entries"),
     "gc_interval_s": (float, _positive, "a positive number of seconds"),
@@ -76,6 +77,9 @@ class BookieConfig:
       a round takes up to `max_batch_frames` waiting frames; if they changed storage, the
       bookie waits up to `group_wait_ms` for more until `group_max_entries` entries are
       pending, then syncs once for all of them;
+    - memory backpressure: a round stops taking frames once they hold `max_batch_bytes`; the
+      rest waits in the socket (at most 1000 messages per client, then TCP pushes back), so
+      what a bookie holds at once is bounded however many clients write to it;
     - `gc_interval_s`: how often data of deleted ledgers is dropped and storage compacted;
     - read-only mode: past `disk_usage_threshold` of its disk in use the bookie refuses adds
       (READ_ONLY) and registers as read-only; below `disk_usage_lwm` it is writable again;
@@ -107,6 +111,7 @@ class BookieConfig:
     max_long_poll_ms: int = 60_000
     max_long_polls: int = 10_000
     max_batch_frames: int = 1024
+    max_batch_bytes: int = 64 * 1024 * 1024
     group_wait_ms: float = 0.0
     group_max_entries: int = 20000
     gc_interval_s: float = 60.0

@@ -85,6 +85,7 @@ class BookieServer:
         self.recovery = None
         self._draining = self._want_draining = False
         self._last_round = time.perf_counter()
+        self._round_bytes = 0           # bytes received in this serving round (max_batch_bytes)
         self._serving = False
         self.failed: StorageError | None = None
         # (ledger id, its replication lock or None, the adds seen before its metadata was read or None)
@@ -106,6 +107,7 @@ class BookieServer:
         self.socket.setsockopt(zmq.LINGER, 0)
         # Frames above max_frame_bytes get BAD_REQUEST; far larger ones make ZeroMQ drop the peer.
         self.socket.setsockopt(zmq.MAXMSGSIZE, 2 * config.max_frame_bytes)
+        self.socket.setsockopt(zmq.RCVHWM, 1000)      # per client: then TCP pushes back (see max_batch_bytes)
         self.metrics = BookieMetrics(self)
         self.http = None
         try:
@@ -207,6 +209,7 @@ class BookieServer:
             while not self._stopping.is_set():
                 self._poller.poll(config.tick_ms)
                 started = self._last_round = time.perf_counter()
+                self._round_bytes = 0
                 service.resume()
                 self._receive_round()
                 self._disconnects()
@@ -242,11 +245,14 @@ class BookieServer:
             self._shutdown()
 
     def _receive_round(self) -> int:
-        """_receive_round hands every waiting frame (up to max_batch_frames) to the service."""
+        """_receive_round hands waiting frames to the service: up to max_batch_frames, and max_batch_bytes a round."""
         sock, service, peers_by_fd = self.socket, self.service, self._peers_by_fd
         secured = self._security is not None
         count = 0
+        budget = self.config.max_batch_bytes
         for count in range(1, self.config.max_batch_frames + 1):
+            if self._round_bytes >= budget:
+                return count - 1
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -258,6 +264,7 @@ class BookieServer:
                 peers_by_fd[fd] = {peer}
             elif peer not in peers:
                 peers.add(peer)
+            self._round_bytes += sum(len(f) for f in frames)
             if len(frames) != 2:
                 self._refuse(peer, f"expected one frame per message, got {len(frames) - 1}")
                 continue
