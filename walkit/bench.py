@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from array import array
 import tempfile
 import threading
 import time
@@ -168,7 +169,9 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
     """
     slots = threading.Semaphore(window)
     lock = threading.Lock()
-    samples: list[tuple[float, float]] = []          # (completed at, latency)
+    # Completion times and latencies as C doubles: millions of tuples would make every full
+    # garbage collection of this process walk them, slower and slower as the run goes on.
+    completed, latencies = array("d"), array("d")
     errors: list[BaseException] = []
     outstanding = [0]
     stop = [False]                                   # set once no more appends will be submitted
@@ -179,7 +182,8 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
             now = time.perf_counter()
             error = future.exception()
             with lock:
-                samples.append((now, now - started))
+                completed.append(now)
+                latencies.append(now - started)
                 if error is not None:
                     errors.append(error)
                 outstanding[0] -= 1
@@ -208,7 +212,7 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
         raise errors[0]
     elapsed = time.perf_counter() - began
     buckets: dict[int, list[float]] = {}
-    for at, latency in samples:
+    for at, latency in zip(completed, latencies):
         buckets.setdefault(int((at - began) / interval), []).append(latency)
     intervals = []
     for index in sorted(buckets):
@@ -218,8 +222,8 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
             continue                              # the drain at the end: too short to say anything
         intervals.append({"start_s": index * interval, "entries_per_s": len(values) / span,
                           **latency_summary(values)})
-    return {"entries": len(samples), "seconds": elapsed, "entries_per_s": len(samples) / elapsed,
-            **latency_summary([latency for _, latency in samples]), "intervals": intervals}
+    return {"entries": len(latencies), "seconds": elapsed, "entries_per_s": len(latencies) / elapsed,
+            **latency_summary(list(latencies)), "intervals": intervals}
 
 
 def drop_page_cache() -> bool:
