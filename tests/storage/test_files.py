@@ -9,14 +9,19 @@ import tracemalloc
 
 import pytest
 
+from tests.unit.helpers import MASTER_KEY, make_entry
+from walkit.bookie.service import BookieService
 from walkit.core.bookie import LedgerState
+from walkit.core.messages import AddRequest, ForceRequest, Status
 from walkit.errors import ConfigError, StorageError
 from walkit.plugins import open_storage
 from walkit.plugins.storage.files import FileStorage
 from walkit.plugins.storage.files import checkpoint as checkpoint_format
+from walkit.plugins.storage.files import index as index_module
 from walkit.plugins.storage.files import journal as journal_format
 from walkit.testing.crash import kill_self, run_in_child
 from walkit.testing.storage import EntryStorageConformance, Workload, payload
+from walkit.wire.codec import decode_responses, encode_requests
 
 
 class TestFilesConformance(EntryStorageConformance):
@@ -500,3 +505,33 @@ def test_one_storage_per_directory(tmp_path):
         FileStorage(str(tmp_path / "s"))
     storage.close()
     FileStorage(str(tmp_path / "s")).close()
+
+
+def test_a_bookie_whose_storage_syncs_inside_put_and_fails_a_ledger_says_so_to_deferred_writers(tmp_path, monkeypatch):
+    """files:// syncs inside put() past write_buffer_mb: if that sync fails ledger 13's index, the
+    bookie fails the request being stored and takes a new instance, so a deferred-sync writer of
+    ledger 13 (whose acknowledged entries are lost) learns of it from its next force."""
+    service = BookieService(FileStorage(str(tmp_path / "s"), write_buffer_mb=0.05))
+
+    def round_trip(*requests):
+        service.receive(b"peer", encode_requests(list(requests)))
+        return {r.txn: r for _, frame in service.flush() for r in decode_responses(frame)}
+
+    def add(ledger_id, entry_id, txn, deferred=False, payload=None):
+        return AddRequest(txn=txn, ledger_id=ledger_id, master_key=MASTER_KEY, deferred_sync=deferred,
+                          entries=[make_entry(entry_id, payload, ledger_id=ledger_id)])
+    round_trip(add(13, 0, 1), add(12, 0, 2))
+    instance = round_trip(add(13, 1, 3, deferred=True))[3].instance
+    real = index_module.LedgerIndex._write_slots
+
+    def failing(self, ledger_id, slots):
+        if ledger_id == 13:
+            raise OSError(27, "File too large")
+        return real(self, ledger_id, slots)
+    monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+    big = round_trip(add(12, 1, 4, deferred=True, payload=b"x" * 60_000))[4]      # put() syncs by itself
+    assert big.status == Status.IO_ERROR and "13" in big.message
+    monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", real)
+    forced = round_trip(ForceRequest(txn=5, ledger_id=13, master_key=MASTER_KEY))[5]
+    assert forced.status == Status.OK and forced.instance != instance
+    service.storage.close()

@@ -143,3 +143,35 @@ def test_a_deferred_recovery_add_is_a_bad_request():
     service = BookieService(MemoryStorage())
     answered = round_trip(service, replace(deferred_add(5, 0), recovery=True))
     assert answered[1].status == Status.BAD_REQUEST and "defer" in answered[1].message
+
+
+class IndexFailingStorage(CountingStorage):
+    """IndexFailingStorage fails syncs that cover ledger 13 once `failing` is set (a sick index file)."""
+
+    failing = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.touched: set[int] = set()
+
+    def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
+        self.touched.add(ledger_id)
+        super().put(ledger_id, entry_id, data)
+
+    def sync(self) -> None:
+        touched, self.touched = self.touched, set()
+        super().sync()
+        if self.failing and 13 in touched:
+            raise LedgerStorageError("index of ledger 13 could not be written", {13})
+
+
+def test_a_sync_that_fails_a_ledger_changes_the_instance_so_its_deferred_writer_learns_of_the_loss():
+    storage = IndexFailingStorage()
+    service = BookieService(storage)
+    round_trip(service, add(13, 0, txn=1))
+    before = round_trip(service, deferred_add(13, 1, txn=2))[2].instance
+    storage.failing = True
+    assert round_trip(service, add(12, 0, txn=3))[3].status == Status.OK      # ledger 12 is fine
+    storage.failing = False
+    forced = round_trip(service, ForceRequest(txn=4, ledger_id=13, master_key=MASTER_KEY))[4]
+    assert forced.status == Status.OK and forced.instance != before

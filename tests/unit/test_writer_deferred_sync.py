@@ -203,3 +203,32 @@ def test_deferred_sync_refuses_guaranteed_write_quorum():
     metadata = dataclasses.replace(make_metadata(3, 2, 2), guaranteed_write_quorum=True)
     with pytest.raises(ConfigError, match="deferred sync"):
         LedgerWriter(metadata, VERSION, master_key=MASTER_KEY, digest=DIGEST, deferred_sync=True)
+
+
+def test_a_forced_lac_is_announced_while_later_entries_wait_for_a_force():
+    writer = deferred(explicit_lac_ms=100)
+    append(writer, 1)
+    ack_all(writer, 0, 0)
+    force(writer, token=1)
+    sent = append(writer, 1)                               # e1 goes out while the force runs, with LAC -1
+    assert {e.lac for c in of_type(sent, ev.SendAdds) for e in c.entries} == {-1}
+    ack_all(writer, 1, 1)
+    done = forced(writer, "B1") + forced(writer, "B2") + forced(writer, "B3")
+    assert of_type(done, ev.CompleteForce)[0].last_entry_id == 0 and writer.pending_count == 1
+    lacs = [c.lac for t in (50, 150, 250) for c in of_type(writer.step(ev.Ticked(now_ms=t)), ev.SendWriteLac)]
+    assert lacs == [0, 0, 0]                               # once, to each bookie, after 100 ms idle
+
+
+def test_a_late_force_answer_while_closing_does_not_fail_the_close():
+    writer = deferred(3, 3, 2)
+    append(writer, 1)
+    for bookie in ("B1", "B2"):
+        ack(writer, bookie, 0)
+    closing = writer.step(ev.CloseRequested())
+    assert forces_sent(closing) == ["B1", "B2", "B3"]
+    forced(writer, "B1")
+    cas = of_type(forced(writer, "B2"), ev.WriteMetadata)
+    assert len(cas) == 1 and writer.state.name == "CLOSING"
+    assert forced(writer, "B3", instance=7) == []          # a restarted B3 answers late: nothing waits on it
+    done = writer.step(ev.MetadataWritten(metadata=cas[0].metadata, version=VERSION + 1))
+    assert of_type(done, ev.CompleteClose) and writer.error is None

@@ -172,9 +172,18 @@ class BookieService:
                 self._checked(peer, principal, request, arrived)
 
     def _step(self, peer: bytes, request) -> None:
-        """_step lets the handler decide and stores what it says; a failure fails this request alone."""
+        """_step lets the handler decide and stores what it says; a failure fails this request alone.
+
+        A storage that syncs by itself inside `put` (a full write buffer) may report ledgers it
+        could not store: those fail as at a flush (LedgerStorageError), and this request too.
+        """
         try:
             self._apply(self.handler.step(peer, request))
+        except LedgerStorageError as exc:
+            log.error("storage sync failed for ledgers %s: %s", sorted(exc.ledgers), exc)
+            self._replies = self._ledgers_failed(self._replies, exc)
+            self._replies.append(Reply(peer, error_response(request, Status.IO_ERROR, f"storage failed: {exc}"),
+                                       False))
         except Exception as exc:  # noqa: BLE001 - one bad request must not stop the bookie
             log.exception("request %s on ledger %d failed", type(request).__name__, request.ledger_id)
             # The handler may have noted changes that never reached storage: it re-reads the ledger.
@@ -232,11 +241,7 @@ class BookieService:
             except LedgerStorageError as exc:   # some ledgers failed; the rest is durable
                 log.error("storage sync failed for ledgers %s: %s", sorted(exc.ledgers), exc)
                 self.syncs += 1
-                for ledger_id in exc.ledgers:
-                    replies += self.handler.forget(ledger_id)
-                replies = [Reply(r.peer, _as_io_error(r.response, exc), False)
-                           if r.durable and getattr(r.response, "ledger_id", None) in exc.ledgers else r
-                           for r in replies]
+                replies = self._ledgers_failed(replies, exc)
             except Exception as exc:  # noqa: BLE001 - never acknowledge what did not sync
                 log.error("storage sync failed: %s", exc)
                 if isinstance(exc, StorageError):
@@ -255,6 +260,22 @@ class BookieService:
             elif kind is ReadLacResponse:
                 self.read_replies += 1
         return [(peer, encode_responses(responses)) for peer, responses in by_peer.items()]
+
+    def _ledgers_failed(self, replies: list[Reply], exc: LedgerStorageError) -> list[Reply]:
+        """_ledgers_failed handles a sync that lost the changes of `exc.ledgers` (the rest is durable).
+
+        Their durable replies in `replies` become IO_ERROR, the handler re-reads them, and the
+        handler takes a new instance: deferred-sync entries of those ledgers were acknowledged
+        earlier without a sync and are gone now, and a new instance in later answers tells
+        their writers so (as a restart would).
+        """
+        self.handler.instance = secrets.randbits(63) | 1
+        replies = [Reply(r.peer, _as_io_error(r.response, exc), False)
+                   if r.durable and getattr(r.response, "ledger_id", None) in exc.ledgers else r
+                   for r in replies]
+        for ledger_id in exc.ledgers:
+            replies += self.handler.forget(ledger_id)
+        return replies
 
     def delete_ledger(self, ledger_id: int) -> None:
         """delete_ledger drops a ledger's data (garbage collection of deleted ledgers)."""

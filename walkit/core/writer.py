@@ -435,8 +435,8 @@ class LedgerWriter:
 
     def _on_force_acked(self, event: ev.ForceAcked) -> list:
         round_ = self._forcing.pop(event.bookie, None)
-        if round_ is None or self.error is not None:
-            return []
+        if round_ is None or self.state is not WRITING:
+            return []       # a late answer: closing or ended, nothing waits for it
         bookie = event.bookie
         if self._restarted(bookie, event.instance):
             return self._fail(NotEnoughBookies(
@@ -685,7 +685,8 @@ class LedgerWriter:
                 index = self.last_add_acked + 1 - head.entry.entry_id
                 head = pending[index] if index < len(pending) else None
                 if head is None or now - head.sent_ms < self.add_timeout_ms:
-                    return self._force_round() if self._wants_force() else []
+                    # What was forced is announced even while later entries wait for a force.
+                    return (self._force_round() if self._wants_force() else []) + self._explicit_lac(now)
             if now - head.sent_ms >= self.add_timeout_ms:
                 commands: list = []
                 write_set = self._write_sets[head.entry.entry_id % len(self._write_sets)]
@@ -694,6 +695,10 @@ class LedgerWriter:
                         commands += self._bookie_failed(bookie, f"no answer within {self.add_timeout_ms} ms")
                 return commands
             return []
+        return self._explicit_lac(now)
+
+    def _explicit_lac(self, now: int) -> list:
+        """_explicit_lac sends the LAC to the ensemble once the writer was idle for explicit_lac_ms, if it moved."""
         if (self.last_add_confirmed > self._lac_sent and not self.close_requested
                 and now - self._last_add_ms >= self.explicit_lac_ms):
             self._lac_sent = self.last_add_confirmed

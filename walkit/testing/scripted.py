@@ -102,7 +102,8 @@ class ScriptedBookie:
     def __init__(self, address: str) -> None:
         self.address = address
         self.storage = VolatileStorage()
-        self.handler = BookieHandler(self.storage)
+        self.handler = BookieHandler(self.storage, instance=1)
+        self.starts = 1
         self.up = True
         self.held: list[Reply] = []        # durable answers waiting for the next sync
 
@@ -411,7 +412,8 @@ class ScriptedCluster:
         bookie = self.bookies[address]
         self.log(f"RESTART {address}")
         bookie.up = True
-        bookie.handler = BookieHandler(bookie.storage)
+        bookie.starts += 1
+        bookie.handler = BookieHandler(bookie.storage, instance=bookie.starts)
 
     # -- metadata -------------------------------------------------------------------------
     def cas(self, client: str | ScriptedClient | None = None) -> list:
