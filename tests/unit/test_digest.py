@@ -84,3 +84,13 @@ def test_password_check_differs_per_password_and_hides_the_master_key():
     assert password_check(b"pw") == password_check(b"pw")
     assert password_check(b"pw") != password_check(b"other")
     assert master_key(b"pw").hex() not in password_check(b"pw")
+
+
+@pytest.mark.parametrize("kind", DIGEST_TYPES)
+def test_verify_many_agrees_with_verify_on_good_and_damaged_entries(kind):
+    digest = Digest(kind, b"pw")
+    good = entry_for(digest)
+    entries = [good, good._replace(payload=b"payloaD"), good._replace(entry_id=4), good._replace(lac=1),
+               good._replace(digest=good.digest[:-1]), good._replace(digest=b""), good._replace(digest=good.digest + b"x")]
+    assert digest.verify_many(entries) == [digest.verify(e) for e in entries]
+    assert digest.verify_many(entries)[0]

@@ -51,12 +51,13 @@ class RangeReader:
         self.window = window
         self.timeout_ms = timeout_ms
         self.done = False
-        self._verify = digest.verify
+        self._verify_many = digest.verify_many
         self._now = now_ms
         self._next_request = first
         self._next_deliver = first
         self._consumed = first          # entries below this were taken by the caller
         self._wanted: dict[int, _Wanted] = {}
+        self._earliest_ms = now_ms      # no outstanding ask was sent before this (a lower bound)
         self._received: dict[int, Entry] = {}
         self._write_sets: dict[int, list[tuple[str, ...]]] = {}     # per fragment start
         self._handlers = {ev.EntriesRead: self._on_read, ev.ReadFailed: self._on_failed, ev.Ticked: self._on_tick,
@@ -121,12 +122,12 @@ class RangeReader:
     # -- answers --------------------------------------------------------------------------
     def _on_read(self, event: ev.EntriesRead) -> list:
         retry: list[tuple[int, str]] = []
-        wanted_map, received, verify = self._wanted, self._received, self._verify
-        for entry in event.entries:
+        wanted_map, received = self._wanted, self._received
+        for entry, verified in zip(event.entries, self._verify_many(event.entries)):
             wanted = wanted_map.get(entry.entry_id)
             if wanted is None:
                 continue          # already received (a late duplicate) or not ours
-            if entry.ledger_id == self.ledger_id and verify(entry):
+            if entry.ledger_id == self.ledger_id and verified:
                 received[entry.entry_id] = entry
                 del wanted_map[entry.entry_id]
             elif wanted.asked == event.bookie:
@@ -185,10 +186,17 @@ class RangeReader:
 
     def _on_tick(self, event: ev.Ticked) -> list:
         self._now = now = event.now_ms
+        if now - self._earliest_ms < self.timeout_ms:
+            return self._deliver()  # nothing can be late yet: no need to look at every wanted entry
         late: dict[str, list[tuple[int, str]]] = {}
+        earliest = now
         for entry_id, wanted in self._wanted.items():
-            if wanted.asked is not None and now - wanted.sent_ms >= self.timeout_ms:
-                late.setdefault(wanted.asked, []).append((entry_id, Status.UNREACHABLE.name))
+            if wanted.asked is not None:
+                if now - wanted.sent_ms >= self.timeout_ms:
+                    late.setdefault(wanted.asked, []).append((entry_id, Status.UNREACHABLE.name))
+                else:
+                    earliest = min(earliest, wanted.sent_ms)
+        self._earliest_ms = earliest
         commands: list = []
         for bookie, failures in late.items():
             commands += self._retry(bookie, failures)
