@@ -268,7 +268,7 @@ class BookieServer:
             if len(frames) != 2:
                 self._refuse(peer, f"expected one frame per message, got {len(frames) - 1}")
                 continue
-            service.receive(peer, frames[1].bytes, frames[1].get("User-Id") if secured else None)
+            service.receive(peer, frames[1].buffer, frames[1].get("User-Id") if secured else None)   # read in place
         return count
 
     def _disconnects(self) -> None:
