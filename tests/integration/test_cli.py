@@ -166,12 +166,19 @@ def test_the_installed_walkit_executable_runs():
         assert f"\n  {command} " in result.stdout
 
 
+#: Runs argv[1:] with SIGINT at its default action (exec keeps a default disposition, and an ignored one).
+AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                      "os.execv(sys.argv[1], sys.argv[1:])")
+
+
 @pytest.mark.parametrize("bookies, security", [(3, False), (1, False), (3, True)],
                          ids=["3-bookies", "1-bookie", "3-secured-bookies"])
 def test_walkit_local_runs_a_cluster_with_a_demo_until_ctrl_c(tmp_path, bookies, security):
     executable = shutil.which("walkit") or os.path.join(os.path.dirname(sys.executable), "walkit")
-    process = subprocess.Popen([executable, "local", "--bookies", str(bookies), "--data-dir", str(tmp_path / "wd"),
-                                "--demo", *(["--security"] if security else [])],
+    # Started as from a terminal, where Ctrl-C is SIGINT's default action: a suite launched in the
+    # background of a script runs with SIGINT ignored, and exec would pass that on to `walkit local`.
+    process = subprocess.Popen([sys.executable, "-c", AS_FROM_A_TERMINAL, executable, "local", "--bookies", str(bookies),
+                                "--data-dir", str(tmp_path / "wd"), "--demo", *(["--security"] if security else [])],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     children: list[int] = []
     try:
