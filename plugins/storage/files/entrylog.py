@@ -219,9 +219,20 @@ class EntryLogs:
         An active log that is dead, or mostly dead and at least a quarter full, is rotated first so
         it can be removed or compacted like the others.
         """
-        total, live = self.totals.get(self.active, 0), sum(self.usage[self.active].values())
-        if total and (live == 0 or (live < ratio * total and total >= self.max_bytes // 4)):
+        if self._classify(ratio)[0]:
             self.rotate()
+        _, dead, sparse = self._classify(ratio)
+        return dead, sparse
+
+    def reclaimable(self, ratio: float) -> bool:
+        """reclaimable tells whether `plan(ratio)` would find a log to remove or compact (it changes nothing)."""
+        rotate, dead, sparse = self._classify(ratio)
+        return rotate or bool(dead or sparse)
+
+    def _classify(self, ratio: float) -> tuple[bool, list[int], list[int]]:
+        """_classify returns (whether the active log should rotate, dead logs, mostly dead logs), sorted."""
+        total, live = self.totals.get(self.active, 0), sum(self.usage[self.active].values())
+        rotate = bool(total and (live == 0 or (live < ratio * total and total >= self.max_bytes // 4)))
         dead, sparse = [], []
         for log_id, total in self.totals.items():
             if log_id == self.active:
@@ -231,18 +242,7 @@ class EntryLogs:
                 dead.append(log_id)
             elif live < ratio * total:
                 sparse.append(log_id)
-        return sorted(dead), sorted(sparse)
-
-    def reclaimable(self, ratio: float) -> bool:
-        """reclaimable tells whether `plan(ratio)` would find a log to remove or compact (it changes nothing)."""
-        for log_id, total in self.totals.items():
-            live = sum(self.usage.get(log_id, {}).values())
-            if log_id == self.active:
-                if total and (live == 0 or (live < ratio * total and total >= self.max_bytes // 4)):
-                    return True
-            elif live < ratio * total or live == 0:
-                return True
-        return False
+        return rotate, sorted(dead), sorted(sparse)
 
     def remove(self, log_ids: list[int]) -> int:
         """remove deletes finished logs (after a checkpoint that no longer lists them); returns bytes freed."""
