@@ -22,7 +22,6 @@ import bisect
 import logging
 import threading
 import time
-from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Iterable
 
@@ -30,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from walkit.errors import ConfigError
+from walkit.futures import LightFuture
 
 __all__ = ["Collector", "HttpEndpoint", "Histogram", "REGISTRY", "client_metrics", "LATENCY_BUCKETS"]
 
@@ -161,7 +161,7 @@ class ClientMetrics(Collector):
         future.add_done_callback(done)
 
 
-class TimedFuture(Future):
+class TimedFuture(LightFuture):
     """TimedFuture is an append's Future that counts itself in ClientMetrics when it is resolved."""
 
     def __init__(self, metrics: ClientMetrics) -> None:

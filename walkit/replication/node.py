@@ -56,6 +56,7 @@ from typing import Any, Callable
 from walkit.core.loglist import Position
 from walkit.election import LeaderElection
 from walkit.errors import ConfigError, LogTruncated, NoSuchLedger, NoSuchLog, NotLeader, Timeout, WalkitError
+from walkit.futures import LightFuture
 from walkit.replication import batch
 from walkit.replication.machine import StateMachine
 from walkit.replication.snapshots import (
@@ -246,7 +247,7 @@ class ReplicatedNode:
         if not isinstance(record, (bytes, bytearray, memoryview)):
             raise TypeError(f"records are bytes, not {type(record).__name__}")
         record = bytes(record)
-        future: Future = Future()
+        future: Future = LightFuture()
         with self._lock:
             if not self._leading:
                 raise NotLeader(f"node {self.node_id} of {self.name!r} is not the leader", self._leader)

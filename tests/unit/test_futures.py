@@ -1,0 +1,137 @@
+"""LightFuture behaves as concurrent.futures.Future does, waiting threads included."""
+
+import concurrent.futures
+import threading
+
+import pytest
+
+from walkit.futures import LightFuture
+
+
+def test_is_a_concurrent_future_and_resolves_without_a_condition():
+    future = LightFuture()
+    seen = []
+    future.add_done_callback(lambda f: seen.append(f.result()))
+    assert isinstance(future, concurrent.futures.Future)
+    assert not future.done() and not future.running() and not future.cancelled()
+    future.set_result(7)
+    assert seen == [7]
+    assert future.done() and future.result() == 7 and future.exception() is None
+    assert "_condition" not in vars(future)          # nobody waited: none was made
+
+
+def test_exception_is_raised_by_result_and_returned_by_exception():
+    future = LightFuture()
+    error = ValueError("no")
+    future.set_exception(error)
+    assert future.exception() is error
+    with pytest.raises(ValueError, match="no"):
+        future.result()
+
+
+def test_callback_added_after_completion_runs_at_once_in_order():
+    future = LightFuture()
+    order = []
+    future.add_done_callback(lambda f: order.append(1))
+    future.add_done_callback(lambda f: order.append(2))
+    future.set_result(None)
+    future.add_done_callback(lambda f: order.append(3))
+    assert order == [1, 2, 3]
+
+
+def test_a_failing_callback_is_logged_and_the_others_still_run(caplog):
+    future = LightFuture()
+    ran = []
+    future.add_done_callback(lambda f: 1 / 0)
+    future.add_done_callback(lambda f: ran.append(True))
+    future.set_result(1)
+    assert ran == [True]
+    assert "exception calling callback" in caplog.text
+
+
+def test_completing_twice_raises_invalid_state():
+    future = LightFuture()
+    future.set_result(1)
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        future.set_result(2)
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        future.set_exception(ValueError())
+    assert future.result() == 1
+
+
+def test_result_times_out_while_pending():
+    future = LightFuture()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        future.result(timeout=0.01)
+    with pytest.raises(concurrent.futures.TimeoutError):
+        future.exception(timeout=0.01)
+
+
+def test_cancel_before_completion():
+    future = LightFuture()
+    seen = []
+    future.add_done_callback(lambda f: seen.append(f.cancelled()))
+    assert future.cancel()
+    assert future.cancelled() and future.done() and seen == [True]
+    with pytest.raises(concurrent.futures.CancelledError):
+        future.result()
+    assert "cancelled" in repr(future)
+
+
+def test_a_waiting_thread_is_woken_by_set_result():
+    for _ in range(200):                             # the race between waiting and completing, many times
+        future = LightFuture()
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(future.result(timeout=10)))
+        waiter.start()
+        future.set_result("done")
+        waiter.join(10)
+        assert got == ["done"]
+
+
+def test_a_waiting_thread_is_woken_by_set_exception():
+    future = LightFuture()
+    got = []
+    started = threading.Event()
+
+    def wait():
+        started.set()
+        got.append(future.exception(timeout=10))
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    started.wait(10)
+    error = KeyError("k")
+    future.set_exception(error)
+    waiter.join(10)
+    assert got == [error]
+
+
+def test_wait_and_as_completed_see_light_futures_complete():
+    futures = [LightFuture() for _ in range(20)]
+    completer = threading.Thread(target=lambda: [f.set_result(i) for i, f in enumerate(futures)])
+    completer.start()
+    done, pending = concurrent.futures.wait(futures, timeout=10)
+    assert not pending and {f.result() for f in done} == set(range(20))
+    completer.join(10)
+    more = [LightFuture() for _ in range(5)]
+    failing = threading.Thread(target=lambda: [f.set_exception(ValueError(i)) for i, f in enumerate(more)])
+    failing.start()
+    finished = list(concurrent.futures.as_completed(more, timeout=10))
+    failing.join(10)
+    assert sorted(f.exception().args[0] for f in finished) == list(range(5))
+    first = [LightFuture(), LightFuture()]
+    first[1].set_exception(RuntimeError())
+    done, pending = concurrent.futures.wait(first, timeout=10, return_when=concurrent.futures.FIRST_EXCEPTION)
+    assert done == {first[1]} and pending == {first[0]}
+
+
+def test_callbacks_race_completion_without_losing_any():
+    for _ in range(200):
+        future = LightFuture()
+        calls = []
+        adder = threading.Thread(target=lambda: [future.add_done_callback(lambda f: calls.append(1))
+                                                 for _ in range(50)])
+        adder.start()
+        future.set_result(None)
+        adder.join(10)
+        assert len(calls) == 50                      # each ran once: at completion or when added after it

@@ -1,0 +1,107 @@
+"""walkit.futures: LightFuture, a concurrent.futures.Future that costs less when nobody blocks on it.
+
+    future = LightFuture()
+    future.add_done_callback(print)     # no Condition is made for this
+    future.set_result(7)                # nor for this
+    future.result()                     # 7 (a done future is read without waiting)
+
+Appends and replicated records make one Future each, and most of them are completed by a
+callback, never waited on. The standard Future builds a threading.Condition (a Python object
+around an RLock) for every instance and takes it in every method; here each future holds one
+plain lock, and the Condition is made, around that same lock, only when a thread has to wait
+(`result()` or `exception()` before the future is done, `concurrent.futures.wait`,
+`as_completed`). A LightFuture is a `concurrent.futures.Future` in every respect: isinstance,
+the module's wait/as_completed, cancel, repr.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from concurrent.futures._base import (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, LOGGER, PENDING, RUNNING,
+                                      InvalidStateError)
+
+_DONE = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
+
+
+class LightFuture(Future):
+    """LightFuture is a concurrent.futures.Future that makes its Condition only when a thread waits (module doc)."""
+
+    def __init__(self) -> None:  # noqa: D107 - Future's own __init__ builds the Condition this class avoids
+        self._lock = threading.Lock()
+        self._state = PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks = []
+
+    def __getattr__(self, name: str):
+        # Future's waiting methods (and the module's wait/as_completed) use self._condition: it is
+        # made on first use, once, around the future's own lock, so the fast paths below and
+        # Future's methods exclude each other.
+        if name != "_condition":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with self._lock:
+            condition = self.__dict__.get("_condition")
+            if condition is None:
+                condition = self.__dict__["_condition"] = threading.Condition(self._lock)
+        return condition
+
+    def done(self) -> bool:
+        return self._state in _DONE
+
+    def running(self) -> bool:
+        return self._state == RUNNING
+
+    def cancelled(self) -> bool:
+        return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
+
+    def add_done_callback(self, fn) -> None:
+        with self._lock:
+            if self._state not in _DONE:
+                self._done_callbacks.append(fn)
+                return
+        try:
+            fn(self)
+        except Exception:  # noqa: BLE001 - as Future does: a failing callback is logged, not raised
+            LOGGER.exception("exception calling callback for %r", self)
+
+    def result(self, timeout: float | None = None):
+        if self._state == FINISHED:
+            if self._exception is not None:
+                try:
+                    raise self._exception
+                finally:
+                    self = None                 # as Future does: no cycle through the traceback
+            return self._result
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None):
+        if self._state == FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+    def set_result(self, result) -> None:
+        self._finish(result, None)
+
+    def set_exception(self, exception) -> None:
+        self._finish(None, exception)
+
+    def _finish(self, result, exception) -> None:
+        with self._lock:
+            state = self._state
+            if state not in _DONE:
+                self._result = result
+                self._exception = exception
+                self._state = FINISHED
+                condition = self.__dict__.get("_condition")
+                if condition is not None:       # someone waits, or did: wake them as Future does
+                    for waiter in self._waiters:
+                        if exception is None:
+                            waiter.add_result(self)
+                        else:
+                            waiter.add_exception(self)
+                    condition.notify_all()
+        if state in _DONE:                      # raised outside the lock: repr takes it
+            raise InvalidStateError(f"{state}: {self!r}")
+        self._invoke_callbacks()
