@@ -87,6 +87,45 @@ def latency_summary(latencies: list[float]) -> dict:
             "p999_ms": percentile(ordered, 0.999) * 1000, "max_ms": (ordered[-1] if ordered else float("nan")) * 1000}
 
 
+class Window:
+    """Window keeps at most `size` operations in flight: `enter()` before each, `leave()` as each completes.
+
+    One thread enters; any thread may leave. It is the harness's share of every operation, so
+    it is cheaper than a Semaphore (whose release is a Python-level Condition notify per
+    operation): leaving counts under a plain lock and wakes the submitter only if it waits.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.entered = 0
+        self._left = 0
+        self._lock = threading.Lock()
+        self._waiting = False
+        self._room = threading.Event()
+
+    def enter(self) -> None:
+        """enter returns once fewer than `size` operations are in flight, and counts one more."""
+        self.wait_below(self.size)
+        self.entered += 1
+
+    def leave(self) -> None:
+        """leave counts one operation complete (from any thread)."""
+        with self._lock:
+            self._left += 1
+        if self._waiting and not self._room.is_set():
+            self._room.set()
+
+    def wait_below(self, limit: int) -> None:
+        """wait_below blocks the entering thread until fewer than `limit` operations are in flight."""
+        if self.entered - self._left < limit:
+            return
+        self._waiting = True                  # before the check: a leave after it sees this and wakes us
+        while self.entered - self._left >= limit:
+            self._room.wait()
+            self._room.clear()
+        self._waiting = False
+
+
 def pipelined(submit: Callable[[int], object], count: int, window: int,
               tick: Callable[[int], None] | None = None) -> dict:
     """pipelined calls `submit(i)` -> Future `count` times with at most `window` in flight.
@@ -94,13 +133,10 @@ def pipelined(submit: Callable[[int], object], count: int, window: int,
     It returns entries/s, latency percentiles, the raw latencies and a time series of
     completions per BUCKET_S. Any failed operation raises once all have finished.
     """
-    slots = threading.Semaphore(window)
+    slots = Window(window)
     latencies = [0.0] * count
     done_at = [0.0] * count
     errors: list[BaseException] = []
-    finished = threading.Event()
-    remaining = [count]
-    lock = threading.Lock()
 
     def completion(index: int, started: float):
         def callback(future) -> None:
@@ -108,23 +144,19 @@ def pipelined(submit: Callable[[int], object], count: int, window: int,
             latencies[index] = now - started
             done_at[index] = now
             error = future.exception()
-            slots.release()
-            with lock:
-                if error is not None:
-                    errors.append(error)
-                remaining[0] -= 1
-                if remaining[0] == 0:
-                    finished.set()
+            if error is not None:
+                errors.append(error)
+            slots.leave()
         return callback
 
     began = time.perf_counter()
     for i in range(count):
-        slots.acquire()
+        slots.enter()
         started = time.perf_counter()
         submit(i).add_done_callback(completion(i, started))
         if tick is not None and i % 1000 == 999:
             tick(1000)
-    finished.wait()
+    slots.wait_below(1)
     elapsed = time.perf_counter() - began
     if errors:
         raise errors[0]
@@ -167,15 +199,12 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
     It returns the totals and, per `interval` seconds of completions, entries/s and latency
     percentiles, so stalls (a checkpoint, a compaction) show as a bad interval.
     """
-    slots = threading.Semaphore(window)
+    slots = Window(window)
     lock = threading.Lock()
     # Completion times and latencies as C doubles: millions of tuples would make every full
     # garbage collection of this process walk them, slower and slower as the run goes on.
     completed, latencies = array("d"), array("d")
     errors: list[BaseException] = []
-    outstanding = [0]
-    stop = [False]                                   # set once no more appends will be submitted
-    drained = threading.Event()
 
     def callback(started: float):
         def done(future) -> None:
@@ -186,28 +215,19 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
                 latencies.append(now - started)
                 if error is not None:
                     errors.append(error)
-                outstanding[0] -= 1
-                if outstanding[0] == 0 and stop[0]:
-                    drained.set()
-            slots.release()
+            slots.leave()
         return done
 
     began = time.perf_counter()
     deadline = began + duration
     while not errors:
-        slots.acquire()
+        slots.enter()
         started = time.perf_counter()
         if started >= deadline:
-            slots.release()
+            slots.leave()
             break
-        with lock:
-            outstanding[0] += 1
         submit().add_done_callback(callback(started))
-    with lock:
-        stop[0] = True
-        if outstanding[0] == 0:
-            drained.set()
-    drained.wait()
+    slots.wait_below(1)
     if errors:
         raise errors[0]
     elapsed = time.perf_counter() - began
