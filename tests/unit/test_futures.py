@@ -1,5 +1,6 @@
 """LightFuture behaves as concurrent.futures.Future does, waiting threads included."""
 
+import asyncio
 import concurrent.futures
 import threading
 
@@ -135,3 +136,11 @@ def test_callbacks_race_completion_without_losing_any():
         future.set_result(None)
         adder.join(10)
         assert len(calls) == 50                      # each ran once: at completion or when added after it
+
+
+def test_asyncio_awaits_a_light_future_completed_from_another_thread():
+    async def main():
+        future = LightFuture()
+        threading.Timer(0.01, future.set_result, ("from a thread",)).start()
+        return await asyncio.wait_for(asyncio.wrap_future(future), 10)
+    assert asyncio.run(main()) == "from a thread"
