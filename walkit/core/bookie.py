@@ -102,7 +102,7 @@ class BookieLimits:
 
 def pack_entry(lac: int, digest: bytes, payload: bytes) -> bytes:
     """pack_entry returns the bytes a bookie stores for an entry (its ids are the storage key)."""
-    return _STORED.pack(lac, len(digest)) + digest + payload
+    return b"".join((_STORED.pack(lac, len(digest)), digest, payload))
 
 
 def is_tombstone(data: bytes | None) -> bool:

@@ -113,6 +113,19 @@ class LedgerIndex:
         if self._staged_count >= _FLUSH_AT:
             self.flush()
 
+    def stage_many(self, ledger_id: int, slots: dict[int, bytes]) -> None:
+        """stage_many is `stage` for many entries of one ledger: packed SLOT bytes by entry id (kept, not copied)."""
+        staged = self._staged.get(ledger_id)
+        if staged is None:
+            self._staged[ledger_id] = slots
+            self._staged_count += len(slots)
+        else:
+            before = len(staged)
+            staged.update(slots)
+            self._staged_count += len(staged) - before
+        if self._staged_count >= _FLUSH_AT:
+            self.flush()
+
     def flush(self) -> None:
         """flush writes the staged slots: per ledger, one read and one write of the span they cover.
 

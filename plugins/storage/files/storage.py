@@ -57,10 +57,10 @@ from walkit.errors import ConfigError, LedgerStorageError, StorageError
 from walkit.plugins.storage.files import checkpoint as checkpoints
 from walkit.plugins.storage.files.disk import fsync_all
 from walkit.plugins.storage.files.entrylog import EntryLogs
-from walkit.plugins.storage.files.index import MAX_ENTRY_ID, LedgerIndex
+from walkit.plugins.storage.files.index import MAX_ENTRY_ID, SLOT, LedgerIndex
 from walkit.plugins.storage.files.journal import (
     HEADER, MAX_RECORD, PUT, PUT_IDS, STATE, JournalWriter, RecordFile, decode_delete, decode_state, encode_delete,
-    encode_put, encode_puts, encode_state, journal_files, records,
+    encode_put, encode_puts, encode_state, journal_files,
 )
 from walkit.plugins.storage.options import Option, check_options, split_uri
 
@@ -164,18 +164,20 @@ class FileStorage:
     def put_many(self, ledger_id: int, entries: list[tuple[int, bytes]]) -> None:
         """put_many is `put` for a batch of one ledger's entries, encoded in one pass (all or none)."""
         self._check()
-        if ledger_id < 0 or any(not 0 <= entry_id <= MAX_ENTRY_ID for entry_id, _ in entries):
-            raise ValueError(f"ledger id {ledger_id} or an entry id is out of range "
-                             f"(ledger ids from 0, entry ids 0..{MAX_ENTRY_ID})")
-        if any(len(data) > MAX_RECORD - PUT_IDS.size for _, data in entries):
-            raise ValueError(f"an entry exceeds the {MAX_RECORD}-byte journal record limit")
+        if ledger_id < 0:
+            raise ValueError(f"ledger id {ledger_id} is out of range (ledger ids from 0)")
         if not entries:
             return
-        entries = [(entry_id, bytes(data)) for entry_id, data in entries]
-        encode_puts(self._buffer, ledger_id, entries)
-        self._pending.setdefault(ledger_id, {}).update(entries)
-        self._pending_count += len(entries)
-        self._note_put(ledger_id, max(entry_id for entry_id, _ in entries))
+        ids = [entry_id for entry_id, _ in entries]
+        datas = [bytes(data) for _, data in entries]
+        if min(ids) < 0 or max(ids) > MAX_ENTRY_ID:
+            raise ValueError(f"an entry id of ledger {ledger_id} is out of range (entry ids 0..{MAX_ENTRY_ID})")
+        if max(map(len, datas)) > MAX_RECORD - PUT_IDS.size:
+            raise ValueError(f"an entry exceeds the {MAX_RECORD}-byte journal record limit")
+        encode_puts(self._buffer, ledger_id, zip(ids, datas))
+        self._pending.setdefault(ledger_id, {}).update(zip(ids, datas))
+        self._pending_count += len(ids)
+        self._note_put(ledger_id, max(ids))
         if len(self._buffer) >= self.buffer_max or self._pending_count >= _MAX_PENDING_ENTRIES:
             self.sync()
 
@@ -427,31 +429,48 @@ class FileStorage:
         no index can hold (`where` names its journal file and chunk) is reported and skipped.
         """
         log_id, base = self._logs.append(view)
-        usage, stage, note_put = self._logs.usage[log_id], self._index.stage, self._note_put
-        count = 0
-        for pos, kind, length in records(view):
+        note_put, index = self._note_put, self._index
+        unpack_header, unpack_ids, pack_slot, head = HEADER.unpack_from, PUT_IDS.unpack_from, SLOT.pack, HEADER.size
+        # Slots and entry-log bytes per ledger, staged once per ledger at the end (a group commit
+        # carries hundreds of one ledger's entries): a DELETE drops what its ledger had so far.
+        slots: dict[int, dict[int, bytes]] = {}
+        sizes: dict[int, int] = {}
+        count, pos, end = 0, 0, len(view)
+        while pos < end:
+            length, _, kind = unpack_header(view, pos)
             count += 1
             if kind == PUT:
-                ledger_id, entry_id = PUT_IDS.unpack_from(view, pos + HEADER.size)
+                ledger_id, entry_id = unpack_ids(view, pos + head)
                 if replay and (ledger_id < 0 or not 0 <= entry_id <= MAX_ENTRY_ID):
                     log.error("files storage %s: journal %s: skipped the record at offset %d, entry (%d, %d) is "
                               "out of range; it was never acknowledged", self.path, where[0], where[1] + pos,
                               ledger_id, entry_id)
-                    continue
-                stage(ledger_id, entry_id, (log_id, base + pos, length))
-                usage[ledger_id] = usage.get(ledger_id, 0) + HEADER.size + length
-                if replay:
-                    note_put(ledger_id, entry_id)
+                else:
+                    ledger_slots = slots.get(ledger_id)
+                    if ledger_slots is None:
+                        ledger_slots = slots[ledger_id] = {}
+                        sizes[ledger_id] = 0
+                    ledger_slots[entry_id] = pack_slot(log_id, base + pos, length)
+                    sizes[ledger_id] += head + length
+                    if replay:
+                        note_put(ledger_id, entry_id)
             elif kind == STATE:
                 if replay:
-                    ledger_id, state = decode_state(view[pos + HEADER.size:pos + HEADER.size + length])
+                    ledger_id, state = decode_state(view[pos + head:pos + head + length])
                     self._summary(ledger_id).state = state
             else:
-                ledger_id = decode_delete(view[pos + HEADER.size:pos + HEADER.size + length])
-                self._index.drop(ledger_id)
+                ledger_id = decode_delete(view[pos + head:pos + head + length])
+                slots.pop(ledger_id, None)
+                sizes.pop(ledger_id, None)
+                index.drop(ledger_id)
                 self._logs.forget(ledger_id)
                 if replay:
                     self._ledgers.pop(ledger_id, None)
+            pos += head + length
+        usage = self._logs.usage[log_id]
+        for ledger_id, ledger_slots in slots.items():
+            index.stage_many(ledger_id, ledger_slots)
+            usage[ledger_id] = usage.get(ledger_id, 0) + sizes[ledger_id]
         self._index.flush()
         return count
 
