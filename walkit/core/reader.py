@@ -30,11 +30,11 @@ class _Wanted:
 
     __slots__ = ("replicas", "tried", "asked", "sent_ms", "errors")
 
-    def __init__(self, replicas: tuple[str, ...]) -> None:
+    def __init__(self, replicas: tuple[str, ...], sent_ms: int) -> None:
         self.replicas = replicas
-        self.tried = 0                # replicas[:tried] were asked
-        self.asked: str | None = None
-        self.sent_ms = 0
+        self.tried = 1                # replicas[:tried] were asked: the first one at once
+        self.asked: str | None = replicas[0]
+        self.sent_ms = sent_ms
         self.errors: list[tuple[str, str]] = []   # (bookie, status name or DIGEST_MISMATCH)
 
 
@@ -84,12 +84,17 @@ class RangeReader:
             return []
         sends: dict[str, list[int]] = {}
         stop = min(self.last, self._consumed + self.window - 1)
-        wanted_map, ask = self._wanted, self._ask
+        wanted_map, now = self._wanted, self._now
         for first, last, write_sets in self._fragments_between(self._next_request, stop):
             size = len(write_sets)
             for entry_id in range(first, last + 1):
-                wanted = wanted_map[entry_id] = _Wanted(write_sets[entry_id % size])
-                ask(entry_id, wanted, sends)
+                replicas = write_sets[entry_id % size]          # asks its first replica (as _ask would)
+                wanted_map[entry_id] = _Wanted(replicas, now)
+                ids = sends.get(replicas[0])
+                if ids is None:
+                    sends[replicas[0]] = [entry_id]
+                else:
+                    ids.append(entry_id)
         self._next_request = stop + 1
         return self._sends(sends)
 

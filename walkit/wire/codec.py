@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from itertools import repeat
 
 import capnp
 
@@ -92,7 +93,9 @@ def _get_entries(reader, ledger_id: int) -> list[Entry]:
     if not len(ids) == len(lacs) == len(digests) == len(payloads):
         raise WireError(f"entry batch columns differ in length: {len(ids)}, {len(lacs)}, {len(digests)}, "
                         f"{len(payloads)}")
-    return list(map(Entry, [ledger_id] * len(ids), ids, lacs, digests, payloads))
+    # tuple.__new__ over zipped columns builds the Entry tuples in C (Entry(...) is a Python-level __new__).
+    count = len(ids)
+    return list(map(tuple.__new__, repeat(Entry, count), zip(repeat(ledger_id, count), ids, lacs, digests, payloads)))
 
 
 # -- requests ------------------------------------------------------------------------------------
