@@ -77,13 +77,12 @@ def _load(data, max_frame: int):
 
 def _set_entries(builder, ledger_id: int, entries: list[Entry]) -> None:
     """_set_entries writes entries of one ledger as the columns of an EntryBatch."""
-    if any(e.ledger_id != ledger_id for e in entries):
-        raise ValueError(f"an entry batch of ledger {ledger_id} holds entries of another ledger")
     batch = builder.init("entries")
-    batch.entryIds = [e.entry_id for e in entries]
-    batch.lacs = [e.lac for e in entries]
-    batch.digests = [e.digest for e in entries]
-    batch.payloads = [e.payload for e in entries]
+    if not entries:
+        return
+    ledger_ids, batch.entryIds, batch.lacs, batch.digests, batch.payloads = zip(*entries)    # columns, in C
+    if ledger_ids.count(ledger_id) != len(ledger_ids):
+        raise ValueError(f"an entry batch of ledger {ledger_id} holds entries of another ledger")
 
 
 def _get_entries(reader, ledger_id: int) -> list[Entry]:
