@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from walkit.core.bookie import (
     BookieHandler, BookieLimits, LedgerState, Reply, StoreEntries, StoreLedgerState, pack_entry, unpack_entry,
 )
@@ -519,3 +521,22 @@ def test_a_truncating_add_drops_every_entry_above_it_even_after_a_restart():
 def test_a_truncating_add_without_a_term_is_a_bad_request():
     reply = term_add(Bookie(), 0, truncate=True)
     assert reply.response.status == Status.BAD_REQUEST and "truncating" in reply.response.message
+
+
+@pytest.mark.parametrize("bad, says", [
+    (lambda e: e._replace(lac=e.entry_id), "carries LAC 7"),
+    (lambda e: e._replace(lac=-2), "carries LAC -2"),
+    (lambda e: e._replace(entry_id=-1), "entry id -1"),
+    (lambda e: e._replace(ledger_id=LEDGER_ID + 1), "does not belong to ledger"),
+    (lambda e: e._replace(digest=b"d" * 256), "digest of 256 bytes"),
+])
+def test_one_bad_entry_in_the_middle_of_a_batch_refuses_the_batch_and_is_named(bad, says):
+    bookie = Bookie()
+    entries = [make_entry(i, lac=i - 1) for i in range(20)]
+    entries[7] = bad(entries[7])
+    request = AddRequest(txn=1, ledger_id=LEDGER_ID, master_key=MASTER_KEY, entries=entries)
+    assert says in bad_request(bookie.send(request))
+    assert of_type(bookie.commands, StoreEntries) == []
+    good = AddRequest(txn=2, ledger_id=LEDGER_ID, master_key=MASTER_KEY,
+                      entries=[make_entry(i, lac=i - 1) for i in range(20)])
+    assert the_reply(bookie.send(good)).response.status == Status.OK
