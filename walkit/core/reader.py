@@ -127,16 +127,18 @@ class RangeReader:
     # -- answers --------------------------------------------------------------------------
     def _on_read(self, event: ev.EntriesRead) -> list:
         retry: list[tuple[int, str]] = []
-        wanted_map, received = self._wanted, self._received
+        wanted_map, received, ledger_id, bookie = self._wanted, self._received, self.ledger_id, event.bookie
         for entry, verified in zip(event.entries, self._verify_many(event.entries)):
-            wanted = wanted_map.get(entry.entry_id)
+            entry_id = entry.entry_id
+            wanted = wanted_map.pop(entry_id, None)
             if wanted is None:
                 continue          # already received (a late duplicate) or not ours
-            if entry.ledger_id == self.ledger_id and verified:
-                received[entry.entry_id] = entry
-                del wanted_map[entry.entry_id]
-            elif wanted.asked == event.bookie:
-                retry.append((entry.entry_id, DIGEST_MISMATCH))
+            if verified and entry.ledger_id == ledger_id:
+                received[entry_id] = entry
+                continue
+            wanted_map[entry_id] = wanted         # still wanted: ask another replica if this one was asked
+            if wanted.asked == bookie:
+                retry.append((entry_id, DIGEST_MISMATCH))
         retry += [(entry_id, Status.NO_SUCH_ENTRY.name) for entry_id in event.missing]
         return self._retry(event.bookie, retry) + self._deliver()
 
@@ -173,10 +175,11 @@ class RangeReader:
         if self.done:
             return []
         batch = []
-        received = self._received
-        while self._next_deliver in received:
-            batch.append(received.pop(self._next_deliver))
-            self._next_deliver += 1
+        received, next_deliver = self._received, self._next_deliver
+        while next_deliver in received:
+            batch.append(received.pop(next_deliver))
+            next_deliver += 1
+        self._next_deliver = next_deliver
         commands: list = [ev.DeliverEntries(ledger_id=self.ledger_id, entries=batch)] if batch else []
         if self._next_deliver > self.last:
             self.done = True
