@@ -160,6 +160,9 @@ def test_put_many_writes_the_same_journal_as_put_and_refuses_a_bad_batch_whole(t
             assert many.get(7, 50) is None and many.last_entry(7) == 49                # nothing of it stored
         with pytest.raises(ValueError):
             many.put_many(-3, [(0, b"x")])
+        with pytest.raises(TypeError):                     # not bytes: refused, not stored as 5 zero bytes
+            many.put_many(7, [(50, b"ok"), (51, 5)])
+        assert many.get(7, 50) is None
         many.put_many(7, [])
         many.sync()
     finally:

@@ -284,3 +284,13 @@ def test_lac_reader_reports_the_highest_entry_stored_by_the_answering_bookies():
     reader = LacReader(make_metadata(3, 3, 2))                 # EC = 2
     lac_answer(reader, "B1", 4, last=6)
     assert lac_answer(reader, "B2", 5, last=5) == [ev.CompleteRead(ledger_id=LEDGER_ID, lac=5, last_entry_id=6)]
+
+
+def test_entries_out_of_replicas_in_one_tick_fail_the_read_at_the_lowest_of_them():
+    reader = RangeReader(make_metadata(2, 2, 2), 0, 1, DIGEST, timeout_ms=100)
+    reader.start()                                    # entry 0 asked of B1, entry 1 of B2
+    reader.step(ev.EntriesRead(bookie="B1", ledger_id=LEDGER_ID, entries=[corrupt(make_entry(0, lac=-1))],
+                               missing=[], lac=-1))   # 0 now asked of B2
+    reader.step(ev.EntriesRead(bookie="B2", ledger_id=LEDGER_ID, entries=[], missing=[1], lac=-1))
+    fail = only(reader.step(ev.Ticked(now_ms=1000)), ev.FailRead)    # both last replicas are late
+    assert isinstance(fail.error, DigestMismatch) and "entry 0 " in str(fail.error)

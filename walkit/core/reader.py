@@ -130,14 +130,13 @@ class RangeReader:
         wanted_map, received, ledger_id, bookie = self._wanted, self._received, self.ledger_id, event.bookie
         for entry, verified in zip(event.entries, self._verify_many(event.entries)):
             entry_id = entry.entry_id
-            wanted = wanted_map.pop(entry_id, None)
+            wanted = wanted_map.get(entry_id)
             if wanted is None:
                 continue          # already received (a late duplicate) or not ours
             if verified and entry.ledger_id == ledger_id:
                 received[entry_id] = entry
-                continue
-            wanted_map[entry_id] = wanted         # still wanted: ask another replica if this one was asked
-            if wanted.asked == bookie:
+                del wanted_map[entry_id]          # (not pop and put back: the map stays in entry order)
+            elif wanted.asked == bookie:
                 retry.append((entry_id, DIGEST_MISMATCH))
         retry += [(entry_id, Status.NO_SUCH_ENTRY.name) for entry_id in event.missing]
         return self._retry(event.bookie, retry) + self._deliver()

@@ -169,11 +169,12 @@ class FileStorage:
         if not entries:
             return
         ids = [entry_id for entry_id, _ in entries]
-        datas = [bytes(data) for _, data in entries]
+        datas = [data for _, data in entries]
         if min(ids) < 0 or max(ids) > MAX_ENTRY_ID:
             raise ValueError(f"an entry id of ledger {ledger_id} is out of range (entry ids 0..{MAX_ENTRY_ID})")
-        if max(map(len, datas)) > MAX_RECORD - PUT_IDS.size:
+        if max(map(len, datas)) > MAX_RECORD - PUT_IDS.size:     # (a TypeError for data that is not bytes)
             raise ValueError(f"an entry exceeds the {MAX_RECORD}-byte journal record limit")
+        datas = list(map(bytes, datas))
         encode_puts(self._buffer, ledger_id, zip(ids, datas))
         self._pending.setdefault(ledger_id, {}).update(zip(ids, datas))
         self._pending_count += len(ids)
