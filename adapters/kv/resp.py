@@ -52,6 +52,8 @@ _LENGTH = re.compile(rb"-?[0-9]{1,18}")
 
 
 def _length(text: bytes, what: str) -> int:
+    if len(text) <= 18 and text.isdigit():     # the common case, without the regex
+        return int(text)
     if _LENGTH.fullmatch(text) is None:
         raise ProtocolError(f"invalid {what}")
     return int(text)
