@@ -351,15 +351,16 @@ class BookieHandler:
             return refuse(Status.INVALID_TERM, stale)
         if existing is not None and existing.state.fenced and not request.recovery and not request.term:
             return refuse(Status.FENCED, f"ledger {ledger_id} is fenced")
-        highest = max((e.entry_id for e in request.entries), default=NO_ENTRY)
+        entry_ids = [e.entry_id for e in request.entries]
+        highest = max(entry_ids, default=NO_ENTRY)
         if request.truncate and existing is not None and existing.last_entry_id - highest > MAX_TRUNCATE_SPAN:
             return refuse(Status.BAD_REQUEST, f"truncating above entry {highest} would drop more than "
                                               f"{MAX_TRUNCATE_SPAN} entries")
         ledger, commands = self._claim(ledger_id, request.master_key)
         commands += self._adopt_term(ledger_id, ledger, request.term)
         if request.entries:
-            _, ids, lacs, digests, payloads = zip(*request.entries)
-            commands.append(StoreEntries(ledger_id, list(zip(ids, map(pack_entry, lacs, digests, payloads))),
+            _, _, lacs, digests, payloads = zip(*request.entries)
+            commands.append(StoreEntries(ledger_id, list(zip(entry_ids, map(pack_entry, lacs, digests, payloads))),
                                          request.deferred_sync))
             ledger.lac = max(ledger.lac, max(lacs))
             mark = (request.term, highest + 1)
@@ -375,8 +376,8 @@ class BookieHandler:
         if request.lafr > ledger.lafr:       # never past the LAC: a fully replicated entry is confirmed
             ledger.lafr = min(request.lafr, ledger.lac)
         commands.append(Reply(peer, AddResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
-                                                entry_ids=[e.entry_id for e in request.entries],
-                                                instance=self.instance), not request.deferred_sync))
+                                                entry_ids=entry_ids, instance=self.instance),
+                              not request.deferred_sync))
         # The shell stores these entries only after this step returns: woken reads take them from here.
         return commands + self._wake(ledger_id, ledger, request.entries)
 

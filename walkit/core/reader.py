@@ -30,11 +30,11 @@ class _Wanted:
 
     __slots__ = ("replicas", "tried", "asked", "sent_ms", "errors")
 
-    def __init__(self, replicas: tuple[str, ...], sent_ms: int) -> None:
+    def __init__(self, replicas: tuple[str, ...]) -> None:
         self.replicas = replicas
-        self.tried = 1                # replicas[:tried] were asked: the first one at once
-        self.asked: str | None = replicas[0]
-        self.sent_ms = sent_ms
+        self.tried = 0                # replicas[:tried] were asked
+        self.asked: str | None = None
+        self.sent_ms = 0
         self.errors: list[tuple[str, str]] = []   # (bookie, status name or DIGEST_MISMATCH)
 
 
@@ -84,17 +84,12 @@ class RangeReader:
             return []
         sends: dict[str, list[int]] = {}
         stop = min(self.last, self._consumed + self.window - 1)
-        wanted_map, now = self._wanted, self._now
+        wanted_map, ask = self._wanted, self._ask
         for first, last, write_sets in self._fragments_between(self._next_request, stop):
             size = len(write_sets)
             for entry_id in range(first, last + 1):
-                replicas = write_sets[entry_id % size]          # asks its first replica (as _ask would)
-                wanted_map[entry_id] = _Wanted(replicas, now)
-                ids = sends.get(replicas[0])
-                if ids is None:
-                    sends[replicas[0]] = [entry_id]
-                else:
-                    ids.append(entry_id)
+                wanted = wanted_map[entry_id] = _Wanted(write_sets[entry_id % size])
+                ask(entry_id, wanted, sends)
         self._next_request = stop + 1
         return self._sends(sends)
 
@@ -139,7 +134,7 @@ class RangeReader:
             elif wanted.asked == bookie:
                 retry.append((entry_id, DIGEST_MISMATCH))
         retry += [(entry_id, Status.NO_SUCH_ENTRY.name) for entry_id in event.missing]
-        return self._retry(event.bookie, retry) + self._deliver()
+        return self._retry(bookie, retry) + self._deliver()
 
     def _on_failed(self, event: ev.ReadFailed) -> list:
         if event.status == Status.UNAUTHORIZED:

@@ -219,9 +219,10 @@ class EntryLogs:
         An active log that is dead, or mostly dead and at least a quarter full, is rotated first so
         it can be removed or compacted like the others.
         """
-        if self._classify(ratio)[0]:
+        rotate, dead, sparse = self._classify(ratio)
+        if rotate:
             self.rotate()
-        _, dead, sparse = self._classify(ratio)
+            _, dead, sparse = self._classify(ratio)      # the rotated log is now one of the others
         return dead, sparse
 
     def reclaimable(self, ratio: float) -> bool:

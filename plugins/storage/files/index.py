@@ -106,15 +106,8 @@ class LedgerIndex:
             found.append(None if location[0] == 0 else location)
         return found
 
-    def stage(self, ledger_id: int, entry_id: int, location: tuple[int, int, int]) -> None:
-        """stage records an entry's location; `flush` writes it."""
-        self._staged.setdefault(ledger_id, {})[entry_id] = SLOT.pack(*location)
-        self._staged_count += 1
-        if self._staged_count >= _FLUSH_AT:
-            self.flush()
-
-    def stage_many(self, ledger_id: int, slots: dict[int, bytes]) -> None:
-        """stage_many is `stage` for many entries of one ledger: packed SLOT bytes by entry id (kept, not copied)."""
+    def stage(self, ledger_id: int, slots: dict[int, bytes]) -> None:
+        """stage records entries' locations, packed SLOT bytes by entry id (kept, not copied); `flush` writes them."""
         staged = self._staged.get(ledger_id)
         if staged is None:
             self._staged[ledger_id] = slots

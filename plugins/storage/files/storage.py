@@ -470,9 +470,9 @@ class FileStorage:
             pos += head + length
         usage = self._logs.usage[log_id]
         for ledger_id, ledger_slots in slots.items():
-            index.stage_many(ledger_id, ledger_slots)
+            index.stage(ledger_id, ledger_slots)
             usage[ledger_id] = usage.get(ledger_id, 0) + sizes[ledger_id]
-        self._index.flush()
+        index.flush()
         return count
 
     # -- plumbing -------------------------------------------------------------------------
