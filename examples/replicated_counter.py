@@ -27,4 +27,5 @@ with walkit.LocalCluster(bookies=3, data_dir="counter-data") as cluster:
     for node in nodes:
         node.read_barrier()                     # everything acknowledged so far is applied here
         print(node.node_id, "leader" if node.is_leader else "follower", node.machine.value)
+    for node in nodes:                          # after the prints: closing the leader hands leadership on
         node.close()
