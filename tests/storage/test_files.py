@@ -19,6 +19,8 @@ from walkit.plugins.storage.files import FileStorage
 from walkit.plugins.storage.files import checkpoint as checkpoint_format
 from walkit.plugins.storage.files import index as index_module
 from walkit.plugins.storage.files import journal as journal_format
+from walkit.plugins.storage.files.disk import numbered_files
+from walkit.plugins.storage.files.entrylog import log_path
 from walkit.testing.crash import kill_self, run_in_child
 from walkit.testing.storage import EntryStorageConformance, Workload, payload
 from walkit.wire.codec import decode_responses, encode_requests
@@ -32,10 +34,10 @@ class TestFilesConformance(EntryStorageConformance):
 
 
 def journal_of(path: str) -> str:
-    """journal_of returns the one journal file a files storage directory holds."""
-    files = journal_format.journal_files(os.path.join(path, "journal"))
-    assert len(files) == 1, files
-    return files[0][1]
+    """journal_of returns the end of a files storage's journal: its highest-numbered entry log."""
+    files = numbered_files(os.path.join(path, "logs"), "log", 8)
+    assert files, "no entry log"
+    return files[-1][1]
 
 
 def folder_bytes(path: str) -> int:
@@ -210,8 +212,8 @@ def test_corruption_before_later_journal_data_is_refused(tmp_path):
         byte = f.read(1)
         f.seek(20)
         f.write(bytes([byte[0] ^ 0xFF]))
-    seq = journal_format.journal_files(os.path.join(path, "journal"))[0][0]
-    with open(journal_format.journal_path(os.path.join(path, "journal"), seq + 1), "wb") as f:
+    last = numbered_files(os.path.join(path, "logs"), "log", 8)[-1][0]
+    with open(log_path(os.path.join(path, "logs"), last + 1), "wb") as f:
         f.write(_put_record(1, 999, b"later"))
     with pytest.raises(StorageError, match="refusing to drop synced records"):
         FileStorage(path)
@@ -232,7 +234,7 @@ def test_group_commit_is_one_fdatasync_per_sync(tmp_path, monkeypatch):
     storage.close()
 
 
-def test_checkpoints_rotate_the_journal_by_size_and_time(tmp_path):
+def test_checkpoints_run_by_bytes_written_and_by_time(tmp_path):
     path = str(tmp_path / "s")
     storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
     for group in range(40):
@@ -241,7 +243,6 @@ def test_checkpoints_rotate_the_journal_by_size_and_time(tmp_path):
         storage.sync()
         storage.wait_for_checkpoint()                        # checkpoints run in the background
     assert storage.checkpoints >= 10                        # 800 KB of journal, one per 50 KB
-    journal_of(path)                                         # the older journal files are gone
     before = storage.checkpoints
     storage.put(1, 10_000, b"x")
     storage._last_checkpoint -= 1e10                         # as if checkpoint_s had passed
@@ -286,15 +287,15 @@ def test_a_background_checkpoint_leaves_the_syncs_to_go_on_meanwhile(tmp_path, m
         storage.close()
 
 
-@pytest.mark.parametrize("crash_point", ["fsynced", "saved", "removed"])
+@pytest.mark.parametrize("crash_point", ["fsynced", "saved", "log started"])
 def test_a_crash_during_a_background_checkpoint_loses_no_synced_entry(tmp_path, crash_point):
     path = str(tmp_path / "s")
 
     def work(report):
         from walkit.plugins.storage.files import storage as storage_module
-        storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
+        storage = FileStorage(path, journal_max_mb=0.05, entrylog_max_mb=0.12, checkpoint_s=1e9)
         owner, name = {"fsynced": (storage_module, "fsync_all"), "saved": (checkpoint_format, "save"),
-                       "removed": (storage._journal, "remove_before")}[crash_point]
+                       "log started": (storage._logs, "rotate")}[crash_point]
         original, calls = getattr(owner, name), [0]
 
         def crash(*args):
@@ -336,7 +337,7 @@ def test_restart_replays_only_the_journal_after_the_checkpoint(tmp_path):
                 storage.sync()
         storage.set_ledger_state(2, LedgerState(fenced=True, master_key=b"k"))
         storage.sync()
-        report(len(journal_format.journal_files(os.path.join(path, "journal"))))
+        report(len(numbered_files(os.path.join(path, "logs"), "log", 8)))
     reports, how = run_in_child(work)
     assert how == "exit 0" and reports == [1]
     storage = FileStorage(path)
@@ -421,7 +422,7 @@ def test_a_crash_inside_a_compacting_checkpoint_loses_nothing(tmp_path, crash_po
         storage.delete_ledger(1)
         storage.delete_ledger(2)
         storage.sync()
-        owner, name = {"copied": (storage._logs, "fsync"), "rotated": (storage._journal, "rotate"),
+        owner, name = {"copied": (storage._index, "fsync"), "rotated": (storage._logs, "rotate"),
                        "saved": (checkpoint_format, "save")}[crash_point]
         original = getattr(owner, name)
 
@@ -626,5 +627,107 @@ def test_random_groups_with_deletes_read_back_live_and_after_a_crash(tmp_path, s
     try:
         assert storage.replayed_records > 0
         _matches(storage, *_model_after(groups))
+    finally:
+        storage.close()
+
+
+def test_every_entry_byte_is_written_to_disk_once(tmp_path, monkeypatch):
+    """Issue 20: the entry logs are the journal, so a synced entry is not copied a second time."""
+    storage = FileStorage(str(tmp_path / "s"), checkpoint_s=1e9)
+    written = [0]
+    real_write, real_pwrite = os.write, os.pwrite
+    monkeypatch.setattr(os, "write", lambda fd, data: (written.__setitem__(0, written[0] + len(data)),
+                                                       real_write(fd, data))[1])
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, at: (written.__setitem__(0, written[0] + len(data)),
+                                                            real_pwrite(fd, data, at))[1])
+    entries = 0
+    for group in range(40):
+        storage.put_many(group % 4, [(e, payload(group % 4, e, 1024)) for e in range(group * 50, group * 50 + 50)])
+        storage.sync()
+        entries += 50
+    monkeypatch.undo()
+    record = 1024 + 9 + 16                                   # a PUT record: header, ids, data
+    # The records once, plus index slots read-patch-written per group (16 bytes a slot).
+    assert entries * record <= written[0] <= entries * (record + 16) * 1.1
+    assert not os.path.exists(os.path.join(str(tmp_path / "s"), "journal"))
+    storage.close()
+
+
+def _legacy_data(ledger_id: int, entry_id: int) -> bytes:
+    """_legacy_data is what tests/storage/data/files-v1-crashed.tar.gz stores as (ledger, entry)."""
+    return (f"ledger {ledger_id} entry {entry_id} ".encode() * 20)[:100 + (ledger_id * 7 + entry_id * 13) % 300]
+
+
+def _unpack_legacy(tmp_path) -> str:
+    """_unpack_legacy unpacks a version 1 storage copied from a running bookie (a crash image).
+
+    It was written before the entry logs became the journal: ledgers 1-4 with 30 entries each,
+    states for ledgers 2 and 3, ledger 4 deleted, a checkpoint; then entries 30-49 of ledgers
+    1-3, entries 0-9 of ledger 5 and a state for ledger 1, synced to the journal only.
+    """
+    import tarfile
+    with tarfile.open(os.path.join(os.path.dirname(__file__), "data", "files-v1-crashed.tar.gz")) as tar:
+        tar.extractall(tmp_path, filter="data")
+    return str(tmp_path / "bookie")
+
+
+def _check_legacy(storage) -> None:
+    assert storage.ledgers() == [1, 2, 3, 5]
+    for ledger_id, last in ((1, 49), (2, 49), (3, 49), (5, 9)):
+        assert storage.last_entry(ledger_id) >= last
+        assert storage.get_many(ledger_id, list(range(last + 1))) == [_legacy_data(ledger_id, e)
+                                                                       for e in range(last + 1)]
+    assert storage.get(4, 0) is None
+    assert storage.ledger_state(1) == LedgerState(fenced=True, master_key=b"k1")
+    assert storage.ledger_state(2) == LedgerState(fenced=True, master_key=b"k2", explicit_lac=7)
+    assert storage.ledger_state(3) == LedgerState(master_key=b"k3", term=5)
+
+
+def test_a_version_1_storage_is_carried_over_with_everything_its_journal_held(tmp_path, caplog):
+    path = _unpack_legacy(tmp_path)
+    with caplog.at_level(logging.INFO, logger="walkit.storage"):
+        storage = FileStorage(path)
+    try:
+        assert any("carried over from version 1" in r.getMessage() for r in caplog.records)
+        assert not os.path.exists(os.path.join(path, "journal"))
+        assert checkpoint_format.load(path).version == checkpoint_format.VERSION
+        _check_legacy(storage)
+        assert storage.last_entry(5) == 9
+        storage.put(5, 10, b"after the upgrade")
+        storage.sync()
+    finally:
+        storage.close()
+    storage = FileStorage(path)
+    try:
+        _check_legacy(storage)
+        assert storage.get(5, 10) == b"after the upgrade" and storage.last_entry(5) == 10
+    finally:
+        storage.close()
+
+
+@pytest.mark.parametrize("kill_at", [1, 2])
+def test_a_crash_while_carrying_a_version_1_storage_over_loses_nothing(tmp_path, kill_at):
+    """A kill after the first journal chunk is copied, or after the version 2 checkpoint is saved."""
+    path = _unpack_legacy(tmp_path)
+
+    def work(report):
+        from walkit.plugins.storage.files import entrylog
+        owner, name = (entrylog.EntryLogs, "commit") if kill_at == 1 else (checkpoint_format, "save")
+        original = getattr(owner, name)
+
+        def crash(*args):
+            result = original(*args)
+            kill_self()
+            return result
+        setattr(owner, name, crash)
+        report(0)
+        FileStorage(path)
+    reports, how = run_in_child(work)
+    assert how == "killed" and reports == [0]
+    assert os.listdir(os.path.join(path, "journal"))          # killed before the old journal was deleted
+    storage = FileStorage(path)
+    try:
+        _check_legacy(storage)
+        assert not os.path.exists(os.path.join(path, "journal"))
     finally:
         storage.close()

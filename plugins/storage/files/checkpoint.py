@@ -2,13 +2,18 @@
 
 The file ``checkpoint`` is one header line and a JSON body::
 
-    walkit-files-checkpoint 1 <crc32c of the body, 8 hex digits>
-    {"journal": [seq, offset], "active_log": id, "logs": {...}, "ledgers": {...}}
+    walkit-files-checkpoint 2 <crc32c of the body, 8 hex digits>
+    {"replay": [log id, offset], "logs": {...}, "ledgers": {...}}
 
-It names the journal position from which replay starts (everything before it is in the entry
-logs and indexes, fsynced), the active entry log, every live log with its per-ledger byte
-counts, and each ledger's summary: last entry id and state (fenced, master key, explicit LAC, term).
-It is replaced atomically: written to ``checkpoint.tmp``, fsynced, renamed, directory fsynced.
+It names the position in the entry logs (which are the journal) from which replay starts:
+every index slot of an entry before it is fsynced. It lists every live log with its per-ledger
+byte counts, and each ledger's summary: last entry id and state (fenced, master key, explicit
+LAC, term). It is replaced atomically: written to ``checkpoint.tmp``, fsynced, renamed,
+directory fsynced.
+
+Version 1 (walkit before the entry logs became the journal) named a position in separate
+journal files, ``{"journal": [seq, offset], "active_log": id, ...}``; it is still read, so a
+storage written by it is recovered and carried over (see storage.py).
 """
 
 from __future__ import annotations
@@ -23,15 +28,22 @@ from walkit.core.bookie import LedgerState
 from walkit.errors import StorageError
 from walkit.plugins.storage.files.disk import fsync_dir
 
-_MAGIC = "walkit-files-checkpoint 1"
+_MAGIC = "walkit-files-checkpoint"
+VERSION = 2
 
 
 @dataclass
 class Checkpoint:
-    """Checkpoint is the durable starting point of recovery (see the module doc)."""
+    """Checkpoint is the durable starting point of recovery (see the module doc).
 
-    journal_seq: int = 1
-    journal_offset: int = 0
+    `replay_log` and `replay_offset` say where replay starts: an entry log (version 2) or a
+    journal file (version 1, which also names its `active_log`). Without a checkpoint, replay
+    starts at log 0, offset 0: at the first log there is.
+    """
+
+    version: int = VERSION
+    replay_log: int = 0
+    replay_offset: int = 0
     active_log: int = 1
     log_totals: dict[int, int] = field(default_factory=dict)
     log_usage: dict[int, dict[int, int]] = field(default_factory=dict)
@@ -39,29 +51,32 @@ class Checkpoint:
 
     def encode(self) -> bytes:
         """encode returns the checkpoint file's bytes."""
+        assert self.version == VERSION, "only the current checkpoint version is written"
         body = json.dumps({
-            "journal": [self.journal_seq, self.journal_offset],
-            "active_log": self.active_log,
+            "replay": [self.replay_log, self.replay_offset],
             "logs": {str(log_id): [total, {str(k): v for k, v in self.log_usage.get(log_id, {}).items()}]
                      for log_id, total in self.log_totals.items()},
             "ledgers": {str(ledger_id): [last, int(state.fenced), state.master_key.hex(), state.explicit_lac,
                                          state.term, *state.truncated]
                         for ledger_id, (last, state) in self.ledgers.items()},
         }, separators=(",", ":")).encode()
-        return f"{_MAGIC} {crc32c(body):08x}\n".encode() + body
+        return f"{_MAGIC} {VERSION} {crc32c(body):08x}\n".encode() + body
 
     @classmethod
     def decode(cls, raw: bytes, path: str) -> "Checkpoint":
         """decode parses a checkpoint file's bytes, raising StorageError if they do not verify."""
         header, _, body = raw.partition(b"\n")
         magic, _, crc = header.decode("ascii", "replace").rpartition(" ")
-        if magic != _MAGIC or crc != f"{crc32c(body):08x}":
+        magic, _, version = magic.rpartition(" ")
+        if magic != _MAGIC or version not in ("1", "2") or crc != f"{crc32c(body):08x}":
             raise StorageError(f"checkpoint {path} is corrupt (bad header or checksum); the storage cannot "
                                f"be recovered safely")
         doc = json.loads(body)
         logs = {int(k): v for k, v in doc["logs"].items()}
+        replay = doc["journal"] if version == "1" else doc["replay"]
         return cls(
-            journal_seq=doc["journal"][0], journal_offset=doc["journal"][1], active_log=doc["active_log"],
+            version=int(version), replay_log=replay[0], replay_offset=replay[1],
+            active_log=doc.get("active_log", replay[0]),
             log_totals={log_id: total for log_id, (total, _) in logs.items()},
             log_usage={log_id: {int(k): v for k, v in usage.items()} for log_id, (_, usage) in logs.items()},
             ledgers={int(k): (last, LedgerState(fenced=bool(fields[0]), master_key=bytes.fromhex(fields[1]),

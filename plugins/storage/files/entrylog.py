@@ -1,12 +1,12 @@
-"""walkit.plugins.storage.files.entrylog keeps entries in rotating entry-log files.
+"""walkit.plugins.storage.files.entrylog keeps entries in rotating entry-log files, which are the journal.
 
-An entry log ``logs/<id as 8 hex digits>.log`` holds journal records (journal.py) exactly as the
-journal has them: a group commit's buffer is appended to the active log with one write after the
-journal synced it. The PUT records are the entries (an index slot points at one); STATE and
-DELETE records ride along and are skipped. Logs are not fsynced per group: the journal makes
-entries durable, and a checkpoint fsyncs the logs before the journal that covers them is dropped.
-Each record carries its ledger and entry ids and a crc, so reads are checked and compaction can
-tell live records from dead ones with the index alone.
+An entry log ``logs/<id as 8 hex digits>.log`` is a sequence of journal records (journal.py). A
+group commit's buffer is written to the end of the active log and made durable with one
+``os.fdatasync`` (`commit`): the entry log is the write-ahead journal, so every byte is written
+once. The PUT records are the entries (an index slot points at one); STATE and DELETE records
+ride along and are skipped by reads. Each record carries its ledger and entry ids and a crc, so
+reads are checked and compaction can tell live records from dead ones with the index alone.
+A log past `max_bytes` is finished and the next one starts (its name made durable first).
 
 `EntryLogs` also keeps, per log, the bytes written for each ledger (BookKeeper's
 EntryLogMetadata): a log whose ledgers were all deleted can be removed, and a mostly dead one
@@ -20,7 +20,7 @@ from collections import OrderedDict
 from typing import Iterator
 
 from walkit.errors import StorageError
-from walkit.plugins.storage.files.disk import fsync_all, numbered_files, numbered_path
+from walkit.plugins.storage.files.disk import fsync_dir, numbered_files, numbered_path
 from walkit.plugins.storage.files.journal import HEADER, PUT, PUT_IDS, RecordFile, records, verify
 
 _DATA = HEADER.size + PUT_IDS.size      # where an entry's data starts in its record
@@ -34,10 +34,10 @@ def log_path(folder: str, log_id: int) -> str:
 
 
 class EntryLogs:
-    """EntryLogs appends entries to the active log, reads them back, and accounts for live bytes."""
+    """EntryLogs commits group buffers to the active log, reads entries back, and accounts for live bytes."""
 
     def __init__(self, folder: str, max_bytes: int, open_files: int) -> None:
-        """__init__ prepares the logs in `folder`; `restore` opens them."""
+        """__init__ prepares the logs in `folder`; `restore` or `restore_legacy` opens them."""
         self.folder = folder
         self.max_bytes = max_bytes
         self.open_files = open_files
@@ -46,35 +46,71 @@ class EntryLogs:
         self.totals: dict[int, int] = {}            # log id -> bytes written
         self.usage: dict[int, dict[int, int]] = {}  # log id -> ledger id -> bytes written
         self._fd = -1
-        self._unsynced: set[int] = set()
         self._readers: OrderedDict[int, int] = OrderedDict()
-        self._names_changed = False
 
     # -- lifecycle ------------------------------------------------------------------------
-    def restore(self, active: int, size: int, totals: dict[int, int], usage: dict[int, dict[int, int]]) -> None:
-        """restore reopens the logs as a checkpoint left them.
+    def restore(self, totals: dict[int, int], usage: dict[int, dict[int, int]],
+                replay_log: int, replay_offset: int) -> list[tuple[int, str, int]]:
+        """restore reopens the logs as a checkpoint left them and returns what to replay.
 
-        Logs the checkpoint does not list (compacted away, or begun after it) are deleted and the
-        active log is cut back to its checkpointed size; journal replay then rewrites the rest.
+        The checkpoint lists every finished log before `replay_log`; an unlisted log before it
+        was removed by compaction after the checkpoint (the crash came before the unlink) and is
+        deleted now. Logs from `replay_log` on hold the journal written since the checkpoint:
+        the returned (log id, path, offset) say where replay reads them, `replay_offset` into the
+        first. After replay, `resume` makes the last one the active log.
+        """
+        self.totals, self.usage = dict(totals), {k: dict(v) for k, v in usage.items()}
+        replay = []
+        for log_id, path in numbered_files(self.folder, "log", 8):
+            if log_id >= replay_log:
+                offset = replay_offset if log_id == replay_log else 0
+                if os.path.getsize(path) < offset:
+                    raise StorageError(f"entry log {path} is shorter than its checkpoint says ({offset} bytes); "
+                                       f"the storage cannot be recovered safely")
+                replay.append((log_id, path, offset))
+                self.totals.setdefault(log_id, 0)
+                self.usage.setdefault(log_id, {})
+            elif log_id not in self.totals:
+                os.unlink(path)
+        if replay_offset and not any(log_id == replay_log for log_id, _, _ in replay):
+            raise StorageError(f"entry log {log_path(self.folder, replay_log)}, where the checkpoint starts replay, "
+                               f"is missing; the storage cannot be recovered safely")
+        return replay
+
+    def resume(self) -> None:
+        """resume opens the highest-numbered log (a new one if there is none) as the active log, at its end."""
+        for log_id, path in numbered_files(self.folder, "log", 8):
+            self.totals[log_id] = os.path.getsize(path)
+            self.usage.setdefault(log_id, {})
+        self._open_active(max(self.totals, default=1))
+
+    def restore_legacy(self, active: int, size: int, totals: dict[int, int], usage: dict[int, dict[int, int]]) -> None:
+        """restore_legacy reopens the logs as a version-1 checkpoint left them, to replay its separate journal.
+
+        Version 1 wrote every entry twice, to journal files and then to the entry logs; logs the
+        checkpoint does not list are deleted and the active log is cut back to its checkpointed
+        size, so replaying the old journal (`commit` of each chunk) rewrites the rest.
         """
         self.totals, self.usage = dict(totals), {k: dict(v) for k, v in usage.items()}
         for log_id, path in numbered_files(self.folder, "log", 8):
             if log_id != active and log_id not in self.totals:
                 os.unlink(path)
-                self._names_changed = True
-        self._open_active(active)
-        if os.fstat(self._fd).st_size > size:
-            os.ftruncate(self._fd, size)
-            self._unsynced.add(active)
-        self.size = size
         self.totals[active] = size
         self.usage.setdefault(active, {})
+        self._open_active(active)
+        if self.size > size:
+            os.ftruncate(self._fd, size)
+            os.fsync(self._fd)
+            self.size = size
 
     def _open_active(self, log_id: int) -> None:
-        """_open_active opens (creating if needed) log `log_id` as the active log."""
+        """_open_active opens (creating if needed) log `log_id` as the active log and makes its name durable."""
         self.active = log_id
         self._fd = os.open(log_path(self.folder, log_id), os.O_RDWR | os.O_CREAT, 0o644)
-        self._names_changed = True
+        self.size = os.fstat(self._fd).st_size
+        self.totals[log_id] = self.size
+        self.usage.setdefault(log_id, {})
+        fsync_dir(self.folder)
 
     def close(self) -> None:
         """close closes every file."""
@@ -85,53 +121,36 @@ class EntryLogs:
             os.close(self._readers.popitem()[1])
 
     # -- writing --------------------------------------------------------------------------
-    def append(self, view: memoryview) -> tuple[int, int]:
-        """append writes verified records to the active log (no fsync) and returns (log id, offset).
+    def commit(self, buffer: bytes | bytearray) -> tuple[int, int]:
+        """commit writes a group of records to the active log durably (write + fdatasync); returns (log id, offset).
 
-        A group is never split: the log rotates first if it would pass `max_bytes`.
+        A group is never split: the log rotates first if it would pass `max_bytes`. On any
+        error the log is cut back to its previous size, so no partial record stays in the
+        middle of it, and the error is raised.
         """
-        if self.size and self.size + len(view) > self.max_bytes:
+        if self.size and self.size + len(buffer) > self.max_bytes:
             self.rotate()
         offset = self.size
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self._fd, view[written:], offset + written)
-        self.size += len(view)
+        view = memoryview(buffer)
+        try:
+            written = 0
+            while written < len(view):
+                written += os.pwrite(self._fd, view[written:], offset + written)
+            os.fdatasync(self._fd)
+        except BaseException:
+            os.ftruncate(self._fd, offset)
+            raise
+        finally:
+            view.release()
+        self.size = offset + len(buffer)
         self.totals[self.active] = self.size
-        self._unsynced.add(self.active)
         return self.active, offset
 
     def rotate(self) -> None:
         """rotate finishes the active log and starts the next one."""
-        self._unsynced.add(self.active)
         self._readers[self.active] = self._fd      # the old active log stays open for reads
         self._trim_readers()
         self._open_active(self.active + 1)
-        self.size = 0
-        self.totals[self.active] = 0
-        self.usage[self.active] = {}
-
-    def fsync(self) -> None:
-        """fsync makes every log written since the last fsync durable, and new or removed names."""
-        fsync_all(*self.take_unsynced())
-
-    def take_unsynced(self) -> tuple[list[int], list[str]]:
-        """take_unsynced hands over what `fsync` would make durable, and forgets it.
-
-        It returns new descriptors of every log written since (the caller fsyncs and closes
-        them, on any thread: this object's own descriptors may close meanwhile) and the folder
-        if names changed.
-        """
-        fds = []
-        for log_id in sorted(self._unsynced):
-            if log_id == self.active:
-                fds.append(os.dup(self._fd))
-            elif log_id in self.totals:
-                fds.append(os.open(log_path(self.folder, log_id), os.O_RDONLY))
-        self._unsynced.clear()
-        folders = [self.folder] if self._names_changed else []
-        self._names_changed = False
-        return fds, folders
 
     # -- reading --------------------------------------------------------------------------
     def _reader(self, log_id: int) -> int:
@@ -246,7 +265,11 @@ class EntryLogs:
         return rotate, sorted(dead), sorted(sparse)
 
     def remove(self, log_ids: list[int]) -> int:
-        """remove deletes finished logs (after a checkpoint that no longer lists them); returns bytes freed."""
+        """remove deletes finished logs (after a checkpoint that no longer lists them); returns bytes freed.
+
+        The unlinks need no fsync: a log that comes back after a crash is unlisted and lies before
+        the checkpoint's replay position, so `restore` deletes it again.
+        """
         freed = 0
         for log_id in log_ids:
             assert log_id != self.active, "the active entry log cannot be removed"
@@ -261,6 +284,4 @@ class EntryLogs:
                 pass
             self.totals.pop(log_id, None)
             self.usage.pop(log_id, None)
-            self._unsynced.discard(log_id)
-            self._names_changed = True
         return freed

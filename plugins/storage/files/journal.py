@@ -1,6 +1,6 @@
-"""walkit.plugins.storage.files.journal is the bookie's write-ahead journal: checksummed records.
+"""walkit.plugins.storage.files.journal is the bookie's write-ahead journal format: checksummed records.
 
-A journal file ``journal/<seq as 16 hex digits>.journal`` is a sequence of records::
+The journal is the sequence of entry logs (entrylog.py), each a sequence of records::
 
     length u32 | crc32c u32 | type u8 | payload[length]          (little-endian)
 
@@ -12,23 +12,25 @@ bits are all caught. Payloads:
             (flags: 1 fenced, 2 a term follows, 4 the last truncation's term and id follow)
     DELETE  ledger i64
 
-`encode_*` append records to the in-memory group-commit buffer; `JournalWriter.commit` writes the
+`encode_*` append records to the in-memory group-commit buffer; `EntryLogs.commit` writes the
 buffer and calls ``os.fdatasync`` once (the group commit). `verify` checks a buffer of records
 and stops at the first that is short or does not verify (its `problem` says why); `records`
 walks a verified buffer; `RecordFile` reads a file's good records in chunks.
-Entry logs (entrylog.py) hold the same PUT records, so one parser serves both.
+
+Version 1 of the storage kept the same records in separate journal files,
+``journal/<seq as 16 hex digits>.journal``, and copied them into the entry logs after each sync;
+`journal_files` lists such files, so a storage written by it can be replayed and carried over.
 """
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import Iterator, NamedTuple
 
 from crc32c import crc32c
 
 from walkit.core.bookie import LedgerState
-from walkit.plugins.storage.files.disk import fsync_dir, numbered_files, numbered_path
+from walkit.plugins.storage.files.disk import numbered_files
 
 PUT, STATE, DELETE = 1, 2, 3
 KINDS = frozenset((PUT, STATE, DELETE))
@@ -162,7 +164,7 @@ def records(view: memoryview) -> Iterator[tuple[int, int, int]]:
 
 
 class RecordFile:
-    """RecordFile reads the good records of a journal or entry-log file, from `start`, in chunks.
+    """RecordFile reads the good records of an entry log (or version 1 journal file), from `start`, in chunks.
 
     `chunks()` yields (view, file offset) for runs of whole, verified records; a view is valid
     until the next one is asked for. Afterwards `end` is the end of the last good record and
@@ -198,63 +200,5 @@ class RecordFile:
 
 
 def journal_files(folder: str) -> list[tuple[int, str]]:
-    """journal_files lists (sequence number, path) of the journal files in `folder`, oldest first."""
+    """journal_files lists (sequence number, path) of version 1's journal files in `folder`, oldest first."""
     return numbered_files(folder, "journal", 16)
-
-
-def journal_path(folder: str, seq: int) -> str:
-    """journal_path names journal file number `seq` in `folder`."""
-    return numbered_path(folder, seq, "journal", 16)
-
-
-class JournalWriter:
-    """JournalWriter appends group-commit buffers to the current journal file, one fdatasync each."""
-
-    def __init__(self, folder: str, seq: int) -> None:
-        """__init__ opens (creating if needed) journal file `seq` in `folder` for appending."""
-        self.folder = folder
-        self.seq = seq
-        self.fd = os.open(journal_path(folder, seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
-        fsync_dir(folder)
-
-    def commit(self, buffer: bytes | bytearray) -> None:
-        """commit writes `buffer` and returns once it is on stable storage (write + fdatasync).
-
-        On any error the file is cut back to its previous size, so no partial record stays in
-        the middle of the journal, and the error is raised.
-        """
-        start = self.size
-        view = memoryview(buffer)
-        try:
-            written = 0
-            while written < len(view):
-                written += os.write(self.fd, view[written:])
-            os.fdatasync(self.fd)
-        except BaseException:
-            os.ftruncate(self.fd, start)
-            raise
-        finally:
-            view.release()
-        self.size = start + len(buffer)
-
-    def rotate(self) -> None:
-        """rotate starts the next journal file (its name made durable); the old one stays until removed."""
-        os.close(self.fd)
-        self.seq += 1
-        self.fd = os.open(journal_path(self.folder, self.seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = 0
-        fsync_dir(self.folder)
-
-    def remove_before(self, seq: int) -> int:
-        """remove_before deletes the journal files numbered below `seq` and returns how many."""
-        removed = 0
-        for number, path in journal_files(self.folder):
-            if number < seq:
-                os.unlink(path)
-                removed += 1
-        return removed
-
-    def close(self) -> None:
-        """close closes the current journal file."""
-        os.close(self.fd)

@@ -4,36 +4,41 @@ The directory holds::
 
     LOCK                 flock'ed while open: one storage per directory
     checkpoint           where recovery starts (checkpoint.py)
-    journal/*.journal    the write-ahead journal (journal.py)
-    logs/*.log           entry logs (entrylog.py)
+    logs/*.log           entry logs, which are the write-ahead journal (entrylog.py, journal.py)
     index/*.idx          one index file per ledger (index.py)
 
 Writes. `put`, `set_ledger_state` and `delete_ledger` encode a journal record into the group
-buffer and update the in-memory view (pending entries, per-ledger summary). `sync()` writes the
-buffer to the journal with one ``os.fdatasync`` (the group commit), and only then applies it:
-the same bytes are appended to the active entry log (one write) and each entry's slot to its
-ledger's index file, both without fsync. So everything in the entry logs and indexes is already
-durable in the journal. A put past `write_buffer_mb` (or 65,536 unsynced entries) syncs early.
+buffer and update the in-memory view (pending entries, per-ledger summary). `sync()` appends the
+buffer to the active entry log with one ``os.fdatasync`` (the group commit), and only then
+writes each entry's slot, pointing into that log, to its ledger's index file without fsync. The
+entry logs are the journal: every byte is written to disk once, and everything the indexes say
+is already durable in the logs. A put past `write_buffer_mb` (or 65,536 unsynced entries)
+syncs early.
 
 Checkpoints. On `compact()` when an entry log can be reclaimed, on `checkpoint()` and on
 `close()`: reclaim entry logs of deleted ledgers (copying the live entries of mostly dead logs
-forward through the journal), fsync the entry logs, index files and their directories, start a
-new journal file, and atomically write a checkpoint naming it plus every ledger's summary and
-every live log. Older journal files and reclaimed logs are then deleted. Every
-`journal_max_mb` of journal or `checkpoint_s` seconds (checked at `sync()`) a checkpoint runs
-in the background instead, so adds never wait for it: `sync()` starts a new journal file and
-notes the summaries (everything in the older journal files is in the entry logs and indexes by
-then), and a thread fsyncs the logs and indexes written so far (through descriptors of its own),
-writes the checkpoint and deletes the older journal files. One runs at a time;
-`wait_for_checkpoint()` waits for it, and a failure fails the storage as a synchronous one does.
+forward through the journal), fsync the index files and their directory, and atomically write
+a checkpoint naming the end of the active log as the replay position, plus every ledger's
+summary and every live log. Reclaimed logs are then deleted. Every `journal_max_mb` written
+since the last checkpoint, or `checkpoint_s` seconds (checked at `sync()`), a checkpoint runs
+in the background instead, so adds never wait for it: `sync()` notes the position and the
+summaries, and a thread fsyncs the index files written so far (through descriptors of its own)
+and writes the checkpoint. One runs at a time; `wait_for_checkpoint()` waits for it, and a
+failure fails the storage as a synchronous one does.
 
-Recovery (on open). Load the checkpoint; delete entry logs it does not list and cut the active
-log back to its checkpointed size; delete index files of ledgers it does not know; replay the
-journal from the checkpoint (appending entries to the entry logs again and rewriting their
-slots, which makes replay idempotent). A record that is short or fails its crc ends the journal:
-the file is truncated there and a warning names the file and offset. A record that verifies but
-cannot be applied (an id no index can hold, an index write that fails) is reported and skipped:
-it was never acknowledged, because the sync that wrote it failed for its ledger. Then checkpoint.
+Recovery (on open). Load the checkpoint; delete entry logs before its replay position that it
+does not list (reclaimed, the crash came before the unlink); delete index files of ledgers it
+does not know; replay the logs from the replay position, rewriting each entry's slot (which
+makes replay idempotent) and the summaries. A record that is short or fails its crc ends the
+journal: the log is truncated there and a warning names the file and offset. A record that
+verifies but cannot be applied (an id no index can hold, an index write that fails) is reported
+and skipped: it was never acknowledged, because the sync that wrote it failed for its ledger.
+Then checkpoint.
+
+Version 1. walkit before 2026-11 kept a separate ``journal/`` directory and copied every
+entry from it into the entry logs (so every byte was written twice). Such a directory is
+recovered the old way once, by replaying its journal into the entry logs, then checkpointed
+as version 2 and its journal files deleted.
 
 Failures. Entry ids above `max_entry_id` are refused by `put`. If the index slots of some
 ledgers cannot be written at a sync, `sync()` raises LedgerStorageError naming them after
@@ -55,12 +60,12 @@ import time
 from walkit.core.bookie import LedgerState
 from walkit.errors import ConfigError, LedgerStorageError, StorageError
 from walkit.plugins.storage.files import checkpoint as checkpoints
-from walkit.plugins.storage.files.disk import fsync_all
+from walkit.plugins.storage.files.disk import fsync_all, fsync_dir
 from walkit.plugins.storage.files.entrylog import EntryLogs
 from walkit.plugins.storage.files.index import MAX_ENTRY_ID, SLOT, LedgerIndex
 from walkit.plugins.storage.files.journal import (
-    HEADER, MAX_RECORD, PUT, PUT_IDS, STATE, JournalWriter, RecordFile, decode_delete, decode_state, encode_delete,
-    encode_put, encode_puts, encode_state, journal_files,
+    HEADER, MAX_RECORD, PUT, PUT_IDS, STATE, RecordFile, decode_delete, decode_state, encode_delete, encode_put,
+    encode_puts, encode_state, journal_files,
 )
 from walkit.plugins.storage.options import Option, check_options, split_uri
 
@@ -70,7 +75,7 @@ _MB = 1 << 20
 _MAX_PENDING_ENTRIES = 1 << 16          # put() syncs early past this many unsynced entries
 
 OPTIONS = {
-    "journal_max_mb": Option(float, 64),          # checkpoint (and start a new journal) past this size
+    "journal_max_mb": Option(float, 64),          # checkpoint once this much was written since the last
     "checkpoint_s": Option(float, 30),            # ... or this long after the previous checkpoint
     "entrylog_max_mb": Option(float, 128),        # start a new entry log past this size
     "compact_ratio": Option(float, 0.5, minimum=0, maximum=1, exclusive_minimum=False),
@@ -123,9 +128,9 @@ class FileStorage:
         self._in_checkpoint = False
         self._checkpointer: threading.Thread | None = None      # the background checkpoint, while it runs
         self._last_checkpoint = time.monotonic()
-        self._journal: JournalWriter | None = None
+        self._since_checkpoint = 0                        # bytes committed since the last checkpoint's position
         try:
-            for name in ("journal", "logs", "index"):
+            for name in ("logs", "index"):
                 os.makedirs(os.path.join(path, name), exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"files storage: cannot create {path!r}: {exc.strerror}") from None
@@ -200,10 +205,11 @@ class FileStorage:
             return {}
         buffer, self._buffer = self._buffer, bytearray()
         try:
-            self._journal.commit(buffer)
+            log_id, base = self._logs.commit(buffer)
             self.fsyncs += 1
+            self._since_checkpoint += len(buffer)
             with memoryview(buffer) as view:
-                self._apply(view, replay=False)
+                self._apply(view, log_id, base, replay=False)
         except BaseException as exc:
             self._failed = exc
             raise StorageError(f"files storage {self.path}: sync failed: {exc}") from exc
@@ -213,7 +219,7 @@ class FileStorage:
         self._pending.clear()
         self._pending_count = 0
         self._shadowed.clear()
-        due = (self._journal.size >= self.journal_max
+        due = (self._since_checkpoint >= self.journal_max
                or time.monotonic() - self._last_checkpoint >= self.checkpoint_s)
         if due and not self._in_checkpoint and not self._checkpoint_running():
             self._start_checkpoint()
@@ -294,7 +300,7 @@ class FileStorage:
 
     # -- checkpoints and garbage collection ---------------------------------------------------
     def checkpoint(self) -> int:
-        """checkpoint syncs, reclaims dead entry logs, makes logs and indexes durable and drops old journal.
+        """checkpoint syncs, reclaims dead entry logs, makes the indexes durable and moves the replay position up.
 
         It returns the bytes of entry logs given back to the file system.
         """
@@ -308,11 +314,8 @@ class FileStorage:
             failures.update(self._sync())
             if failures:     # copies of live entries may lack their slots: removing logs would lose them
                 raise OSError(f"index writes failed for ledgers {sorted(failures)}")
-            self._logs.fsync()
             self._index.fsync()
-            self._journal.rotate()
             checkpoints.save(self.path, self._snapshot(set(dead) | set(sparse)))
-            self._journal.remove_before(self._journal.seq)
             freed = self._logs.remove(dead + sparse)
         except StorageError:
             raise
@@ -323,6 +326,7 @@ class FileStorage:
             self._in_checkpoint = False
         self.checkpoints += 1
         self._last_checkpoint = time.monotonic()
+        self._since_checkpoint = 0
         if dead or sparse:
             log.info("files storage %s: reclaimed %d entry logs (%d compacted), %d bytes",
                      self.path, len(dead) + len(sparse), len(sparse), freed)
@@ -357,25 +361,23 @@ class FileStorage:
         """_start_checkpoint starts a background checkpoint (see the module doc); everything is applied now."""
         self._join_checkpoint()           # a finished one
         try:
-            logs, log_folders = self._logs.take_unsynced()
             indexes, index_folders = self._index.take_dirty()
-            self._journal.rotate()
         except BaseException as exc:
             self._failed = exc
             raise StorageError(f"files storage {self.path}: checkpoint failed: {exc}") from exc
         self._last_checkpoint = time.monotonic()
+        self._since_checkpoint = 0
         snapshot = self._snapshot(set())
         self._checkpointer = threading.Thread(
-            target=self._finish_checkpoint, args=(logs + indexes, log_folders + index_folders, snapshot),
+            target=self._finish_checkpoint, args=(indexes, index_folders, snapshot),
             name=f"checkpoint {self.path}", daemon=True)
         self._checkpointer.start()
 
     def _finish_checkpoint(self, fds: list[int], folders: list[str], snapshot: checkpoints.Checkpoint) -> None:
-        """_finish_checkpoint is the background half: fsync, write the checkpoint, drop older journal files."""
+        """_finish_checkpoint is the background half: fsync the index files, write the checkpoint."""
         try:
             fsync_all(fds, folders)
             checkpoints.save(self.path, snapshot)
-            self._journal.remove_before(snapshot.journal_seq)
         except BaseException as exc:  # noqa: BLE001 - reported by the next call on the serving thread
             log.error("files storage %s: background checkpoint failed: %s", self.path, exc)
             self._failed = exc
@@ -392,44 +394,70 @@ class FileStorage:
         """_snapshot describes the current durable state as a Checkpoint, without the `dropped` logs."""
         logs = self._logs
         return checkpoints.Checkpoint(
-            journal_seq=self._journal.seq, journal_offset=0, active_log=logs.active,
+            replay_log=logs.active, replay_offset=logs.size, active_log=logs.active,
             log_totals={k: v for k, v in logs.totals.items() if k not in dropped},
             log_usage={k: v for k, v in logs.usage.items() if k not in dropped},
             ledgers={ledger_id: (s.last, s.state) for ledger_id, s in self._ledgers.items()})
 
     # -- recovery -------------------------------------------------------------------------
     def _recover(self) -> None:
-        """_recover restores the checkpoint, replays the journal after it, and checkpoints."""
-        start = checkpoints.load(self.path) or checkpoints.Checkpoint(journal_seq=0)
+        """_recover restores the checkpoint, replays the journal after it, and checkpoints (see the module doc)."""
+        start = checkpoints.load(self.path)
+        legacy_folder = os.path.join(self.path, "journal")
+        legacy = journal_files(legacy_folder) if os.path.isdir(legacy_folder) else []
+        if start is None:
+            start = checkpoints.Checkpoint(version=1 if legacy else checkpoints.VERSION)
         self._ledgers = {lid: _Ledger(last, state) for lid, (last, state) in start.ledgers.items()}
-        self._logs.restore(start.active_log, start.log_totals.get(start.active_log, 0), start.log_totals,
-                           start.log_usage)
         self._index.keep_only(self._ledgers)
-        folder = os.path.join(self.path, "journal")
-        files = [(seq, path) for seq, path in journal_files(folder) if seq >= start.journal_seq]
-        for i, (seq, path) in enumerate(files):
-            reader = RecordFile(path, start.journal_offset if seq == start.journal_seq else 0)
-            for view, offset in reader.chunks():
-                self.replayed_records += self._apply(view, replay=True, where=(path, offset))
+        if start.version == 1:
+            self._logs.restore_legacy(start.active_log, start.log_totals.get(start.active_log, 0), start.log_totals,
+                                      start.log_usage)
+            self._replay([(seq, path, start.replay_offset if seq == start.replay_log else 0)
+                          for seq, path in legacy if seq >= start.replay_log], copy=True)
+        else:
+            self._replay(self._logs.restore(start.log_totals, start.log_usage, start.replay_log,
+                                            start.replay_offset), copy=False)
+            self._logs.resume()
+        self.checkpoint()
+        if legacy:
+            for _, path in legacy:
+                os.unlink(path)
+            os.rmdir(legacy_folder)
+            fsync_dir(self.path)
+            log.info("files storage %s: carried over from version 1 (%d journal files replayed into the entry "
+                     "logs and deleted)", self.path, len(legacy))
+
+    def _replay(self, files: list[tuple[int, str, int]], copy: bool) -> None:
+        """_replay applies the good records of (number, path, offset) files in order, repairing a torn tail.
+
+        The files are entry logs (their records stay where they are) or, to carry a version 1
+        storage over, its journal files, whose records are `copy`'d into the entry logs.
+        """
+        for i, (_, path, offset) in enumerate(files):
+            reader = RecordFile(path, offset)
+            log_id = files[i][0]
+            for view, at in reader.chunks():
+                if copy:
+                    log_id, base = self._logs.commit(view)
+                else:
+                    base = at
+                self.replayed_records += self._apply(view, log_id, base, replay=True, where=(path, at))
                 for ledger_id, why in self._index.take_failures().items():
                     log.error("files storage %s: journal %s: skipped the entries of ledger %d near offset %d, "
                               "their index could not be written (%s); they were never acknowledged",
-                              self.path, path, ledger_id, offset, why)
+                              self.path, path, ledger_id, at, why)
             if reader.problem is not None:
-                _repair(reader, [p for _, p in files[i + 1:]])
+                _repair(reader, [p for _, p, _ in files[i + 1:]])
                 break
-        self._journal = JournalWriter(folder, max([start.journal_seq, 1] + [seq for seq, _ in files]))
-        self.checkpoint()
 
-    def _apply(self, view: memoryview, replay: bool, where: tuple[str, int] = ("", 0)) -> int:
-        """_apply carries verified journal records into an entry log and the indexes; returns their count.
+    def _apply(self, view: memoryview, log_id: int, base: int, replay: bool, where: tuple[str, int] = ("", 0)) -> int:
+        """_apply carries verified journal records, which lie at `base` in entry log `log_id`, into the indexes.
 
-        The records are appended to the active entry log as they are (one write); each PUT's slot
-        then points at its record there. put, set_ledger_state and delete_ledger update the
-        ledger summaries at once, so only a `replay` updates them here. A replayed PUT whose ids
-        no index can hold (`where` names its journal file and chunk) is reported and skipped.
+        It returns their count. Each PUT's slot points at its record in the log. put,
+        set_ledger_state and delete_ledger update the ledger summaries at once, so only a
+        `replay` updates them here. A replayed PUT whose ids no index can hold (`where` names
+        its file and chunk) is reported and skipped.
         """
-        log_id, base = self._logs.append(view)
         note_put, index = self._note_put, self._index
         unpack_header, unpack_ids, pack_slot, head = HEADER.unpack_from, PUT_IDS.unpack_from, SLOT.pack, HEADER.size
         # Slots and entry-log bytes per ledger, staged once per ledger at the end (a group commit
@@ -502,8 +530,6 @@ class FileStorage:
     def _release(self) -> None:
         """_release closes every file and the lock, carrying on past errors."""
         closers = [self._logs.close, self._index.close, lambda: os.close(self._lock_fd)]
-        if self._journal is not None:
-            closers.insert(0, self._journal.close)
         for close in closers:
             try:
                 close()
