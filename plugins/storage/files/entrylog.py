@@ -95,13 +95,11 @@ class EntryLogs:
         for log_id, path in numbered_files(self.folder, "log", 8):
             if log_id != active and log_id not in self.totals:
                 os.unlink(path)
-        self.totals[active] = size
-        self.usage.setdefault(active, {})
         self._open_active(active)
         if self.size > size:
             os.ftruncate(self._fd, size)
             os.fsync(self._fd)
-            self.size = size
+            self.size = self.totals[active] = size
 
     def _open_active(self, log_id: int) -> None:
         """_open_active opens (creating if needed) log `log_id` as the active log and makes its name durable."""

@@ -419,10 +419,13 @@ class FileStorage:
                                             start.replay_offset), copy=False)
             self._logs.resume()
         self.checkpoint()
-        if legacy:
+        if os.path.isdir(legacy_folder):          # (empty if a crash came after its files were deleted)
             for _, path in legacy:
                 os.unlink(path)
-            os.rmdir(legacy_folder)
+            try:
+                os.rmdir(legacy_folder)
+            except OSError as exc:                # other files in it: leave them to their owner
+                log.warning("files storage %s: kept %s: %s", self.path, legacy_folder, exc.strerror)
             fsync_dir(self.path)
             log.info("files storage %s: carried over from version 1 (%d journal files replayed into the entry "
                      "logs and deleted)", self.path, len(legacy))
