@@ -573,6 +573,20 @@ def _random_groups(seed: int, groups: int = 40):
         yield ops
 
 
+def _write_group(storage, ops) -> None:
+    """_write_group applies one group of `_random_groups` to the storage and syncs it."""
+    for op in ops:
+        if op[0] == "delete":
+            storage.delete_ledger(op[1])
+        elif op[0] == "state":
+            storage.set_ledger_state(op[1], op[2])
+        elif op[0] == "put":
+            storage.put(op[1], op[2], op[3])
+        else:
+            storage.put_many(op[1], op[2])
+    storage.sync()
+
+
 def _model_after(groups) -> tuple[dict, dict]:
     entries: dict[int, dict[int, bytes]] = {}
     states: dict[int, LedgerState] = {}
@@ -607,16 +621,7 @@ def test_random_groups_with_deletes_read_back_live_and_after_a_crash(tmp_path, s
     def work(report):
         storage = FileStorage(path, checkpoint_s=1e9, entrylog_max_mb=1)
         for done, ops in enumerate(groups, 1):
-            for op in ops:
-                if op[0] == "delete":
-                    storage.delete_ledger(op[1])
-                elif op[0] == "state":
-                    storage.set_ledger_state(op[1], op[2])
-                elif op[0] == "put":
-                    storage.put(op[1], op[2], op[3])
-                else:
-                    storage.put_many(op[1], op[2])
-            storage.sync()
+            _write_group(storage, ops)
             _matches(storage, *_model_after(groups[:done]))          # applied: read from the entry logs
             if done == len(groups) // 2:
                 storage.checkpoint()
@@ -648,16 +653,7 @@ def test_random_kills_amid_log_rotations_checkpoints_and_compaction_lose_no_sync
         def work(report, start=start):
             storage = FileStorage(path, checkpoint_s=1e9, entrylog_max_mb=0.05, journal_max_mb=0.02)
             for n in range(start, len(groups)):
-                for op in groups[n]:
-                    if op[0] == "delete":
-                        storage.delete_ledger(op[1])
-                    elif op[0] == "state":
-                        storage.set_ledger_state(op[1], op[2])
-                    elif op[0] == "put":
-                        storage.put(op[1], op[2], op[3])
-                    else:
-                        storage.put_many(op[1], op[2])
-                storage.sync()
+                _write_group(storage, groups[n])
                 if n % 7 == 6:
                     storage.compact()
                 report(n)
