@@ -261,10 +261,10 @@ def test_a_background_checkpoint_leaves_the_syncs_to_go_on_meanwhile(tmp_path, m
     release, started = threading.Event(), threading.Event()
     original = storage_module.fsync_all
 
-    def held(fds, folders):
+    def held(paths, folders):
         started.set()
         assert release.wait(30)
-        original(fds, folders)
+        original(paths, folders)
     monkeypatch.setattr(storage_module, "fsync_all", held)
     before = storage.checkpoints                             # opening checkpoints once
     entry_id = 0
@@ -777,5 +777,238 @@ def test_a_crash_while_carrying_a_version_1_storage_over_loses_nothing(tmp_path,
     try:
         _check_legacy(storage)
         assert not os.path.exists(os.path.join(path, "journal"))
+    finally:
+        storage.close()
+
+
+@pytest.mark.parametrize("kill_at", ["first save", "compacting save", "after it"])
+def test_a_crash_in_the_carry_over_s_compaction_loses_nothing(tmp_path, kill_at):
+    """The carry-over checkpoints as version 2 before it compacts: a later crash recovers from the logs.
+
+    With compact_ratio 0.9 the first log of the image (a quarter of it the deleted ledger 4's)
+    is compacted by the checkpoint that ends the carry-over. Carrying over again after a crash
+    there would cut the logs back to the version 1 checkpoint, and with them the copies.
+    """
+    path = _unpack_legacy(tmp_path)
+
+    def work(report):
+        original, saves = checkpoint_format.save, [0]
+
+        def save(*args):
+            saves[0] += 1
+            if (kill_at, saves[0]) in (("first save", 1), ("compacting save", 2)):
+                kill_self()
+            original(*args)
+            if (kill_at, saves[0]) == ("after it", 2):
+                kill_self()
+        checkpoint_format.save = save
+        report(0)
+        FileStorage(path, compact_ratio=0.9)
+    reports, how = run_in_child(work)
+    assert how == "killed" and reports == [0]
+    for _ in range(2):
+        storage = FileStorage(path, compact_ratio=0.9)
+        try:
+            _check_legacy(storage)
+        finally:
+            storage.close()
+
+
+def test_a_background_checkpoint_saves_the_accounting_of_its_own_position(tmp_path, monkeypatch):
+    """New ledgers written while a background checkpoint is held neither fail it nor leak into what it saves."""
+    import threading
+    from walkit.plugins.storage.files import storage as storage_module
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
+    release, started = threading.Event(), threading.Event()
+    original = storage_module.fsync_all
+
+    def held(paths, folders):
+        started.set()
+        assert release.wait(30)
+        original(paths, folders)
+    monkeypatch.setattr(storage_module, "fsync_all", held)
+    entry_id = 0
+    while not started.is_set():
+        storage.put(1, entry_id, payload(1, entry_id, 1000))
+        entry_id += 1
+        storage.sync()
+    for ledger_id in range(100, 400):                         # new ledgers while it is held
+        storage.put(ledger_id, 0, payload(ledger_id, 0, 100))
+        storage.sync()
+    release.set()
+    storage.wait_for_checkpoint()                             # raises if it failed
+    saved = checkpoint_format.load(path)
+    assert saved.ledgers.keys() == {1}
+    for log_id, total in saved.log_totals.items():
+        assert sum(saved.log_usage.get(log_id, {}).values()) <= total, log_id
+    assert saved.log_totals[saved.replay_log] == saved.replay_offset
+    storage.close()
+
+
+def _fill_until_a_checkpoint_starts(storage, started) -> int:
+    """_fill_until_a_checkpoint_starts syncs 1 KB entries of ledger 1 until `started` is set; returns the next id."""
+    entry_id = 0
+    while not started.is_set():
+        storage.put(1, entry_id, payload(1, entry_id, 1000))
+        entry_id += 1
+        storage.sync()
+    return entry_id
+
+
+def _replay_position(path: str) -> tuple[int, int]:
+    saved = checkpoint_format.load(path)
+    return saved.replay_log, saved.replay_offset
+
+
+def test_no_checkpoint_starts_after_a_background_one_failed_during_a_sync(tmp_path, monkeypatch):
+    """The background fsync fails while a sync writes: that sync must not start the next checkpoint."""
+    import threading
+    from walkit.plugins.storage.files import entrylog
+    from walkit.plugins.storage.files import storage as storage_module
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
+    started, failed, in_commit = threading.Event(), threading.Event(), threading.Event()
+    real_fsync_all, real_commit = storage_module.fsync_all, entrylog.EntryLogs.commit
+
+    def failing(paths, folders):
+        started.set()
+        assert in_commit.wait(30)
+        failed.set()
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(storage_module, "fsync_all", failing)
+    entry_id = _fill_until_a_checkpoint_starts(storage, started)
+    before = _replay_position(path)
+
+    def commit(self, buffer):
+        in_commit.set()
+        assert failed.wait(30)
+        return real_commit(self, buffer)
+    monkeypatch.setattr(entrylog.EntryLogs, "commit", commit)
+    monkeypatch.setattr(storage_module, "fsync_all", real_fsync_all)
+    storage._last_checkpoint -= 1e10                          # the next checkpoint is due
+    storage.put(1, entry_id, b"during the failure")
+    with pytest.raises(StorageError, match="Input/output error"):
+        storage.sync()
+    storage._join_checkpoint()
+    assert _replay_position(path) == before
+    storage._release()
+
+
+def test_a_background_checkpoint_saves_nothing_after_a_sync_failed_meanwhile(tmp_path, monkeypatch):
+    import threading
+    from walkit.plugins.storage.files import entrylog
+    from walkit.plugins.storage.files import storage as storage_module
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
+    started, release = threading.Event(), threading.Event()
+    real_fsync_all = storage_module.fsync_all
+
+    def held(paths, folders):
+        started.set()
+        assert release.wait(30)
+        real_fsync_all(paths, folders)
+    monkeypatch.setattr(storage_module, "fsync_all", held)
+    entry_id = _fill_until_a_checkpoint_starts(storage, started)
+    before = _replay_position(path)
+
+    def failing_commit(self, buffer):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(entrylog.EntryLogs, "commit", failing_commit)
+    storage.put(1, entry_id, b"no room")
+    with pytest.raises(StorageError, match="No space left"):
+        storage.sync()
+    release.set()
+    storage._join_checkpoint()
+    assert _replay_position(path) == before
+    storage._release()
+    monkeypatch.undo()
+    storage = FileStorage(path)                               # every synced entry is in the journal
+    try:
+        assert storage.last_entry(1) == entry_id - 1
+        assert all(storage.get(1, e) == payload(1, e, 1000) for e in range(entry_id))
+    finally:
+        storage.close()
+
+
+def test_a_damaged_record_with_synced_groups_after_it_is_refused(tmp_path):
+    """A flipped bit in a log's first record is not a torn tail: dropping the groups after it would lose them."""
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, write_buffer_mb=0.001, checkpoint_s=1e9)
+    for entry_id in range(20):
+        storage.put(1, entry_id, payload(1, entry_id, 1000))
+        storage.sync()
+    log = journal_of(path)
+    storage._release()                                        # a crash: no closing checkpoint
+    with open(log, "r+b") as f:
+        f.seek(100)                                           # inside the first entry's data
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0x10]))
+    with pytest.raises(StorageError, match="the record after it verifies"):
+        FileStorage(path, write_buffer_mb=0.001)
+
+
+def test_a_log_that_cannot_be_started_fails_the_storage_and_closes_cleanly(tmp_path, monkeypatch, caplog):
+    from walkit.plugins.storage.files import entrylog
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, entrylog_max_mb=0.01, checkpoint_s=1e9)
+    real_open = os.open
+
+    def no_more_files(name, *args, **kwargs):
+        if name.endswith(".log"):
+            raise OSError(24, "Too many open files")
+        return real_open(name, *args, **kwargs)
+    monkeypatch.setattr(entrylog.os, "open", no_more_files)
+    with pytest.raises(StorageError, match="Too many open files"):
+        for entry_id in range(100):
+            storage.put(1, entry_id, payload(1, entry_id, 1000))
+            storage.sync()
+    monkeypatch.undo()
+    with caplog.at_level(logging.WARNING, logger="walkit.storage"):
+        storage.close()
+    assert not [r for r in caplog.records if "closing failed" in r.getMessage()]
+    storage = FileStorage(path)
+    try:
+        assert all(storage.get(1, e) == payload(1, e, 1000) for e in range(storage.last_entry(1) + 1))
+    finally:
+        storage.close()
+
+
+def test_a_checkpoint_from_a_newer_version_is_named_so(tmp_path):
+    path = str(tmp_path / "s")
+    FileStorage(path).close()
+    checkpoint = os.path.join(path, "checkpoint")
+    with open(checkpoint, "rb") as f:
+        raw = f.read()
+    with open(checkpoint, "wb") as f:
+        f.write(raw.replace(b"walkit-files-checkpoint 2 ", b"walkit-files-checkpoint 3 ", 1))
+    with pytest.raises(StorageError, match="version 3, written by a newer walkit"):
+        FileStorage(path)
+
+
+def test_checkpoints_of_thousands_of_ledgers_stay_within_a_low_open_files_limit(tmp_path):
+    """Index files are fsynced one descriptor at a time: 3,000 dirty ledgers under a limit of 200 open files."""
+    path = str(tmp_path / "s")
+
+    def work(report):
+        import resource
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+        storage = FileStorage(path, open_files=64, journal_max_mb=0.5, checkpoint_s=1e9)
+        for ledger_id in range(3000):
+            storage.put(ledger_id, 0, payload(ledger_id, 0, 200))
+            if ledger_id % 100 == 99:
+                storage.sync()                               # background checkpoints every 0.5 MB
+        storage.wait_for_checkpoint()
+        report(storage.checkpoints)
+        storage.checkpoint()
+        storage.close()
+        report(0)
+    reports, how = run_in_child(work)
+    assert how == "exit 0" and reports[0] >= 2 and reports[1:] == [0]
+    storage = FileStorage(path)
+    try:
+        assert storage.get_many(2999, [0]) == [payload(2999, 0, 200)] and len(storage.ledgers()) == 3000
     finally:
         storage.close()

@@ -68,6 +68,9 @@ class Checkpoint:
         header, _, body = raw.partition(b"\n")
         magic, _, crc = header.decode("ascii", "replace").rpartition(" ")
         magic, _, version = magic.rpartition(" ")
+        if magic == _MAGIC and version.isdigit() and int(version) > VERSION:
+            raise StorageError(f"checkpoint {path} is version {version}, written by a newer walkit; this one reads "
+                               f"versions 1 and {VERSION}")
         if magic != _MAGIC or version not in ("1", "2") or crc != f"{crc32c(body):08x}":
             raise StorageError(f"checkpoint {path} is corrupt (bad header or checksum); the storage cannot "
                                f"be recovered safely")

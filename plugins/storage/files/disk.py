@@ -38,13 +38,16 @@ def fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def fsync_all(fds: list[int], folders: list[str]) -> None:
-    """fsync_all fsyncs and closes `fds`, then fsyncs `folders`; every descriptor is closed, even on errors."""
-    try:
-        for fd in fds:
+def fsync_all(paths: list[str], folders: list[str]) -> None:
+    """fsync_all fsyncs the files at `paths` (one descriptor open at a time; a file gone meanwhile is skipped), then `folders`."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
             os.fsync(fd)
-    finally:
-        for fd in fds:
+        finally:
             os.close(fd)
     for folder in folders:
         fsync_dir(folder)

@@ -102,10 +102,16 @@ class EntryLogs:
             self.size = self.totals[active] = size
 
     def _open_active(self, log_id: int) -> None:
-        """_open_active opens (creating if needed) log `log_id` as the active log and makes its name durable."""
-        self.active = log_id
-        self._fd = os.open(log_path(self.folder, log_id), os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        """_open_active opens (creating if needed) log `log_id` as the active log and makes its name durable.
+
+        The previous active log, if any, stays open for reads. If the open fails, nothing changed.
+        """
+        fd = os.open(log_path(self.folder, log_id), os.O_RDWR | os.O_CREAT, 0o644)
+        if self._fd >= 0:
+            self._readers[self.active] = self._fd
+            self._trim_readers()
+        self.active, self._fd = log_id, fd
+        self.size = os.fstat(fd).st_size
         self.totals[log_id] = self.size
         self.usage.setdefault(log_id, {})
         fsync_dir(self.folder)
@@ -146,8 +152,6 @@ class EntryLogs:
 
     def rotate(self) -> None:
         """rotate finishes the active log and starts the next one."""
-        self._readers[self.active] = self._fd      # the old active log stays open for reads
-        self._trim_readers()
         self._open_active(self.active + 1)
 
     # -- reading --------------------------------------------------------------------------

@@ -177,27 +177,19 @@ class LedgerIndex:
         """fsync makes the slots written since the last fsync durable, and new or removed names."""
         fsync_all(*self.take_dirty())
 
-    def take_dirty(self) -> tuple[list[int], list[str]]:
+    def take_dirty(self) -> tuple[list[str], list[str]]:
         """take_dirty writes staged slots and hands over what `fsync` would make durable, forgetting it.
 
-        It returns new descriptors of every index file written since (the caller fsyncs and
-        closes them, on any thread) and the folder if names changed.
+        It returns the paths of the index files written since (the caller fsyncs them, on any
+        thread, opening one at a time: thousands of ledgers need no thousands of descriptors)
+        and the folder if names changed. A ledger deleted meanwhile needs no fsync.
         """
         self.flush()
-        fds = []
-        for ledger_id in sorted(self._dirty):
-            fd = self._fds.get(ledger_id)
-            if fd is not None:
-                fds.append(os.dup(fd))
-                continue
-            try:
-                fds.append(os.open(index_path(self.folder, ledger_id), os.O_RDONLY))
-            except FileNotFoundError:
-                continue
+        paths = [index_path(self.folder, ledger_id) for ledger_id in sorted(self._dirty)]
         self._dirty.clear()
         folders = [self.folder] if self._names_changed else []
         self._names_changed = False
-        return fds, folders
+        return paths, folders
 
     def keep_only(self, ledger_ids) -> None:
         """keep_only deletes the index files of ledgers not in `ledger_ids` (left by deletes)."""

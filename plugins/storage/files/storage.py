@@ -22,7 +22,7 @@ a checkpoint naming the end of the active log as the replay position, plus every
 summary and every live log. Reclaimed logs are then deleted. Every `journal_max_mb` written
 since the last checkpoint, or `checkpoint_s` seconds (checked at `sync()`), a checkpoint runs
 in the background instead, so adds never wait for it: `sync()` notes the position and the
-summaries, and a thread fsyncs the index files written so far (through descriptors of its own)
+summaries, and a thread fsyncs the index files written so far (opening them by name)
 and writes the checkpoint. One runs at a time; `wait_for_checkpoint()` waits for it, and a
 failure fails the storage as a synchronous one does.
 
@@ -30,7 +30,10 @@ Recovery (on open). Load the checkpoint; delete entry logs before its replay pos
 does not list (reclaimed, the crash came before the unlink); delete index files of ledgers it
 does not know; replay the logs from the replay position, rewriting each entry's slot (which
 makes replay idempotent) and the summaries. A record that is short or fails its crc ends the
-journal: the log is truncated there and a warning names the file and offset. A record that
+journal: the log is truncated there and a warning names the file and offset; but if a whole
+record that verifies follows it more than two write buffers before the end (a crash tears only
+the last group commit) or a later log follows, it was damaged after its sync, and opening fails
+with StorageError instead of dropping synced records. A record that
 verifies but cannot be applied (an id no index can hold, an index write that fails) is reported
 and skipped: it was never acknowledged, because the sync that wrote it failed for its ledger.
 Then checkpoint.
@@ -64,8 +67,8 @@ from walkit.plugins.storage.files.disk import fsync_all, fsync_dir
 from walkit.plugins.storage.files.entrylog import EntryLogs
 from walkit.plugins.storage.files.index import MAX_ENTRY_ID, SLOT, LedgerIndex
 from walkit.plugins.storage.files.journal import (
-    HEADER, MAX_RECORD, PUT, PUT_IDS, STATE, RecordFile, decode_delete, decode_state, encode_delete, encode_put,
-    encode_puts, encode_state, journal_files,
+    HEADER, KINDS, MAX_RECORD, PUT, PUT_IDS, STATE, RecordFile, decode_delete, decode_state, encode_delete, encode_put,
+    encode_puts, encode_state, journal_files, verify,
 )
 from walkit.plugins.storage.options import Option, check_options, split_uri
 
@@ -304,11 +307,15 @@ class FileStorage:
 
         It returns the bytes of entry logs given back to the file system.
         """
+        return self._checkpoint(reclaim=True)
+
+    def _checkpoint(self, reclaim: bool) -> int:
+        """_checkpoint is `checkpoint`; without `reclaim` no log is compacted or removed."""
         self.wait_for_checkpoint()
         self._in_checkpoint = True
         try:
             failures = self._sync()
-            dead, sparse = self._logs.plan(self.compact_ratio)
+            dead, sparse = self._logs.plan(self.compact_ratio) if reclaim else ([], [])
             for log_id in sparse:
                 self._copy_live(log_id)
             failures.update(self._sync())
@@ -360,6 +367,7 @@ class FileStorage:
     def _start_checkpoint(self) -> None:
         """_start_checkpoint starts a background checkpoint (see the module doc); everything is applied now."""
         self._join_checkpoint()           # a finished one
+        self._check()                     # which may have failed: then no later checkpoint may be written
         try:
             indexes, index_folders = self._index.take_dirty()
         except BaseException as exc:
@@ -373,10 +381,12 @@ class FileStorage:
             name=f"checkpoint {self.path}", daemon=True)
         self._checkpointer.start()
 
-    def _finish_checkpoint(self, fds: list[int], folders: list[str], snapshot: checkpoints.Checkpoint) -> None:
+    def _finish_checkpoint(self, paths: list[str], folders: list[str], snapshot: checkpoints.Checkpoint) -> None:
         """_finish_checkpoint is the background half: fsync the index files, write the checkpoint."""
         try:
-            fsync_all(fds, folders)
+            fsync_all(paths, folders)
+            if self._failed is not None:  # a sync failed meanwhile: the next open recovers from the older one
+                return
             checkpoints.save(self.path, snapshot)
         except BaseException as exc:  # noqa: BLE001 - reported by the next call on the serving thread
             log.error("files storage %s: background checkpoint failed: %s", self.path, exc)
@@ -396,7 +406,7 @@ class FileStorage:
         return checkpoints.Checkpoint(
             replay_log=logs.active, replay_offset=logs.size, active_log=logs.active,
             log_totals={k: v for k, v in logs.totals.items() if k not in dropped},
-            log_usage={k: v for k, v in logs.usage.items() if k not in dropped},
+            log_usage={k: dict(v) for k, v in logs.usage.items() if k not in dropped},   # (the serving thread goes on)
             ledgers={ledger_id: (s.last, s.state) for ledger_id, s in self._ledgers.items()})
 
     # -- recovery -------------------------------------------------------------------------
@@ -414,6 +424,10 @@ class FileStorage:
                                       start.log_usage)
             self._replay([(seq, path, start.replay_offset if seq == start.replay_log else 0)
                           for seq, path in legacy if seq >= start.replay_log], copy=True)
+            # Version 2 from here on, before any log is compacted: a crash in the compaction
+            # below must be recovered by replaying the logs, not by carrying over again (which
+            # cuts the logs back to the version 1 checkpoint, and with them the compaction's copies).
+            self._checkpoint(reclaim=False)
         else:
             self._replay(self._logs.restore(start.log_totals, start.log_usage, start.replay_log,
                                             start.replay_offset), copy=False)
@@ -450,7 +464,7 @@ class FileStorage:
                               "their index could not be written (%s); they were never acknowledged",
                               self.path, path, ledger_id, at, why)
             if reader.problem is not None:
-                _repair(reader, [p for _, p, _ in files[i + 1:]])
+                _repair(reader, [p for _, p, _ in files[i + 1:]], 2 * self.buffer_max)
                 break
 
     def _apply(self, view: memoryview, log_id: int, base: int, replay: bool, where: tuple[str, int] = ("", 0)) -> int:
@@ -552,11 +566,12 @@ def _lock(path: str) -> int:
     return fd
 
 
-def _repair(reader: RecordFile, later: list[str]) -> None:
-    """_repair truncates a journal at its first bad record, if that record is the journal's tail.
+def _repair(reader: RecordFile, later: list[str], torn_max: int) -> None:
+    """_repair truncates the journal at its first bad record, if that record can be a crash's torn tail.
 
-    A torn or corrupt record followed by later journal data is not a crash artefact (records
-    are written in order and synced before a new file starts), so it is refused, not dropped.
+    A crash tears only the last group commit, which is at most about `torn_max` bytes. A bad
+    record followed by later journal files, or by a whole record that verifies more than
+    `torn_max` bytes before the end, was damaged after it was synced: it is refused, not dropped.
     """
     path, end = reader.path, reader.end
     later_bytes = sum(os.path.getsize(p) for p in later)
@@ -564,6 +579,9 @@ def _repair(reader: RecordFile, later: list[str]) -> None:
         raise StorageError(f"journal {path} is corrupt at offset {end} ({reader.problem}) and "
                            f"{later_bytes} bytes of later journal follow; refusing to drop synced records")
     size = os.path.getsize(path)
+    if size - end > torn_max and _verifies_after(path, end):
+        raise StorageError(f"journal {path} is corrupt at offset {end} ({reader.problem}) and the record after "
+                           f"it verifies, {size - end} bytes before the end; refusing to drop synced records")
     log.warning("journal %s: %s at offset %d; truncating the journal there (%d bytes dropped)",
                 path, reader.problem, end, size - end)
     fd = os.open(path, os.O_WRONLY)
@@ -572,3 +590,24 @@ def _repair(reader: RecordFile, later: list[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _verifies_after(path: str, end: int) -> bool:
+    """_verifies_after tells whether, past the bad record at `end` (its length taken as read), a whole record verifies."""
+    with open(path, "rb") as stream:
+        stream.seek(end)
+        header = stream.read(HEADER.size)
+        if len(header) < HEADER.size:
+            return False
+        length, _, kind = HEADER.unpack(header)
+        if length > MAX_RECORD or kind not in KINDS:
+            return False
+        stream.seek(end + HEADER.size + length)
+        header = stream.read(HEADER.size)
+        if len(header) < HEADER.size:
+            return False
+        length, _, kind = HEADER.unpack(header)
+        if length > MAX_RECORD or kind not in KINDS:
+            return False
+        record = header + stream.read(length)
+    return verify(memoryview(record)).end == len(record) == HEADER.size + length
