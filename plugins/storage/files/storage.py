@@ -596,18 +596,22 @@ def _verifies_after(path: str, end: int) -> bool:
     """_verifies_after tells whether, past the bad record at `end` (its length taken as read), a whole record verifies."""
     with open(path, "rb") as stream:
         stream.seek(end)
-        header = stream.read(HEADER.size)
-        if len(header) < HEADER.size:
-            return False
-        length, _, kind = HEADER.unpack(header)
-        if length > MAX_RECORD or kind not in KINDS:
+        length = _header_length(stream)
+        if length is None:
             return False
         stream.seek(end + HEADER.size + length)
-        header = stream.read(HEADER.size)
-        if len(header) < HEADER.size:
+        length = _header_length(stream)
+        if length is None:
             return False
-        length, _, kind = HEADER.unpack(header)
-        if length > MAX_RECORD or kind not in KINDS:
-            return False
-        record = header + stream.read(length)
+        stream.seek(-HEADER.size, os.SEEK_CUR)
+        record = stream.read(HEADER.size + length)
     return verify(memoryview(record)).end == len(record) == HEADER.size + length
+
+
+def _header_length(stream) -> int | None:
+    """_header_length reads a record header from `stream` and returns its payload length, or None if it is no header."""
+    header = stream.read(HEADER.size)
+    if len(header) < HEADER.size:
+        return None
+    length, _, kind = HEADER.unpack(header)
+    return length if length <= MAX_RECORD and kind in KINDS else None
