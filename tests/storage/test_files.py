@@ -253,25 +253,12 @@ def test_checkpoints_run_by_bytes_written_and_by_time(tmp_path):
 
 
 def test_a_background_checkpoint_leaves_the_syncs_to_go_on_meanwhile(tmp_path, monkeypatch):
-    """sync() only starts a checkpoint; the fsyncs of entry logs and indexes happen on another thread."""
-    import threading
-    from walkit.plugins.storage.files import storage as storage_module
+    """sync() only starts a checkpoint; the fsyncs of the index files happen on another thread."""
     path = str(tmp_path / "s")
     storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
-    release, started = threading.Event(), threading.Event()
-    original = storage_module.fsync_all
-
-    def held(paths, folders):
-        started.set()
-        assert release.wait(30)
-        original(paths, folders)
-    monkeypatch.setattr(storage_module, "fsync_all", held)
+    started, release = _hold_background_fsyncs(monkeypatch)
     before = storage.checkpoints                             # opening checkpoints once
-    entry_id = 0
-    while not started.is_set():                              # until a checkpoint is due and started
-        storage.put(1, entry_id, payload(1, entry_id, 1000))
-        entry_id += 1
-        storage.sync()
+    entry_id = _fill_until_a_checkpoint_starts(storage, started)
     for more in range(entry_id, entry_id + 200):             # 200 KB more while it is held
         storage.put(1, more, payload(1, more, 1000))
         storage.sync()
@@ -816,23 +803,10 @@ def test_a_crash_in_the_carry_over_s_compaction_loses_nothing(tmp_path, kill_at)
 
 def test_a_background_checkpoint_saves_the_accounting_of_its_own_position(tmp_path, monkeypatch):
     """New ledgers written while a background checkpoint is held neither fail it nor leak into what it saves."""
-    import threading
-    from walkit.plugins.storage.files import storage as storage_module
     path = str(tmp_path / "s")
     storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
-    release, started = threading.Event(), threading.Event()
-    original = storage_module.fsync_all
-
-    def held(paths, folders):
-        started.set()
-        assert release.wait(30)
-        original(paths, folders)
-    monkeypatch.setattr(storage_module, "fsync_all", held)
-    entry_id = 0
-    while not started.is_set():
-        storage.put(1, entry_id, payload(1, entry_id, 1000))
-        entry_id += 1
-        storage.sync()
+    started, release = _hold_background_fsyncs(monkeypatch)
+    _fill_until_a_checkpoint_starts(storage, started)
     for ledger_id in range(100, 400):                         # new ledgers while it is held
         storage.put(ledger_id, 0, payload(ledger_id, 0, 100))
         storage.sync()
@@ -844,6 +818,21 @@ def test_a_background_checkpoint_saves_the_accounting_of_its_own_position(tmp_pa
         assert sum(saved.log_usage.get(log_id, {}).values()) <= total, log_id
     assert saved.log_totals[saved.replay_log] == saved.replay_offset
     storage.close()
+
+
+def _hold_background_fsyncs(monkeypatch):
+    """_hold_background_fsyncs makes background checkpoints wait before their fsyncs; returns (started, release) events."""
+    import threading
+    from walkit.plugins.storage.files import storage as storage_module
+    started, release = threading.Event(), threading.Event()
+    original = storage_module.fsync_all
+
+    def held(paths, folders):
+        started.set()
+        assert release.wait(30)
+        original(paths, folders)
+    monkeypatch.setattr(storage_module, "fsync_all", held)
+    return started, release
 
 
 def _fill_until_a_checkpoint_starts(storage, started) -> int:
@@ -896,19 +885,10 @@ def test_no_checkpoint_starts_after_a_background_one_failed_during_a_sync(tmp_pa
 
 
 def test_a_background_checkpoint_saves_nothing_after_a_sync_failed_meanwhile(tmp_path, monkeypatch):
-    import threading
     from walkit.plugins.storage.files import entrylog
-    from walkit.plugins.storage.files import storage as storage_module
     path = str(tmp_path / "s")
     storage = FileStorage(path, journal_max_mb=0.05, checkpoint_s=1e9)
-    started, release = threading.Event(), threading.Event()
-    real_fsync_all = storage_module.fsync_all
-
-    def held(paths, folders):
-        started.set()
-        assert release.wait(30)
-        real_fsync_all(paths, folders)
-    monkeypatch.setattr(storage_module, "fsync_all", held)
+    started, release = _hold_background_fsyncs(monkeypatch)
     entry_id = _fill_until_a_checkpoint_starts(storage, started)
     before = _replay_position(path)
 
