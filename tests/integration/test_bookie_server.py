@@ -93,7 +93,7 @@ def test_server_on_a_busy_port_raises_config_error_and_registers_nothing(metadat
 
 
 @pytest.mark.slow
-def test_walkit_bookie_start_up_errors_are_one_line_messages(metadata_url):
+def test_walkit_bookie_start_up_errors_are_one_line_messages(metadata_url, tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -104,7 +104,8 @@ def test_walkit_bookie_start_up_errors_are_one_line_messages(metadata_url):
             (["--port", "0", "--storage", "nope://x"], "installed: "),
         ):
             result = subprocess.run([sys.executable, "-m", "walkit", "bookie", "--metadata", metadata_url, *args],
-                                    capture_output=True, text=True, timeout=60)
+                                    capture_output=True, text=True, timeout=60,
+                                    cwd=tmp_path)      # its default storage, ./walkit-data/..., lands there
             assert result.returncode == 1, result.stderr
             assert expected in result.stderr
             if expected == "installed: ":          # the message names the storage schemes there are
