@@ -180,7 +180,8 @@ def test_bookie_restarted_by_hand_on_a_killed_bookies_address_waits_for_the_stal
     with open(log_path, "wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "walkit", "bookie", "--metadata", local_cluster.metadata_url,
                                     "--port", port, "--exit-with-parent"],
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   cwd=local_cluster.data_dir)     # its default ./walkit-data storage lands there
     try:
         wait_until(lambda: process.poll() is None and serves(address), timeout=20,
                    message=lambda: f"the restarted bookie does not serve:\n{open(log_path).read()}")
