@@ -71,7 +71,7 @@ class Checkpoint:
         if magic == _MAGIC and version.isdigit() and int(version) > VERSION:
             raise StorageError(f"checkpoint {path} is version {version}, written by a newer walkit; this one reads "
                                f"versions 1 and {VERSION}")
-        if magic != _MAGIC or version not in ("1", "2") or crc != f"{crc32c(body):08x}":
+        if magic != _MAGIC or version not in ("1", str(VERSION)) or crc != f"{crc32c(body):08x}":
             raise StorageError(f"checkpoint {path} is corrupt (bad header or checksum); the storage cannot "
                                f"be recovered safely")
         doc = json.loads(body)

@@ -77,11 +77,14 @@ class EntryLogs:
                                f"is missing; the storage cannot be recovered safely")
         return replay
 
-    def resume(self) -> None:
-        """resume opens the highest-numbered log (a new one if there is none) as the active log, at its end."""
-        for log_id, path in numbered_files(self.folder, "log", 8):
+    def resume(self, replayed: list[tuple[int, str, int]]) -> None:
+        """resume opens the highest-numbered log (a new one if there is none) as the active log, at its end.
+
+        `replayed` is what `restore` returned: those logs' sizes are taken again, as replay may
+        have cut a torn tail off the last.
+        """
+        for log_id, path, _ in replayed:
             self.totals[log_id] = os.path.getsize(path)
-            self.usage.setdefault(log_id, {})
         self._open_active(max(self.totals, default=1))
 
     def restore_legacy(self, active: int, size: int, totals: dict[int, int], usage: dict[int, dict[int, int]]) -> None:

@@ -404,7 +404,7 @@ class FileStorage:
         """_snapshot describes the current durable state as a Checkpoint, without the `dropped` logs."""
         logs = self._logs
         return checkpoints.Checkpoint(
-            replay_log=logs.active, replay_offset=logs.size, active_log=logs.active,
+            replay_log=logs.active, replay_offset=logs.size,
             log_totals={k: v for k, v in logs.totals.items() if k not in dropped},
             log_usage={k: dict(v) for k, v in logs.usage.items() if k not in dropped},   # (the serving thread goes on)
             ledgers={ledger_id: (s.last, s.state) for ledger_id, s in self._ledgers.items()})
@@ -429,9 +429,9 @@ class FileStorage:
             # cuts the logs back to the version 1 checkpoint, and with them the compaction's copies).
             self._checkpoint(reclaim=False)
         else:
-            self._replay(self._logs.restore(start.log_totals, start.log_usage, start.replay_log,
-                                            start.replay_offset), copy=False)
-            self._logs.resume()
+            replayed = self._logs.restore(start.log_totals, start.log_usage, start.replay_log, start.replay_offset)
+            self._replay(replayed, copy=False)
+            self._logs.resume(replayed)
         self.checkpoint()
         if os.path.isdir(legacy_folder):          # (empty if a crash came after its files were deleted)
             for _, path in legacy:
@@ -450,9 +450,9 @@ class FileStorage:
         The files are entry logs (their records stay where they are) or, to carry a version 1
         storage over, its journal files, whose records are `copy`'d into the entry logs.
         """
-        for i, (_, path, offset) in enumerate(files):
+        for i, (number, path, offset) in enumerate(files):
             reader = RecordFile(path, offset)
-            log_id = files[i][0]
+            log_id = number
             for view, at in reader.chunks():
                 if copy:
                     log_id, base = self._logs.commit(view)
