@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -51,6 +52,8 @@ class _Bookie:
     process: subprocess.Popen | None = None
     log_path: str = ""
     http_port: int = 0
+    fresh: bool = False       # its port was chosen here and never served: another may be chosen
+    log_start: int = 0        # where this process's lines begin in log_path
 
     @property
     def address(self) -> str:
@@ -72,6 +75,11 @@ class LocalCluster:
     `racks` gives bookie i the rack racks[i] (`walkit bookie --rack`; placement spreads write
     sets over racks). With `http`, every bookie serves /metrics, /health and /ready on a port
     of its own (`http_address(i)`), kept across restarts like its bookie port.
+
+    Ports are chosen free but bound later by the bookie process, so another process on the
+    machine can take one in between. A new bookie (one that never served) then gets another
+    port, and an HTTP port is chosen again whenever it is taken; a bookie that served keeps its
+    port, which ledgers name, and `start` fails with the bookie's error instead.
     """
 
     def __init__(self, bookies: int = 3, data_dir: str = "walkit-data", storage: str = "files",
@@ -164,7 +172,7 @@ class LocalCluster:
         else:
             folder = os.path.join(self.data_dir, f"bookie-{index}")
             uri = f"files://{folder}" if self.storage == "files" else f"sqlite://{folder}/entries.db"
-        return _Bookie(port=free_port(), storage=uri)
+        return _Bookie(port=free_port(), storage=uri, fresh=True)
 
     # -- processes --------------------------------------------------------------------------
     @property
@@ -190,6 +198,10 @@ class LocalCluster:
     def _spawn(self, i: int) -> None:
         bookie = self._bookies[i]
         bookie.log_path = os.path.join(self.data_dir, f"bookie-{i}.log")
+        try:
+            bookie.log_start = os.path.getsize(bookie.log_path)
+        except FileNotFoundError:
+            bookie.log_start = 0
         command = [sys.executable, "-m", "walkit", "bookie", "--metadata", self.metadata_url,
                    "--storage", bookie.storage, "--port", str(bookie.port), "--exit-with-parent",
                    *self._bookie_key(i), *self._placement_args(i), *self.bookie_args]
@@ -251,6 +263,9 @@ class LocalCluster:
         """
         deadline = time.monotonic() + self.ready_timeout
         for i in indexes:
+            if self._bookies[i].fresh and not _port_free(self._bookies[i].port):
+                self._bookies[i].port = free_port()      # taken since it was chosen, never served: choose again
+                self._save_layout()
             while not _port_free(self._bookies[i].port):
                 if time.monotonic() > deadline:
                     raise WalkitError(f"port {self._bookies[i].port} of bookie {i} is still in use after "
@@ -261,15 +276,22 @@ class LocalCluster:
         from walkit.plugins import open_metadata
         from walkit.registry import BookieRegistry
         deadline = time.monotonic() + self.ready_timeout
+        rebinds = {i: 0 for i in indexes}
         store = open_metadata(self.metadata_url)
         try:
             registry = BookieRegistry(store)
             while True:
                 for i in indexes:
                     if not self.is_running(i):
+                        if rebinds[i] < 5 and self._choose_taken_ports_again(i):
+                            rebinds[i] += 1
+                            self._spawn(i)
+                            continue
                         raise WalkitError(f"bookie {i} exited during start-up:\n{self.log_tail(i)}")
                 live = registry.live()
                 if all(self._bookies[i].address in live for i in indexes):
+                    for i in indexes:
+                        self._bookies[i].fresh = False
                     return
                 if time.monotonic() > deadline:
                     missing = [self._bookies[i].address for i in indexes if self._bookies[i].address not in live]
@@ -278,6 +300,32 @@ class LocalCluster:
                 time.sleep(0.05)
         finally:
             store.close()
+
+    def _choose_taken_ports_again(self, i: int) -> bool:
+        """_choose_taken_ports_again gives bookie `i` new ports if it exited because another process took one.
+
+        Ports are chosen free (`free_port`) but bound later by the bookie process, so anything
+        else on the machine can take one in between. The HTTP port can always be chosen again;
+        the bookie port only while it was never served, since it is the bookie's identity in
+        ledger metadata afterwards. Returns whether a port was chosen again.
+        """
+        bookie = self._bookies[i]
+        try:
+            with open(bookie.log_path, "rb") as f:
+                f.seek(bookie.log_start)
+                log = f.read().decode(errors="replace")
+        except OSError:
+            return False
+        chosen = False
+        if self.http and re.search(r"cannot serve metrics on \S+: Address already in use", log):
+            bookie.http_port = free_port()
+            chosen = True
+        if bookie.fresh and re.search(r"cannot listen on \S+: Address already in use", log):
+            bookie.port = free_port()
+            chosen = True
+        if chosen:
+            self._save_layout()
+        return chosen
 
     def log_tail(self, i: int, lines: int = 20) -> str:
         """log_tail returns the end of bookie `i`'s log file."""

@@ -9,6 +9,7 @@ import pytest
 
 import walkit
 from walkit.core.messages import Status
+from walkit.errors import WalkitError
 from walkit.local import LocalCluster
 
 from .helpers import RawBookie, pid_alive, wait_until
@@ -200,3 +201,71 @@ def test_a_cluster_restarted_on_the_same_data_dir_keeps_its_addresses(tmp_path):
         assert second.addresses[:2] == addresses
         assert len(set(second.addresses)) == 3
         assert live(second) == set(second.addresses)
+
+
+def _listen_on(port: int):
+    """_listen_on takes 127.0.0.1:port as another process on the machine could (a listening socket)."""
+    import socket
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
+def test_a_new_bookie_whose_chosen_port_was_taken_before_it_bound_starts_on_another(tmp_path):
+    """Another process takes a chosen port between the free-port check and the bookie's bind."""
+    cluster = LocalCluster(bookies=2, data_dir=str(tmp_path / "cluster"), start=False, http=True)
+    taken = []
+    check_ports = cluster._wait_ports_free
+
+    def check_then_take(indexes):
+        check_ports(indexes)
+        if not taken:
+            cluster._placement_args(1)                   # chooses bookie 1's HTTP port, as the spawn would
+            taken.append(_listen_on(cluster._bookies[0].port))
+            taken.append(_listen_on(cluster._bookies[1].http_port))
+
+    cluster._wait_ports_free = check_then_take
+    try:
+        cluster.start()
+        taken_port, taken_http = (sock.getsockname()[1] for sock in taken)
+        assert cluster._bookies[0].port != taken_port
+        assert cluster._bookies[1].http_port != taken_http
+        assert live(cluster) == set(cluster.addresses)
+        assert serves(cluster.addresses[0])
+        with open(cluster._bookies[0].log_path) as log:
+            assert "Address already in use" in log.read()
+        with open(cluster._bookies[1].log_path) as log:
+            assert "Address already in use" in log.read()
+    finally:
+        cluster.close()
+        for sock in taken:
+            sock.close()
+    with LocalCluster(bookies=2, data_dir=str(tmp_path / "cluster"), http=True) as again:
+        assert again.addresses == cluster.addresses                 # the ports it got are remembered
+        assert again.http_address(1) == cluster.http_address(1)
+
+
+def test_a_new_bookie_whose_chosen_port_is_taken_before_start_gets_another(tmp_path):
+    cluster = LocalCluster(bookies=1, data_dir=str(tmp_path / "cluster"), start=False)
+    try:
+        with _listen_on(cluster._bookies[0].port) as taken:
+            cluster.start()
+            assert cluster._bookies[0].port != taken.getsockname()[1]
+            assert serves(cluster.addresses[0])
+    finally:
+        cluster.close()
+
+
+def test_a_bookie_that_served_is_not_moved_when_its_port_is_taken(tmp_path):
+    data_dir = str(tmp_path / "cluster")
+    with LocalCluster(bookies=1, data_dir=data_dir) as first:
+        address = first.addresses[0]
+    cluster = LocalCluster(bookies=1, data_dir=data_dir, start=False, ready_timeout=5)
+    try:
+        with _listen_on(int(address.rsplit(":", 1)[1])):
+            with pytest.raises(WalkitError, match="port .* still in use|Address already in use"):
+                cluster.start()
+        assert cluster.addresses == [address]
+    finally:
+        cluster.close()
