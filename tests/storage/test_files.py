@@ -447,6 +447,51 @@ def test_a_corrupt_entry_log_record_is_an_error_not_garbage(tmp_path):
     storage.close()
 
 
+@pytest.mark.parametrize("damage", ["payload byte", "crc", "kind", "ledger id", "entry id", "length", "torn"])
+def test_put_data_returns_only_the_intact_record_it_was_asked_for(damage):
+    buffer = bytearray(b"x" * 5)                                   # records start anywhere in a read block
+    journal_format.encode_put(buffer, 7, 42, b"entry bytes")
+    length = len(buffer) - 5 - journal_format.HEADER.size
+    assert journal_format.put_data(memoryview(bytes(buffer)), 5, length, 7, 42) == b"entry bytes"
+    ledger_id, entry_id = 7, 42
+    if damage == "payload byte":
+        buffer[-1] ^= 1
+    elif damage == "crc":
+        buffer[5 + 4] ^= 1
+    elif damage == "kind":
+        buffer[5 + 8] = journal_format.STATE
+    elif damage == "ledger id":
+        ledger_id = 8                                              # the index points at another ledger's record
+    elif damage == "entry id":
+        entry_id = 41
+    elif damage == "length":
+        length -= 1
+    else:
+        del buffer[-1]
+    assert journal_format.put_data(memoryview(bytes(buffer)), 5, length, ledger_id, entry_id) is None
+
+
+def test_a_corrupt_record_in_a_batch_read_is_an_error_not_garbage(tmp_path):
+    path = str(tmp_path / "s")
+    storage = FileStorage(path)
+    storage.put_many(1, [(e, payload(1, e, 300)) for e in range(10)])
+    storage.sync()
+    storage.close()
+    log_file = os.path.join(path, "logs", os.listdir(os.path.join(path, "logs"))[0])
+    with open(log_file, "r+b") as f:
+        data = f.read()
+        at = data.index(payload(1, 5, 300)) + 100
+        f.seek(at)
+        f.write(bytes([data[at] ^ 0xFF]))
+    storage = FileStorage(path)
+    try:
+        assert storage.get_many(1, [0, 1, 2, 3, 4]) == [payload(1, e, 300) for e in range(5)]
+        with pytest.raises(StorageError, match="ledger 1 entry 5 is missing or corrupt"):
+            storage.get_many(1, list(range(10)))
+    finally:
+        storage.close()
+
+
 def _footprint(path: str, entries: int) -> tuple[int, int]:
     """_footprint stores `entries` small entries; returns (Python memory retained, peak) in bytes."""
     tracemalloc.start()

@@ -118,6 +118,22 @@ def unpack_entry(ledger_id: int, entry_id: int, data: bytes) -> Entry:
     return Entry(ledger_id, entry_id, lac, data[start:start + digest_len], data[start + digest_len:])
 
 
+def unpack_entries(ledger_id: int, entry_ids, datas, fresh: dict[int, Entry] | None = None) -> list[Entry]:
+    """unpack_entries is `unpack_entry` for a read's entries, skipping absent ones and tombstones.
+
+    `fresh` holds entries added in this step and not stored yet; they are taken from there.
+    """
+    entries: list[Entry] = []
+    append, unpack, size, new = entries.append, _STORED.unpack_from, _STORED.size, tuple.__new__
+    for entry_id, data in zip(entry_ids, datas):
+        if fresh and entry_id in fresh:
+            append(fresh[entry_id])
+        elif data is not None and data[:size] != TOMBSTONE:
+            lac, digest_len = unpack(data)
+            append(new(Entry, (ledger_id, entry_id, lac, data[size:size + digest_len], data[size + digest_len:])))
+    return entries
+
+
 class StorageView(Protocol):
     """StorageView is the read side of EntryStorage that the handler needs."""
 
@@ -479,14 +495,9 @@ class BookieHandler:
         ledger_id, ids = request.ledger_id, request.entry_ids
         get_many = getattr(self.storage, "get_many", None)
         datas = get_many(ledger_id, ids) if get_many is not None else [self.storage.get(ledger_id, e) for e in ids]
-        entries = []
-        for entry_id, data in zip(ids, datas):
-            if fresh and entry_id in fresh:
-                entries.append(fresh[entry_id])
-            elif data is not None and not is_tombstone(data):
-                entries.append(unpack_entry(ledger_id, entry_id, data))
         return Reply(peer, ReadResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
-                                        entries=entries, lac=ledger.lac), durable)
+                                        entries=unpack_entries(ledger_id, ids, datas, fresh), lac=ledger.lac),
+                     durable)
 
     @staticmethod
     def _lac_reply(peer: bytes, request: ReadLacRequest, ledger: _Ledger, durable: bool) -> Reply:

@@ -30,11 +30,12 @@ class _Wanted:
 
     __slots__ = ("replicas", "tried", "asked", "sent_ms", "errors")
 
-    def __init__(self, replicas: tuple[str, ...]) -> None:
+    def __init__(self, replicas: tuple[str, ...], sent_ms: int) -> None:
+        """A new _Wanted was just asked of its first replica, at `sent_ms`."""
         self.replicas = replicas
-        self.tried = 0                # replicas[:tried] were asked
-        self.asked: str | None = None
-        self.sent_ms = 0
+        self.tried = 1                # replicas[:tried] were asked
+        self.asked: str | None = replicas[0]
+        self.sent_ms = sent_ms
         self.errors: list[tuple[str, str]] = []   # (bookie, status name or DIGEST_MISMATCH)
 
 
@@ -84,12 +85,14 @@ class RangeReader:
             return []
         sends: dict[str, list[int]] = {}
         stop = min(self.last, self._consumed + self.window - 1)
-        wanted_map, ask = self._wanted, self._ask
+        wanted_map, now = self._wanted, self._now
         for first, last, write_sets in self._fragments_between(self._next_request, stop):
             size = len(write_sets)
+            asks = [sends.setdefault(replicas[0], []) for replicas in write_sets]   # each entry's first replica
             for entry_id in range(first, last + 1):
-                wanted = wanted_map[entry_id] = _Wanted(write_sets[entry_id % size])
-                ask(entry_id, wanted, sends)
+                k = entry_id % size
+                wanted_map[entry_id] = _Wanted(write_sets[k], now)
+                asks[k].append(entry_id)
         self._next_request = stop + 1
         return self._sends(sends)
 
@@ -117,7 +120,7 @@ class RangeReader:
         return True
 
     def _sends(self, sends: dict[str, list[int]]) -> list:
-        return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids) for b, ids in sends.items()]
+        return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids) for b, ids in sends.items() if ids]
 
     # -- answers --------------------------------------------------------------------------
     def _on_read(self, event: ev.EntriesRead) -> list:

@@ -21,7 +21,7 @@ from typing import Iterator
 
 from walkit.errors import StorageError
 from walkit.plugins.storage.files.disk import fsync_dir, numbered_files, numbered_path
-from walkit.plugins.storage.files.journal import HEADER, PUT, PUT_IDS, RecordFile, records, verify
+from walkit.plugins.storage.files.journal import HEADER, PUT, PUT_IDS, RecordFile, put_data, records, verify
 
 _DATA = HEADER.size + PUT_IDS.size      # where an entry's data starts in its record
 _COALESCE_GAP = 64 * 1024               # read_many merges records fewer than this many bytes apart
@@ -177,10 +177,10 @@ class EntryLogs:
 
     def read(self, log_id: int, offset: int, length: int, ledger_id: int, entry_id: int) -> bytes:
         """read returns the data of the PUT record at `offset` (payload `length`), checking crc and ids."""
-        record = memoryview(os.pread(self._reader(log_id), HEADER.size + length, offset))
-        if (verify(record).end == len(record) == HEADER.size + length and record[8] == PUT
-                and PUT_IDS.unpack_from(record, HEADER.size) == (ledger_id, entry_id)):
-            return bytes(record[_DATA:])
+        data = put_data(memoryview(os.pread(self._reader(log_id), HEADER.size + length, offset)), 0, length,
+                        ledger_id, entry_id)
+        if data is not None:
+            return data
         raise StorageError(f"entry log {log_path(self.folder, log_id)} offset {offset}: record of ledger "
                            f"{ledger_id} entry {entry_id} is missing or corrupt")
 
@@ -200,12 +200,11 @@ class EntryLogs:
             block = memoryview(os.pread(self._reader(log_id), end - start, start))
             for i in group:
                 _, offset, length, ledger_id, entry_id = wanted[i]
-                record = block[offset - start:offset - start + HEADER.size + length]
-                if not (verify(record).end == len(record) == HEADER.size + length and record[8] == PUT
-                        and PUT_IDS.unpack_from(record, HEADER.size) == (ledger_id, entry_id)):
+                data = put_data(block, offset - start, length, ledger_id, entry_id)
+                if data is None:
                     raise StorageError(f"entry log {log_path(self.folder, log_id)} offset {offset}: record of "
                                        f"ledger {ledger_id} entry {entry_id} is missing or corrupt")
-                out[i] = bytes(record[_DATA:])
+                out[i] = data
 
         group_end = 0
         for i in order:

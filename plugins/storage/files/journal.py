@@ -72,6 +72,24 @@ def encode_put(buffer: bytearray, ledger_id: int, entry_id: int, data: bytes) ->
     buffer += data
 
 
+def put_data(view: memoryview, pos: int, length: int, ledger_id: int, entry_id: int) -> bytes | None:
+    """put_data returns the data of the PUT record of (ledger, entry) at view[pos:], or None if it is not intact.
+
+    `length` is the record's payload length the index holds. This is `verify` for one known
+    record on the read path: header, ids and crc are checked without scanning.
+    """
+    data_at, end = pos + _PUT_HEAD.size, pos + HEADER.size + length
+    if end > len(view) or data_at > end:
+        return None
+    stored_length, crc, kind, stored_ledger, stored_entry = _PUT_HEAD.unpack_from(view, pos)
+    if stored_length != length or kind != PUT or stored_ledger != ledger_id or stored_entry != entry_id:
+        return None
+    data = view[data_at:end]
+    if crc32c(data, crc32c(_PUT_CHECKED.pack(length, PUT, ledger_id, entry_id))) != crc:
+        return None
+    return bytes(data)
+
+
 def encode_puts(buffer: bytearray, ledger_id: int, entries) -> None:
     """encode_puts appends one PUT record per (entry_id, data) of a ledger: encode_put for a whole add batch."""
     head_pack, checked_pack, put, size = _PUT_HEAD.pack, _PUT_CHECKED.pack, PUT, PUT_IDS.size
