@@ -114,3 +114,20 @@ def test_choose_bookies_reports_candidates_and_failed_bookies_registered_again()
     ((_, event),) = dispatcher.store_result(call.call_id, ["B3", "B2", "B5", "B1"])
     assert event == ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=["B5"], back=frozenset({"B2"}))
     assert dispatcher.reconnect == {"B2"}
+
+
+def _read_answer(asked: list[int], returned: list[int]) -> ev.EntriesRead:
+    from walkit.core.dispatch import response_event
+    from walkit.core.messages import Entry, ReadRequest, ReadResponse
+    request = ReadRequest(txn=1, ledger_id=LEDGER_ID, entry_ids=asked)
+    response = ReadResponse(txn=1, status=Status.OK, ledger_id=LEDGER_ID, lac=9,
+                            entries=[Entry(LEDGER_ID, e, -1, b"", b"") for e in returned])
+    return response_event("B1", request, response)
+
+
+def test_a_read_answer_names_the_entries_the_bookie_did_not_return():
+    assert _read_answer([0, 3, 6], [0, 3, 6]).missing == []
+    assert _read_answer([0, 3, 6], [0, 6]).missing == [3]
+    assert _read_answer([0, 3, 6], [6, 0, 3]).missing == []              # returned out of order: none missing
+    assert _read_answer([0, 3, 6], [0, 3, 7]).missing == [6]             # an entry not asked for is no answer
+    assert _read_answer([0, 3, 6], []).missing == [0, 3, 6]

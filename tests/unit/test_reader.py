@@ -46,6 +46,14 @@ def test_start_sends_one_request_per_bookie():
     assert len(of_type(make_reader(0, 5).start(), ev.SendRead)) == 3
 
 
+@pytest.mark.parametrize("first, last, asked", [(0, 0, {"B1": [0]}), (4, 5, {"B2": [4], "B3": [5]}),
+                                                 (7, 7, {"B2": [7]})])
+def test_a_short_range_asks_only_the_bookies_that_hold_its_entries(first, last, asked):
+    commands = make_reader(first, last).start()
+    assert sent_reads(commands) == asked
+    assert all(command.entry_ids for command in of_type(commands, ev.SendRead))     # no empty request
+
+
 def test_entries_of_a_later_fragment_are_asked_from_that_fragment():
     reader = make_reader(0, 4, fragments={0: bookies(3), 3: ("B4", "B2", "B3")})
     assert sent_reads(reader.start()) == {"B1": [0], "B2": [1, 4], "B3": [2], "B4": [3]}

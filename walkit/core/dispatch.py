@@ -377,8 +377,11 @@ def response_event(bookie: str, request, response):
         return ev.AddsAcked(bookie=bookie, ledger_id=request.ledger_id, entry_ids=response.entry_ids,
                             instance=response.instance)
     if kind is ReadRequest:
-        got = {e.entry_id for e in response.entries}
-        missing = [i for i in request.entry_ids if i not in got]
+        got = [e.entry_id for e in response.entries]
+        missing = []
+        if got != request.entry_ids:                 # the common case: every entry asked for, in order
+            returned = set(got)
+            missing = [i for i in request.entry_ids if i not in returned]
         return ev.EntriesRead(bookie=bookie, ledger_id=request.ledger_id, entries=response.entries,
                               missing=missing, lac=response.lac)
     if kind is ReadLacRequest:

@@ -246,6 +246,10 @@ class EntryStorageConformance:
         assert get_many(5, ids) == [storage.get(5, e) for e in ids]
         assert get_many(5, []) == []
         assert get_many(99, [0, 1]) == [None, None]
+        storage.sync()                                     # nothing unsynced: every id below the last is stored or a gap
+        for ids in ([297, 0, 150, 3, 3], [0, 1, 3, 6], [0, 3, 6, 9, 301], [-1, 0, 3]):
+            assert get_many(5, ids) == [storage.get(5, e) for e in ids]
+        assert get_many(5, [297, 0, 150, 3, 3]) == [payload(5, e) for e in (297, 0, 150, 3, 3)]
         storage.delete_ledger(5)
         assert get_many(5, [0, 3]) == [None, None]
 

@@ -191,32 +191,32 @@ class EntryLogs:
         covers them; each record is still checked (crc and ids) on its own.
         """
         out: list[bytes | None] = [None] * len(wanted)
-        order = sorted(range(len(wanted)), key=lambda i: (wanted[i][0], wanted[i][1]))
-        group: list[int] = []
-
-        def flush() -> None:
-            log_id, start = wanted[group[0]][0], wanted[group[0]][1]
-            end = max(wanted[i][1] + HEADER.size + wanted[i][2] for i in group)
+        order = sorted(range(len(wanted)), key=wanted.__getitem__)      # by log id, then offset
+        header = HEADER.size
+        groups: list[tuple[int, int, int, int, int]] = []   # (first, stop) in order, log id, start, end
+        first = log_id = start = end = 0
+        for position, i in enumerate(order):
+            record = wanted[i]
+            offset = record[1]
+            record_end = offset + header + record[2]
+            if (not position or record[0] != log_id or offset > end + _COALESCE_GAP
+                    or record_end - start > _COALESCE_MAX):
+                if position:
+                    groups.append((first, position, log_id, start, end))
+                first, log_id, start, end = position, record[0], offset, record_end
+            elif record_end > end:
+                end = record_end
+        if wanted:
+            groups.append((first, len(order), log_id, start, end))
+        for first, stop, log_id, start, end in groups:
             block = memoryview(os.pread(self._reader(log_id), end - start, start))
-            for i in group:
+            for i in order[first:stop]:
                 _, offset, length, ledger_id, entry_id = wanted[i]
                 data = put_data(block, offset - start, length, ledger_id, entry_id)
                 if data is None:
                     raise StorageError(f"entry log {log_path(self.folder, log_id)} offset {offset}: record of "
                                        f"ledger {ledger_id} entry {entry_id} is missing or corrupt")
                 out[i] = data
-
-        group_end = 0
-        for i in order:
-            log_id, offset, length = wanted[i][0], wanted[i][1], wanted[i][2]
-            if group and (log_id != wanted[group[0]][0] or offset > group_end + _COALESCE_GAP
-                          or offset + HEADER.size + length - wanted[group[0]][1] > _COALESCE_MAX):
-                flush()
-                group = []
-            group.append(i)
-            group_end = max(group_end if len(group) > 1 else 0, offset + HEADER.size + length)
-        if group:
-            flush()
         return out
 
     def scan(self, log_id: int) -> Iterator[tuple[int, int, int, int, bytes]]:

@@ -243,9 +243,15 @@ class FileStorage:
     def get_many(self, ledger_id: int, entry_ids: list[int]) -> list[bytes | None]:
         """get_many is `get` for many entries of one ledger, with batched index and log reads."""
         self._check()
-        out: list[bytes | None] = [None] * len(entry_ids)
         summary = self._ledgers.get(ledger_id)
         pending = self._pending.get(ledger_id) or {}
+        if (not pending and entry_ids and summary is not None and ledger_id not in self._shadowed
+                and min(entry_ids) >= 0 and max(entry_ids) <= summary.last):
+            locations = self._index.lookup_many(ledger_id, entry_ids)     # the common case: all stored
+            if None not in locations:
+                return self._logs.read_many([(*location, ledger_id, entry_id)
+                                             for location, entry_id in zip(locations, entry_ids)])
+        out: list[bytes | None] = [None] * len(entry_ids)
         stored: list[tuple[int, int]] = []          # (position in out, entry id) to read from disk
         for i, entry_id in enumerate(entry_ids):
             data = pending.get(entry_id)
