@@ -289,15 +289,21 @@ class LocalCluster:
                             continue
                         raise WalkitError(f"bookie {i} exited during start-up:\n{self.log_tail(i)}")
                 live = registry.live()
+                for i in indexes:
+                    if self._bookies[i].address in live:
+                        self._bookies[i].fresh = False     # it serves: ledgers may name its address from now on
                 if all(self._bookies[i].address in live for i in indexes):
-                    for i in indexes:
-                        self._bookies[i].fresh = False
                     return
                 if time.monotonic() > deadline:
                     missing = [self._bookies[i].address for i in indexes if self._bookies[i].address not in live]
                     raise WalkitError(f"bookies {', '.join(missing)} did not register within "
                                       f"{self.ready_timeout:g} s")
                 time.sleep(0.05)
+        except BaseException:
+            for i in indexes:
+                if self.is_running(i):
+                    self._bookies[i].fresh = False      # it may register, and serve, after this gives up
+            raise
         finally:
             store.close()
 

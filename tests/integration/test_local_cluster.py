@@ -269,3 +269,27 @@ def test_a_bookie_that_served_is_not_moved_when_its_port_is_taken(tmp_path):
         assert cluster.addresses == [address]
     finally:
         cluster.close()
+
+
+def test_a_bookie_that_served_while_another_failed_to_start_keeps_its_port(tmp_path):
+    """start() fails for bookie 1; bookie 0 still serves, so a later restart must not move it."""
+    root = tmp_path / "cluster"
+    cluster = LocalCluster(bookies=2, data_dir=str(root), storage=f"files://{root}/b{{i}}", start=False,
+                           ready_timeout=10)
+    try:
+        (root / "b1").write_text("not a folder")                # bookie 1 cannot open its storage: it exits
+        with pytest.raises(WalkitError, match="bookie 1 exited during start-up"):
+            cluster.start()
+        address = cluster.addresses[0]
+        wait_until(lambda: address in live(cluster), timeout=10)
+        with walkit.Client(cluster.metadata_url) as client:
+            ledger = client.create_ledger(1, 1, 1)
+            ledger.append(b"on bookie 0")
+            ledger.close()
+        cluster.stop_bookie(0)
+        with _listen_on(int(address.rsplit(":", 1)[1])):
+            with pytest.raises(WalkitError, match="still in use|Address already in use"):
+                cluster.start_bookie(0)
+        assert cluster.addresses[0] == address
+    finally:
+        cluster.close()

@@ -21,7 +21,7 @@ from typing import Iterator
 
 from walkit.errors import StorageError
 from walkit.plugins.storage.files.disk import fsync_dir, numbered_files, numbered_path
-from walkit.plugins.storage.files.journal import HEADER, PUT, PUT_IDS, RecordFile, put_data, records, verify
+from walkit.plugins.storage.files.journal import HEADER, PUT, PUT_IDS, RecordFile, put_data, records
 
 _DATA = HEADER.size + PUT_IDS.size      # where an entry's data starts in its record
 _COALESCE_GAP = 64 * 1024               # read_many merges records fewer than this many bytes apart
