@@ -492,6 +492,31 @@ def test_a_corrupt_record_in_a_batch_read_is_an_error_not_garbage(tmp_path):
         storage.close()
 
 
+def _cached_bytes(path: str) -> int:
+    """_cached_bytes is how much of a file the page cache holds (util-linux's fincore)."""
+    import subprocess
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES", path],
+                         check=True, capture_output=True, text=True).stdout
+    return int(out.strip())
+
+
+def test_a_finished_entry_log_leaves_the_page_cache_and_stays_readable(tmp_path):
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, entrylog_max_mb=0.25)
+    try:
+        for group in range(12):
+            storage.put_many(1, [(e, payload(1, e, 1000)) for e in range(group * 50, group * 50 + 50)])
+            storage.sync()
+        folder = os.path.join(path, "logs")
+        paths = [os.path.join(folder, name) for name in sorted(os.listdir(folder))]   # fixed-width hex names
+        assert len(paths) >= 3
+        assert all(_cached_bytes(p) == 0 for p in paths[:-1])           # finished: dropped
+        assert _cached_bytes(paths[-1]) > 0                             # active: still cached for tailing reads
+        assert storage.get_many(1, list(range(600))) == [payload(1, e, 1000) for e in range(600)]
+    finally:
+        storage.close()
+
+
 def _footprint(path: str, entries: int) -> tuple[int, int]:
     """_footprint stores `entries` small entries; returns (Python memory retained, peak) in bytes."""
     tracemalloc.start()

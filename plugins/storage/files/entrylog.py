@@ -33,6 +33,14 @@ def log_path(folder: str, log_id: int) -> str:
     return numbered_path(folder, log_id, "log", 8)
 
 
+def _drop_cached(fd: int) -> None:
+    """_drop_cached advises the kernel to drop a file's clean pages from the page cache (advice only)."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (AttributeError, OSError):       # no posix_fadvise here, or a file system without it
+        pass
+
+
 class EntryLogs:
     """EntryLogs commits group buffers to the active log, reads entries back, and accounts for live bytes."""
 
@@ -154,8 +162,16 @@ class EntryLogs:
         return self.active, offset
 
     def rotate(self) -> None:
-        """rotate finishes the active log and starts the next one."""
+        """rotate finishes the active log and starts the next one.
+
+        The finished log's pages leave the page cache (they are clean: every group was
+        fdatasync'd). A bookie writes far more than it reads back soon, and a page cache
+        that grows without bound made the kernel's work per write grow with it; the active
+        log, where tailing reads land, stays cached.
+        """
+        finished = self._fd
         self._open_active(self.active + 1)
+        _drop_cached(finished)
 
     # -- reading --------------------------------------------------------------------------
     def _reader(self, log_id: int) -> int:
