@@ -6,7 +6,7 @@ import pytest
 
 from walkit.core import events as ev
 from walkit.core.messages import Status
-from walkit.core.reader import LacReader, RangeReader
+from walkit.core.reader import SLOW_FOR_MS, LacReader, RangeReader
 from walkit.errors import BookieError, DigestMismatch, NoSuchEntry, Unauthorized
 
 from .helpers import DIGEST, LEDGER_ID, bookies, corrupt, make_entry, make_metadata, of_type, only, sent_reads
@@ -76,6 +76,66 @@ def test_unanswered_read_is_asked_from_the_next_replica_after_the_timeout():
     reader.start()
     assert reader.step(ev.Ticked(now_ms=999)) == []
     assert sent_reads(reader.step(ev.Ticked(now_ms=1000))) == {"B2": [0]}
+
+
+# -- a stalled bookie (SIGSTOP, a partition): one timeout per read, not one per window ----------
+def test_a_timeout_moves_every_entry_asked_of_that_bookie_on_at_once():
+    reader = make_reader(0, 99, window=4, write_quorum=3, timeout_ms=1000)
+    reader.start()                                         # at 0: B1 asked 0, 3; B2 asked 1; B3 asked 2
+    answer(reader, "B2", entries=[make_entry(1)])
+    reader.step(ev.Ticked(now_ms=600))
+    assert sent_reads(answer(reader, "B3", missing=[2])) == {"B1": [2]}      # at 600
+    assert sent_reads(reader.step(ev.Ticked(now_ms=1000))) == {"B2": [0, 2, 3]}   # 2 too, though young
+
+
+def test_a_bookie_that_timed_out_is_asked_last_for_the_rest_of_the_read():
+    reader = make_reader(0, 99, window=8, timeout_ms=1000)
+    reader.start()
+    answer(reader, "B2", entries=[make_entry(1), make_entry(4), make_entry(7)])
+    answer(reader, "B3", entries=[make_entry(2), make_entry(5)])
+    retried = reader.step(ev.Ticked(now_ms=1000))          # B1 is late with 0, 3, 6
+    assert sent_reads(retried) == {"B2": [0, 3, 6]}
+    commands = answer(reader, "B2", entries=[make_entry(0), make_entry(3), make_entry(6)])
+    commands += reader.step(ev.EntriesConsumed(upto=7))
+    assert sent_reads(commands) == {"B3": [8, 11, 14], "B2": [9, 10, 12, 13, 15]}    # none of 8..15 of B1
+
+
+def test_an_unreachable_report_moves_every_entry_asked_of_that_bookie_on():
+    reader = make_reader(0, 8, timeout_ms=1000)
+    reader.start()                                         # B1 holds 0, 3, 6 first
+    assert sent_reads(fail(reader, "B1", 3, status=Status.UNREACHABLE)) == {"B2": [0, 3, 6]}
+
+
+def test_a_slow_bookie_is_still_asked_when_the_other_replica_lacks_the_entry():
+    reader = make_reader(0, 99, window=4, timeout_ms=1000)
+    reader.start()                                         # B1 holds 0, 3 first
+    answer(reader, "B2", entries=[make_entry(1)])
+    answer(reader, "B3", entries=[make_entry(2)])
+    reader.step(ev.Ticked(now_ms=1000))                    # B1 is late: slow from now on
+    answer(reader, "B2", entries=[make_entry(0), make_entry(3)])
+    asked = sent_reads(reader.step(ev.EntriesConsumed(upto=3)))
+    assert asked == {"B2": [4, 6, 7], "B3": [5]}           # 6's write set is (B1, B2): B2 first now
+    assert sent_reads(answer(reader, "B2", missing=[6])) == {"B1": [6]}
+
+
+def test_a_bookie_is_asked_first_again_once_slow_for_ms_passed():
+    slow = {"B1": 1000 + SLOW_FOR_MS}                      # B1 timed out at 1000
+    assert sent_reads(make_reader(0, 2, slow=slow, now_ms=1000 + SLOW_FOR_MS - 1).start()) == {"B2": [0, 1],
+                                                                                            "B3": [2]}
+    assert sent_reads(make_reader(0, 2, slow=slow, now_ms=1000 + SLOW_FOR_MS).start()) == {"B1": [0], "B2": [1],
+                                                                                        "B3": [2]}
+
+
+def test_readers_sharing_the_slow_map_carry_a_timeout_over():
+    slow: dict[str, int] = {}
+    first = make_reader(0, 2, timeout_ms=1000, slow=slow)
+    first.start()
+    answer(first, "B2", entries=[make_entry(1)])
+    answer(first, "B3", entries=[make_entry(2)])
+    first.step(ev.Ticked(now_ms=1000))                     # B1 is late
+    assert slow == {"B1": 1000 + SLOW_FOR_MS}
+    second = make_reader(3, 5, slow=slow, now_ms=2000)     # the next ledger of a log, say
+    assert sent_reads(second.start()) == {"B2": [3, 4], "B3": [5]}
 
 
 def test_corrupted_entry_is_asked_from_the_next_replica_and_the_good_copy_delivered():

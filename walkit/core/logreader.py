@@ -71,6 +71,7 @@ class LogReader:
         self._parked = None                        # what to do once the caller consumed everything
         self._now = now_ms
         self._digests: dict[str, Digest] = {}
+        self._slow: dict[str, int] = {}          # bookies that did not answer in time (RangeReader)
 
     @property
     def ledger(self) -> LedgerMetadata | None:
@@ -155,7 +156,8 @@ class LogReader:
         if last < first:
             return self._after_read()
         self._sub = RangeReader(self._ledger, first, last, self._digest(self._ledger.digest_type),
-                                window=self.window, timeout_ms=self.read_timeout_ms, now_ms=self._now)
+                                window=self.window, timeout_ms=self.read_timeout_ms, now_ms=self._now,
+                                slow=self._slow)
         return self._handle(self._sub.start())
 
     def _on_consumed(self, event: ev.EntriesConsumed) -> list:

@@ -2,7 +2,11 @@
 
 A read of entries [first, last] asks each entry from the first bookie of its write set (so a
 range spreads over the ensemble as writes did), verifies every digest, and on NO_SUCH_ENTRY, an
-error, a timeout or a digest mismatch asks the next bookie of the write set. Entries are
+error, a timeout or a digest mismatch asks the next bookie of the write set. A bookie that
+does not answer in time (or is reported UNREACHABLE) is presumed stopped: every entry still
+asked of it moves on to its next replica at once, and for the next SLOW_FOR_MS it is asked
+last, so a stalled bookie costs a read one timeout, not one per window (a LogReader shares
+this across the ledgers it reads). Entries are
 delivered strictly in entry order, in batches, with at most `window` entries requested and not
 yet consumed (the caller reports consumption with EntriesConsumed), so a long read streams in
 bounded memory. An entry fails the read only when every
@@ -24,6 +28,10 @@ from walkit.errors import BookieError, DigestMismatch, NoSuchEntry, Unauthorized
 #: The reason recorded for a replica that returned bytes whose digest does not verify.
 DIGEST_MISMATCH = "DIGEST_MISMATCH"
 
+#: How long a bookie that did not answer in time is asked last (milliseconds). Only the order
+#: of asking changes: a slow bookie is still asked for an entry no other replica returned.
+SLOW_FOR_MS = 60_000
+
 
 class _Wanted:
     """_Wanted tracks one entry not yet received: its replicas, who is asked, what failed."""
@@ -43,7 +51,10 @@ class RangeReader:
     """RangeReader reads entries [first, last] of a ledger; drive it with `start` and `step`."""
 
     def __init__(self, metadata: LedgerMetadata, first: int, last: int, digest: Digest, *,
-                 window: int = 4096, timeout_ms: int = 5000, now_ms: int = 0) -> None:
+                 window: int = 4096, timeout_ms: int = 5000, now_ms: int = 0,
+                 slow: dict[str, int] | None = None) -> None:
+        """`slow` maps bookies that did not answer in time to when they stop being asked last;
+        pass the same dict to successive readers to carry it over (the reader updates it)."""
         if first < 0 or last < first - 1:
             raise ValueError(f"invalid entry range [{first}, {last}]")
         self.metadata = metadata
@@ -60,6 +71,7 @@ class RangeReader:
         self._wanted: dict[int, _Wanted] = {}
         self._earliest_ms = now_ms      # no outstanding ask was sent before this (a lower bound)
         self._received: dict[int, Entry] = {}
+        self._slow = {} if slow is None else slow    # bookie -> asked last until this time (ms)
         self._write_sets: dict[int, list[tuple[str, ...]]] = {}     # per fragment start
         self._handlers = {ev.EntriesRead: self._on_read, ev.ReadFailed: self._on_failed, ev.Ticked: self._on_tick,
                           ev.EntriesConsumed: self._on_consumed}
@@ -86,7 +98,10 @@ class RangeReader:
         sends: dict[str, list[int]] = {}
         stop = min(self.last, self._consumed + self.window - 1)
         wanted_map, now = self._wanted, self._now
+        slow = {bookie for bookie, until in self._slow.items() if until > now} if self._slow else None
         for first, last, write_sets in self._fragments_between(self._next_request, stop):
+            if slow:      # healthy replicas first; the order among each kind stays (a stable sort)
+                write_sets = [tuple(sorted(replicas, key=slow.__contains__)) for replicas in write_sets]
             size = len(write_sets)
             asks = [sends.setdefault(replicas[0], []) for replicas in write_sets]   # each entry's first replica
             for entry_id in range(first, last + 1):
@@ -124,7 +139,7 @@ class RangeReader:
 
     # -- answers --------------------------------------------------------------------------
     def _on_read(self, event: ev.EntriesRead) -> list:
-        retry: list[tuple[int, str]] = []
+        retry: list[tuple[int, str, str]] = []
         wanted_map, received, ledger_id, bookie = self._wanted, self._received, self.ledger_id, event.bookie
         for entry, verified in zip(event.entries, self._verify_many(event.entries)):
             entry_id = entry.entry_id
@@ -135,19 +150,33 @@ class RangeReader:
                 received[entry_id] = entry
                 del wanted_map[entry_id]          # (not pop and put back: the map stays in entry order)
             elif wanted.asked == bookie:
-                retry.append((entry_id, DIGEST_MISMATCH))
-        retry += [(entry_id, Status.NO_SUCH_ENTRY.name) for entry_id in event.missing]
-        return self._retry(bookie, retry) + self._deliver()
+                retry.append((entry_id, bookie, DIGEST_MISMATCH))
+        missing = Status.NO_SUCH_ENTRY.name
+        retry += [(entry_id, bookie, missing) for entry_id in event.missing]
+        return self._retry(retry) + self._deliver()
 
     def _on_failed(self, event: ev.ReadFailed) -> list:
         if event.status == Status.UNAUTHORIZED:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
-        status = Status.NO_SUCH_ENTRY if event.status == Status.NO_SUCH_LEDGER else event.status
-        return self._retry(event.bookie, [(e, status.name) for e in event.entry_ids]) + self._deliver()
+        if event.status == Status.UNREACHABLE:
+            return self._unresponsive({event.bookie}) + self._deliver()
+        status = (Status.NO_SUCH_ENTRY if event.status == Status.NO_SUCH_LEDGER else event.status).name
+        return self._retry([(e, event.bookie, status) for e in event.entry_ids]) + self._deliver()
 
-    def _retry(self, bookie: str, failures: list[tuple[int, str]]) -> list:
+    def _unresponsive(self, bookies: set[str]) -> list:
+        """_unresponsive moves every entry asked of `bookies` on to its next replica, in entry
+        order, and has them asked last for SLOW_FOR_MS."""
+        for bookie in bookies:
+            self._slow[bookie] = self._now + SLOW_FOR_MS
+        unreachable = Status.UNREACHABLE.name
+        return self._retry([(entry_id, wanted.asked, unreachable) for entry_id, wanted in self._wanted.items()
+                            if wanted.asked in bookies])
+
+    def _retry(self, failures: list[tuple[int, str, str]]) -> list:
+        """_retry asks each (entry, bookie that failed it, status) of its next replica, or fails
+        the read at the first entry that has none left."""
         sends: dict[str, list[int]] = {}
-        for entry_id, status in failures:
+        for entry_id, bookie, status in failures:
             wanted = self._wanted.get(entry_id)
             if wanted is None or wanted.asked != bookie:
                 continue
@@ -193,21 +222,19 @@ class RangeReader:
         self._now = now = event.now_ms
         if now - self._earliest_ms < self.timeout_ms:
             return self._deliver()  # nothing can be late yet: no need to look at every wanted entry
-        late: dict[str, list[tuple[int, str]]] = {}
+        late: set[str] = set()
         earliest = now
-        for entry_id, wanted in self._wanted.items():
+        for wanted in self._wanted.values():
             if wanted.asked is not None:
                 if now - wanted.sent_ms >= self.timeout_ms:
-                    late.setdefault(wanted.asked, []).append((entry_id, Status.UNREACHABLE.name))
+                    late.add(wanted.asked)
                 else:
                     earliest = min(earliest, wanted.sent_ms)
         self._earliest_ms = earliest
-        commands: list = []
-        for bookie, failures in late.items():
-            commands += self._retry(bookie, failures)
-            if self.done:
-                return commands
-        return commands + self._deliver()
+        if not late:
+            return self._deliver()
+        commands = self._unresponsive(late)
+        return commands if self.done else commands + self._deliver()
 
 
 class LacReader:
