@@ -245,26 +245,29 @@ class FileStorage:
         self._check()
         summary = self._ledgers.get(ledger_id)
         pending = self._pending.get(ledger_id) or {}
+        out: list[bytes | None] = [None] * len(entry_ids)
         if (not pending and entry_ids and summary is not None and ledger_id not in self._shadowed
                 and min(entry_ids) >= 0 and max(entry_ids) <= summary.last):
             locations = self._index.lookup_many(ledger_id, entry_ids)     # the common case: all stored
             if None not in locations:
                 return self._logs.read_many([(*location, ledger_id, entry_id)
                                              for location, entry_id in zip(locations, entry_ids)])
-        out: list[bytes | None] = [None] * len(entry_ids)
-        stored: list[tuple[int, int]] = []          # (position in out, entry id) to read from disk
-        for i, entry_id in enumerate(entry_ids):
-            data = pending.get(entry_id)
-            if data is not None:
-                out[i] = data
-            elif (summary is not None and 0 <= entry_id <= summary.last and ledger_id not in self._shadowed):
-                stored.append((i, entry_id))
-        if stored:
+            stored = list(enumerate(entry_ids))     # a gap: every id is in range, nothing is pending
+        else:
+            stored: list[tuple[int, int]] = []      # (position in out, entry id) to read from disk
+            for i, entry_id in enumerate(entry_ids):
+                data = pending.get(entry_id)
+                if data is not None:
+                    out[i] = data
+                elif (summary is not None and 0 <= entry_id <= summary.last and ledger_id not in self._shadowed):
+                    stored.append((i, entry_id))
+            if not stored:
+                return out
             locations = self._index.lookup_many(ledger_id, [e for _, e in stored])
-            found = [(i, e, loc) for (i, e), loc in zip(stored, locations) if loc is not None]
-            datas = self._logs.read_many([(*loc, ledger_id, e) for _, e, loc in found])
-            for (i, _, _), data in zip(found, datas):
-                out[i] = data
+        found = [(i, e, loc) for (i, e), loc in zip(stored, locations) if loc is not None]
+        datas = self._logs.read_many([(*loc, ledger_id, e) for _, e, loc in found])
+        for (i, _, _), data in zip(found, datas):
+            out[i] = data
         return out
 
     def last_entry(self, ledger_id: int) -> int:
