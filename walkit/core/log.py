@@ -12,8 +12,9 @@ events to them by ledger id, and keeps the list right by construction:
   record its end by CAS. A roll does not start while the previous ledger is still closing, so
   at most two of the list's ledgers are unclosed at any time (LedgerChaining.tla's
   OnlyOneLedgerOpenAtATime, two during a roll). Appends that arrive once a roll is due wait
-  for the switch, so a ledger ends where its roll was due (`roll_entries` is exact); they would
-  not be acknowledged earlier anyway, since the previous ledger's appends come first;
+  for the switch (they would not be acknowledged earlier anyway, since the previous ledger's
+  appends come first). A batch of appends (one AppendRequested) goes to one ledger whole, so
+  `roll_entries` is a threshold: a ledger can exceed it by the rest of the batch that crossed it;
 - acknowledgements reach the application in log order across rolls: the appends of a ledger
   are acknowledged only once every append of the ledger before it was;
 - a failure of any ledger this writer writes (fenced, no bookies, a failed close) ends the

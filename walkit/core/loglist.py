@@ -80,7 +80,8 @@ class LogConfig:
     """LogConfig is how a log's ledgers are made and rolled, and what retention keeps.
 
     Rolling happens when the open ledger reaches `roll_entries` records, `roll_bytes` payload
-    bytes or `roll_age_s` seconds (0 disables each). Retention deletes closed ledgers older than
+    bytes or `roll_age_s` seconds (0 disables each). These are thresholds: appends that reach
+    the writer together go to one ledger, so a ledger can exceed `roll_entries` by a batch. Retention deletes closed ledgers older than
     `retention_age_s` and the oldest closed ledgers while the log exceeds `retention_bytes`
     (0 disables each); the open ledger is never deleted.
 
