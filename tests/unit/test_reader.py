@@ -138,6 +138,71 @@ def test_readers_sharing_the_slow_map_carry_a_timeout_over():
     assert sent_reads(second.start()) == {"B2": [3, 4], "B3": [5]}
 
 
+# -- speculative reads --------------------------------------------------------------------------
+def speculating(last: int = 0, **options) -> RangeReader:
+    """speculating returns a started reader with timeout 1000 ms and speculative reads at 200 ms."""
+    reader = make_reader(0, last, timeout_ms=1000, speculative_ms=200, **options)
+    reader.start()
+    return reader
+
+
+def test_an_entry_unanswered_for_speculative_ms_is_also_asked_of_the_next_replica():
+    reader = speculating()
+    assert reader.step(ev.Ticked(now_ms=199)) == []
+    assert sent_reads(reader.step(ev.Ticked(now_ms=200))) == {"B2": [0]}
+
+
+def test_the_first_replica_may_still_answer_after_a_speculative_read():
+    reader = speculating()
+    reader.step(ev.Ticked(now_ms=200))
+    commands = answer(reader, "B1", entries=[make_entry(0)])
+    assert delivered(commands) == [0] and of_type(commands, ev.FailRead) == []
+
+
+def test_a_missing_answer_from_the_speculative_replica_waits_for_the_first():
+    reader = speculating()
+    reader.step(ev.Ticked(now_ms=200))
+    assert answer(reader, "B2", missing=[0]) == []                 # B1 is still asked
+    assert delivered(answer(reader, "B1", entries=[make_entry(0)])) == [0]
+
+
+def test_an_entry_fails_once_every_open_ask_failed():
+    reader = speculating()
+    reader.step(ev.Ticked(now_ms=200))
+    assert answer(reader, "B2", missing=[0]) == []
+    error = read_error(fail(reader, "B1", 0, status=Status.UNREACHABLE))
+    assert isinstance(error, BookieError) and "B1: UNREACHABLE" in str(error) and "B2: NO_SUCH_ENTRY" in str(error)
+
+
+def test_an_entry_waiting_only_for_an_earlier_ask_fails_at_the_timeout():
+    reader = speculating()
+    reader.step(ev.Ticked(now_ms=200))                             # B2 asked at 200
+    answer(reader, "B2", missing=[0])
+    assert of_type(reader.step(ev.Ticked(now_ms=1199)), ev.FailRead) == []
+    assert isinstance(read_error(reader.step(ev.Ticked(now_ms=1200))), BookieError)
+
+
+def test_a_speculative_read_needs_a_replica_left():
+    reader = speculating(write_quorum=1, ensemble_size=1)
+    assert reader.step(ev.Ticked(now_ms=500)) == []
+    assert isinstance(read_error(reader.step(ev.Ticked(now_ms=1000))), BookieError)
+
+
+def test_a_bookie_slower_than_speculative_ms_is_asked_last_afterwards():
+    reader = speculating(last=99, window=4)                        # B1 holds 0, 3 first
+    answer(reader, "B2", entries=[make_entry(1)])
+    answer(reader, "B3", entries=[make_entry(2)])
+    assert sent_reads(reader.step(ev.Ticked(now_ms=200))) == {"B2": [0, 3]}
+    answer(reader, "B2", entries=[make_entry(0), make_entry(3)])
+    assert sent_reads(reader.step(ev.EntriesConsumed(upto=3))) == {"B2": [4, 6, 7], "B3": [5]}
+
+
+def test_speculative_ms_at_or_above_the_timeout_is_off():
+    reader = make_reader(0, 0, timeout_ms=1000, speculative_ms=1000)
+    reader.start()
+    assert reader.step(ev.Ticked(now_ms=999)) == []
+
+
 def test_corrupted_entry_is_asked_from_the_next_replica_and_the_good_copy_delivered():
     reader = make_reader(0, 0)
     reader.start()

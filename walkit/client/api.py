@@ -65,7 +65,13 @@ class Client:
     `metadata` is a metadata URI (``sqlite:///path``, ``zk://host:port/root``,
     ``etcd://host:port/root``) or an open MetadataStore. `timeout` is the default for every
     blocking call; `add_timeout` is how long a bookie may take to acknowledge an add before the
-    writer replaces it. Use it as a context manager or call `close()`.
+    writer replaces it; `request_timeout` is how long any request may go unanswered. Use it as
+    a context manager or call `close()`.
+
+    Reads are speculative, as BookKeeper's: an entry a bookie has not returned within
+    `speculative_read_timeout` seconds is also asked of the next replica (the first may still
+    answer), and that bookie is asked last for a minute, so a stalled bookie delays a read by
+    about that long. 0 turns it off (a stalled bookie then costs `request_timeout`).
 
     On a secured cluster `key` is the client's key pair, the ``NAME.key_secret`` file that
     `walkit keys new NAME` wrote; it defaults to the file named by the WALKIT_KEY environment
@@ -86,9 +92,13 @@ class Client:
 
     def __init__(self, metadata, *, timeout: float = 30.0, add_timeout: float = 5.0,
                  request_timeout: float = 10.0, transport=None, key: str | None = None,
-                 min_racks: int = 1, max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT) -> None:
+                 min_racks: int = 1, max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+                 speculative_read_timeout: float = 2.0) -> None:
         if timeout <= 0 or add_timeout <= 0 or request_timeout <= 0:
             raise ConfigError("timeouts must be positive")
+        if not isinstance(speculative_read_timeout, (int, float)) or not speculative_read_timeout >= 0:
+            raise ConfigError(f"speculative_read_timeout must be 0 (off) or positive seconds, "
+                              f"got {speculative_read_timeout!r}")
         if not isinstance(min_racks, int) or isinstance(min_racks, bool) or min_racks < 1:
             raise ConfigError(f"min_racks must be a positive integer, got {min_racks!r}")
         if not isinstance(max_bytes_in_flight, int) or isinstance(max_bytes_in_flight, bool) or max_bytes_in_flight < 1:
@@ -97,6 +107,7 @@ class Client:
         self.add_timeout = add_timeout
         self.max_bytes_in_flight = max_bytes_in_flight
         self.min_racks = min_racks
+        self.speculative_read_ms = int(speculative_read_timeout * 1000)
         self.metrics = client_metrics()
         self.principal = ""
         curve = None
@@ -587,7 +598,8 @@ class ReadHandle:
                               f"truncated")
         timeout = timeout or self._timeout
         machine = RangeReader(self.metadata, first, last, self._digest,
-                              timeout_ms=self._client._loop.request_timeout_ms, now_ms=now_ms())
+                              timeout_ms=self._client._loop.request_timeout_ms,
+                              speculative_ms=self._client.speculative_read_ms, now_ms=now_ms())
         return self._stream(machine, timeout)
 
     def _stream(self, machine: RangeReader, timeout: float) -> Iterator[Entry]:

@@ -389,7 +389,8 @@ def read_log(client, name: str, *, start: Position | None = None, follow: bool =
     """
     check_log_name(name)
     machine = LogReader(name, password=password, start=start, follow=follow, poll_ms=max(1, int(poll_s * 1000)),
-                        read_timeout_ms=client._loop.request_timeout_ms, now_ms=now_ms())
+                        read_timeout_ms=client._loop.request_timeout_ms,
+                        speculative_ms=client.speculative_read_ms, now_ms=now_ms())
     return LogReading(client, machine, follow, client.timeout + (poll_s if follow else 0))
 
 

@@ -46,12 +46,13 @@ class LogReader:
 
     def __init__(self, name: str, *, password: bytes = b"", start: Position | None = None, follow: bool = False,
                  poll_ms: int = 1000, read_timeout_ms: int = 10_000, window: int = 4096, attempts: int = 5,
-                 now_ms: int = 0) -> None:
+                 now_ms: int = 0, speculative_ms: int = 0) -> None:
         self.name = name
         self.password = password
         self.follow = follow
         self.poll_ms = poll_ms
         self.read_timeout_ms = read_timeout_ms
+        self.speculative_ms = speculative_ms
         self.window = window
         self.attempts = attempts
         self.done = False
@@ -157,7 +158,7 @@ class LogReader:
             return self._after_read()
         self._sub = RangeReader(self._ledger, first, last, self._digest(self._ledger.digest_type),
                                 window=self.window, timeout_ms=self.read_timeout_ms, now_ms=self._now,
-                                slow=self._slow)
+                                speculative_ms=self.speculative_ms, slow=self._slow)
         return self._handle(self._sub.start())
 
     def _on_consumed(self, event: ev.EntriesConsumed) -> list:

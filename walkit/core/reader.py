@@ -6,7 +6,11 @@ error, a timeout or a digest mismatch asks the next bookie of the write set. A b
 does not answer in time (or is reported UNREACHABLE) is presumed stopped: every entry still
 asked of it moves on to its next replica at once, and for the next SLOW_FOR_MS it is asked
 last, so a stalled bookie costs a read one timeout, not one per window (a LogReader shares
-this across the ledgers it reads). Entries are
+this across the ledgers it reads). With `speculative_ms` (BookKeeper's speculative read
+timeout), an entry not answered that long is also asked of its next replica, without giving
+up on the first: whichever answers first is used, and the read waits for every outstanding
+ask before it fails an entry; the bookie that was that slow is asked last, as above, so a
+stalled bookie costs a read `speculative_ms` instead of a whole timeout. Entries are
 delivered strictly in entry order, in batches, with at most `window` entries requested and not
 yet consumed (the caller reports consumption with EntriesConsumed), so a long read streams in
 bounded memory. An entry fails the read only when every
@@ -36,7 +40,7 @@ SLOW_FOR_MS = 60_000
 class _Wanted:
     """_Wanted tracks one entry not yet received: its replicas, who is asked, what failed."""
 
-    __slots__ = ("replicas", "tried", "asked", "sent_ms", "errors")
+    __slots__ = ("replicas", "tried", "asked", "sent_ms", "errors", "earlier")
 
     def __init__(self, replicas: tuple[str, ...], sent_ms: int) -> None:
         """A new _Wanted was just asked of its first replica, at `sent_ms`."""
@@ -45,16 +49,18 @@ class _Wanted:
         self.asked: str | None = replicas[0]
         self.sent_ms = sent_ms
         self.errors: list[tuple[str, str]] = []   # (bookie, status name or DIGEST_MISMATCH)
+        self.earlier: tuple[str, ...] = ()        # asked before `asked` (a speculative read) and may still answer
 
 
 class RangeReader:
     """RangeReader reads entries [first, last] of a ledger; drive it with `start` and `step`."""
 
     def __init__(self, metadata: LedgerMetadata, first: int, last: int, digest: Digest, *,
-                 window: int = 4096, timeout_ms: int = 5000, now_ms: int = 0,
+                 window: int = 4096, timeout_ms: int = 5000, now_ms: int = 0, speculative_ms: int = 0,
                  slow: dict[str, int] | None = None) -> None:
-        """`slow` maps bookies that did not answer in time to when they stop being asked last;
-        pass the same dict to successive readers to carry it over (the reader updates it)."""
+        """`speculative_ms` > 0 turns on speculative reads (see the module doc). `slow` maps
+        bookies that did not answer in time to when they stop being asked last; pass the same
+        dict to successive readers to carry it over (the reader updates it)."""
         if first < 0 or last < first - 1:
             raise ValueError(f"invalid entry range [{first}, {last}]")
         self.metadata = metadata
@@ -62,6 +68,7 @@ class RangeReader:
         self.first, self.last = first, last
         self.window = window
         self.timeout_ms = timeout_ms
+        self.speculative_ms = speculative_ms if 0 < speculative_ms < timeout_ms else 0
         self.done = False
         self._verify_many = digest.verify_many
         self._now = now_ms
@@ -149,7 +156,7 @@ class RangeReader:
             if verified and entry.ledger_id == ledger_id:
                 received[entry_id] = entry
                 del wanted_map[entry_id]          # (not pop and put back: the map stays in entry order)
-            elif wanted.asked == bookie:
+            else:
                 retry.append((entry_id, bookie, DIGEST_MISMATCH))
         missing = Status.NO_SUCH_ENTRY.name
         retry += [(entry_id, bookie, missing) for entry_id in event.missing]
@@ -166,24 +173,53 @@ class RangeReader:
     def _unresponsive(self, bookies: set[str]) -> list:
         """_unresponsive moves every entry asked of `bookies` on to its next replica, in entry
         order, and has them asked last for SLOW_FOR_MS."""
-        for bookie in bookies:
-            self._slow[bookie] = self._now + SLOW_FOR_MS
+        self._mark_slow(bookies)
         unreachable = Status.UNREACHABLE.name
-        return self._retry([(entry_id, wanted.asked, unreachable) for entry_id, wanted in self._wanted.items()
-                            if wanted.asked in bookies])
+        failures = []
+        for entry_id, wanted in self._wanted.items():
+            if wanted.asked in bookies:
+                failures.append((entry_id, wanted.asked, unreachable))
+            failures += [(entry_id, b, unreachable) for b in wanted.earlier if b in bookies]
+        return self._retry(failures)
+
+    def _speculate(self, bookies: set[str]) -> list:
+        """_speculate also asks every entry asked of `bookies` of its next replica (if it has
+        one left), keeping the first ask open, and has `bookies` asked last for SLOW_FOR_MS."""
+        self._mark_slow(bookies)
+        sends: dict[str, list[int]] = {}
+        for entry_id, wanted in self._wanted.items():
+            asked = wanted.asked
+            if asked in bookies and wanted.tried < len(wanted.replicas):
+                wanted.earlier += (asked,)
+                self._ask(entry_id, wanted, sends)
+        return self._sends(sends)
+
+    def _mark_slow(self, bookies: set[str]) -> None:
+        until = self._now + SLOW_FOR_MS
+        for bookie in bookies:
+            self._slow[bookie] = until
 
     def _retry(self, failures: list[tuple[int, str, str]]) -> list:
         """_retry asks each (entry, bookie that failed it, status) of its next replica, or fails
-        the read at the first entry that has none left."""
+        the read at the first entry that has none left and no ask still open."""
         sends: dict[str, list[int]] = {}
         for entry_id, bookie, status in failures:
             wanted = self._wanted.get(entry_id)
-            if wanted is None or wanted.asked != bookie:
+            if wanted is None:
                 continue
-            wanted.errors.append((bookie, status))
-            wanted.asked = None
-            if not self._ask(entry_id, wanted, sends):
-                return self._fail(self._error_for(entry_id, wanted))
+            if wanted.asked == bookie:
+                wanted.errors.append((bookie, status))
+                wanted.asked = None
+                if self._ask(entry_id, wanted, sends) or wanted.earlier:
+                    continue
+            elif bookie in wanted.earlier:
+                wanted.errors.append((bookie, status))
+                wanted.earlier = tuple(b for b in wanted.earlier if b != bookie)
+                if wanted.asked is not None or wanted.earlier:
+                    continue
+            else:
+                continue      # not asked of this bookie (any more): a late answer
+            return self._fail(self._error_for(entry_id, wanted))
         return self._sends(sends)
 
     def _error_for(self, entry_id: int, wanted: _Wanted):
@@ -220,21 +256,34 @@ class RangeReader:
 
     def _on_tick(self, event: ev.Ticked) -> list:
         self._now = now = event.now_ms
-        if now - self._earliest_ms < self.timeout_ms:
+        timeout, speculative = self.timeout_ms, self.speculative_ms
+        if now - self._earliest_ms < (speculative or timeout):
             return self._deliver()  # nothing can be late yet: no need to look at every wanted entry
         late: set[str] = set()
+        slow: set[str] = set()      # slower than speculative_ms: their entries are asked elsewhere too
         earliest = now
         for wanted in self._wanted.values():
-            if wanted.asked is not None:
-                if now - wanted.sent_ms >= self.timeout_ms:
-                    late.add(wanted.asked)
+            age = now - wanted.sent_ms
+            asked = wanted.asked
+            if asked is None:       # out of replicas, waiting for the earlier asks
+                if age >= timeout:
+                    late.update(wanted.earlier)
                 else:
                     earliest = min(earliest, wanted.sent_ms)
+            elif age >= timeout:
+                late.add(asked)
+                late.update(wanted.earlier)     # asked before `asked`: later than that too
+            elif speculative and age >= speculative and wanted.tried < len(wanted.replicas):
+                slow.add(asked)
+            else:
+                earliest = min(earliest, wanted.sent_ms)
         self._earliest_ms = earliest
-        if not late:
-            return self._deliver()
-        commands = self._unresponsive(late)
-        return commands if self.done else commands + self._deliver()
+        commands = self._unresponsive(late) if late else []
+        if self.done:
+            return commands
+        if slow - late:
+            commands += self._speculate(slow - late)
+        return commands + self._deliver()
 
 
 class LacReader:

@@ -291,7 +291,7 @@ class Simulation(Scenario):
         md = self.closed_metadata
         process = self._new_process("reader")
         machine = RangeReader(md, 0, md.last_entry_id, self.digest, timeout_ms=self.world.request_timeout_ms,
-                              now_ms=self.world.now)
+                              speculative_ms=self.world.request_timeout_ms // 4, now_ms=self.world.now)
         owner = _Owner(self, process.name, machine, None)
         started_quiet = not self.world.faults
         owner.outcome = lambda command: self._reader_outcome(process, owner, started_quiet, command)

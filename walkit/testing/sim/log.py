@@ -263,7 +263,7 @@ class LogSimulation(Scenario):
             return None
         process = world.process(name)
         machine = LogReader(LOG, password=PASSWORD, follow=follow, poll_ms=100, read_timeout_ms=world.request_timeout_ms,
-                            window=8, now_ms=world.now)
+                            speculative_ms=world.request_timeout_ms // 4, window=8, now_ms=world.now)
         follower = _Follower(self, name, machine, process)
         self.followers.append(follower)
         self.log("%s starts reading the log", name)
