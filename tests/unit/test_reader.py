@@ -100,10 +100,21 @@ def test_a_bookie_that_timed_out_is_asked_last_for_the_rest_of_the_read():
     assert sent_reads(commands) == {"B3": [8, 11, 14], "B2": [9, 10, 12, 13, 15]}    # none of 8..15 of B1
 
 
-def test_an_unreachable_report_moves_every_entry_asked_of_that_bookie_on():
-    reader = make_reader(0, 8, timeout_ms=1000)
+def test_an_unreachable_report_moves_its_entries_on_and_the_bookie_is_asked_last():
+    slow: dict[str, int] = {}
+    reader = make_reader(0, 8, timeout_ms=1000, slow=slow)
     reader.start()                                         # B1 holds 0, 3, 6 first
-    assert sent_reads(fail(reader, "B1", 3, status=Status.UNREACHABLE)) == {"B2": [0, 3, 6]}
+    assert sent_reads(fail(reader, "B1", 0, 3, status=Status.UNREACHABLE)) == {"B2": [0, 3]}
+    assert slow == {"B1": SLOW_FOR_MS}                     # 6 stays asked of B1 until its own timeout
+
+
+def test_a_retry_skips_a_slow_replica_for_a_healthy_one():
+    reader = make_reader(0, 2, write_quorum=3, timeout_ms=1000)
+    reader.start()
+    answer(reader, "B3", entries=[make_entry(2)])
+    assert sent_reads(reader.step(ev.Ticked(now_ms=1000))) == {"B3": [0, 1]}   # 0 skips B2: late too
+    commands = answer(reader, "B3", missing=[0, 1])
+    assert sent_reads(commands) == {"B2": [0], "B1": [1]}                    # the slow ones last
 
 
 def test_a_slow_bookie_is_still_asked_when_the_other_replica_lacks_the_entry():

@@ -2,19 +2,23 @@
 
 A read of entries [first, last] asks each entry from the first bookie of its write set (so a
 range spreads over the ensemble as writes did), verifies every digest, and on NO_SUCH_ENTRY, an
-error, a timeout or a digest mismatch asks the next bookie of the write set. A bookie that
-does not answer in time (or is reported UNREACHABLE) is presumed stopped: every entry still
-asked of it moves on to its next replica at once, and for the next SLOW_FOR_MS it is asked
-last, so a stalled bookie costs a read one timeout, not one per window (a LogReader shares
-this across the ledgers it reads). With `speculative_ms` (BookKeeper's speculative read
-timeout), an entry not answered that long is also asked of its next replica, without giving
-up on the first: whichever answers first is used, and the read waits for every outstanding
-ask before it fails an entry; the bookie that was that slow is asked last, as above, so a
-stalled bookie costs a read `speculative_ms` instead of a whole timeout. Entries are
-delivered strictly in entry order, in batches, with at most `window` entries requested and not
-yet consumed (the caller reports consumption with EntriesConsumed), so a long read streams in
-bounded memory. An entry fails the read only when every
-bookie of its write set failed it: DigestMismatch if any replica returned corrupt bytes,
+error, a timeout or a digest mismatch asks the next bookie of the write set.
+
+A stalled bookie (a SIGSTOP, a partition) costs a read one wait, not one per window:
+
+- a bookie that does not answer in time is presumed stopped: every entry still asked of it
+  moves on to its next replica at once, and for the next SLOW_FOR_MS it is asked last, by new
+  asks and by retries alike (so is a bookie reported UNREACHABLE, whose reported entries move
+  on). A LogReader shares this across the ledgers it reads;
+- with `speculative_ms` (BookKeeper's speculative read timeout), an entry not answered that
+  long is also asked of its next replica, without giving up on the first: whichever answers
+  first is used, and the read waits for every open ask before it fails an entry. The bookie
+  that was that slow is asked last, as above, so the wait is `speculative_ms`, not a timeout.
+
+Entries are delivered strictly in entry order, in batches, with at most `window` entries
+requested and not yet consumed (the caller reports consumption with EntriesConsumed), so a long
+read streams in bounded memory. An entry fails the read only when every bookie of its write
+set failed it: DigestMismatch if any replica returned corrupt bytes,
 NoSuchEntry if all said it is absent, otherwise BookieError.
 """
 
@@ -76,7 +80,7 @@ class RangeReader:
         self._next_deliver = first
         self._consumed = first          # entries below this were taken by the caller
         self._wanted: dict[int, _Wanted] = {}
-        self._earliest_ms = now_ms      # no outstanding ask was sent before this (a lower bound)
+        self._next_check_ms = now_ms + (self.speculative_ms or timeout_ms)   # no ask is late before this
         self._received: dict[int, Entry] = {}
         self._slow = {} if slow is None else slow    # bookie -> asked last until this time (ms)
         self._write_sets: dict[int, list[tuple[str, ...]]] = {}     # per fragment start
@@ -132,9 +136,17 @@ class RangeReader:
                 yield low, high, sets
 
     def _ask(self, entry_id: int, wanted: _Wanted, sends: dict[str, list[int]]) -> bool:
-        if wanted.tried >= len(wanted.replicas):
+        """_ask asks the entry of its next replica not yet asked, a healthy one before a slow one."""
+        replicas, tried = wanted.replicas, wanted.tried
+        if tried >= len(replicas):
             return False
-        bookie = wanted.replicas[wanted.tried]
+        bookie = replicas[tried]
+        if self._is_slow(bookie):
+            for i in range(tried + 1, len(replicas)):
+                if not self._is_slow(replicas[i]):      # ask it now; the slow ones stay after it
+                    bookie = replicas[i]
+                    wanted.replicas = replicas[:tried] + (bookie,) + replicas[tried:i] + replicas[i + 1:]
+                    break
         wanted.tried += 1
         wanted.asked = bookie
         wanted.sent_ms = self._now
@@ -165,8 +177,8 @@ class RangeReader:
     def _on_failed(self, event: ev.ReadFailed) -> list:
         if event.status == Status.UNAUTHORIZED:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
-        if event.status == Status.UNREACHABLE:
-            return self._unresponsive({event.bookie}) + self._deliver()
+        if event.status == Status.UNREACHABLE:     # asked last from now on; its other asks keep their timeouts
+            self._mark_slow({event.bookie})
         status = (Status.NO_SUCH_ENTRY if event.status == Status.NO_SUCH_LEDGER else event.status).name
         return self._retry([(e, event.bookie, status) for e in event.entry_ids]) + self._deliver()
 
@@ -193,6 +205,9 @@ class RangeReader:
                 wanted.earlier += (asked,)
                 self._ask(entry_id, wanted, sends)
         return self._sends(sends)
+
+    def _is_slow(self, bookie: str) -> bool:
+        return self._slow.get(bookie, 0) > self._now
 
     def _mark_slow(self, bookies: set[str]) -> None:
         until = self._now + SLOW_FOR_MS
@@ -256,28 +271,31 @@ class RangeReader:
 
     def _on_tick(self, event: ev.Ticked) -> list:
         self._now = now = event.now_ms
-        timeout, speculative = self.timeout_ms, self.speculative_ms
-        if now - self._earliest_ms < (speculative or timeout):
+        if now < self._next_check_ms:
             return self._deliver()  # nothing can be late yet: no need to look at every wanted entry
+        timeout, speculative = self.timeout_ms, self.speculative_ms
         late: set[str] = set()
         slow: set[str] = set()      # slower than speculative_ms: their entries are asked elsewhere too
-        earliest = now
+        next_check = now + (speculative or timeout)     # asks made from now on are not late before this
         for wanted in self._wanted.values():
-            age = now - wanted.sent_ms
+            sent = wanted.sent_ms
             asked = wanted.asked
             if asked is None:       # out of replicas, waiting for the earlier asks
-                if age >= timeout:
+                if now - sent >= timeout:
                     late.update(wanted.earlier)
                 else:
-                    earliest = min(earliest, wanted.sent_ms)
-            elif age >= timeout:
+                    next_check = min(next_check, sent + timeout)
+            elif now - sent >= timeout:
                 late.add(asked)
                 late.update(wanted.earlier)     # asked before `asked`: later than that too
-            elif speculative and age >= speculative and wanted.tried < len(wanted.replicas):
-                slow.add(asked)
+            elif speculative and wanted.tried < len(wanted.replicas):
+                if now - sent >= speculative:
+                    slow.add(asked)
+                else:
+                    next_check = min(next_check, sent + speculative)
             else:
-                earliest = min(earliest, wanted.sent_ms)
-        self._earliest_ms = earliest
+                next_check = min(next_check, sent + timeout)
+        self._next_check_ms = next_check
         commands = self._unresponsive(late) if late else []
         if self.done:
             return commands
