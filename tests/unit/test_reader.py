@@ -208,6 +208,18 @@ def test_a_bookie_slower_than_speculative_ms_is_asked_last_afterwards():
     assert sent_reads(reader.step(ev.EntriesConsumed(upto=3))) == {"B2": [4, 6, 7], "B3": [5]}
 
 
+def test_a_retry_skips_a_bookie_found_slow_on_the_same_tick():
+    reader = make_reader(0, 3, ensemble_size=4, write_quorum=4, timeout_ms=1000, speculative_ms=300)
+    reader.start()                                         # B1: 0, B2: 1, B3: 2, B4: 3
+    reader.step(ev.Ticked(now_ms=200))
+    answer(reader, "B2", entries=[make_entry(1)])
+    answer(reader, "B3", entries=[make_entry(2)])
+    answer(reader, "B4", missing=[3])                      # 3 -> B1
+    answer(reader, "B1", missing=[3])                      # 3 -> B2, at 200
+    # at 1000 B1 is late with 0 and B2 is due to be speculated around with 3: 0 skips B2 for B3
+    assert sent_reads(reader.step(ev.Ticked(now_ms=1000))) == {"B3": [0, 3]}
+
+
 def test_speculative_ms_at_or_above_the_timeout_is_off():
     reader = make_reader(0, 0, timeout_ms=1000, speculative_ms=1000)
     reader.start()

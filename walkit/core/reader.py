@@ -296,11 +296,13 @@ class RangeReader:
             else:
                 next_check = min(next_check, sent + timeout)
         self._next_check_ms = next_check
+        slow -= late
+        self._mark_slow(slow)       # before the retries below, so they skip these bookies too
         commands = self._unresponsive(late) if late else []
         if self.done:
             return commands
-        if slow - late:
-            commands += self._speculate(slow - late)
+        if slow:
+            commands += self._speculate(slow)
         return commands + self._deliver()
 
 
