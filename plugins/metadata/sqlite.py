@@ -17,6 +17,7 @@ users or passwords: whoever can open it can change the cluster's metadata.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -28,6 +29,11 @@ from urllib.parse import parse_qsl, urlsplit
 from walkit.errors import SessionLost, BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
 from walkit.plugins.metadata import check_key as _check_key
 from walkit.spi import SessionState
+
+log = logging.getLogger(__name__)
+
+#: How soon a heartbeat that failed (the file busy or gone for a moment) is tried again.
+HEARTBEAT_RETRY_S = 0.1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
@@ -140,11 +146,18 @@ class SqliteMetadataStore:
         return cls(path_of(uri.split("?", 1)[0]), **options)
 
     # -- plumbing -------------------------------------------------------------------------
-    def _run(self, work: Callable[[sqlite3.Cursor], object], write: bool = True):
+    def _run(self, work: Callable[[sqlite3.Cursor], object], write: bool = True, durable: bool = True):
+        """_run runs `work` in one transaction; `durable=False` commits without an fsync.
+
+        Only heartbeats commit without one: a refresh of an expiry that a crash of the machine
+        takes back is harmless, and an fsync queued behind a busy disk could outlast the ttl.
+        """
         if self._closed.is_set():
             raise MetadataError("the sqlite metadata store is closed")
         with self._lock:
             cursor = self._db.cursor()
+            if not durable:
+                cursor.execute("PRAGMA synchronous = NORMAL")     # WAL: no fsync at commit
             try:
                 cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
@@ -157,6 +170,8 @@ class SqliteMetadataStore:
             except sqlite3.OperationalError as exc:
                 raise MetadataError(f"sqlite metadata at {self.path}: {exc}") from exc
             finally:
+                if not durable:
+                    cursor.execute("PRAGMA synchronous = FULL")
                 cursor.close()
 
     @staticmethod
@@ -328,15 +343,32 @@ class SqliteMetadataStore:
     def _background(self) -> None:
         beat_every = self.ttl / 3
         next_beat = time.monotonic() + beat_every
+        failing = False
         while not self._closed.wait(0.05):
-            try:
-                if time.monotonic() >= next_beat:
-                    next_beat = time.monotonic() + beat_every
+            if time.monotonic() >= next_beat:
+                started = time.monotonic()
+                try:
                     self._heartbeat()
-                if self._watches:
+                except MetadataError as exc:
+                    # The file is busy or gone for a moment: tried again soon, not a period later
+                    # (registrations lapse `ttl` after their last refresh).
+                    next_beat = started + HEARTBEAT_RETRY_S
+                    if not failing and not self._closed.is_set():
+                        log.warning("sqlite metadata at %s: refreshing registrations failed (%s); "
+                                    "retrying every %g s", self.path, exc, HEARTBEAT_RETRY_S)
+                    failing = True
+                else:
+                    failing = False
+                    next_beat = started + beat_every
+                    took = time.monotonic() - started
+                    if took > beat_every:
+                        log.warning("sqlite metadata at %s: refreshing registrations took %.1f s "
+                                    "(they lapse %g s after a refresh)", self.path, took, self.ttl)
+            if self._watches:
+                try:
                     self._poll_watches()
-            except MetadataError:
-                continue     # the file is busy or gone for a moment; the next round retries
+                except MetadataError:
+                    pass     # the file is busy or gone for a moment; the next round retries
 
     def _heartbeat(self) -> None:
         """_heartbeat pushes this session's registrations forward; a lapsed one means the session is lost.
@@ -354,7 +386,7 @@ class SqliteMetadataStore:
         def work(c: sqlite3.Cursor) -> int:
             return sum(c.execute("UPDATE nodes SET expires_ms = ? WHERE key = ? AND owner = ? AND expires_ms >= ?",
                                  (expires, k, session, now)).rowcount for k in keys)
-        if self._run(work) == len(keys):
+        if self._run(work, durable=False) == len(keys):
             return
         # Like ZooKeeper expiring a session: every ephemeral row of the old session goes.
         self._run(lambda c: c.execute("DELETE FROM nodes WHERE owner = ?", (session,)))

@@ -47,3 +47,59 @@ def test_a_paused_holder_never_touches_its_successors_registration(tmp_path):
         finally:
             holder.close()
         assert successor.get("bookies/b1")[0] == b"new"     # the holder's close deleted nothing of ours
+
+
+def test_a_failed_heartbeat_is_tried_again_soon_not_a_period_later(tmp_path, monkeypatch):
+    """A heartbeat that fails (the file busy for a moment) is retried within HEARTBEAT_RETRY_S.
+
+    With ttl 6 s a period is 2 s; waiting that long after a failure would leave the
+    registration one failure away from lapsing.
+    """
+    import threading
+    import time
+
+    from walkit.errors import MetadataError
+    from walkit.plugins.metadata.sqlite import SqliteMetadataStore
+
+    calls: list[float] = []
+    retried = threading.Event()
+
+    def flaky_heartbeat(self) -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise MetadataError("database is locked")
+        retried.set()
+
+    monkeypatch.setattr(SqliteMetadataStore, "_heartbeat", flaky_heartbeat)
+    store = SqliteMetadataStore(str(tmp_path / "meta.db"), ttl=6)
+    try:
+        assert retried.wait(30), "the heartbeat was not tried again"
+        assert calls[1] - calls[0] < 1.5        # a retry, not the next 2 s period
+    finally:
+        store.close()
+
+
+def test_heartbeats_commit_without_fsync_and_other_writes_with_it(tmp_path):
+    """Only the heartbeat's expiry refresh commits with synchronous=NORMAL (no fsync in WAL mode).
+
+    An fsync stuck behind a busy disk must not outlast the ttl; every other write still commits
+    with synchronous=FULL.
+    """
+    from walkit.plugins.metadata.sqlite import SqliteMetadataStore
+
+    store = SqliteMetadataStore(str(tmp_path / "meta.db"), ttl=30)
+    try:
+        store.register("walkit/test/eph", b"v")
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)
+        store._heartbeat()
+        heartbeat, statements[:] = list(statements), []
+        store.create("walkit/test/persistent", b"p")
+        create = list(statements)
+        store._db.set_trace_callback(None)
+        assert heartbeat[0] == "PRAGMA synchronous = NORMAL" and heartbeat[-1] == "PRAGMA synchronous = FULL"
+        assert any(s.startswith("UPDATE nodes SET expires_ms") for s in heartbeat)
+        assert not any("synchronous" in s for s in create)
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2      # FULL
+    finally:
+        store.close()

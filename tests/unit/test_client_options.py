@@ -8,7 +8,7 @@ import walkit
 from walkit.errors import ConfigError
 
 
-@pytest.mark.parametrize("value", [-1, -0.5, float("nan"), "2", None])
+@pytest.mark.parametrize("value", [-1, -0.5, float("nan"), float("inf"), True, "2", None])
 def test_a_bad_speculative_read_timeout_is_a_config_error(tmp_path, value):
     with pytest.raises(ConfigError, match="speculative_read_timeout"):
         walkit.Client(f"sqlite:///{tmp_path}/meta.db", speculative_read_timeout=value)

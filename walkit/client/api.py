@@ -15,6 +15,7 @@ walkit.errors.Timeout when it runs out.
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import os
 import threading
 import time
@@ -96,7 +97,8 @@ class Client:
                  speculative_read_timeout: float = 2.0) -> None:
         if timeout <= 0 or add_timeout <= 0 or request_timeout <= 0:
             raise ConfigError("timeouts must be positive")
-        if not isinstance(speculative_read_timeout, (int, float)) or not speculative_read_timeout >= 0:
+        if (not isinstance(speculative_read_timeout, (int, float)) or isinstance(speculative_read_timeout, bool)
+                or not 0 <= speculative_read_timeout < math.inf):
             raise ConfigError(f"speculative_read_timeout must be 0 (off) or positive seconds, "
                               f"got {speculative_read_timeout!r}")
         if not isinstance(min_racks, int) or isinstance(min_racks, bool) or min_racks < 1:

@@ -109,10 +109,10 @@ class RangeReader:
         sends: dict[str, list[int]] = {}
         stop = min(self.last, self._consumed + self.window - 1)
         wanted_map, now = self._wanted, self._now
-        slow = {bookie for bookie, until in self._slow.items() if until > now} if self._slow else None
+        any_slow = any(map(self._is_slow, self._slow))
         for first, last, write_sets in self._fragments_between(self._next_request, stop):
-            if slow:      # healthy replicas first; the order among each kind stays (a stable sort)
-                write_sets = [tuple(sorted(replicas, key=slow.__contains__)) for replicas in write_sets]
+            if any_slow:  # healthy replicas first; the order among each kind stays (a stable sort)
+                write_sets = [tuple(sorted(replicas, key=self._is_slow)) for replicas in write_sets]
             size = len(write_sets)
             asks = [sends.setdefault(replicas[0], []) for replicas in write_sets]   # each entry's first replica
             for entry_id in range(first, last + 1):
