@@ -123,6 +123,7 @@ class SqliteMetadataStore:
         except (OSError, sqlite3.Error) as exc:
             raise MetadataError(f"cannot open sqlite metadata at {path}: {exc}") from exc
         self._lock = threading.RLock()
+        self._sync_relaxed = False        # synchronous = NORMAL is in force (a heartbeat's, not yet restored)
         self._registrations: dict[str, _Registration] = {}
         self._values: dict[str, bytes] = {}       # registered values, to register again in a new session
         self._watches: set[_PollingWatch] = set()
@@ -156,9 +157,11 @@ class SqliteMetadataStore:
             raise MetadataError("the sqlite metadata store is closed")
         with self._lock:
             cursor = self._db.cursor()
-            if not durable:
-                cursor.execute("PRAGMA synchronous = NORMAL")     # WAL: no fsync at commit
             try:
+                if not durable or self._sync_relaxed:
+                    # NORMAL for a heartbeat; FULL again if an earlier restore of it failed.
+                    cursor.execute("PRAGMA synchronous = NORMAL" if not durable else "PRAGMA synchronous = FULL")
+                    self._sync_relaxed = not durable
                 cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
                     result = work(cursor)
@@ -170,8 +173,12 @@ class SqliteMetadataStore:
             except sqlite3.OperationalError as exc:
                 raise MetadataError(f"sqlite metadata at {self.path}: {exc}") from exc
             finally:
-                if not durable:
-                    cursor.execute("PRAGMA synchronous = FULL")
+                if self._sync_relaxed:
+                    try:
+                        cursor.execute("PRAGMA synchronous = FULL")
+                        self._sync_relaxed = False
+                    except sqlite3.Error:
+                        pass        # the next durable write sets FULL before its BEGIN
                 cursor.close()
 
     @staticmethod

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from walkit.testing.metadata import MetadataStoreConformance
@@ -102,4 +104,61 @@ def test_heartbeats_commit_without_fsync_and_other_writes_with_it(tmp_path):
         assert not any("synchronous" in s for s in create)
         assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2      # FULL
     finally:
+        store.close()
+
+
+class _FailingCursor:
+    """A cursor that raises sqlite3.OperationalError on the statements named in `fail`."""
+
+    def __init__(self, cursor, fail: set[str]):
+        self._cursor, self._fail = cursor, fail
+
+    def execute(self, sql, *args):
+        if sql in self._fail:
+            self._fail.discard(sql)
+            raise sqlite3.OperationalError(f"injected failure of {sql!r}")
+        return self._cursor.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+
+class _FailingConnection:
+    def __init__(self, db, fail: set[str]):
+        self._db, self.fail = db, fail
+
+    def cursor(self):
+        return _FailingCursor(self._db.cursor(), self.fail)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def test_a_failing_heartbeat_pragma_is_a_metadata_error_and_full_sync_comes_back(tmp_path):
+    """A failure of the heartbeat's synchronous pragmas is a MetadataError (the heartbeat thread
+    retries those) and never leaves later writes committing without an fsync."""
+    from walkit.errors import MetadataError
+    from walkit.plugins.metadata.sqlite import SqliteMetadataStore
+
+    store = SqliteMetadataStore(str(tmp_path / "meta.db"), ttl=30)
+    real = store._db
+    try:
+        store.register("walkit/test/eph", b"v")
+        store._db = _FailingConnection(real, {"PRAGMA synchronous = NORMAL"})
+        with pytest.raises(MetadataError, match="injected"):
+            store._heartbeat()
+        assert real.execute("PRAGMA synchronous").fetchone()[0] == 2      # still FULL
+
+        store._db.fail.add("PRAGMA synchronous = FULL")      # the restore after the heartbeat fails
+        store._heartbeat()
+        assert real.execute("PRAGMA synchronous").fetchone()[0] == 1      # NORMAL, left behind
+        statements: list[str] = []
+        real.set_trace_callback(statements.append)
+        store.create("walkit/test/persistent", b"p")
+        real.set_trace_callback(None)
+        assert statements[0] == "PRAGMA synchronous = FULL"       # before the create's BEGIN
+        assert statements[1].startswith("BEGIN")
+        assert real.execute("PRAGMA synchronous").fetchone()[0] == 2
+    finally:
+        store._db = real
         store.close()
