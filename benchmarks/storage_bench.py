@@ -4,7 +4,8 @@
 
 For each group size G (entries per sync) it times a loop of G `put`s (to four ledgers, as a bookie
 serving four writers sees them) then one `sync()` on a fresh storage, for the files journal
-(``files://``) and SQLite (``sqlite://``), and, as the limit, a plain file on the same disk
+(``files://``; ``files-append`` is the same with ``preallocate_mb=0``, its active entry log
+grown by appends) and SQLite (``sqlite://``), and, as the limit, a plain file on the same disk
 where each batch is one write of the same bytes the journal writes for G entries (record
 headers included) followed by ``os.fdatasync``. It reports entries/s,
 syncs (fsyncs) per second, MB/s of payload and the ratio to raw. Each configuration runs about
@@ -28,6 +29,8 @@ from walkit.plugins.storage.files.journal import encode_put
 
 BACKENDS = {
     "files": lambda folder: open_storage(f"files://{folder}/files"),
+    # the same with its active entry log grown by appends, not preallocated: the baseline of preallocate_mb
+    "files-append": lambda folder: open_storage(f"files://{folder}/files?preallocate_mb=0"),
     "sqlite": lambda folder: open_storage(f"sqlite://{folder}/sqlite/bookie.db"),
 }
 
@@ -111,7 +114,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024, help="entry bytes")
     parser.add_argument("--groups", type=lambda s: [int(g) for g in s.split(",")], default=[1, 10, 100, 1000],
                         help="entries per sync, comma-separated")
-    parser.add_argument("--backends", type=lambda s: s.split(","), default=["files", "sqlite"])
+    parser.add_argument("--backends", type=lambda s: s.split(","), default=["files", "files-append", "sqlite"])
     parser.add_argument("--entries", type=int, default=50_000, help="entries per configuration (about)")
     parser.add_argument("--max-syncs", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
@@ -123,9 +126,9 @@ def main() -> None:
     result = medians(runs)
     where = args.dir or tempfile.gettempdir()
     print(f"{args.size} B entries, median of {args.runs} runs, in {where}")
-    print(f"{'backend':8} {'group':>6} {'entries/s':>12} {'fsyncs/s':>10} {'MB/s':>8} {'vs raw':>7}")
+    print(f"{'backend':12} {'group':>6} {'entries/s':>12} {'fsyncs/s':>10} {'MB/s':>8} {'vs raw':>7}")
     for row in result:
-        print(f"{row['backend']:8} {row['group']:>6} {row['entries_per_s']:>12,.0f} {row['fsyncs_per_s']:>10,.0f} "
+        print(f"{row['backend']:12} {row['group']:>6} {row['entries_per_s']:>12,.0f} {row['fsyncs_per_s']:>10,.0f} "
               f"{row['mb_per_s']:>8.1f} {row['ratio_to_raw']:>7.2f}")
     if args.json:
         with open(args.json, "w") as f:

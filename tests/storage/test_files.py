@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -40,6 +41,24 @@ def journal_of(path: str) -> str:
     return files[-1][1]
 
 
+def records_end(journal: str) -> int:
+    """records_end is where an entry log's good records end (after a crash, its preallocated zeros follow)."""
+    reader = journal_format.RecordFile(journal)
+    for _ in reader.chunks():
+        pass
+    return reader.end
+
+
+def write_after_records(journal: str, data: bytes) -> int:
+    """write_after_records writes `data` where the log's records end, as a crash's torn group commit
+    lands in the preallocated space; it returns that offset."""
+    end = records_end(journal)
+    with open(journal, "r+b") as f:
+        f.seek(end)
+        f.write(data)
+    return end
+
+
 def folder_bytes(path: str) -> int:
     """folder_bytes sums the sizes of the files under `path`."""
     return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)
@@ -67,20 +86,116 @@ _TORN_TAILS = {
 }
 
 
+# -- preallocation of the active entry log -----------------------------------------------------
+def test_the_active_entry_log_is_preallocated_and_cut_back_to_its_records_on_close(tmp_path):
+    path = str(tmp_path / "s")
+    storage = FileStorage(path)
+    for entry_id in range(50):
+        storage.put(1, entry_id, payload(1, entry_id, 1024))
+    storage.sync()
+    journal = journal_of(path)
+    assert os.path.getsize(journal) >= records_end(journal) + 1024 * 1024      # room for later groups
+    storage.close()
+    assert os.path.getsize(journal) == records_end(journal) > 50 * 1024
+
+
+def test_a_crash_leaves_zeros_after_the_records_and_the_restart_cuts_them_without_a_warning(tmp_path, caplog):
+    path, workload = str(tmp_path / "s"), Workload()
+    crash_after(path, workload, groups=5)
+    journal = journal_of(path)
+    end = records_end(journal)
+    assert os.path.getsize(journal) > end                     # the crash left the preallocated space
+    with caplog.at_level(logging.INFO, logger="walkit.storage"):
+        storage = FileStorage(path)
+    try:
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+        assert any("preallocated" in r.getMessage() for r in caplog.records)
+        workload.check(storage, 5)
+        storage.put(7, 0, b"after the restart")               # appended after the records, not the zeros
+        storage.sync()
+    finally:
+        storage.close()
+    assert os.path.getsize(journal) == records_end(journal) > end
+    storage = FileStorage(path)
+    try:
+        workload.check(storage, 5)
+        assert storage.get(7, 0) == b"after the restart"
+    finally:
+        storage.close()
+
+
+def test_a_finished_entry_log_holds_only_its_records(tmp_path):
+    """A log is cut back to its records (durably) before the next one takes writes: only the last
+    log can have a zero tail after a crash, where replay expects it."""
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, entrylog_max_mb=0.25, checkpoint_s=1e9)
+    try:
+        for entry_id in range(800):
+            storage.put(1, entry_id, payload(1, entry_id, 1024))
+            if entry_id % 20 == 19:
+                storage.sync()
+        logs = numbered_files(os.path.join(path, "logs"), "log", 8)
+        assert len(logs) >= 3
+        for _, finished in logs[:-1]:
+            assert os.path.getsize(finished) == records_end(finished)
+        assert all(storage.get(1, e) == payload(1, e, 1024) for e in range(0, 800, 7))
+    finally:
+        storage.close()
+
+
+def test_preallocate_mb_0_grows_the_active_log_by_appends(tmp_path):
+    storage = open_storage(f"files://{tmp_path}/s?preallocate_mb=0")
+    try:
+        storage.put(1, 0, b"x" * 100)
+        storage.sync()
+        journal = journal_of(str(tmp_path / "s"))
+        assert os.path.getsize(journal) == records_end(journal) > 100
+    finally:
+        storage.close()
+
+
+def test_a_file_system_that_cannot_preallocate_gets_appends(tmp_path, monkeypatch):
+    from walkit.plugins.storage.files import entrylog
+
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(entrylog.os, "posix_fallocate", unsupported)
+    path = str(tmp_path / "s")
+    storage = FileStorage(path)
+    try:
+        for entry_id in range(30):
+            storage.put(1, entry_id, payload(1, entry_id, 512))
+            storage.sync()
+            journal = journal_of(path)
+            assert os.path.getsize(journal) == records_end(journal)
+        assert storage._logs.preallocate == 0
+    finally:
+        storage.close()
+    storage = FileStorage(path)
+    try:
+        assert all(storage.get(1, e) == payload(1, e, 512) for e in range(30))
+    finally:
+        storage.close()
+
+
 @pytest.mark.parametrize("tail", sorted(_TORN_TAILS))
 def test_torn_journal_tail_is_truncated_with_a_warning(tmp_path, caplog, tail):
     path, workload = str(tmp_path / "s"), Workload()
     crash_after(path, workload, groups=6)
     journal = journal_of(path)
-    good = os.path.getsize(journal)
+    good = write_after_records(journal, _TORN_TAILS[tail]())
     assert good > 0
-    with open(journal, "ab") as f:
-        f.write(_TORN_TAILS[tail]())
-    with caplog.at_level(logging.WARNING, logger="walkit.storage"):
+    with caplog.at_level(logging.INFO, logger="walkit.storage"):
         storage = FileStorage(path)
     try:
-        warnings = [r.getMessage() for r in caplog.records if r.name == "walkit.storage"]
-        assert len(warnings) == 1 and journal in warnings[0] and f"offset {good}" in warnings[0], warnings
+        warnings = [r.getMessage() for r in caplog.records if r.name == "walkit.storage" and r.levelno >= logging.WARNING]
+        if tail == "zeroes":        # zeros are what the preallocated space holds anyway: nothing was torn
+            assert warnings == []
+            assert any("preallocated" in r.getMessage() and f"offset {good}" in r.getMessage() for r in caplog.records)
+        else:
+            assert len(warnings) == 1 and journal in warnings[0] and f"offset {good}" in warnings[0], warnings
+        assert os.path.getsize(journal) == good
         assert storage.replayed_records > 0
         workload.check(storage, 6)
         assert storage.get(9, 0) is None
@@ -92,14 +207,9 @@ def test_corrupt_crc_at_the_tail_drops_only_that_record(tmp_path, caplog):
     path, workload = str(tmp_path / "s"), Workload()
     crash_after(path, workload, groups=4)
     journal = journal_of(path)
-    start = os.path.getsize(journal)
-    with open(journal, "ab") as f:                           # a last, complete record ...
-        f.write(_put_record(2, 500, b"last record"))
-    with open(journal, "r+b") as f:                          # ... with one flipped payload byte
-        f.seek(-1, os.SEEK_END)
-        last = f.read(1)
-        f.seek(-1, os.SEEK_END)
-        f.write(bytes([last[0] ^ 0x01]))
+    record = bytearray(_put_record(2, 500, b"last record"))   # a last, complete record ...
+    record[-1] ^= 0x01                                        # ... with one flipped payload byte
+    start = write_after_records(journal, bytes(record))
     with caplog.at_level(logging.WARNING, logger="walkit.storage"):
         storage = FileStorage(path)
     try:
@@ -118,9 +228,7 @@ def test_a_journal_record_no_index_can_hold_is_reported_and_skipped_at_replay(tm
     path, workload = str(tmp_path / "s"), Workload()
     crash_after(path, workload, groups=2)
     journal = journal_of(path)
-    with open(journal, "ab") as f:
-        f.write(_put_record(ledger_id, entry_id, b"unindexable"))
-        f.write(_put_record(2, 700, b"after it"))
+    write_after_records(journal, _put_record(ledger_id, entry_id, b"unindexable") + _put_record(2, 700, b"after it"))
     with caplog.at_level(logging.ERROR, logger="walkit.storage"):
         storage = FileStorage(path)
     try:
@@ -546,7 +654,7 @@ def test_memory_stays_flat_as_entries_grow(tmp_path):
 
 @pytest.mark.parametrize("query", ["journal_max_mb=0", "journal_max_mb=-5", "checkpoint_s=soon",
                                    "entrylog_max_mb=nan", "compact_ratio=1.5", "open_files=2.5",
-                                   "open_files=0", "fsync=always"])
+                                   "open_files=0", "fsync=always", "preallocate_mb=-1", "preallocate_mb=4096"])
 def test_bad_options_are_config_errors(tmp_path, query):
     with pytest.raises(ConfigError) as error:
         open_storage(f"files://{tmp_path}/s?{query}")

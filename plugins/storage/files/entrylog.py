@@ -8,6 +8,13 @@ ride along and are skipped by reads. Each record carries its ledger and entry id
 reads are checked and compaction can tell live records from dead ones with the index alone.
 A log past `max_bytes` is finished and the next one starts (its name made durable first).
 
+The active log is preallocated `PREALLOCATE_BYTES` (the files storage's `preallocate_mb`) at a
+time, at most `max_bytes` (BookKeeper's journalPreAllocSizeMB): a group written inside the file's size does not change the size, and on
+ext4 its fdatasync is then about a quarter cheaper than one that extends the file. The space
+past the last group reads as zeros. A finished log is cut back to its records before the next
+one takes writes, and so is the active log when it is closed; after a crash, replay stops at
+the zero tail and `FileStorage` cuts it off (storage.py, `_repair`).
+
 `EntryLogs` also keeps, per log, the bytes written for each ledger (BookKeeper's
 EntryLogMetadata): a log whose ledgers were all deleted can be removed, and a mostly dead one
 compacted. This is one small dict per log, never one object per entry.
@@ -15,6 +22,7 @@ compacted. This is one small dict per log, never one object per entry.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections import OrderedDict
 from typing import Iterator
@@ -26,6 +34,8 @@ from walkit.plugins.storage.files.journal import HEADER, PUT, PUT_IDS, RecordFil
 _DATA = HEADER.size + PUT_IDS.size      # where an entry's data starts in its record
 _COALESCE_GAP = 64 * 1024               # read_many merges records fewer than this many bytes apart
 _COALESCE_MAX = 4 * 1024 * 1024         # into one pread of at most this many bytes
+#: The active log grows by this much at a time, ahead of its records.
+PREALLOCATE_BYTES = 16 * 1024 * 1024
 
 
 def log_path(folder: str, log_id: int) -> str:
@@ -44,13 +54,18 @@ def _drop_cached(fd: int) -> None:
 class EntryLogs:
     """EntryLogs commits group buffers to the active log, reads entries back, and accounts for live bytes."""
 
-    def __init__(self, folder: str, max_bytes: int, open_files: int) -> None:
-        """__init__ prepares the logs in `folder`; `restore` or `restore_legacy` opens them."""
+    def __init__(self, folder: str, max_bytes: int, open_files: int, preallocate: int = PREALLOCATE_BYTES) -> None:
+        """__init__ prepares the logs in `folder`; `restore` or `restore_legacy` opens them.
+
+        The active log grows `preallocate` bytes at a time (0: by appends).
+        """
         self.folder = folder
         self.max_bytes = max_bytes
         self.open_files = open_files
         self.active = 0
-        self.size = 0                   # bytes of the active log
+        self.size = 0                   # bytes of the active log's records
+        self.allocated = 0              # the active log's file size: its records, then zeros
+        self.preallocate = preallocate  # 0: never (also set when the file system cannot)
         self.totals: dict[int, int] = {}            # log id -> bytes written
         self.usage: dict[int, dict[int, int]] = {}  # log id -> ledger id -> bytes written
         self._fd = -1
@@ -122,16 +137,19 @@ class EntryLogs:
             self._readers[self.active] = self._fd
             self._trim_readers()
         self.active, self._fd = log_id, fd
-        self.size = os.fstat(fd).st_size
+        self.size = self.allocated = os.fstat(fd).st_size
         self.totals[log_id] = self.size
         self.usage.setdefault(log_id, {})
         fsync_dir(self.folder)
 
     def close(self) -> None:
-        """close closes every file."""
+        """close cuts the active log's preallocated tail off and closes every file."""
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            try:
+                self._cut_tail()
+            finally:
+                os.close(self._fd)
+                self._fd = -1
         while self._readers:
             os.close(self._readers.popitem()[1])
 
@@ -146,6 +164,8 @@ class EntryLogs:
         if self.size and self.size + len(buffer) > self.max_bytes:
             self.rotate()
         offset = self.size
+        if offset + len(buffer) > self.allocated and self.preallocate:
+            self._grow(offset + len(buffer))
         view = memoryview(buffer)
         try:
             written = 0
@@ -154,6 +174,7 @@ class EntryLogs:
             os.fdatasync(self._fd)
         except BaseException:
             os.ftruncate(self._fd, offset)
+            self.allocated = offset
             raise
         finally:
             view.release()
@@ -170,8 +191,34 @@ class EntryLogs:
         log, where tailing reads land, stays cached.
         """
         finished = self._fd
+        self._cut_tail(durable=True)
         self._open_active(self.active + 1)
         _drop_cached(finished)
+
+    def _grow(self, needed: int) -> None:
+        """_grow preallocates the active log to past `needed` bytes (made durable: later fdatasyncs need not).
+
+        A file system that cannot preallocate gets appends, as before: preallocation is off from then on.
+        """
+        size = needed + min(self.preallocate, self.max_bytes)
+        try:
+            os.posix_fallocate(self._fd, self.allocated, size - self.allocated)
+            os.fsync(self._fd)
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                self.preallocate = 0
+            os.ftruncate(self._fd, self.size)     # (a partial allocation would read as records of zeros)
+            self.allocated = self.size
+            return
+        self.allocated = size
+
+    def _cut_tail(self, durable: bool = False) -> None:
+        """_cut_tail truncates the active log to its records; `durable` fsyncs the new size."""
+        if self.allocated > self.size:
+            os.ftruncate(self._fd, self.size)
+            self.allocated = self.size
+            if durable:
+                os.fsync(self._fd)
 
     # -- reading --------------------------------------------------------------------------
     def _reader(self, log_id: int) -> int:

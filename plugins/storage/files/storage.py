@@ -84,6 +84,7 @@ OPTIONS = {
     "compact_ratio": Option(float, 0.5, minimum=0, maximum=1, exclusive_minimum=False),
     "write_buffer_mb": Option(float, 32),         # put() syncs early past this much unsynced data
     "open_files": Option(int, 256),               # open index files and entry logs kept (each)
+    "preallocate_mb": Option(float, 16, maximum=1024, exclusive_minimum=False),  # the active log grows by this (0: appends)
 }
 
 
@@ -139,7 +140,7 @@ class FileStorage:
             raise ConfigError(f"files storage: cannot create {path!r}: {exc.strerror}") from None
         self._lock_fd = _lock(path)
         self._logs = EntryLogs(os.path.join(path, "logs"), max(1, int(settings["entrylog_max_mb"] * _MB)),
-                               settings["open_files"])
+                               settings["open_files"], int(settings["preallocate_mb"] * _MB))
         self._index = LedgerIndex(os.path.join(path, "index"), settings["open_files"])
         try:
             self._recover()
@@ -578,12 +579,21 @@ def _lock(path: str) -> int:
 def _repair(reader: RecordFile, later: list[str], torn_max: int) -> None:
     """_repair truncates the journal at its first bad record, if that record can be a crash's torn tail.
 
+    Zeros from there to the end are the active log's preallocated space, cut off quietly.
+
     A crash tears only the last group commit, which is at most about `torn_max` bytes. A bad
     record followed by later journal files, or by a whole record that verifies more than
     `torn_max` bytes before the end, was damaged after it was synced: it is refused, not dropped.
     """
     path, end = reader.path, reader.end
     later_bytes = sum(os.path.getsize(p) for p in later)
+    if not later_bytes and _zeros_from(path, end):
+        # The active log's preallocated space (entrylog.py): its records end here, nothing was torn.
+        size = os.path.getsize(path)
+        log.info("entry log %s: records end at offset %d; cutting the %d preallocated bytes after them",
+                 path, end, size - end)
+        _truncate(path, end)
+        return
     if later_bytes:
         raise StorageError(f"journal {path} is corrupt at offset {end} ({reader.problem}) and "
                            f"{later_bytes} bytes of later journal follow; refusing to drop synced records")
@@ -593,12 +603,27 @@ def _repair(reader: RecordFile, later: list[str], torn_max: int) -> None:
                            f"it verifies, {size - end} bytes before the end; refusing to drop synced records")
     log.warning("journal %s: %s at offset %d; truncating the journal there (%d bytes dropped)",
                 path, reader.problem, end, size - end)
+    _truncate(path, end)
+
+
+def _truncate(path: str, size: int) -> None:
+    """_truncate cuts file `path` to `size` bytes, durably."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        os.ftruncate(fd, end)
+        os.ftruncate(fd, size)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _zeros_from(path: str, offset: int) -> bool:
+    """_zeros_from tells whether every byte of `path` from `offset` to its end is zero."""
+    with open(path, "rb") as stream:
+        stream.seek(offset)
+        while chunk := stream.read(1 << 20):
+            if chunk.count(0) != len(chunk):
+                return False
+    return True
 
 
 def _verifies_after(path: str, end: int) -> bool:
