@@ -16,6 +16,7 @@ import walkit
 from walkit.core.messages import Status
 from walkit.errors import WalkitError
 from walkit.local import LocalCluster, free_port
+from walkit.plugins.storage.files.journal import RecordFile
 
 from .helpers import MASTER_KEY, RawBookie, wait_until
 
@@ -83,8 +84,13 @@ def test_torn_journal_tail_is_repaired_on_start(tmp_path):
                 future.result(30)
         cluster.kill_bookie(0)
         journal = max(glob.glob(os.path.join(cluster.data_dir, "bookie-0", "logs", "*.log")))   # the journal's end
-        good_size = os.path.getsize(journal)
-        with open(journal, "ab") as f:                         # a torn record, then garbage
+        reader = RecordFile(journal)               # its records end where the preallocated zeros start
+        for _ in reader.chunks():
+            pass
+        good_size = reader.end
+        assert os.path.getsize(journal) > good_size
+        with open(journal, "r+b") as f:                        # a torn record, then garbage, where the
+            f.seek(good_size)                                  # next group commit would have gone
             f.write(b"\x40\x00\x00\x00\xde\xad\xbe\xef\x01" + os.urandom(37))
         cluster.start_bookie(0)
         with open(os.path.join(cluster.data_dir, "bookie-0.log")) as f:
