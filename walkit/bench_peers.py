@@ -23,6 +23,7 @@ import base64
 import http.client
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -42,11 +43,45 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_peers(names: list[str], config: BenchConfig) -> dict:
-    """run_peers benchmarks each named peer with `config`'s size, entries and window."""
+_BENCH_EXTRA = "pip install 'walkit[bench]'"
+
+
+def _module_missing(module: str, package: str) -> str | None:
+    import importlib.util
+    if importlib.util.find_spec(module) is None:
+        return f"the Python package {package} is not installed ({_BENCH_EXTRA})"
+    return None
+
+
+def _nats_missing() -> str | None:
+    if shutil.which("nats-server") is None:
+        return "nats-server is not installed (Debian: apt-get install nats-server)"
+    return _module_missing("nats", "nats-py")
+
+
+def _zookeeper_missing() -> str | None:
+    from walkit.testing.servers import zookeeper_missing
+    return zookeeper_missing() or _module_missing("kazoo", "kazoo")
+
+
+def check_peers(names: list[str]) -> None:
+    """check_peers raises ConfigError for an unknown peer or one whose server or client is not installed.
+
+    `walkit bench` calls it before its own phases, so a missing peer fails at once, not after them.
+    """
+    from walkit.testing.servers import etcd_missing
     unknown = [n for n in names if n not in PEERS]
     if unknown:
         raise ConfigError(f"unknown peer(s) {', '.join(unknown)}; choose from {', '.join(PEERS)}")
+    checks = {"etcd": etcd_missing, "nats": _nats_missing, "zookeeper": _zookeeper_missing}
+    missing = [f"{name}: {why}" for name in names if (why := checks[name]())]
+    if missing:
+        raise ConfigError("cannot run peer(s): " + "; ".join(missing))
+
+
+def run_peers(names: list[str], config: BenchConfig) -> dict:
+    """run_peers benchmarks each named peer with `config`'s size, entries and window."""
+    check_peers(names)
     results = {}
     for name in names:
         runner = {"etcd": _etcd, "nats": _nats, "zookeeper": _zookeeper}[name]

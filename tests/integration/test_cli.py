@@ -234,3 +234,26 @@ def test_bench_reports_every_phase_and_a_sustained_run_by_interval(tmp_path):
     assert data["sustained"]["entries"] > 0
     bad = CliRunner().invoke(main, ["bench", "--batch", "0"])
     assert bad.exit_code != 0 and "batch must be at least 1" in bad.output
+
+
+def test_bench_refuses_a_peer_it_cannot_run_before_its_own_phases(monkeypatch):
+    """A peer whose client or server is missing fails at once, not after minutes of walkit's phases."""
+    import importlib.util
+
+    import walkit.bench
+    real_find_spec = importlib.util.find_spec
+
+    def without_nats(name, *args, **kwargs):
+        return None if name == "nats" else real_find_spec(name, *args, **kwargs)
+
+    def no_phases(*args, **kwargs):
+        raise AssertionError("walkit's phases ran before the peers were checked")
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_nats)
+    monkeypatch.setattr(walkit.bench, "run", no_phases)
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))      # no nats-server either
+    result = CliRunner().invoke(main, ["bench", "--peers", "nats", "--storage", "memory"])
+    assert result.exit_code != 0
+    assert "nats" in result.output and "not installed" in result.output, result.output
+    unknown = CliRunner().invoke(main, ["bench", "--peers", "nats,kafka", "--storage", "memory"])
+    assert unknown.exit_code != 0 and "unknown peer(s) kafka" in unknown.output, unknown.output

@@ -49,12 +49,22 @@ def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, st
                                  ack_quorum=ack_quorum, size=size, entries=entries, window=window,
                                  storage=storage, runs=runs, batch=batch, duration=duration, interval=interval)
     config.validate()
+    peer_names = [p.strip() for p in peers.split(",") if p.strip()]
+    if peer_names:
+        from walkit.bench_peers import check_peers
+        check_peers(peer_names)             # before walkit's phases: a missing peer fails at once
     total = runs * (entries + config.latency_entries)
     with click.progressbar(length=total, label="walkit appends", file=sys.stderr) as bar:
         result = harness.run(config, progress=bar.update)
-    if peers:
+    if peer_names:
         from walkit.bench_peers import run_peers
-        result["peers"] = run_peers([p.strip() for p in peers.split(",") if p.strip()], config)
+        try:
+            result["peers"] = run_peers(peer_names, config)
+        except BaseException:
+            click.echo("a peer failed; walkit's own results:", err=True)     # minutes of work, kept
+            for line in harness.summary_lines(result):
+                click.echo(line, err=True)
+            raise
     for line in harness.summary_lines(result):
         click.echo(line)
     if json_path:
