@@ -906,6 +906,8 @@ def test_a_version_1_storage_is_carried_over_with_everything_its_journal_held(tm
         assert checkpoint_format.load(path).version == checkpoint_format.VERSION
         _check_legacy(storage)
         assert storage.last_entry(5) == 9
+        active = log_path(os.path.join(path, "logs"), storage._logs.active)
+        assert storage._logs.allocated == os.path.getsize(active) > storage._logs.size    # preallocated again
         storage.put(5, 10, b"after the upgrade")
         storage.sync()
     finally:

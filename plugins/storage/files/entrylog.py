@@ -125,7 +125,7 @@ class EntryLogs:
         if self.size > size:
             os.ftruncate(self._fd, size)
             os.fsync(self._fd)
-            self.size = self.totals[active] = size
+            self.size = self.allocated = self.totals[active] = size
 
     def _open_active(self, log_id: int) -> None:
         """_open_active opens (creating if needed) log `log_id` as the active log and makes its name durable.
