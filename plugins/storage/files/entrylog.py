@@ -9,8 +9,9 @@ reads are checked and compaction can tell live records from dead ones with the i
 A log past `max_bytes` is finished and the next one starts (its name made durable first).
 
 The active log is preallocated `PREALLOCATE_BYTES` (the files storage's `preallocate_mb`) at a
-time, at most `max_bytes` (BookKeeper's journalPreAllocSizeMB): a group written inside the file's size does not change the size, and on
-ext4 its fdatasync is then about a quarter cheaper than one that extends the file. The space
+time, at most `max_bytes` (BookKeeper's journalPreAllocSizeMB): a group written inside the
+file's size does not change the size, and on ext4 its fdatasync is then about a quarter
+cheaper than one that extends the file. The space
 past the last group reads as zeros. A finished log is cut back to its records before the next
 one takes writes, and so is the active log when it is closed; after a crash, replay stops at
 the zero tail and `FileStorage` cuts it off (storage.py, `_repair`).

@@ -64,7 +64,7 @@ from walkit.core.bookie import LedgerState
 from walkit.errors import ConfigError, LedgerStorageError, StorageError
 from walkit.plugins.storage.files import checkpoint as checkpoints
 from walkit.plugins.storage.files.disk import fsync_all, fsync_dir
-from walkit.plugins.storage.files.entrylog import EntryLogs
+from walkit.plugins.storage.files.entrylog import PREALLOCATE_BYTES, EntryLogs
 from walkit.plugins.storage.files.index import MAX_ENTRY_ID, SLOT, LedgerIndex
 from walkit.plugins.storage.files.journal import (
     HEADER, KINDS, MAX_RECORD, PUT, PUT_IDS, STATE, RecordFile, decode_delete, decode_state, encode_delete, encode_put,
@@ -84,7 +84,8 @@ OPTIONS = {
     "compact_ratio": Option(float, 0.5, minimum=0, maximum=1, exclusive_minimum=False),
     "write_buffer_mb": Option(float, 32),         # put() syncs early past this much unsynced data
     "open_files": Option(int, 256),               # open index files and entry logs kept (each)
-    "preallocate_mb": Option(float, 16, maximum=1024, exclusive_minimum=False),  # the active log grows by this (0: appends)
+    "preallocate_mb": Option(float, PREALLOCATE_BYTES / _MB, maximum=1024,   # the active log grows by this
+                             exclusive_minimum=False),                             # (0: appends)
 }
 
 
