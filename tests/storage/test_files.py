@@ -203,6 +203,37 @@ def test_torn_journal_tail_is_truncated_with_a_warning(tmp_path, caplog, tail):
         storage.close()
 
 
+def test_a_group_torn_in_its_middle_inside_the_preallocated_space_is_truncated_not_refused(tmp_path, caplog):
+    """A power cut can write a group commit's later pages and not an earlier one: a hole with whole records after it.
+
+    That group was never acknowledged (its fdatasync did not return), so it is the torn tail and
+    is dropped. The zeros of the preallocated space after it are not "synced data after the
+    damage": only the group itself counts against the torn-tail limit.
+    """
+    path, workload = str(tmp_path / "s"), Workload()
+    crash_after(path, workload, groups=6)
+    journal = journal_of(path)
+    size = len(_put_record(9, 0, bytes(8000)))
+    group = b"".join(_put_record(9, entry_id, bytes([entry_id + 1]) * 8000) for entry_id in range(20))
+    hole = size * 5 + 1000                                      # one page inside the 6th record's data
+    torn = group[:hole] + bytes(4096) + group[hole + 4096:]
+    start = write_after_records(journal, torn)
+    # A 1 MiB write buffer makes the torn-tail limit 2 MiB, below the 16 MiB preallocated.
+    assert os.path.getsize(journal) - start > 2 * 1024 * 1024 > len(torn)
+    with caplog.at_level(logging.WARNING, logger="walkit.storage"):
+        storage = FileStorage(path, write_buffer_mb=1)
+    try:
+        warnings = [r.getMessage() for r in caplog.records if r.name == "walkit.storage"]
+        bad = start + size * 5
+        assert len(warnings) == 1 and journal in warnings[0] and f"offset {bad}" in warnings[0], warnings
+        assert os.path.getsize(journal) == bad
+        workload.check(storage, 6)
+        assert [storage.get(9, e) for e in range(5)] == [bytes([e + 1]) * 8000 for e in range(5)]
+        assert storage.get(9, 5) is None and storage.get(9, 19) is None
+    finally:
+        storage.close()
+
+
 def test_corrupt_crc_at_the_tail_drops_only_that_record(tmp_path, caplog):
     path, workload = str(tmp_path / "s"), Workload()
     crash_after(path, workload, groups=4)

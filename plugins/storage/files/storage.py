@@ -584,24 +584,28 @@ def _repair(reader: RecordFile, later: list[str], torn_max: int) -> None:
 
     A crash tears only the last group commit, which is at most about `torn_max` bytes. A bad
     record followed by later journal files, or by a whole record that verifies more than
-    `torn_max` bytes before the end, was damaged after it was synced: it is refused, not dropped.
+    `torn_max` bytes before the end of the data, was damaged after it was synced: it is refused,
+    not dropped. The end of the data is where the zeros of the preallocated space begin: a group
+    torn in its middle (a power cut wrote its later pages, not an earlier one) lies just before
+    them, however much preallocated space follows.
     """
     path, end = reader.path, reader.end
     later_bytes = sum(os.path.getsize(p) for p in later)
-    if not later_bytes and _zeros_from(path, end):
-        # The active log's preallocated space (entrylog.py): its records end here, nothing was torn.
-        size = os.path.getsize(path)
-        log.info("entry log %s: records end at offset %d; cutting the %d preallocated bytes after them",
-                 path, end, size - end)
-        _truncate(path, end)
-        return
     if later_bytes:
         raise StorageError(f"journal {path} is corrupt at offset {end} ({reader.problem}) and "
                            f"{later_bytes} bytes of later journal follow; refusing to drop synced records")
     size = os.path.getsize(path)
-    if size - end > torn_max and _verifies_after(path, end):
+    data_end = _data_end(path, end)
+    if data_end == end:
+        # The active log's preallocated space (entrylog.py): its records end here, nothing was torn.
+        log.info("entry log %s: records end at offset %d; cutting the %d preallocated bytes after them",
+                 path, end, size - end)
+        _truncate(path, end)
+        return
+    if data_end - end > torn_max and _verifies_after(path, end):
         raise StorageError(f"journal {path} is corrupt at offset {end} ({reader.problem}) and the record after "
-                           f"it verifies, {size - end} bytes before the end; refusing to drop synced records")
+                           f"it verifies, {data_end - end} bytes before the end of the data; refusing to drop "
+                           "synced records")
     log.warning("journal %s: %s at offset %d; truncating the journal there (%d bytes dropped)",
                 path, reader.problem, end, size - end)
     _truncate(path, end)
@@ -617,14 +621,19 @@ def _truncate(path: str, size: int) -> None:
         os.close(fd)
 
 
-def _zeros_from(path: str, offset: int) -> bool:
-    """_zeros_from tells whether every byte of `path` from `offset` to its end is zero."""
+def _data_end(path: str, start: int) -> int:
+    """_data_end is the offset after the last non-zero byte of `path` at or after `start` (`start` if there is none)."""
     with open(path, "rb") as stream:
-        stream.seek(offset)
-        while chunk := stream.read(1 << 20):
-            if chunk.count(0) != len(chunk):
-                return False
-    return True
+        position = stream.seek(0, os.SEEK_END)
+        while position > start:
+            step = min(1 << 20, position - start)
+            stream.seek(position - step)
+            chunk = stream.read(step)
+            stripped = len(chunk.rstrip(b"\0"))
+            if stripped:
+                return position - step + stripped
+            position -= step
+    return start
 
 
 def _verifies_after(path: str, end: int) -> bool:
