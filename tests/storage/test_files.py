@@ -234,6 +234,47 @@ def test_a_group_torn_in_its_middle_inside_the_preallocated_space_is_truncated_n
         storage.close()
 
 
+@pytest.mark.parametrize("preallocate_mb", [16, 0], ids=["preallocated", "appended"])
+@pytest.mark.parametrize("seed", range(12))
+def test_any_damage_to_the_unsynced_last_group_leaves_every_synced_group_and_a_prefix_of_it(tmp_path, caplog, seed,
+                                                                                           preallocate_mb):
+    """A power cut can leave the last group commit's pages in any state: written, zero, or stale garbage.
+
+    Whatever the mix, the restart must open (it never refuses a torn last group), keep every
+    synced group, keep of the torn group only a prefix of whole records, and the next restart
+    must be clean.
+    """
+    import random
+    rng = random.Random(seed)
+    path, workload = str(tmp_path / "s"), Workload()
+    crash_after(path, workload, groups=5, preallocate_mb=preallocate_mb)
+    journal = journal_of(path)
+    sizes = [rng.choice([100, 3000, 9000]) for _ in range(rng.randint(2, 30))]
+    group = [_put_record(9, entry_id, bytes([entry_id % 250 + 1]) * size) for entry_id, size in enumerate(sizes)]
+    data = bytearray(b"".join(group))
+    start = records_end(journal)
+    pages = range(start // 4096, (start + len(data) - 1) // 4096 + 1)
+    for page in rng.sample(list(pages), rng.randint(1, len(pages))):      # the pages the power cut lost
+        first, last = max(page * 4096, start) - start, min((page + 1) * 4096, start + len(data)) - start
+        data[first:last] = bytes(last - first) if rng.random() < 0.5 else rng.randbytes(last - first)
+    if rng.random() < 0.3:
+        del data[rng.randrange(len(data)):]                               # and the file ends early
+    write_after_records(journal, bytes(data))
+    storage = FileStorage(path, write_buffer_mb=1)                        # a torn-tail limit of 2 MiB
+    try:
+        workload.check(storage, 5)
+        kept = [storage.get(9, entry_id) for entry_id in range(len(sizes))]
+        survivors = len(kept) - kept.count(None)
+        assert kept[:survivors] == [bytes([e % 250 + 1]) * sizes[e] for e in range(survivors)], "not a prefix"
+        assert os.path.getsize(journal) == start + sum(map(len, group[:survivors]))
+    finally:
+        storage.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="walkit.storage"):
+        FileStorage(path, write_buffer_mb=1).close()
+    assert [r.getMessage() for r in caplog.records if r.name == "walkit.storage"] == []
+
+
 def test_corrupt_crc_at_the_tail_drops_only_that_record(tmp_path, caplog):
     path, workload = str(tmp_path / "s"), Workload()
     crash_after(path, workload, groups=4)
