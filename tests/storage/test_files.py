@@ -275,6 +275,25 @@ def test_any_damage_to_the_unsynced_last_group_leaves_every_synced_group_and_a_p
     assert [r.getMessage() for r in caplog.records if r.name == "walkit.storage"] == []
 
 
+def test_a_put_that_would_overflow_the_write_buffer_syncs_what_was_buffered_first(tmp_path):
+    """A group is at most write_buffer_mb or one batch: replay's torn-tail limit (twice write_buffer_mb) relies on it."""
+    storage = FileStorage(str(tmp_path / "s"), write_buffer_mb=10 / 1024)        # 10 KiB
+    groups = []                                                 # the bytes of each group commit
+    commit = storage._logs.commit
+    storage._logs.commit = lambda buffer: groups.append(len(buffer)) or commit(buffer)
+    record = journal_format.HEADER.size + journal_format.PUT_IDS.size      # a PUT record's bytes besides its data
+    try:
+        storage.put(1, 0, b"a" * 6000)
+        storage.put_many(1, [(1, b"b" * 3000), (2, b"c" * 3000), (3, b"d" * 3000)])   # 6 + 9 KiB > 10 KiB
+        storage.put(1, 4, b"e" * 2000)                                                 # 9 + 2 KiB > 10 KiB
+        storage.put(1, 5, b"f" * 20000)                             # larger than the buffer: alone
+        storage.sync()
+        assert groups == [record + 6000, 3 * (record + 3000), record + 2000, record + 20000]
+        assert [len(storage.get(1, e)) for e in range(6)] == [6000, 3000, 3000, 3000, 2000, 20000]
+    finally:
+        storage.close()
+
+
 def test_corrupt_crc_at_the_tail_drops_only_that_record(tmp_path, caplog):
     path, workload = str(tmp_path / "s"), Workload()
     crash_after(path, workload, groups=4)

@@ -13,7 +13,9 @@ buffer to the active entry log with one ``os.fdatasync`` (the group commit), and
 writes each entry's slot, pointing into that log, to its ledger's index file without fsync. The
 entry logs are the journal: every byte is written to disk once, and everything the indexes say
 is already durable in the logs. A put past `write_buffer_mb` (or 65,536 unsynced entries)
-syncs early.
+syncs early, and a put that would take the buffer past `write_buffer_mb` syncs what was
+buffered first: a group is at most `write_buffer_mb` or one `put_many` batch, whichever is
+larger, which is what replay's torn-tail limit (twice `write_buffer_mb`) relies on.
 
 Checkpoints. On `compact()` when an entry log can be reclaimed, on `checkpoint()` and on
 `close()`: reclaim entry logs of deleted ledgers (copying the live entries of mostly dead logs
@@ -164,6 +166,7 @@ class FileStorage:
             raise ValueError(f"ledger id {ledger_id} or entry id {entry_id} is out of range "
                              f"(ledger ids from 0, entry ids 0..{MAX_ENTRY_ID})")
         data = bytes(data)
+        self._room_for(HEADER.size + PUT_IDS.size + len(data))
         encode_put(self._buffer, ledger_id, entry_id, data)
         self._pending.setdefault(ledger_id, {})[entry_id] = data
         self._pending_count += 1
@@ -185,11 +188,17 @@ class FileStorage:
         if max(map(len, datas)) > MAX_RECORD - PUT_IDS.size:     # (a TypeError for data that is not bytes)
             raise ValueError(f"an entry exceeds the {MAX_RECORD}-byte journal record limit")
         datas = list(map(bytes, datas))
+        self._room_for(sum(map(len, datas)) + len(datas) * (HEADER.size + PUT_IDS.size))
         encode_puts(self._buffer, ledger_id, zip(ids, datas))
         self._pending.setdefault(ledger_id, {}).update(zip(ids, datas))
         self._pending_count += len(ids)
         self._note_put(ledger_id, max(ids))
         if len(self._buffer) >= self.buffer_max or self._pending_count >= _MAX_PENDING_ENTRIES:
+            self.sync()
+
+    def _room_for(self, incoming: int) -> None:
+        """_room_for syncs what is buffered if `incoming` more bytes would take the group past `buffer_max`."""
+        if self._buffer and len(self._buffer) + incoming > self.buffer_max:
             self.sync()
 
     def sync(self) -> None:
