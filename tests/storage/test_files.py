@@ -567,6 +567,42 @@ def test_delete_and_compaction_give_disk_space_back(tmp_path):
         storage.close()
 
 
+def test_compaction_whose_copies_could_not_be_indexed_removes_no_log(tmp_path, monkeypatch):
+    """Copies of live entries go through the journal in groups (synced inside put past the write buffer);
+    if a group's index slots fail, the checkpoint fails and the old logs stay."""
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, entrylog_max_mb=0.25, checkpoint_s=1e9, write_buffer_mb=0.02)
+    for entry_id in range(300):
+        for ledger_id in (1, 2, 3, 4):
+            storage.put(ledger_id, entry_id, payload(ledger_id, entry_id, 1024))
+        storage.sync()
+    storage.checkpoint()
+    for ledger_id in (1, 2, 3):
+        storage.delete_ledger(ledger_id)
+    storage.sync()
+    logs = sorted(os.listdir(os.path.join(path, "logs")))
+    real = index_module.LedgerIndex._write_slots
+    written = []
+
+    def failing_once(self, ledger_id, slots):   # the first group of copies cannot be indexed
+        written.append(ledger_id)
+        if len(written) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, ledger_id, slots)
+    monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing_once)
+    with pytest.raises(StorageError):
+        storage.compact()
+    assert written                                           # the copies were being indexed when it failed
+    assert set(logs) <= set(os.listdir(os.path.join(path, "logs")))     # no log was removed
+    monkeypatch.undo()
+    storage._release()
+    storage = FileStorage(path)
+    try:
+        assert all(storage.get(4, e) == payload(4, e, 1024) for e in range(300))
+    finally:
+        storage.close()
+
+
 def test_logs_of_deleted_ledgers_are_removed_and_compaction_survives_a_crash(tmp_path):
     path = str(tmp_path / "s")
 
