@@ -402,6 +402,39 @@ def test_an_index_write_failure_fails_that_ledger_only(tmp_path, monkeypatch):
         storage.close()
 
 
+def test_a_put_whose_early_sync_fails_another_ledger_stores_its_entries_and_names_that_ledger(tmp_path, monkeypatch):
+    """The sync a put makes before its entries (to keep the group within the buffer) may fail some ledgers' indexes.
+
+    The put still stores its own entries, so a bookie's view of its ledger matches storage, and
+    then raises LedgerStorageError naming the ledgers that failed (the bookie fails their requests).
+    """
+    from walkit.errors import LedgerStorageError
+    storage = FileStorage(str(tmp_path / "s"), write_buffer_mb=10 / 1024)
+    try:
+        real = index_module.LedgerIndex._write_slots
+
+        def failing(self, ledger_id, slots):
+            if ledger_id == 13:
+                raise OSError(27, "File too large")
+            return real(self, ledger_id, slots)
+        monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+        storage.put(13, 0, b"doomed" * 1000)
+        with pytest.raises(LedgerStorageError) as caught:
+            storage.put_many(12, [(0, b"a" * 3000), (1, b"b" * 3000)])       # 6 + 6 KiB: 13's group goes first
+        assert caught.value.ledgers == {13} and storage.fsyncs == 1
+        monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", real)
+        assert storage.get(12, 0) == b"a" * 3000                  # buffered, readable ...
+        storage.sync()
+        assert storage.fsyncs == 2 and storage.get(12, 1) == b"b" * 3000     # ... and durable
+    finally:
+        storage.close()
+    storage = FileStorage(str(tmp_path / "s"))
+    try:
+        assert storage.get(12, 0) == b"a" * 3000 and storage.get(12, 1) == b"b" * 3000
+    finally:
+        storage.close()
+
+
 def test_corruption_before_later_journal_data_is_refused(tmp_path):
     path = str(tmp_path / "s")
     crash_after(path, Workload(), groups=3)

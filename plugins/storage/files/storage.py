@@ -166,13 +166,12 @@ class FileStorage:
             raise ValueError(f"ledger id {ledger_id} or entry id {entry_id} is out of range "
                              f"(ledger ids from 0, entry ids 0..{MAX_ENTRY_ID})")
         data = bytes(data)
-        self._room_for(HEADER.size + PUT_IDS.size + len(data))
+        failures = self._room_for(HEADER.size + PUT_IDS.size + len(data))
         encode_put(self._buffer, ledger_id, entry_id, data)
         self._pending.setdefault(ledger_id, {})[entry_id] = data
         self._pending_count += 1
         self._note_put(ledger_id, entry_id)
-        if len(self._buffer) >= self.buffer_max or self._pending_count >= _MAX_PENDING_ENTRIES:
-            self.sync()
+        self._sync_if_full(failures)
 
     def put_many(self, ledger_id: int, entries: list[tuple[int, bytes]]) -> None:
         """put_many is `put` for a batch of one ledger's entries, encoded in one pass (all or none)."""
@@ -188,25 +187,39 @@ class FileStorage:
         if max(map(len, datas)) > MAX_RECORD - PUT_IDS.size:     # (a TypeError for data that is not bytes)
             raise ValueError(f"an entry exceeds the {MAX_RECORD}-byte journal record limit")
         datas = list(map(bytes, datas))
-        self._room_for(sum(map(len, datas)) + len(datas) * (HEADER.size + PUT_IDS.size))
+        failures = self._room_for(sum(map(len, datas)) + len(datas) * (HEADER.size + PUT_IDS.size))
         encode_puts(self._buffer, ledger_id, zip(ids, datas))
         self._pending.setdefault(ledger_id, {}).update(zip(ids, datas))
         self._pending_count += len(ids)
         self._note_put(ledger_id, max(ids))
-        if len(self._buffer) >= self.buffer_max or self._pending_count >= _MAX_PENDING_ENTRIES:
-            self.sync()
+        self._sync_if_full(failures)
 
-    def _room_for(self, incoming: int) -> None:
-        """_room_for syncs what is buffered if `incoming` more bytes would take the group past `buffer_max`."""
+    def _room_for(self, incoming: int) -> dict[int, str]:
+        """_room_for syncs what is buffered if `incoming` more bytes would take the group past `buffer_max`.
+
+        It returns the ledgers whose index slots that sync could not write: the put stores its
+        entries all the same and raises once they are buffered (`_sync_if_full`), as when the
+        sync comes after them.
+        """
         if self._buffer and len(self._buffer) + incoming > self.buffer_max:
-            self.sync()
+            return self._sync()
+        return {}
+
+    def _sync_if_full(self, failures: dict[int, str]) -> None:
+        """_sync_if_full syncs a full buffer, then raises LedgerStorageError for `failures` and the sync's own."""
+        if len(self._buffer) >= self.buffer_max or self._pending_count >= _MAX_PENDING_ENTRIES:
+            failures = {**failures, **self._sync()}
+        self._raise_for(failures)
 
     def sync(self) -> None:
         """sync writes the buffered records to the journal with one fdatasync, then applies them.
 
         It raises LedgerStorageError if only some ledgers' index slots could not be written.
         """
-        failures = self._sync()
+        self._raise_for(self._sync())
+
+    def _raise_for(self, failures: dict[int, str]) -> None:
+        """_raise_for raises LedgerStorageError naming the ledgers in `failures` (ledger -> why), if any."""
         if failures:
             raise LedgerStorageError(f"files storage {self.path}: could not index ledger(s) "
                                      + "; ".join(f"{lid}: {why}" for lid, why in sorted(failures.items())),
