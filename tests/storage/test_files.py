@@ -866,6 +866,52 @@ def test_a_bookie_whose_storage_syncs_inside_put_and_fails_a_ledger_says_so_to_d
     service.storage.close()
 
 
+def test_a_truncating_add_whose_put_fails_another_ledger_still_truncates(tmp_path, monkeypatch):
+    """A put that syncs by itself may fail another ledger's index (LedgerStorageError). The step's later
+    commands, a truncation's tombstones and mark here, must still be stored: the bookie's view of the
+    ledger already moved, and a retried add is answered from that view."""
+    from walkit.core.bookie import TOMBSTONE
+    from walkit.core.messages import ReadLacRequest, ReadRequest
+    path = str(tmp_path / "s")
+
+    def open_service():
+        return BookieService(FileStorage(path, write_buffer_mb=0.05, checkpoint_s=1e9))     # ~51 KiB
+
+    def round_trip(service, *requests):
+        service.receive(b"peer", encode_requests(list(requests)))
+        return {r.txn: r for _, frame in service.flush() for r in decode_responses(frame)}
+
+    def add(txn, ledger_id, *ids, term=0, truncate=False, recovery=False, data=None):
+        return AddRequest(txn=txn, ledger_id=ledger_id, master_key=MASTER_KEY, term=term, truncate=truncate,
+                          recovery=recovery, entries=[make_entry(i, data, lac=i - 1, ledger_id=ledger_id) for i in ids])
+    service = open_service()
+    assert round_trip(service, add(1, 1, 0, 1, 2, 3, term=1))[1].status == Status.OK
+    assert round_trip(service, add(2, 13, 0))[2].status == Status.OK
+    real = index_module.LedgerIndex._write_slots
+
+    def failing(self, ledger_id, slots):
+        if ledger_id == 13:
+            raise OSError(27, "File too large")
+        return real(self, ledger_id, slots)
+    monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+    truncating = add(4, 1, 1, term=2, truncate=True, recovery=True, data=b"n" * 30_000)
+    replies = round_trip(service, add(3, 13, 1, data=b"x" * 30_000), truncating)
+    assert replies[3].status == Status.IO_ERROR and replies[4].status == Status.IO_ERROR
+    monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", real)
+    assert round_trip(service, truncating)[4].status == Status.OK           # the writer retries
+    storage = service.storage
+    assert storage.get(1, 2) == TOMBSTONE and storage.get(1, 3) == TOMBSTONE
+    assert storage.ledger_state(1).truncated == (2, 2)
+    storage.close()
+    restarted = open_service()
+    try:
+        assert round_trip(restarted, ReadLacRequest(txn=5, ledger_id=1))[5].last_entry_id == 1
+        read = round_trip(restarted, ReadRequest(txn=6, ledger_id=1, entry_ids=[2, 3]))[6]
+        assert not (read.status == Status.OK and read.entries)       # the old term's entries 2 and 3 stay gone
+    finally:
+        restarted.storage.close()
+
+
 def _random_groups(seed: int, groups: int = 40):
     """_random_groups yields group commits of random puts, put_manys, states and deletes over 3 ledgers.
 
@@ -1267,6 +1313,43 @@ def test_a_damaged_record_with_synced_groups_after_it_is_refused(tmp_path):
         f.write(bytes([byte[0] ^ 0x10]))
     with pytest.raises(StorageError, match="the record after it verifies"):
         FileStorage(path, write_buffer_mb=0.001)
+
+
+@pytest.mark.parametrize("last", ["random", "zeros"])
+def test_damage_with_more_synced_records_after_it_than_a_group_is_refused_even_when_they_end_in_zeros(tmp_path,
+                                                                                                         last):
+    """An entry of zeros is data, not preallocated space: the records after the damage are followed, not guessed."""
+    path = str(tmp_path / "s")
+    storage = FileStorage(path, write_buffer_mb=1, checkpoint_s=1e9)
+    for entry_id in range(20):
+        storage.put(1, entry_id, payload(1, entry_id, 64 * 1024))
+        storage.sync()
+    storage.put(1, 20, os.urandom(3 << 19) if last == "random" else bytes(3 << 19))    # 1.5 MiB, synced
+    storage.sync()
+    log = journal_of(path)
+    storage._release()                                        # a crash: no closing checkpoint
+    with open(log, "r+b") as f:
+        f.seek(100)                                           # inside the first entry's data, synced long ago
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0x10]))
+    with pytest.raises(StorageError, match="the record after it verifies"):
+        FileStorage(path, write_buffer_mb=1)                  # 2.75 MiB of records follow: more than 2 x 1 MiB
+
+
+def test_a_put_of_an_id_or_size_no_record_can_hold_is_refused_before_anything_is_synced(tmp_path):
+    storage = FileStorage(str(tmp_path / "s"), write_buffer_mb=10 / 1024)
+    try:
+        storage.put(13, 0, b"a" * 6000)
+        with pytest.raises(ValueError, match="out of range"):
+            storage.put(1 << 63, 0, b"x" * 6000)
+        with pytest.raises(ValueError, match="out of range"):
+            storage.put_many(1 << 63, [(0, b"x" * 6000)])
+        assert storage.fsyncs == 0                            # refused before the early sync, not after it
+        storage.sync()
+        assert storage.get(13, 0) == b"a" * 6000
+    finally:
+        storage.close()
 
 
 def test_a_log_that_cannot_be_started_fails_the_storage_and_closes_cleanly(tmp_path, monkeypatch, caplog):

@@ -181,6 +181,8 @@ class BookieService:
             self._apply(self.handler.step(peer, request))
         except LedgerStorageError as exc:
             log.error("storage sync failed for ledgers %s: %s", sorted(exc.ledgers), exc)
+            txn = request.txn                     # this request fails: drop the answer its step queued
+            self._replies = [r for r in self._replies if r.peer != peer or getattr(r.response, "txn", None) != txn]
             self._replies = self._ledgers_failed(self._replies, exc)
             self._replies.append(Reply(peer, error_response(request, Status.IO_ERROR, f"storage failed: {exc}"),
                                        False))
@@ -201,7 +203,15 @@ class BookieService:
         self._apply(self.handler.tick(now_ms))
 
     def _apply(self, commands: list) -> None:
+        """_apply stores what the handler decided and queues its replies.
+
+        A put that synced by itself and failed other ledgers (LedgerStorageError) stored its
+        own entries: the step's later commands (a truncation's tombstones and mark, say) are
+        applied all the same, so storage matches the handler's view, and the error is raised
+        once they are.
+        """
         storage = self.storage
+        failed: LedgerStorageError | None = None
         for command in commands:
             kind = type(command)
             if kind is Reply:
@@ -209,11 +219,15 @@ class BookieService:
             elif kind is StoreEntries:
                 ledger_id = command.ledger_id
                 self._dirty = True
-                if self._put_many is not None:
-                    self._put_many(ledger_id, command.entries)
-                else:
-                    for entry_id, data in command.entries:
-                        storage.put(ledger_id, entry_id, data)
+                try:
+                    if self._put_many is not None:
+                        self._put_many(ledger_id, command.entries)
+                    else:
+                        for entry_id, data in command.entries:
+                            storage.put(ledger_id, entry_id, data)
+                except LedgerStorageError as exc:
+                    failed = exc if failed is None else LedgerStorageError(f"{failed}; {exc}",
+                                                                           set(failed.ledgers) | set(exc.ledgers))
                 self.bytes_stored += sum(len(data) for _, data in command.entries)
                 self.entries_stored += len(command.entries)
                 if not command.deferred:
@@ -224,6 +238,8 @@ class BookieService:
                 storage.set_ledger_state(command.ledger_id, command.state)
             else:
                 raise TypeError(f"unknown bookie command {command!r}")
+        if failed is not None:
+            raise failed
 
     def flush(self) -> list[tuple[bytes, bytes]]:
         """flush syncs storage if needed and returns (peer, frame) replies to send, in order."""

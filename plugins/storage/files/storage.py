@@ -15,7 +15,8 @@ entry logs are the journal: every byte is written to disk once, and everything t
 is already durable in the logs. A put past `write_buffer_mb` (or 65,536 unsynced entries)
 syncs early, and a put that would take the buffer past `write_buffer_mb` syncs what was
 buffered first: a group is at most `write_buffer_mb` or one `put_many` batch, whichever is
-larger, which is what replay's torn-tail limit (twice `write_buffer_mb`) relies on.
+larger (plus the small state and delete records put between them), which is what replay's
+torn-tail limit (twice `write_buffer_mb`) relies on.
 
 Checkpoints. On `compact()` when an entry log can be reclaimed, on `checkpoint()` and on
 `close()`: reclaim entry logs of deleted ledgers (copying the live entries of mostly dead logs
@@ -77,6 +78,8 @@ from walkit.plugins.storage.options import Option, check_options, split_uri
 log = logging.getLogger("walkit.storage")
 
 _MB = 1 << 20
+#: The highest ledger id a journal record can hold (PUT_IDS packs it as a signed 64-bit integer).
+MAX_LEDGER_ID = (1 << 63) - 1
 _MAX_PENDING_ENTRIES = 1 << 16          # put() syncs early past this many unsynced entries
 
 OPTIONS = {
@@ -162,10 +165,12 @@ class FileStorage:
     def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
         """put buffers an entry (a journal record); it is durable after the next sync()."""
         self._check()
-        if ledger_id < 0 or not 0 <= entry_id <= MAX_ENTRY_ID:
+        if not 0 <= ledger_id <= MAX_LEDGER_ID or not 0 <= entry_id <= MAX_ENTRY_ID:
             raise ValueError(f"ledger id {ledger_id} or entry id {entry_id} is out of range "
-                             f"(ledger ids from 0, entry ids 0..{MAX_ENTRY_ID})")
+                             f"(ledger ids 0..{MAX_LEDGER_ID}, entry ids 0..{MAX_ENTRY_ID})")
         data = bytes(data)
+        if len(data) > MAX_RECORD - PUT_IDS.size:
+            raise ValueError(f"an entry exceeds the {MAX_RECORD}-byte journal record limit")
         failures = self._room_for(HEADER.size + PUT_IDS.size + len(data))
         encode_put(self._buffer, ledger_id, entry_id, data)
         self._pending.setdefault(ledger_id, {})[entry_id] = data
@@ -176,8 +181,8 @@ class FileStorage:
     def put_many(self, ledger_id: int, entries: list[tuple[int, bytes]]) -> None:
         """put_many is `put` for a batch of one ledger's entries, encoded in one pass (all or none)."""
         self._check()
-        if ledger_id < 0:
-            raise ValueError(f"ledger id {ledger_id} is out of range (ledger ids from 0)")
+        if not 0 <= ledger_id <= MAX_LEDGER_ID:
+            raise ValueError(f"ledger id {ledger_id} is out of range (ledger ids 0..{MAX_LEDGER_ID})")
         if not entries:
             return
         ids = [entry_id for entry_id, _ in entries]
@@ -624,9 +629,10 @@ def _repair(reader: RecordFile, later: list[str], torn_max: int) -> None:
                  path, end, size - end)
         _truncate(path, end)
         return
-    if data_end - end > torn_max and _verifies_after(path, end):
+    chain_end = _records_after(path, end, stop=end + torn_max)
+    if chain_end > end and max(chain_end, data_end) - end > torn_max:
         raise StorageError(f"journal {path} is corrupt at offset {end} ({reader.problem}) and the record after "
-                           f"it verifies, {data_end - end} bytes before the end of the data; refusing to drop "
+                           f"it verifies, more than {torn_max} bytes before the end of the data; refusing to drop "
                            "synced records")
     log.warning("journal %s: %s at offset %d; truncating the journal there (%d bytes dropped)",
                 path, reader.problem, end, size - end)
@@ -658,20 +664,30 @@ def _data_end(path: str, start: int) -> int:
     return start
 
 
-def _verifies_after(path: str, end: int) -> bool:
-    """_verifies_after tells whether, past the bad record at `end` (its length taken as read), a whole record verifies."""
+def _records_after(path: str, end: int, stop: int) -> int:
+    """_records_after is where the whole records after the bad record at `end` end (`end` if the next does not verify).
+
+    The bad record's length is taken as read; from the record after it, records are followed
+    while they verify, until one does not or they pass `stop`. Zeros inside a record's data
+    count as data here, which the last non-zero byte (`_data_end`) cannot tell.
+    """
     with open(path, "rb") as stream:
         stream.seek(end)
         length = _header_length(stream)
         if length is None:
-            return False
-        stream.seek(end + HEADER.size + length)
-        length = _header_length(stream)
-        if length is None:
-            return False
-        stream.seek(-HEADER.size, os.SEEK_CUR)
-        record = stream.read(HEADER.size + length)
-    return verify(memoryview(record)).end == len(record) == HEADER.size + length
+            return end
+        position, last = end + HEADER.size + length, end
+        while last <= stop:
+            stream.seek(position)
+            length = _header_length(stream)
+            if length is None:
+                break
+            stream.seek(position)
+            record = stream.read(HEADER.size + length)
+            if len(record) != HEADER.size + length or verify(memoryview(record)).end != len(record):
+                break
+            position = last = position + len(record)
+    return last
 
 
 def _header_length(stream) -> int | None:
