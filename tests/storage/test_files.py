@@ -912,6 +912,53 @@ def test_a_truncating_add_whose_put_fails_another_ledger_still_truncates(tmp_pat
         restarted.storage.close()
 
 
+def test_a_storage_without_put_many_stores_every_entry_of_an_add_whose_first_put_failed_another_ledger(
+        tmp_path, monkeypatch):
+    """put_many is optional: a bookie then puts entry by entry, and a put that synced by itself and failed
+    another ledger's index must not leave the add's later entries unstored while the bookie counts them."""
+    from walkit.core.messages import ReadLacRequest, ReadRequest
+
+    class PutOnly:                      # the files storage as a plugin without the optional put_many
+        def __init__(self, storage):
+            self._storage = storage
+
+        def __getattr__(self, name):
+            if name == "put_many":
+                raise AttributeError(name)
+            return getattr(self._storage, name)
+
+    inner = FileStorage(str(tmp_path / "s"), write_buffer_mb=0.05, checkpoint_s=1e9)     # ~51 KiB
+    service = BookieService(PutOnly(inner))
+    assert service._put_many is None
+
+    def round_trip(*requests):
+        service.receive(b"peer", encode_requests(list(requests)))
+        return {r.txn: r for _, frame in service.flush() for r in decode_responses(frame)}
+
+    def add(txn, ledger_id, *ids, data=None):
+        return AddRequest(txn=txn, ledger_id=ledger_id, master_key=MASTER_KEY,
+                          entries=[make_entry(i, data, lac=i - 1, ledger_id=ledger_id) for i in ids])
+    try:
+        assert round_trip(add(1, 13, 0))[1].status == Status.OK
+        real = index_module.LedgerIndex._write_slots
+
+        def failing(self, ledger_id, slots):
+            if ledger_id == 13:
+                raise OSError(27, "File too large")
+            return real(self, ledger_id, slots)
+        monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+        # 40 KB of ledger 13 is buffered; the first 15 KB put of ledger 1 syncs it first and raises for 13
+        replies = round_trip(add(2, 13, 1, data=b"x" * 40_000), add(3, 1, 0, 1, 2, data=b"y" * 15_000))
+        assert replies[2].status == replies[3].status == Status.IO_ERROR
+        monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", real)
+        lac = round_trip(ReadLacRequest(txn=4, ledger_id=1))[4]
+        read = round_trip(ReadRequest(txn=5, ledger_id=1, entry_ids=[0, 1, 2]))[5]
+        assert inner.last_entry(1) == lac.last_entry_id == 2          # storage matches the bookie's view
+        assert [e.entry_id for e in read.entries] == [0, 1, 2]
+    finally:
+        inner.close()
+
+
 def _random_groups(seed: int, groups: int = 40):
     """_random_groups yields group commits of random puts, put_manys, states and deletes over 3 ledgers.
 

@@ -47,6 +47,13 @@ MAX_PARKED = 10_000
 DEFERRED_SYNC_MS = 1000
 
 
+def _merged(first: LedgerStorageError | None, second: LedgerStorageError) -> LedgerStorageError:
+    """_merged is one LedgerStorageError naming the ledgers of both (`first` may be None)."""
+    if first is None:
+        return second
+    return LedgerStorageError(f"{first}; {second}", set(first.ledgers) | set(second.ledgers))
+
+
 def _needed(request) -> str:
     """_needed is the permission a request needs: read, or write for anything that changes a ledger."""
     kind = type(request)
@@ -219,15 +226,17 @@ class BookieService:
             elif kind is StoreEntries:
                 ledger_id = command.ledger_id
                 self._dirty = True
-                try:
-                    if self._put_many is not None:
+                if self._put_many is not None:
+                    try:
                         self._put_many(ledger_id, command.entries)
-                    else:
-                        for entry_id, data in command.entries:
+                    except LedgerStorageError as exc:
+                        failed = _merged(failed, exc)
+                else:
+                    for entry_id, data in command.entries:
+                        try:
                             storage.put(ledger_id, entry_id, data)
-                except LedgerStorageError as exc:
-                    failed = exc if failed is None else LedgerStorageError(f"{failed}; {exc}",
-                                                                           set(failed.ledgers) | set(exc.ledgers))
+                        except LedgerStorageError as exc:
+                            failed = _merged(failed, exc)
                 self.bytes_stored += sum(len(data) for _, data in command.entries)
                 self.entries_stored += len(command.entries)
                 if not command.deferred:

@@ -671,6 +671,7 @@ def _records_after(path: str, end: int, stop: int) -> int:
     while they verify, until one does not or they pass `stop`. Zeros inside a record's data
     count as data here, which the last non-zero byte (`_data_end`) cannot tell.
     """
+    size = os.path.getsize(path)
     with open(path, "rb") as stream:
         stream.seek(end)
         length = _header_length(stream)
@@ -680,7 +681,7 @@ def _records_after(path: str, end: int, stop: int) -> int:
         while last <= stop:
             stream.seek(position)
             length = _header_length(stream)
-            if length is None:
+            if length is None or position + HEADER.size + length > size:     # (a garbage length is not read)
                 break
             stream.seek(position)
             record = stream.read(HEADER.size + length)
