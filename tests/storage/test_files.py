@@ -77,6 +77,24 @@ def _put_record(ledger_id: int, entry_id: int, data: bytes) -> bytes:
     return bytes(buffer)
 
 
+def fail_index_writes(monkeypatch, ledger_id: int):
+    """fail_index_writes makes every index write of `ledger_id` fail (EFBIG); it returns the real writer, to put back."""
+    real = index_module.LedgerIndex._write_slots
+
+    def failing(self, failing_ledger, slots):
+        if failing_ledger == ledger_id:
+            raise OSError(errno.EFBIG, "File too large")
+        return real(self, failing_ledger, slots)
+    monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+    return real
+
+
+def service_round_trip(service: BookieService, *requests) -> dict:
+    """service_round_trip hands `requests` to a bookie service in one frame and returns its answers by txn."""
+    service.receive(b"peer", encode_requests(list(requests)))
+    return {r.txn: r for _, frame in service.flush() for r in decode_responses(frame)}
+
+
 _TORN_TAILS = {
     "half a header": lambda: _put_record(9, 0, b"x" * 100)[:4],
     "half a record": lambda: _put_record(9, 0, b"x" * 100)[:60],
@@ -381,13 +399,7 @@ def test_an_index_write_failure_fails_that_ledger_only(tmp_path, monkeypatch):
     from walkit.plugins.storage.files import index as index_module
     storage = FileStorage(str(tmp_path / "s"))
     try:
-        real = index_module.LedgerIndex._write_slots
-
-        def failing(self, ledger_id, slots):
-            if ledger_id == 13:
-                raise OSError(27, "File too large")
-            return real(self, ledger_id, slots)
-        monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+        real = fail_index_writes(monkeypatch, 13)
         storage.put(12, 0, b"fine")
         storage.put(13, 0, b"doomed")
         with pytest.raises(LedgerStorageError) as caught:
@@ -411,13 +423,7 @@ def test_a_put_whose_early_sync_fails_another_ledger_stores_its_entries_and_name
     from walkit.errors import LedgerStorageError
     storage = FileStorage(str(tmp_path / "s"), write_buffer_mb=10 / 1024)
     try:
-        real = index_module.LedgerIndex._write_slots
-
-        def failing(self, ledger_id, slots):
-            if ledger_id == 13:
-                raise OSError(27, "File too large")
-            return real(self, ledger_id, slots)
-        monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+        real = fail_index_writes(monkeypatch, 13)
         storage.put(13, 0, b"doomed" * 1000)
         with pytest.raises(LedgerStorageError) as caught:
             storage.put_many(12, [(0, b"a" * 3000), (1, b"b" * 3000)])       # 6 + 6 KiB: 13's group goes first
@@ -843,21 +849,14 @@ def test_a_bookie_whose_storage_syncs_inside_put_and_fails_a_ledger_says_so_to_d
     service = BookieService(FileStorage(str(tmp_path / "s"), write_buffer_mb=0.05))
 
     def round_trip(*requests):
-        service.receive(b"peer", encode_requests(list(requests)))
-        return {r.txn: r for _, frame in service.flush() for r in decode_responses(frame)}
+        return service_round_trip(service, *requests)
 
     def add(ledger_id, entry_id, txn, deferred=False, payload=None):
         return AddRequest(txn=txn, ledger_id=ledger_id, master_key=MASTER_KEY, deferred_sync=deferred,
                           entries=[make_entry(entry_id, payload, ledger_id=ledger_id)])
     round_trip(add(13, 0, 1), add(12, 0, 2))
     instance = round_trip(add(13, 1, 3, deferred=True))[3].instance
-    real = index_module.LedgerIndex._write_slots
-
-    def failing(self, ledger_id, slots):
-        if ledger_id == 13:
-            raise OSError(27, "File too large")
-        return real(self, ledger_id, slots)
-    monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+    real = fail_index_writes(monkeypatch, 13)
     big = round_trip(add(12, 1, 4, deferred=True, payload=b"x" * 60_000))[4]      # put() syncs by itself
     assert big.status == Status.IO_ERROR and "13" in big.message
     monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", real)
@@ -877,36 +876,26 @@ def test_a_truncating_add_whose_put_fails_another_ledger_still_truncates(tmp_pat
     def open_service():
         return BookieService(FileStorage(path, write_buffer_mb=0.05, checkpoint_s=1e9))     # ~51 KiB
 
-    def round_trip(service, *requests):
-        service.receive(b"peer", encode_requests(list(requests)))
-        return {r.txn: r for _, frame in service.flush() for r in decode_responses(frame)}
-
     def add(txn, ledger_id, *ids, term=0, truncate=False, recovery=False, data=None):
         return AddRequest(txn=txn, ledger_id=ledger_id, master_key=MASTER_KEY, term=term, truncate=truncate,
                           recovery=recovery, entries=[make_entry(i, data, lac=i - 1, ledger_id=ledger_id) for i in ids])
     service = open_service()
-    assert round_trip(service, add(1, 1, 0, 1, 2, 3, term=1))[1].status == Status.OK
-    assert round_trip(service, add(2, 13, 0))[2].status == Status.OK
-    real = index_module.LedgerIndex._write_slots
-
-    def failing(self, ledger_id, slots):
-        if ledger_id == 13:
-            raise OSError(27, "File too large")
-        return real(self, ledger_id, slots)
-    monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+    assert service_round_trip(service, add(1, 1, 0, 1, 2, 3, term=1))[1].status == Status.OK
+    assert service_round_trip(service, add(2, 13, 0))[2].status == Status.OK
+    real = fail_index_writes(monkeypatch, 13)
     truncating = add(4, 1, 1, term=2, truncate=True, recovery=True, data=b"n" * 30_000)
-    replies = round_trip(service, add(3, 13, 1, data=b"x" * 30_000), truncating)
+    replies = service_round_trip(service, add(3, 13, 1, data=b"x" * 30_000), truncating)
     assert replies[3].status == Status.IO_ERROR and replies[4].status == Status.IO_ERROR
     monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", real)
-    assert round_trip(service, truncating)[4].status == Status.OK           # the writer retries
+    assert service_round_trip(service, truncating)[4].status == Status.OK           # the writer retries
     storage = service.storage
     assert storage.get(1, 2) == TOMBSTONE and storage.get(1, 3) == TOMBSTONE
     assert storage.ledger_state(1).truncated == (2, 2)
     storage.close()
     restarted = open_service()
     try:
-        assert round_trip(restarted, ReadLacRequest(txn=5, ledger_id=1))[5].last_entry_id == 1
-        read = round_trip(restarted, ReadRequest(txn=6, ledger_id=1, entry_ids=[2, 3]))[6]
+        assert service_round_trip(restarted, ReadLacRequest(txn=5, ledger_id=1))[5].last_entry_id == 1
+        read = service_round_trip(restarted, ReadRequest(txn=6, ledger_id=1, entry_ids=[2, 3]))[6]
         assert not (read.status == Status.OK and read.entries)       # the old term's entries 2 and 3 stay gone
     finally:
         restarted.storage.close()
@@ -932,21 +921,14 @@ def test_a_storage_without_put_many_stores_every_entry_of_an_add_whose_first_put
     assert service._put_many is None
 
     def round_trip(*requests):
-        service.receive(b"peer", encode_requests(list(requests)))
-        return {r.txn: r for _, frame in service.flush() for r in decode_responses(frame)}
+        return service_round_trip(service, *requests)
 
     def add(txn, ledger_id, *ids, data=None):
         return AddRequest(txn=txn, ledger_id=ledger_id, master_key=MASTER_KEY,
                           entries=[make_entry(i, data, lac=i - 1, ledger_id=ledger_id) for i in ids])
     try:
         assert round_trip(add(1, 13, 0))[1].status == Status.OK
-        real = index_module.LedgerIndex._write_slots
-
-        def failing(self, ledger_id, slots):
-            if ledger_id == 13:
-                raise OSError(27, "File too large")
-            return real(self, ledger_id, slots)
-        monkeypatch.setattr(index_module.LedgerIndex, "_write_slots", failing)
+        real = fail_index_writes(monkeypatch, 13)
         # 40 KB of ledger 13 is buffered; the first 15 KB put of ledger 1 syncs it first and raises for 13
         replies = round_trip(add(2, 13, 1, data=b"x" * 40_000), add(3, 1, 0, 1, 2, data=b"y" * 15_000))
         assert replies[2].status == replies[3].status == Status.IO_ERROR
