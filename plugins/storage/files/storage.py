@@ -610,11 +610,11 @@ def _repair(reader: RecordFile, later: list[str], torn_max: int) -> None:
     Zeros from there to the end are the active log's preallocated space, cut off quietly.
 
     A crash tears only the last group commit, which is at most about `torn_max` bytes. A bad
-    record followed by later journal files, or by a whole record that verifies more than
-    `torn_max` bytes before the end of the data, was damaged after it was synced: it is refused,
-    not dropped. The end of the data is where the zeros of the preallocated space begin: a group
-    torn in its middle (a power cut wrote its later pages, not an earlier one) lies just before
-    them, however much preallocated space follows.
+    record followed by later journal files, or by whole records (the first right after it, its
+    length taken as read) that verify for more than `torn_max` bytes past it, was damaged after
+    it was synced: it is refused, not dropped. A group torn in its middle (a power cut wrote its
+    later pages, not an earlier one) is cut off however much preallocated space follows it, as
+    its records and then zeros end within `torn_max`.
     """
     path, end = reader.path, reader.end
     later_bytes = sum(os.path.getsize(p) for p in later)
