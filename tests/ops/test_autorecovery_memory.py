@@ -72,9 +72,9 @@ def elected_auditor(cluster, tmp_path, **config) -> Auditor:
 
 def test_audit_marks_exactly_the_ledgers_on_the_lost_bookie(cluster, client, tmp_path):
     ledgers = [write_ledger(client, 30).ledger_id for _ in range(6)]
-    lost = cluster.addresses[0]
+    lost = min(client.ledger_metadata(ledgers[0]).bookies)    # on at least one ledger: the audit has work
     on_lost = {i for i in ledgers if lost in client.ledger_metadata(i).bookies}
-    cluster.kill(0)
+    cluster.kill(cluster.addresses.index(lost))
     auditor = elected_auditor(cluster, tmp_path)
     try:
         assert auditor.audit({lost}) == len(on_lost)
@@ -96,8 +96,8 @@ def test_audit_marks_exactly_the_ledgers_on_the_lost_bookie(cluster, client, tmp
 
 def test_worker_copies_fragments_to_new_bookies_then_rewrites_the_metadata(cluster, client, tmp_path):
     ledgers = [write_ledger(client, 50).ledger_id for _ in range(5)]
-    lost = cluster.addresses[1]
-    cluster.kill(1)
+    lost = min(client.ledger_metadata(ledgers[0]).bookies)    # on at least one ledger (placement is random: a
+    cluster.kill(cluster.addresses.index(lost))                # fixed bookie was on none of the 5 about 1% of runs)
     marks = UnderReplication(client.store)
     for ledger_id in ledgers:
         if lost in client.ledger_metadata(ledger_id).bookies:
