@@ -11,10 +11,10 @@ A log past `max_bytes` is finished and the next one starts (its name made durabl
 The active log is preallocated `PREALLOCATE_BYTES` (the files storage's `preallocate_mb`) at a
 time, at most `max_bytes` (BookKeeper's journalPreAllocSizeMB): a group written inside the
 file's size does not change the size, and on ext4 its fdatasync is then about a quarter
-cheaper than one that extends the file. The space
-past the last group reads as zeros. A finished log is cut back to its records before the next
-one takes writes, and so is the active log when it is closed; after a crash, replay stops at
-the zero tail and `FileStorage` cuts it off (storage.py, `_repair`).
+cheaper than one that extends the file. The space past the last group reads as zeros. A
+finished log is cut back to its records before the next one takes writes, and so is the
+active log when it is closed; after a crash, replay stops at the zero tail and `FileStorage`
+cuts it off (storage.py, `_repair`).
 
 `EntryLogs` also keeps, per log, the bytes written for each ledger (BookKeeper's
 EntryLogMetadata): a log whose ledgers were all deleted can be removed, and a mostly dead one
