@@ -23,6 +23,12 @@ Phases:
   `interval` seconds;
 - recovery: time for open_ledger(recover=True) on a ledger left OPEN with `recovery_entries`
   entries, as after a writer crash.
+
+The append, append_many and latency phases also say where the time went (`CpuMeter`, Linux
+only): CPU per entry of this process (the client and the harness) and of the bookie processes,
+each process's share of a core, and how idle the machine was. A client near one core is bound
+by the client's Python; idle cores with every process well below one mean the phase waits on
+round trips and syncs (the stop-and-go of a full window), not on CPU.
 """
 
 from __future__ import annotations
@@ -40,6 +46,56 @@ from walkit.errors import ConfigError
 
 #: Width of the buckets of the throughput time series, in seconds.
 BUCKET_S = 0.1
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """_cpu_seconds is the user + system CPU time of process `pid` (all its threads), or None without /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()      # the name may hold spaces: split after it
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _machine_times() -> tuple[int, int] | None:
+    """_machine_times is (idle, total) CPU ticks of the whole machine since boot, or None without /proc."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(t) for t in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return ticks[3] + ticks[4], sum(ticks[:8])        # idle + iowait; user..steal (guest time is inside user)
+
+
+class CpuMeter:
+    """CpuMeter measures the CPU a phase used: this process's (client and harness) and the bookies'.
+
+    Made at the start of a phase; `result(entries)` at its end returns microseconds of CPU per
+    entry and cores used (client, then each bookie), and the machine's idle share, or None where
+    /proc is missing or a process went away. The kernel counts CPU in ticks (10 ms here), so a
+    phase shorter than a second or so reads coarsely.
+    """
+
+    def __init__(self, bookie_pids: list[int]) -> None:
+        self._pids = [os.getpid(), *bookie_pids]
+        self._began = time.perf_counter()
+        self._cpu = [_cpu_seconds(pid) for pid in self._pids]
+        self._machine = _machine_times()
+
+    def result(self, entries: int) -> dict | None:
+        """result is the phase's CPU: per entry (us) and in cores, for the client and the bookies."""
+        elapsed = time.perf_counter() - self._began
+        cpu = [_cpu_seconds(pid) for pid in self._pids]
+        machine = _machine_times()
+        if None in cpu or None in self._cpu or machine is None or self._machine is None or elapsed <= 0:
+            return None
+        used = [after - before for before, after in zip(self._cpu, cpu)]
+        total = machine[1] - self._machine[1]
+        return {"client_us_per_entry": used[0] / entries * 1e6, "bookies_us_per_entry": sum(used[1:]) / entries * 1e6,
+                "client_cores": used[0] / elapsed, "bookie_cores": [u / elapsed for u in used[1:]],
+                "machine_idle": (machine[0] - self._machine[0]) / total if total > 0 else 0.0}
 
 
 @dataclass
@@ -274,14 +330,17 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
                 walkit.Client(cluster.metadata_url) as client:
             quorums = (config.ensemble, config.write_quorum, config.ack_quorum)
             writer = client.create_ledger(*quorums)
-            appends.append(pipelined(lambda i: writer.append_async(payload), config.entries, config.window,
-                                     progress))
+            pids = [cluster.pid(i) for i in range(config.bookies)]
+            meter = CpuMeter(pids)
+            result = pipelined(lambda i: writer.append_async(payload), config.entries, config.window, progress)
+            appends.append({**result, "cpu": meter.result(config.entries)})
             writer.close()
             many = client.create_ledger(*quorums)
             records = [payload] * config.batch
             calls = max(1, config.entries // config.batch)
+            meter = CpuMeter(pids)
             result = pipelined(lambda i: many.append_many_async(records), calls, max(1, config.window // config.batch))
-            batches.append({**result, "entries": calls * config.batch,
+            batches.append({**result, "entries": calls * config.batch, "cpu": meter.result(calls * config.batch),
                             "entries_per_s": calls * config.batch / result["seconds"]})
             many.close()
             cold = drop_page_cache()
@@ -292,7 +351,9 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
                 target.append({"entries": count, "entries_per_s": count / (time.perf_counter() - started),
                                "cold": cold and target is reads})
             single = client.create_ledger(*quorums)
-            singles.append(pipelined(lambda i: single.append_async(payload), config.latency_entries, 1, progress))
+            meter = CpuMeter(pids)
+            result = pipelined(lambda i: single.append_async(payload), config.latency_entries, 1, progress)
+            singles.append({**result, "cpu": meter.result(config.latency_entries)})
             single.close()
             deferred = client.create_ledger(*quorums, deferred_sync=True)
             result = pipelined(lambda i: deferred.append_async(payload), config.entries, config.window)
@@ -319,10 +380,11 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
     return {
         "config": asdict(config),
         "append": {"median": _median_runs(appends, keys), "runs": [_without_raw(r) for r in appends],
-                   "latencies": appends[-1]["latencies"], "series": appends[-1]["series"]},
+                   "latencies": appends[-1]["latencies"], "series": appends[-1]["series"], "cpu": _median_cpu(appends)},
         "one_in_flight": {"median": _median_runs(singles, keys), "runs": [_without_raw(r) for r in singles],
-                          "latencies": singles[-1]["latencies"]},
-        "append_many": {"median": _median_runs(batches, keys), "runs": [_without_raw(r) for r in batches]},
+                          "latencies": singles[-1]["latencies"], "cpu": _median_cpu(singles)},
+        "append_many": {"median": _median_runs(batches, keys), "runs": [_without_raw(r) for r in batches],
+                        "cpu": _median_cpu(batches)},
         "deferred_sync": {"median": _median_runs(deferreds, keys + ("force_ms",)),
                           "runs": [_without_raw(r) for r in deferreds]},
         "deferred_one_in_flight": {"median": _median_runs(deferred_singles, keys),
@@ -333,6 +395,26 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
         "sustained": long_run,
         "recovery": {"median": _median_runs(recoveries, ("seconds",)), "runs": recoveries},
     }
+
+
+def _median_cpu(runs: list[dict]) -> dict | None:
+    """_median_cpu is the median of each CpuMeter figure over `runs` (None if a run could not measure)."""
+    measured = [r["cpu"] for r in runs]
+    if not measured or None in measured:
+        return None
+    median = {key: statistics.median(m[key] for m in measured) for key in measured[0] if key != "bookie_cores"}
+    median["bookie_cores"] = [statistics.median(cores) for cores in zip(*(m["bookie_cores"] for m in measured))]
+    return median
+
+
+def _cpu_line(cpu: dict | None) -> list[str]:
+    """_cpu_line renders a phase's CpuMeter medians (nothing where they could not be measured)."""
+    if cpu is None:
+        return []
+    bookies = ", ".join(f"{c:.2f}" for c in cpu["bookie_cores"])
+    return [f"    cpu per entry: client {cpu['client_us_per_entry']:.1f} us ({cpu['client_cores']:.2f} cores), "
+            f"bookies {cpu['bookies_us_per_entry']:.1f} us together ({bookies} cores); "
+            f"machine {cpu['machine_idle']:.0%} idle"]
 
 
 def _without_raw(result: dict) -> dict:
@@ -393,9 +475,12 @@ def summary_lines(result: dict) -> list[str]:
         f"{c['size']} B entries, {c['storage']} storage, median of {c['runs']} runs",
         f"  appends (window {c['window']}): {a['entries_per_s']:,.0f} entries/s; latency p50 {a['p50_ms']:.2f} ms, "
         f"p99 {a['p99_ms']:.2f} ms, p99.9 {a['p999_ms']:.2f} ms",
+        *_cpu_line(result["append"].get("cpu")),
         f"  append_many (batches of {c['batch']}, ~{c['window']} entries in flight): "
         f"{result['append_many']['median']['entries_per_s']:,.0f} entries/s",
+        *_cpu_line(result["append_many"].get("cpu")),
         f"  one append in flight: p50 {s['p50_ms']:.3f} ms, p99 {s['p99_ms']:.3f} ms, p99.9 {s['p999_ms']:.3f} ms",
+        *_cpu_line(result["one_in_flight"].get("cpu")),
     ]
     if "deferred_sync" in result:
         d, ds = result["deferred_sync"]["median"], result["deferred_one_in_flight"]["median"]

@@ -227,6 +227,9 @@ def test_bench_reports_every_phase_and_a_sustained_run_by_interval(tmp_path):
         assert phrase in result.output, result.output
     data = json.loads(out.read_text())
     assert data["append_many"]["runs"][0]["entries"] == 600
+    if os.path.exists("/proc/self/stat"):        # where each phase's CPU went (Linux)
+        assert result.output.count("cpu per entry: client") == 3, result.output
+        assert len(data["append"]["cpu"]["bookie_cores"]) == 3 and data["append"]["cpu"]["client_us_per_entry"] > 0
     assert data["catch_up_read"]["runs"][0]["entries"] == 600
     assert data["catch_up_read"]["cold"] == (os.geteuid() == 0)
     intervals = data["sustained"]["intervals"]
