@@ -24,6 +24,7 @@ _EXPORTS = {
     "LogRecord": "walkit.client.log", "LogWriter": "walkit.client.log",
     "LeaderElection": "walkit.election", "LocalCluster": "walkit.local",
     "StateMachine": "walkit.replication", "replicate": "walkit.replication", "ReplicatedNode": "walkit.replication",
+    "tune_malloc": "walkit.allocator",
 }
 
 __all__ = sorted([*_EXPORTS, "errors"])

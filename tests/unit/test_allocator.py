@@ -1,0 +1,73 @@
+"""walkit.tune_malloc makes glibc reuse freed buffers instead of page-faulting fresh memory for each."""
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import walkit
+from walkit.allocator import tune_malloc
+
+glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not os.path.exists("/proc/self/stat"),
+                           reason="mallopt is glibc's; faults are counted from /proc")
+
+# Joins 700 KB of entries 200 times (as a frame or a group commit is built) and prints the
+# minor page faults per join, after calling tune_malloc() if asked.
+_JOINS = """
+import resource, sys
+import walkit
+if sys.argv[1] == "tuned":
+    assert walkit.tune_malloc() is True
+entries = [bytes(1045)] * 666
+for _ in range(20):
+    buffer = bytearray(); buffer += b"".join(entries)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(200):
+    buffer = bytearray(); buffer += b"".join(entries)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 200)
+"""
+
+
+def _faults_per_join(mode: str, **env) -> float:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES", "WALKIT_TUNE_MALLOC")}
+    out = subprocess.run([sys.executable, "-c", _JOINS, mode], env={**clean, **env}, capture_output=True, text=True,
+                         check=True)
+    return float(out.stdout)
+
+
+@glibc
+def test_tuned_processes_reuse_large_buffers_where_untuned_ones_fault_on_every_page():
+    untuned, tuned = _faults_per_join("plain"), _faults_per_join("tuned")
+    assert untuned > 100, untuned          # about 170 pages per 700 KB buffer, each faulted anew
+    assert tuned < 5, tuned
+
+
+@glibc
+def test_the_process_own_choice_and_the_opt_out_are_left_alone():
+    script = "import walkit; print(walkit.tune_malloc())"
+    for env in ({"MALLOC_TRIM_THRESHOLD_": "131072"}, {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"},
+                {"WALKIT_TUNE_MALLOC": "0"}):
+        out = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True, text=True,
+                             check=True)
+        assert out.stdout.strip() == "False", env
+
+
+def test_thresholds_must_be_positive_and_ordered():
+    for mmap_threshold, trim_threshold in ((0, 1 << 20), (2 << 20, 1 << 20), (-1, -1)):
+        with pytest.raises(ValueError, match="mmap_threshold <= trim_threshold"):
+            tune_malloc(mmap_threshold, trim_threshold)
+
+
+def test_every_walkit_command_tunes_its_process(monkeypatch):
+    import walkit.cli.common as common
+    from walkit.cli import main
+    calls = []
+    monkeypatch.setattr(common, "tune_malloc", lambda: calls.append(1))
+    result = CliRunner().invoke(main, ["bookies", "--help"])
+    assert result.exit_code == 0, result.output
+    assert calls == [1]
+    assert walkit.tune_malloc is tune_malloc
