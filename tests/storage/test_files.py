@@ -1444,3 +1444,58 @@ def test_checkpoints_of_thousands_of_ledgers_stay_within_a_low_open_files_limit(
         assert storage.get_many(2999, [0]) == [payload(2999, 0, 200)] and len(storage.ledgers()) == 3000
     finally:
         storage.close()
+
+
+def _synced_log_with_damaged_length(path: str, length: int, entries: int, size: int) -> tuple[str, int]:
+    """_synced_log_with_damaged_length syncs `entries` entries one group each, crashes, and writes `length`
+    over the length field of the second record (entry 1's); it returns the log and that record's offset."""
+    storage = FileStorage(path, write_buffer_mb=1, checkpoint_s=1e9)
+    for entry_id in range(entries):
+        storage.put(1, entry_id, payload(1, entry_id, size))
+        storage.sync()
+    log = journal_of(path)
+    storage._release()                                        # a crash: no closing checkpoint
+    with open(log, "r+b") as f:
+        first_length, _, _ = journal_format.HEADER.unpack(f.read(journal_format.HEADER.size))
+        damaged = journal_format.HEADER.size + first_length  # entry 0's record comes first
+        f.seek(damaged)
+        f.write(struct.pack("<I", length))
+    return log, damaged
+
+
+@pytest.mark.parametrize("length", [0xFFFFFFFF, 3000, 64 * 1024 + 1])
+def test_a_damaged_length_field_with_synced_records_past_a_group_is_refused(tmp_path, length):
+    """A garbage, short or slightly long length hides the next record: records that verify past a group's reach are found."""
+    path = str(tmp_path / "s")
+    log, damaged = _synced_log_with_damaged_length(path, length, entries=48, size=64 * 1024)   # 3 MiB > 2 x 1 MiB
+    size_before = os.path.getsize(log)
+    with pytest.raises(StorageError, match=r"a record that verifies starts at offset \d+, more than 2097152 bytes past"):
+        FileStorage(path, write_buffer_mb=1)
+    assert os.path.getsize(log) == size_before                # nothing was cut
+
+
+def test_a_damaged_length_field_inside_the_last_group_is_still_cut_as_a_torn_tail(tmp_path, caplog):
+    """Within a group's reach of the end, damage and a torn group cannot be told apart: the tail is cut, as before."""
+    path = str(tmp_path / "s")
+    _synced_log_with_damaged_length(path, 0xFFFFFFFF, entries=12, size=64 * 1024)           # 0.75 MiB < 2 MiB
+    with caplog.at_level(logging.WARNING):
+        storage = FileStorage(path, write_buffer_mb=1)
+    try:
+        assert "truncating the journal there" in caplog.text
+        assert storage.get(1, 0) == payload(1, 0, 64 * 1024)
+        assert storage.get(1, 1) is None and storage.get(1, 11) is None
+    finally:
+        storage.close()
+
+
+def test_the_scan_for_a_record_skips_zeros_and_finds_one_that_starts_anywhere(tmp_path):
+    from walkit.plugins.storage.files.storage import _first_record
+    record = bytearray()
+    journal_format.encode_put(record, 7, 3, os.urandom(5000))
+    path = tmp_path / "log"
+    noise = bytes([journal_format.PUT]) * 100 + os.urandom(20000).replace(b"\0", b"\1")   # type bytes, no record
+    path.write_bytes(bytes(9 << 20) + noise + bytes(record) + bytes(1000))
+    start = 9 << 20
+    assert _first_record(str(path), 0, path.stat().st_size) == start + len(noise)
+    assert _first_record(str(path), start + len(noise) + 1, path.stat().st_size) is None
+    assert _first_record(str(path), 0, start + len(noise) + len(record) - 1) is None       # cut short by `end`
