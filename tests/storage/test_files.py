@@ -1499,3 +1499,22 @@ def test_the_scan_for_a_record_skips_zeros_and_finds_one_that_starts_anywhere(tm
     assert _first_record(str(path), 0, path.stat().st_size) == start + len(noise)
     assert _first_record(str(path), start + len(noise) + 1, path.stat().st_size) is None
     assert _first_record(str(path), 0, start + len(noise) + len(record) - 1) is None       # cut short by `end`
+
+
+def test_the_scan_checksums_only_candidates_that_look_like_records(tmp_path, monkeypatch):
+    """Lengths read from garbage are most often huge: the scan must not checksum megabytes for each of them."""
+    from walkit.plugins.storage.files import storage as storage_module
+    checked: list[int] = []
+    real_verify = storage_module.verify
+
+    def counting_verify(view):
+        checked.append(len(view))
+        return real_verify(view)
+    monkeypatch.setattr(storage_module, "verify", counting_verify)
+    garbage = bytearray(os.urandom(8 << 20))
+    for at in range(0, len(garbage), 4099):          # type bytes with small lengths before them, plenty of them
+        garbage[at:at + 9] = struct.pack("<IIB", 100 + at % 3000, 0, journal_format.PUT)
+    path = tmp_path / "log"
+    path.write_bytes(bytes(garbage))
+    assert storage_module._first_record(str(path), 0, len(garbage)) is None
+    assert sum(checked) < len(garbage) // 4, f"{len(checked)} candidates checksummed, {sum(checked)} bytes"

@@ -606,6 +606,7 @@ def _lock(path: str) -> int:
 
 
 _SCAN_CHUNK = 4 << 20          # _first_record reads this much at a time
+_SMALL_RECORD = 4096           # STATE and DELETE records are far shorter (ids, flags, terms, a master key)
 
 
 def _repair(reader: RecordFile, later: list[str], torn_max: int) -> None:
@@ -708,26 +709,37 @@ def _records_after(path: str, end: int, stop: int) -> int:
 def _first_record(path: str, start: int, end: int) -> int | None:
     """_first_record is the offset of the first whole record that verifies within `path`[start:end], or None.
 
-    Any offset may start one: candidates are the offsets whose type byte is a record type, and
-    a candidate counts only if its length fits before `end` and its checksum matches. Runs of
-    zeros are skipped at C speed, and in synced records the first match is at most one record
-    past `start`.
+    Any offset may start one: candidates are the offsets whose type byte is a record type. A
+    candidate is checked only if it looks like a record, cheaply first: its length fits before
+    `end`, a PUT's ids are ids an index can hold, and a STATE or DELETE is short (so a length
+    read from garbage does not make the scan checksum megabytes); then its checksum must match.
+    Runs of zeros are skipped by the regex engine, and in synced records the first match is at
+    most one record past `start`.
     """
-    type_at = HEADER.size - 1                       # the header's last byte is the record type
+    type_at, ids_end = HEADER.size - 1, HEADER.size + PUT_IDS.size
     kinds = re.compile(b"[" + b"".join(bytes([k]) for k in sorted(KINDS)) + b"]")
     with open(path, "rb") as stream:
         position = start
         while position < end:
             stream.seek(position)
-            chunk = stream.read(min(_SCAN_CHUNK, end - position) + HEADER.size)
+            chunk = stream.read(min(_SCAN_CHUNK, end - position) + ids_end)
             for match in kinds.finditer(chunk, type_at):
-                offset = position + match.start() - type_at
-                if offset >= end:
-                    return None
-                length, _, _ = HEADER.unpack_from(chunk, match.start() - type_at)
+                at = match.start() - type_at
+                offset = position + at
+                if offset >= min(end, position + _SCAN_CHUNK):
+                    break
+                length, _, kind = HEADER.unpack_from(chunk, at)
                 if length > MAX_RECORD or offset + HEADER.size + length > end:
                     continue
-                record = chunk[offset - position:offset - position + HEADER.size + length]
+                if kind == PUT:
+                    if length < PUT_IDS.size or len(chunk) < at + ids_end:
+                        continue
+                    ledger_id, entry_id = PUT_IDS.unpack_from(chunk, at + HEADER.size)
+                    if ledger_id < 0 or not 0 <= entry_id <= MAX_ENTRY_ID:
+                        continue
+                elif length > _SMALL_RECORD:
+                    continue
+                record = chunk[at:at + HEADER.size + length]
                 if len(record) < HEADER.size + length:      # runs past this chunk: read it whole
                     stream.seek(offset)
                     record = stream.read(HEADER.size + length)
