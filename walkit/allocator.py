@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 #: Defaults of tune_malloc (bytes).
 MMAP_THRESHOLD = 8 << 20
@@ -47,7 +46,10 @@ def tune_malloc(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM
         raise ValueError("tune_malloc needs 0 < mmap_threshold <= trim_threshold")
     if os.environ.get("WALKIT_TUNE_MALLOC", "1") == "0" or any(v in os.environ for v in _GLIBC_VARIABLES):
         return False
-    if platform.libc_ver()[0] != "glibc":
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+            return False
+    except (AttributeError, ValueError, OSError):       # no confstr, or not glibc
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
