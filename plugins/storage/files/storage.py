@@ -60,7 +60,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import re
 import threading
 import time
 
@@ -605,10 +604,6 @@ def _lock(path: str) -> int:
     return fd
 
 
-_SCAN_CHUNK = 4 << 20          # _first_record reads this much at a time
-_SMALL_RECORD = 4096           # STATE and DELETE records are far shorter (ids, flags, terms, a master key)
-
-
 def _repair(reader: RecordFile, later: list[str], torn_max: int) -> None:
     """_repair truncates the journal at its first bad record, if that record can be a crash's torn tail.
 
@@ -617,11 +612,9 @@ def _repair(reader: RecordFile, later: list[str], torn_max: int) -> None:
     A crash tears only the last group commit, which is at most about `torn_max` bytes. A bad
     record followed by later journal files, or by whole records (the first right after it, its
     length taken as read) that verify for more than `torn_max` bytes past it, was damaged after
-    it was synced: it is refused, not dropped. When the record after it is not where its length
-    says (a damaged length field), a record that verifies anywhere more than `torn_max` bytes
-    past it is refused the same way. A group torn in its middle (a power cut wrote its later
-    pages, not an earlier one) is cut off however much preallocated space follows it, as its
-    records and then zeros end within `torn_max`.
+    it was synced: it is refused, not dropped. A group torn in its middle (a power cut wrote its
+    later pages, not an earlier one) is cut off however much preallocated space follows it, as
+    its records and then zeros end within `torn_max`.
     """
     path, end = reader.path, reader.end
     later_bytes = sum(os.path.getsize(p) for p in later)
@@ -641,14 +634,6 @@ def _repair(reader: RecordFile, later: list[str], torn_max: int) -> None:
         raise StorageError(f"journal {path} is corrupt at offset {end} ({reader.problem}) and the record after "
                            f"it verifies, more than {torn_max} bytes before the end of the data; refusing to drop "
                            "synced records")
-    if chain_end == end and data_end - end > torn_max:
-        # The record after the bad one is not where its length says (a damaged length field, say):
-        # look for any record that verifies past where the last group could reach.
-        found = _first_record(path, end + torn_max, data_end)
-        if found is not None:
-            raise StorageError(f"journal {path} is corrupt at offset {end} ({reader.problem}) and a record that "
-                               f"verifies starts at offset {found}, more than {torn_max} bytes past it; refusing "
-                               "to drop synced records")
     log.warning("journal %s: %s at offset %d; truncating the journal there (%d bytes dropped)",
                 path, reader.problem, end, size - end)
     _truncate(path, end)
@@ -704,49 +689,6 @@ def _records_after(path: str, end: int, stop: int) -> int:
                 break
             position = last = position + len(record)
     return last
-
-
-def _first_record(path: str, start: int, end: int) -> int | None:
-    """_first_record is the offset of the first whole record that verifies within `path`[start:end], or None.
-
-    Any offset may start one: candidates are the offsets whose type byte is a record type. A
-    candidate is checked only if it looks like a record, cheaply first: its length fits before
-    `end`, a PUT's ids are ids an index can hold, and a STATE or DELETE is short (so a length
-    read from garbage does not make the scan checksum megabytes); then its checksum must match.
-    Runs of zeros are skipped by the regex engine, and in synced records the first match is at
-    most one record past `start`.
-    """
-    type_at, ids_end = HEADER.size - 1, HEADER.size + PUT_IDS.size
-    kinds = re.compile(b"[" + b"".join(bytes([k]) for k in sorted(KINDS)) + b"]")
-    with open(path, "rb") as stream:
-        position = start
-        while position < end:
-            stream.seek(position)
-            chunk = stream.read(min(_SCAN_CHUNK, end - position) + ids_end)
-            for match in kinds.finditer(chunk, type_at):
-                at = match.start() - type_at
-                offset = position + at
-                if offset >= min(end, position + _SCAN_CHUNK):
-                    break
-                length, _, kind = HEADER.unpack_from(chunk, at)
-                if length > MAX_RECORD or offset + HEADER.size + length > end:
-                    continue
-                if kind == PUT:
-                    if length < PUT_IDS.size or len(chunk) < at + ids_end:
-                        continue
-                    ledger_id, entry_id = PUT_IDS.unpack_from(chunk, at + HEADER.size)
-                    if ledger_id < 0 or not 0 <= entry_id <= MAX_ENTRY_ID:
-                        continue
-                elif length > _SMALL_RECORD:
-                    continue
-                record = chunk[at:at + HEADER.size + length]
-                if len(record) < HEADER.size + length:      # runs past this chunk: read it whole
-                    stream.seek(offset)
-                    record = stream.read(HEADER.size + length)
-                if verify(memoryview(record)).end == len(record):
-                    return offset
-            position += _SCAN_CHUNK
-    return None
 
 
 def _header_length(stream) -> int | None:
