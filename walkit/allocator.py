@@ -42,8 +42,8 @@ def tune_malloc(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM
     It returns True if glibc took both settings, False if it left malloc as it was: not glibc,
     the process set glibc's malloc variables itself, WALKIT_TUNE_MALLOC=0, or glibc refused a value.
     """
-    if not 0 < mmap_threshold <= trim_threshold:
-        raise ValueError("tune_malloc needs 0 < mmap_threshold <= trim_threshold")
+    if not 0 < mmap_threshold <= trim_threshold < 1 << 31:
+        raise ValueError("tune_malloc needs 0 < mmap_threshold <= trim_threshold < 2 GiB (mallopt takes an int)")
     if os.environ.get("WALKIT_TUNE_MALLOC", "1") == "0" or any(v in os.environ for v in _GLIBC_VARIABLES):
         return False
     try:

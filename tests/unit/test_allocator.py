@@ -56,8 +56,8 @@ def test_the_process_own_choice_and_the_opt_out_are_left_alone():
         assert out.stdout.strip() == "False", env
 
 
-def test_thresholds_must_be_positive_and_ordered():
-    for mmap_threshold, trim_threshold in ((0, 1 << 20), (2 << 20, 1 << 20), (-1, -1)):
+def test_thresholds_must_be_positive_ordered_and_fit_an_int():
+    for mmap_threshold, trim_threshold in ((0, 1 << 20), (2 << 20, 1 << 20), (-1, -1), (1 << 20, 1 << 31)):
         with pytest.raises(ValueError, match="mmap_threshold <= trim_threshold"):
             tune_malloc(mmap_threshold, trim_threshold)
 
