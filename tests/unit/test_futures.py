@@ -2,6 +2,7 @@
 
 import asyncio
 import concurrent.futures
+import gc
 import threading
 
 import pytest
@@ -19,6 +20,28 @@ def test_is_a_concurrent_future_and_resolves_without_a_condition():
     assert seen == [7]
     assert future.done() and future.result() == 7 and future.exception() is None
     assert "_condition" not in vars(future)          # nobody waited: none was made
+
+
+def test_a_future_nobody_waits_on_makes_no_condition_waiters_or_dict_for_the_collector():
+    """No Condition, no waiters list and no materialised instance dict: the collector's work per append."""
+    callbacks, futures = [], [LightFuture() for _ in range(1000)]
+    gc.disable()
+    try:
+        before = gc.get_count()[0]
+        made = [LightFuture() for _ in range(1000)]
+        for future in made:
+            future.add_done_callback(callbacks.append)
+        for i, future in enumerate(made):
+            future.set_result(i)
+        tracked = (gc.get_count()[0] - before) / len(made)
+    finally:
+        gc.enable()
+    assert tracked < 4.1, tracked                    # the future, its lock, its callbacks list, the bound append
+    assert len(callbacks) == 1000 and all(f.done() for f in made)
+    assert not any("_waiters" in vars(f) or "_condition" in vars(f) for f in made)
+    futures[0].set_result(1)                         # a waiting method makes both, together
+    assert concurrent.futures.wait([futures[0]], timeout=0).done == {futures[0]}
+    assert "_waiters" in vars(futures[0]) and "_condition" in vars(futures[0])
 
 
 def test_exception_is_raised_by_result_and_returned_by_exception():
