@@ -46,17 +46,18 @@ from walkit.errors import ConfigError
 
 #: Width of the buckets of the throughput time series, in seconds.
 BUCKET_S = 0.1
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _cpu_seconds(pid: int) -> float | None:
-    """_cpu_seconds is the user + system CPU time of process `pid` (all its threads), or None without /proc."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()      # the name may hold spaces: split after it
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    """_cpu_seconds is the user + system CPU time of process `pid` (all its threads), or None if it cannot be read.
+
+    prometheus_client's ProcessCollector reads it (/proc/PID/stat), as for a bookie's /metrics.
+    """
+    from prometheus_client import ProcessCollector
+    for metric in ProcessCollector(pid=lambda: pid, registry=None).collect():
+        if metric.name == "process_cpu_seconds":
+            return metric.samples[0].value
+    return None
 
 
 def _machine_times() -> tuple[int, int] | None:

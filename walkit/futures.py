@@ -11,8 +11,9 @@ around an RLock) and a list of waiters for every instance and takes the Conditio
 method; here each future holds one plain lock, and the Condition (around that same lock) and
 the waiters list are made only when a thread has to wait (`result()` or `exception()` before the
 future is done, `concurrent.futures.wait`, `as_completed`). Fewer objects per future is less
-work for the garbage collector, which otherwise takes a sixth of a client's CPU per append. A LightFuture is a `concurrent.futures.Future` in every respect: isinstance,
-the module's wait/as_completed, cancel, repr.
+work for the garbage collector, which otherwise takes a sixth of a client's CPU per append. A
+LightFuture is a `concurrent.futures.Future` in every respect: isinstance, the module's
+wait/as_completed, cancel, repr.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class LightFuture(Future):
         # Future's waiting methods (and the module's wait/as_completed) use self._condition and
         # self._waiters: both are made on first use of either, once, the Condition around the
         # future's own lock, so the fast paths below and Future's methods exclude each other.
-        # Until then a future is three objects fewer for the garbage collector to track.
+        # Until then neither exists and the instance dict is never materialised.
         if name not in ("_condition", "_waiters"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         with self._lock:
