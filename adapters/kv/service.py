@@ -24,9 +24,11 @@ from walkit.errors import WalkitError
 
 
 #: Log entries a leader has appended and not yet seen acknowledged, at most. Fewer than
-#: walkit.replicate's default make bigger entries: on a machine short of CPU, ~12 records per entry
-#: instead of ~4 under 50 connections writing, and about twice the writes per second.
-ENTRIES_IN_FLIGHT = 2
+#: walkit.replicate's default make bigger entries, and on a machine short of CPU each entry costs
+#: the bookies and the client far more than each record in it. Under 50 connections writing one
+#: SET each (redis-benchmark -c 50): ~23 records per entry at 1, ~13 at 2, ~4 at 8; at 1, 13.1k
+#: SETs/s against 9.9k at 2 (medians of 3 interleaved pairs; benchmarks/kv_bench.py).
+ENTRIES_IN_FLIGHT = 1
 #: How long start-up waits to say "serving" until the server leads (embedded) or is ready.
 STARTUP_NOTICE_S = 30.0
 
