@@ -24,7 +24,7 @@ _EXPORTS = {
     "LogRecord": "walkit.client.log", "LogWriter": "walkit.client.log",
     "LeaderElection": "walkit.election", "LocalCluster": "walkit.local",
     "StateMachine": "walkit.replication", "replicate": "walkit.replication", "ReplicatedNode": "walkit.replication",
-    "tune_malloc": "walkit.allocator",
+    "tune_malloc": "walkit.allocator", "tune_gc": "walkit.collector",
 }
 
 __all__ = sorted([*_EXPORTS, "errors"])

@@ -10,6 +10,7 @@ import os
 import click
 
 from walkit.allocator import tune_malloc
+from walkit.collector import tune_gc
 from walkit.errors import WalkitError
 
 DEFAULT_DATA_DIR = "walkit-data"
@@ -62,6 +63,7 @@ def main(verbose: int, key: str | None) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     tune_malloc()                               # large buffers reused, not page-faulted anew (walkit.allocator)
+    tune_gc()                                   # young objects freed before the collector walks them (walkit.collector)
     if key:
         os.environ["WALKIT_KEY"] = key          # walkit.Client's default key, also in child processes
 

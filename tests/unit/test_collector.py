@@ -1,0 +1,93 @@
+"""walkit.tune_gc lets the young objects of appends in flight die before the cycle collector walks them."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import walkit
+from walkit.collector import THRESHOLD, tune_gc
+
+# Keeps 1,000 "appends" in flight, each a few containers as a client's pending append is, for
+# 100,000 appends: submitted 500 at a time, and completed 500 at a time as one frame of replies
+# completes them. Prints how many young-generation collections ran and how many objects they
+# walked, after calling tune_gc() if asked. Run in a child: thresholds are process-wide.
+_APPENDS = """
+import collections, gc, sys
+import walkit
+if sys.argv[1] == "tuned":
+    assert walkit.tune_gc() is True
+walked = collected = 0
+def count(phase, info):
+    global walked, collected
+    if phase == "start" and info["generation"] == 0:
+        collected += 1
+        walked += len(gc.get_objects(0))
+window = collections.deque()
+gc.collect()
+gc.callbacks.append(count)
+for burst in range(200):
+    window.extend(({"id": i}, [i], [None, i]) for i in range(500))
+    while len(window) > 1000:
+        window.popleft()
+gc.callbacks.remove(count)
+print(collected, walked)
+"""
+
+
+def _young_collections(mode: str, **env) -> tuple[int, int]:
+    clean = {k: v for k, v in os.environ.items() if k != "WALKIT_TUNE_GC"}
+    out = subprocess.run([sys.executable, "-c", _APPENDS, mode], env={**clean, **env}, capture_output=True, text=True,
+                         check=True)
+    collected, walked = map(int, out.stdout.split())
+    return collected, walked
+
+
+def test_tuned_processes_walk_a_fraction_of_the_young_objects_untuned_ones_walk():
+    untuned, tuned = _young_collections("plain"), _young_collections("tuned")
+    # Frees first take the young generation's count down to 0, then each burst's ~1,500 new
+    # containers are counted again: untuned, a collection every 700 of them walks them all.
+    assert untuned[0] > 100, untuned
+    assert untuned[1] > 100_000, untuned
+    assert tuned[0] < 50, tuned
+    assert tuned[1] < untuned[1] / 5, (tuned, untuned)
+
+
+def _tune_in_child(prelude: str, **env) -> list[str]:
+    script = f"import gc, walkit\n{prelude}\nprint(walkit.tune_gc(), gc.get_threshold()[0], gc.isenabled())"
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True, text=True,
+                         check=True)
+    return out.stdout.split()
+
+
+def test_only_ever_raises_the_threshold_of_an_enabled_collector():
+    assert _tune_in_child("", WALKIT_TUNE_GC="1") == ["True", str(THRESHOLD), "True"]
+    assert _tune_in_child("gc.set_threshold(50_000)") == ["False", "50000", "True"]   # the process's own choice
+    assert _tune_in_child("gc.disable()") == ["False", str(gc_default()), "False"]
+    assert _tune_in_child("gc.set_threshold(0)") == ["False", "0", "True"]            # collects only when asked
+    assert _tune_in_child("", WALKIT_TUNE_GC="0") == ["False", str(gc_default()), "True"]
+
+
+def gc_default() -> int:
+    out = subprocess.run([sys.executable, "-c", "import gc; print(gc.get_threshold()[0])"], capture_output=True,
+                         text=True, check=True)
+    return int(out.stdout)
+
+
+def test_thresholds_must_be_positive_integers():
+    for threshold in (0, -1, 1.5, "10000", True):
+        with pytest.raises(ValueError, match="positive number of allocations"):
+            tune_gc(threshold)
+
+
+def test_every_walkit_command_tunes_its_collector(monkeypatch):
+    import walkit.cli.common as common
+    from walkit.cli import main
+    calls = []
+    monkeypatch.setattr(common, "tune_gc", lambda: calls.append(1))
+    result = CliRunner().invoke(main, ["bookies", "--help"])
+    assert result.exit_code == 0, result.output
+    assert calls == [1]
+    assert walkit.tune_gc is tune_gc
