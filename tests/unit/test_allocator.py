@@ -62,12 +62,14 @@ def test_thresholds_must_be_positive_ordered_and_fit_an_int():
             tune_malloc(mmap_threshold, trim_threshold)
 
 
-def test_every_walkit_command_tunes_its_process(monkeypatch):
+def test_every_walkit_command_tunes_its_allocator_and_collector(monkeypatch):
     import walkit.cli.common as common
     from walkit.cli import main
+    from walkit.collector import tune_gc
     calls = []
-    monkeypatch.setattr(common, "tune_malloc", lambda: calls.append(1))
+    monkeypatch.setattr(common, "tune_malloc", lambda: calls.append("malloc"))
+    monkeypatch.setattr(common, "tune_gc", lambda: calls.append("gc"))
     result = CliRunner().invoke(main, ["bookies", "--help"])
     assert result.exit_code == 0, result.output
-    assert calls == [1]
-    assert walkit.tune_malloc is tune_malloc
+    assert calls == ["malloc", "gc"]
+    assert walkit.tune_malloc is tune_malloc and walkit.tune_gc is tune_gc

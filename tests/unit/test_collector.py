@@ -5,9 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
-import walkit
 from walkit.collector import THRESHOLD, tune_gc
 
 # Keeps 1,000 "appends" in flight, each a few containers as a client's pending append is, for
@@ -37,10 +35,13 @@ print(collected, walked)
 """
 
 
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "WALKIT_TUNE_GC"}
+
+
 def _young_collections(mode: str, **env) -> tuple[int, int]:
-    clean = {k: v for k, v in os.environ.items() if k != "WALKIT_TUNE_GC"}
-    out = subprocess.run([sys.executable, "-c", _APPENDS, mode], env={**clean, **env}, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", _APPENDS, mode], env={**_clean_env(), **env}, capture_output=True,
+                         text=True, check=True)
     collected, walked = map(int, out.stdout.split())
     return collected, walked
 
@@ -57,23 +58,25 @@ def test_tuned_processes_walk_a_fraction_of_the_young_objects_untuned_ones_walk(
 
 def _tune_in_child(prelude: str, **env) -> list[str]:
     script = f"import gc, walkit\n{prelude}\nprint(walkit.tune_gc(), gc.get_threshold()[0], gc.isenabled())"
-    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", script], env={**_clean_env(), **env}, capture_output=True, text=True,
                          check=True)
     return out.stdout.split()
 
 
-def test_only_ever_raises_the_threshold_of_an_enabled_collector():
-    assert _tune_in_child("", WALKIT_TUNE_GC="1") == ["True", str(THRESHOLD), "True"]
-    assert _tune_in_child("gc.set_threshold(50_000)") == ["False", "50000", "True"]   # the process's own choice
-    assert _tune_in_child("gc.disable()") == ["False", str(gc_default()), "False"]
-    assert _tune_in_child("gc.set_threshold(0)") == ["False", "0", "True"]            # collects only when asked
-    assert _tune_in_child("", WALKIT_TUNE_GC="0") == ["False", str(gc_default()), "True"]
-
-
-def gc_default() -> int:
+def _interpreter_default() -> int:
     out = subprocess.run([sys.executable, "-c", "import gc; print(gc.get_threshold()[0])"], capture_output=True,
                          text=True, check=True)
     return int(out.stdout)
+
+
+def test_only_ever_raises_the_threshold_of_an_enabled_collector():
+    default = _interpreter_default()
+    assert default < THRESHOLD
+    assert _tune_in_child("") == ["True", str(THRESHOLD), "True"]
+    assert _tune_in_child("gc.set_threshold(50_000)") == ["False", "50000", "True"]   # the process's own choice
+    assert _tune_in_child("gc.disable()") == ["False", str(default), "False"]
+    assert _tune_in_child("gc.set_threshold(0)") == ["False", "0", "True"]            # collects only when asked
+    assert _tune_in_child("", WALKIT_TUNE_GC="0") == ["False", str(default), "True"]
 
 
 def test_thresholds_must_be_positive_integers():
@@ -81,13 +84,3 @@ def test_thresholds_must_be_positive_integers():
         with pytest.raises(ValueError, match="positive number of allocations"):
             tune_gc(threshold)
 
-
-def test_every_walkit_command_tunes_its_collector(monkeypatch):
-    import walkit.cli.common as common
-    from walkit.cli import main
-    calls = []
-    monkeypatch.setattr(common, "tune_gc", lambda: calls.append(1))
-    result = CliRunner().invoke(main, ["bookies", "--help"])
-    assert result.exit_code == 0, result.output
-    assert calls == [1]
-    assert walkit.tune_gc is tune_gc
