@@ -1,13 +1,15 @@
 """walkit.collector makes Python's cycle collector run less often over objects that die young anyway.
 
-CPython frees most objects by reference counting; its cycle collector runs besides, every
-`threshold0` allocations of container objects (net of frees), and walks every container
-allocated since its last run that is still alive. The interpreter's default of 700 suits
-programs that hold few objects for a short while. A walkit client with 1,000 appends in flight
-holds about 12 containers per append (its Future, the pending entry, the lists of its batch):
-each of them is still alive at one or two collections of the young generation and walked
-there, then promoted and walked again. That was 2.2 us of the client's 12 us of CPU per
-pipelined append (this 2-core VM).
+CPython frees most objects by reference counting; its cycle collector runs besides, once
+`threshold0` more container objects were allocated than freed, and walks every container
+allocated since its last run that is still alive. That count never goes below zero, so when a
+burst of frees (a frame of replies completing hundreds of appends) is followed by a burst of
+allocations (the next appends), every allocation of the second burst counts. The interpreter's
+default of 700 suits programs that hold few objects for a short while. A walkit client with
+1,000 appends in flight holds about 12 containers per append (its Future, the pending entry, the
+lists of its batch): each of them is still alive at one or two collections of the young
+generation and walked there, then promoted and walked again. That was 2.2 us of the client's
+12 us of CPU per pipelined append (this 2-core VM).
 
 `tune_gc()` raises `threshold0` to `threshold` (10,000), so most of those objects are freed
 before a collection sees them. The older generations' thresholds stay. Measured in one client
