@@ -4,6 +4,7 @@ test with a message saying to run scripts/test.sh, which installs them)."""
 
 from __future__ import annotations
 
+import gc
 import uuid
 
 import pytest
@@ -24,6 +25,15 @@ def pytest_addoption(parser) -> None:
                      help="number of random seeds to simulate per scenario (default 5000)")
     parser.addoption("--unbounded-seeds", type=int, default=10000,
                      help="number of random seeds of writers battling for an unbounded ledger (default 10000)")
+
+
+@pytest.fixture(autouse=True)
+def _collector_thresholds():
+    """Tests that run a walkit command in process (click's CliRunner) raise the collector's
+    threshold (walkit.tune_gc); the next test starts with this process's own again."""
+    thresholds = gc.get_threshold()
+    yield
+    gc.set_threshold(*thresholds)
 
 
 def fresh_root() -> str:

@@ -27,7 +27,9 @@ from walkit.errors import WalkitError
 #: walkit.replicate's default make bigger entries, and on a machine short of CPU each entry costs
 #: the bookies and the client far more than each record in it. Under 50 connections writing one
 #: SET each (redis-benchmark -c 50): ~23 records per entry at 1, ~13 at 2, ~4 at 8; at 1, 13.1k
-#: SETs/s against 9.9k at 2 (medians of 3 interleaved pairs; benchmarks/kv_bench.py).
+#: SETs/s against 9.9k at 2 (medians of 3 interleaved pairs; benchmarks/kv_bench.py, a 2-core VM).
+#: With CPU to spare, more entries in flight may pay: each waits for the one before it to be
+#: acknowledged here.
 ENTRIES_IN_FLIGHT = 1
 #: How long start-up waits to say "serving" until the server leads (embedded) or is ready.
 STARTUP_NOTICE_S = 30.0

@@ -74,13 +74,20 @@ def test_only_ever_raises_the_threshold_of_an_enabled_collector():
     assert default < THRESHOLD
     assert _tune_in_child("") == ["True", str(THRESHOLD), "True"]
     assert _tune_in_child("gc.set_threshold(50_000)") == ["False", "50000", "True"]   # the process's own choice
+    assert _tune_in_child(f"gc.set_threshold({THRESHOLD})") == ["False", str(THRESHOLD), "True"]
     assert _tune_in_child("gc.disable()") == ["False", str(default), "False"]
     assert _tune_in_child("gc.set_threshold(0)") == ["False", "0", "True"]            # collects only when asked
     assert _tune_in_child("", WALKIT_TUNE_GC="0") == ["False", str(default), "True"]
 
 
+def test_the_older_generations_thresholds_are_kept():
+    script = "import gc, walkit\ngc.set_threshold(700, 3, 7)\nwalkit.tune_gc()\nprint(*gc.get_threshold())"
+    out = subprocess.run([sys.executable, "-c", script], env=_clean_env(), capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(THRESHOLD), "3", "7"]
+
+
 def test_thresholds_must_be_positive_integers():
-    for threshold in (0, -1, 1.5, "10000", True):
+    for threshold in (0, -1, 1.5, "10000", True, 1 << 31, 1 << 40):
         with pytest.raises(ValueError, match="positive number of allocations"):
             tune_gc(threshold)
 
