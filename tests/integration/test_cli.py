@@ -239,6 +239,21 @@ def test_bench_reports_every_phase_and_a_sustained_run_by_interval(tmp_path):
     assert bad.exit_code != 0 and "batch must be at least 1" in bad.output
 
 
+def test_bench_warms_each_cluster_up_before_its_first_timed_phase(monkeypatch):
+    import walkit.bench as bench
+    calls = []
+    real = bench.pipelined
+
+    def recorded(submit, count, window, tick=None):
+        calls.append((count, window))
+        return real(submit, count, window, tick)
+    monkeypatch.setattr(bench, "pipelined", recorded)
+    result = CliRunner().invoke(main, ["bench", "--entries", "300", "--window", "30", "--batch", "10", "--runs", "1",
+                                       "--storage", "memory"])
+    assert result.exit_code == 0, result.output
+    assert calls[:2] == [(30, 30), (300, 30)]            # one untimed window, then the pipelined phase
+
+
 def test_bench_refuses_a_peer_it_cannot_run_before_its_own_phases(monkeypatch):
     """A peer whose client or server is missing fails at once, not after minutes of walkit's phases."""
     import importlib.util
