@@ -37,7 +37,8 @@ def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, st
           interval, peers, json_path, plot_path) -> None:
     """Benchmark appends (throughput, latency), catch-up reads and recovery on a LocalCluster.
 
-    Every phase runs RUNS times on fresh bookie processes; medians are printed. Phases: appends
+    Every phase runs RUNS times on fresh bookie processes (warmed by one untimed WINDOW of
+    appends to a ledger of their own); medians are printed. Phases: appends
     with WINDOW in flight, the same through append_many, one append in flight, the appends on a
     deferred-sync ledger then one force (and one such append in flight), a catch-up read with a
     cold page cache (dropped when run as root) and warm, recovery of an open ledger, and with
