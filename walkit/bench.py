@@ -4,8 +4,8 @@
 the scripts that compare walkit with its peers through the same harness. Every phase runs
 `runs` times on a fresh LocalCluster and reports the median, because the machine is shared and
 noisy. Each cluster first takes one window of appends, untimed, on a ledger of its own, so no
-phase times the client's first handshakes with the bookies. Results are a JSON-able dict; `plot` draws throughput over time and the latency
-distribution to a PNG (matplotlib, optional).
+phase times the client's first handshakes with the bookies. Results are a JSON-able dict;
+`plot` draws throughput over time and the latency distribution to a PNG (matplotlib, optional).
 
 Phases:
 - append: `entries` appends of `size` bytes with at most `window` in flight; entries/s,

@@ -90,4 +90,3 @@ def test_thresholds_must_be_positive_integers():
     for threshold in (0, -1, 1.5, "10000", True, 1 << 31, 1 << 40):
         with pytest.raises(ValueError, match="positive number of allocations"):
             tune_gc(threshold)
-
