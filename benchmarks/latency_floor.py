@@ -1,0 +1,201 @@
+"""One append in flight against the floor of its shape: bare ZeroMQ round trips plus fdatasync.
+
+    python benchmarks/latency_floor.py --appends 2000 --rounds 3 [--json out.json]
+
+walkit's one-append-in-flight latency (E3/Qw2/Qa2, 1 KiB, files storage) is a round trip to
+two bookies that each write and fdatasync the entry. This script measures, in the same run and
+on the same disk, what that shape costs with none of walkit in it, so the software's share is a
+difference of two medians rather than a guess:
+
+- ``floor``: three server processes, each a ZeroMQ ROUTER socket in Python that writes each
+  request to a preallocated file and fdatasyncs it before replying (a bookie's minimum). A
+  client thread sends entry i to servers i % 3 and (i + 1) % 3 over DEALER sockets and waits
+  for both replies; the caller hands it each entry and waits on an Event, as walkit's caller
+  hands appends to its client's I/O thread.
+- ``floor, no hand-off``: the same, with the caller doing the round trip itself.
+- ``floor, no fdatasync``: the round trips alone (what deferred sync leaves).
+- ``walkit``: `WriteHandle.append_async` with one in flight on a LocalCluster of three bookies,
+  and the same on a deferred-sync ledger (acknowledged before the fdatasync).
+
+Every round runs each configuration once, interleaved, against processes already warmed up;
+the table gives the median over rounds of each round's p50 and p99, and walkit's p50 minus the
+floor's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import queue
+import statistics
+import tempfile
+import threading
+import time
+
+import zmq
+
+import walkit
+from walkit.bench import latency_summary, pipelined
+
+PREALLOCATE = 64 << 20
+
+
+def _serve(address_out, folder: str, sync: bool) -> None:
+    """_serve is one floor server: write each request, fdatasync if `sync`, reply; b"stop" ends it."""
+    context = zmq.Context()
+    socket = context.socket(zmq.ROUTER)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    fd = os.open(os.path.join(folder, f"floor-{port}.log"), os.O_WRONLY | os.O_CREAT, 0o644)
+    os.posix_fallocate(fd, 0, PREALLOCATE)
+    os.fsync(fd)
+    offset = 0
+    address_out.send(port)
+    try:
+        while True:
+            peer, request = socket.recv_multipart()
+            if request == b"stop":
+                return
+            offset += os.pwrite(fd, request, offset % (PREALLOCATE - len(request)))
+            if sync:
+                os.fdatasync(fd)
+            socket.send_multipart((peer, b"ok"))
+    finally:
+        os.close(fd)
+        socket.close(linger=0)
+        context.term()
+
+
+class Floor:
+    """Floor runs three bare servers and the client side of the round trip."""
+
+    def __init__(self, folder: str, sync: bool, servers: int = 3, write_quorum: int = 2) -> None:
+        self.write_quorum = write_quorum
+        self.processes, ports = [], []
+        spawn = multiprocessing.get_context("spawn")      # not fork: this process runs threads and ZeroMQ
+        for _ in range(servers):
+            receive, send = spawn.Pipe(duplex=False)
+            process = spawn.Process(target=_serve, args=(send, folder, sync), daemon=True)
+            process.start()
+            ports.append(receive.recv())
+            self.processes.append(process)
+        self.context = zmq.Context()
+        self.sockets = []
+        self.poller = zmq.Poller()
+        for port in ports:
+            socket = self.context.socket(zmq.DEALER)
+            socket.connect(f"tcp://127.0.0.1:{port}")
+            self.sockets.append(socket)
+            self.poller.register(socket, zmq.POLLIN)
+        self.entry = 0
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._io, daemon=True)
+        self._thread.start()
+
+    def round_trip(self, payload: bytes) -> None:
+        """round_trip sends one entry to its write quorum and returns once every copy is acknowledged."""
+        count = len(self.sockets)
+        for k in range(self.write_quorum):
+            self.sockets[(self.entry + k) % count].send(payload)
+        self.entry += 1
+        waiting = self.write_quorum
+        while waiting:
+            for socket, _ in self.poller.poll():
+                socket.recv()
+                waiting -= 1
+
+    def _io(self) -> None:
+        while True:
+            item = self._requests.get()
+            if item is None:
+                return
+            payload, done = item
+            self.round_trip(payload)
+            done.set()
+
+    def handed_off(self, payload: bytes) -> None:
+        """handed_off is `round_trip` run by the client thread while the caller waits on an Event."""
+        done = threading.Event()
+        self._requests.put((payload, done))
+        done.wait()
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._thread.join()
+        for socket in self.sockets:
+            socket.send(b"stop")
+        for process in self.processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+        for socket in self.sockets:
+            socket.close(linger=0)
+        self.context.term()
+
+
+def timed(call, payload: bytes, count: int) -> dict:
+    """timed runs `call(payload)` `count` times, one at a time, and summarizes the latencies."""
+    latencies = []
+    for _ in range(count):
+        started = time.perf_counter()
+        call(payload)
+        latencies.append(time.perf_counter() - started)
+    return latency_summary(latencies)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--appends", type=int, default=2000, help="appends per configuration and round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; medians over rounds are reported")
+    parser.add_argument("--size", type=int, default=1024, help="payload bytes")
+    parser.add_argument("--data-dir", default=None, help="where the files go (default: the temp dir)")
+    parser.add_argument("--json", help="write the results as JSON")
+    args = parser.parse_args()
+    walkit.tune_malloc()
+    walkit.tune_gc()
+    payload = os.urandom(args.size)
+    names = ("floor", "floor, no hand-off", "floor, no fdatasync", "walkit", "walkit, deferred sync")
+    results: dict[str, list[dict]] = {name: [] for name in names}
+    with tempfile.TemporaryDirectory(prefix="walkit-floor-", dir=args.data_dir) as folder, \
+            walkit.LocalCluster(bookies=3, data_dir=os.path.join(folder, "cluster")) as cluster, \
+            walkit.Client(cluster.metadata_url) as client:
+        synced, unsynced = Floor(folder, sync=True), Floor(folder, sync=False)
+        try:
+            writer = client.create_ledger(3, 2, 2)
+            deferred = client.create_ledger(3, 2, 2, deferred_sync=True)
+            runs = {
+                "floor": lambda n: timed(synced.handed_off, payload, n),
+                "floor, no hand-off": lambda n: timed(synced.round_trip, payload, n),
+                "floor, no fdatasync": lambda n: timed(unsynced.handed_off, payload, n),
+                "walkit": lambda n: pipelined(lambda i: writer.append_async(payload), n, 1),
+                "walkit, deferred sync": lambda n: pipelined(lambda i: deferred.append_async(payload), n, 1),
+            }
+            for run in runs.values():               # warm up: connections, first-time code, page cache
+                run(200)
+            for _ in range(args.rounds):
+                for name, run in runs.items():
+                    result = run(args.appends)
+                    results[name].append({"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"]})
+            writer.close()
+            deferred.close()
+        finally:
+            synced.close()
+            unsynced.close()
+    medians = {name: {key: statistics.median(r[key] for r in runs) for key in ("p50_ms", "p99_ms")}
+               for name, runs in results.items()}
+    print(f"one append in flight, {args.size} B, 3 servers, 2 copies each, medians of {args.rounds} rounds "
+          f"of {args.appends}:")
+    for name in names:
+        print(f"  {name:24} p50 {medians[name]['p50_ms']:.3f} ms   p99 {medians[name]['p99_ms']:.3f} ms")
+    print(f"  walkit's software share at p50: {medians['walkit']['p50_ms'] - medians['floor']['p50_ms']:.3f} ms "
+          f"(synced), {medians['walkit, deferred sync']['p50_ms'] - medians['floor, no fdatasync']['p50_ms']:.3f} ms "
+          f"(deferred sync against no fdatasync)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"medians": medians, "rounds": results, "appends": args.appends, "size": args.size}, f,
+                      indent=2)
+
+
+if __name__ == "__main__":
+    main()
