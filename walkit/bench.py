@@ -20,8 +20,11 @@ Phases:
   a cold page cache (the bookies' files dropped from it: /proc/sys/vm/drop_caches, as root;
   `cold` says whether it could) and then again, warm;
 - sustained (with `duration` > 0, once, after the runs): appends with `window` in flight for
-  `duration` seconds, long enough to cross several checkpoints, with entries/s and p99 per
-  `interval` seconds;
+  `duration` seconds, long enough to cross several checkpoints, with entries/s, p99, CPU per
+  entry and a speed probe (`SpeedProbe`: CPU milliseconds of a fixed piece of Python, also
+  read around each short pipelined run) per `interval` seconds. The probe tells a slower
+  machine (more CPU per entry, a slower probe) from a slower walkit (fewer entries at the same
+  CPU per entry and probe);
 - recovery: time for open_ledger(recover=True) on a ledger left OPEN with `recovery_entries`
   entries, as after a writer crash.
 
@@ -36,6 +39,8 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
+import sys
 from array import array
 import tempfile
 import threading
@@ -71,6 +76,42 @@ def _machine_times() -> tuple[int, int] | None:
     return ticks[3] + ticks[4], sum(ticks[:8])        # idle + iowait; user..steal (guest time is inside user)
 
 
+def _reading(pids: list[int]) -> tuple:
+    """_reading is (now, CPU seconds of each of `pids`, machine ticks): what `_cpu_between` compares."""
+    return time.perf_counter(), [_cpu_seconds(pid) for pid in pids], _machine_times()
+
+
+def _median_of(values: list[float]) -> float | None:
+    """_median_of is the median of `values`, or None if there are none."""
+    return statistics.median(values) if values else None
+
+
+def _mean_of(values: list[float]) -> float | None:
+    """_mean_of is the mean of `values`, or None if there are none.
+
+    The speed probe's readings are averaged, not their median taken: the machine switches
+    between a fast and a slow speed, and throughput follows the share of time spent in each.
+    """
+    return statistics.fmean(values) if values else None
+
+
+def _cpu_between(before: tuple, after: tuple, entries: int) -> dict | None:
+    """_cpu_between is the CPU used between two `_reading`s of (client, *bookies), per entry and in cores.
+
+    None where /proc is missing, a process went away, or no time or entry passed.
+    """
+    (began, cpu_before, machine_before), (ended, cpu_after, machine_after) = before, after
+    elapsed = ended - began
+    if (None in cpu_before or None in cpu_after or machine_before is None or machine_after is None
+            or elapsed <= 0 or entries <= 0):
+        return None
+    used = [b - a for a, b in zip(cpu_before, cpu_after)]
+    total = machine_after[1] - machine_before[1]
+    return {"client_us_per_entry": used[0] / entries * 1e6, "bookies_us_per_entry": sum(used[1:]) / entries * 1e6,
+            "client_cores": used[0] / elapsed, "bookie_cores": [u / elapsed for u in used[1:]],
+            "machine_idle": (machine_after[0] - machine_before[0]) / total if total > 0 else 0.0}
+
+
 class CpuMeter:
     """CpuMeter measures the CPU a phase used: this process's (client and harness) and the bookies'.
 
@@ -82,22 +123,139 @@ class CpuMeter:
 
     def __init__(self, bookie_pids: list[int]) -> None:
         self._pids = [os.getpid(), *bookie_pids]
-        self._began = time.perf_counter()
-        self._cpu = [_cpu_seconds(pid) for pid in self._pids]
-        self._machine = _machine_times()
+        self._start = _reading(self._pids)
 
     def result(self, entries: int) -> dict | None:
         """result is the phase's CPU: per entry (us) and in cores, for the client and the bookies."""
-        elapsed = time.perf_counter() - self._began
-        cpu = [_cpu_seconds(pid) for pid in self._pids]
-        machine = _machine_times()
-        if None in cpu or None in self._cpu or machine is None or self._machine is None or elapsed <= 0:
+        return _cpu_between(self._start, _reading(self._pids), entries)
+
+
+#: The speed probe's child: on each line of stdin, time a fixed piece of Python work in CPU milliseconds.
+_PROBE = """
+import sys, time
+for _ in sys.stdin:
+    began = time.process_time()
+    total = 0
+    for i in range(100_000):
+        total += i * i
+    print(f"{(time.process_time() - began) * 1000:.4f}", flush=True)
+"""
+
+
+class SpeedProbe:
+    """SpeedProbe times a fixed piece of Python work in a child process, in milliseconds of CPU.
+
+    CPU time leaves out any wait for a core, so the probe tells how fast the machine runs the
+    same instructions right now, not how busy it is. On the 2-core VM walkit is developed on,
+    with nothing else running, it reads about 8.5 ms and 15 ms seconds apart: the host gives
+    the VM slower and faster cores over time. Sharing a core with other busy processes (time
+    slices, caches) raises it too, so compare probes taken under similar load. One measure
+    costs its CPU milliseconds; `measure()` returns None if the child cannot run.
+    """
+
+    def __init__(self) -> None:
+        try:
+            self._process = subprocess.Popen([sys.executable, "-c", _PROBE], stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, text=True)
+        except OSError:
+            self._process = None
+
+    def __enter__(self) -> "SpeedProbe":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def measure_many(self, count: int) -> list[float]:
+        """measure_many is `count` measures, one after the other (those that could run)."""
+        return [ms for ms in (self.measure() for _ in range(count)) if ms is not None]
+
+    def measure(self) -> float | None:
+        """measure runs the work once and returns its CPU milliseconds."""
+        if self._process is None:
             return None
-        used = [after - before for before, after in zip(self._cpu, cpu)]
-        total = machine[1] - self._machine[1]
-        return {"client_us_per_entry": used[0] / entries * 1e6, "bookies_us_per_entry": sum(used[1:]) / entries * 1e6,
-                "client_cores": used[0] / elapsed, "bookie_cores": [u / elapsed for u in used[1:]],
-                "machine_idle": (machine[0] - self._machine[0]) / total if total > 0 else 0.0}
+        try:
+            self._process.stdin.write("\n")
+            self._process.stdin.flush()
+            return float(self._process.stdout.readline())
+        except (OSError, ValueError):
+            self.close()
+            return None
+
+    def close(self) -> None:
+        """close ends the child."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+            process.stdin.close()
+            process.stdout.close()
+
+
+class IntervalMonitor:
+    """IntervalMonitor says, for each interval of a sustained run, what the CPU did.
+
+    A thread reads the CPU of this process and of the bookies (`bookie_pids`) at every interval
+    boundary and runs a `SpeedProbe` every `probe_every` seconds. `annotate` then adds to each
+    interval the CPU per entry of the client and of the bookies, the machine's idle share and
+    the probe's median. An interval with fewer entries/s, more CPU per entry and a slower probe
+    had a slower machine; fewer entries/s at the same CPU per entry and probe is walkit waiting
+    on something (a sync, a checkpoint, a lock).
+    """
+
+    def __init__(self, bookie_pids: list[int], probe_every: float = 1.0) -> None:
+        self._pids = [os.getpid(), *bookie_pids]
+        self._probe_every = probe_every
+        self._marks: list[tuple] = []             # a _reading at each interval boundary
+        self._probes: list[tuple[float, float]] = []   # (seconds since the start, probe ms)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, began: float, interval: float) -> None:
+        """start samples from `began` (a perf_counter time), marking every `interval` seconds."""
+        self._thread = threading.Thread(target=self._run, args=(began, interval), name="walkit-bench-monitor",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """stop ends the sampling with a last reading."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._marks.append(_reading(self._pids))
+
+    def _run(self, began: float, interval: float) -> None:
+        probe = SpeedProbe()
+        try:
+            next_mark = next_probe = began
+            while not self._stop.is_set():
+                now = time.perf_counter()
+                if now >= next_mark:
+                    self._marks.append(_reading(self._pids))
+                    next_mark += interval
+                if now >= next_probe:
+                    measured = probe.measure()
+                    if measured is not None:
+                        self._probes.append((now - began, measured))
+                    next_probe += self._probe_every
+                self._stop.wait(max(0.0, min(next_mark, next_probe) - time.perf_counter()))
+        finally:
+            probe.close()
+
+    def annotate(self, intervals: list[dict], interval: float) -> None:
+        """annotate adds `cpu` (see `_cpu_between`) and `probe_ms` to each of the sustained run's intervals."""
+        for part in intervals:
+            index = round(part["start_s"] / interval)
+            cpu = None
+            if index + 1 < len(self._marks):
+                cpu = _cpu_between(self._marks[index], self._marks[index + 1], part["entries"])
+            probes = [ms for at, ms in self._probes if part["start_s"] <= at < part["start_s"] + interval]
+            part["cpu"] = cpu
+            part["probe_ms"] = _mean_of(probes)
+
+    def probe_mean(self) -> float | None:
+        """probe_mean is the mean of every probe of the run (None if none could run)."""
+        return _mean_of([ms for _, ms in self._probes])
 
 
 @dataclass
@@ -251,11 +409,13 @@ def append_phases(create_writer: Callable[[], object], payload: bytes, args, key
     return results
 
 
-def sustained(submit: Callable[[], object], duration: float, window: int, interval: float) -> dict:
+def sustained(submit: Callable[[], object], duration: float, window: int, interval: float,
+              monitor: IntervalMonitor | None = None) -> dict:
     """sustained calls `submit()` -> Future with `window` in flight for `duration` seconds.
 
     It returns the totals and, per `interval` seconds of completions, entries/s and latency
-    percentiles, so stalls (a checkpoint, a compaction) show as a bad interval.
+    percentiles, so stalls (a checkpoint, a compaction) show as a bad interval. With a
+    `monitor`, each interval also says what the CPU did (see IntervalMonitor).
     """
     slots = Window(window)
     lock = threading.Lock()
@@ -278,14 +438,20 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
 
     began = time.perf_counter()
     deadline = began + duration
-    while not errors:
-        slots.enter()
-        started = time.perf_counter()
-        if started >= deadline:
-            slots.leave()
-            break
-        submit().add_done_callback(callback(started))
-    slots.wait_below(1)
+    if monitor is not None:
+        monitor.start(began, interval)
+    try:
+        while not errors:
+            slots.enter()
+            started = time.perf_counter()
+            if started >= deadline:
+                slots.leave()
+                break
+            submit().add_done_callback(callback(started))
+        slots.wait_below(1)
+    finally:
+        if monitor is not None:
+            monitor.stop()
     if errors:
         raise errors[0]
     elapsed = time.perf_counter() - began
@@ -298,10 +464,14 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
         span = min(interval, elapsed - index * interval)
         if span < interval / 2:
             continue                              # the drain at the end: too short to say anything
-        intervals.append({"start_s": index * interval, "entries_per_s": len(values) / span,
+        intervals.append({"start_s": index * interval, "entries": len(values), "entries_per_s": len(values) / span,
                           **latency_summary(values)})
-    return {"entries": len(latencies), "seconds": elapsed, "entries_per_s": len(latencies) / elapsed,
-            **latency_summary(list(latencies)), "intervals": intervals}
+    result = {"entries": len(latencies), "seconds": elapsed, "entries_per_s": len(latencies) / elapsed,
+              **latency_summary(list(latencies)), "intervals": intervals}
+    if monitor is not None:
+        monitor.annotate(intervals, interval)
+        result["probe_ms"] = monitor.probe_mean()
+    return result
 
 
 def drop_page_cache() -> bool:
@@ -329,14 +499,16 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
     for _ in range(config.runs):
         with tempfile.TemporaryDirectory(prefix="walkit-bench-", dir=config.data_dir) as data_dir, \
                 walkit.LocalCluster(bookies=config.bookies, data_dir=data_dir, storage=config.storage) as cluster, \
-                walkit.Client(cluster.metadata_url) as client:
+                walkit.Client(cluster.metadata_url) as client, SpeedProbe() as probe:
             quorums = (config.ensemble, config.write_quorum, config.ack_quorum)
             _warm_up(client, quorums, payload, config.window)
             writer = client.create_ledger(*quorums)
             pids = [cluster.pid(i) for i in range(config.bookies)]
             meter = CpuMeter(pids)
+            before = probe.measure_many(3)
             result = pipelined(lambda i: writer.append_async(payload), config.entries, config.window, progress)
-            appends.append({**result, "cpu": meter.result(config.entries)})
+            appends.append({**result, "cpu": meter.result(config.entries),
+                            "probe_ms": _mean_of(before + probe.measure_many(3))})
             writer.close()
             many = client.create_ledger(*quorums)
             records = [payload] * config.batch
@@ -379,13 +551,16 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
             quorums = (config.ensemble, config.write_quorum, config.ack_quorum)
             _warm_up(client, quorums, payload, config.window)
             writer = client.create_ledger(*quorums)
+            monitor = IntervalMonitor([cluster.pid(i) for i in range(config.bookies)],
+                                      probe_every=min(1.0, config.interval / 2))     # at least 2 per interval
             long_run = sustained(lambda: writer.append_async(payload), config.duration, config.window,
-                                 config.interval)
+                                 config.interval, monitor)
             writer.close()
     return {
         "config": asdict(config),
         "append": {"median": _median_runs(appends, keys), "runs": [_without_raw(r) for r in appends],
-                   "latencies": appends[-1]["latencies"], "series": appends[-1]["series"], "cpu": _median_cpu(appends)},
+                   "latencies": appends[-1]["latencies"], "series": appends[-1]["series"], "cpu": _median_cpu(appends),
+                   "probe_ms": _median_of([r["probe_ms"] for r in appends if r["probe_ms"] is not None])},
         "one_in_flight": {"median": _median_runs(singles, keys), "runs": [_without_raw(r) for r in singles],
                           "latencies": singles[-1]["latencies"], "cpu": _median_cpu(singles)},
         "append_many": {"median": _median_runs(batches, keys), "runs": [_without_raw(r) for r in batches],
@@ -519,9 +694,23 @@ def summary_lines(result: dict) -> list[str]:
                      f"{long_run['entries_per_s']:,.0f} entries/s, p99 {long_run['p99_ms']:.2f} ms; "
                      f"vs the short run: throughput {long_run['entries_per_s'] / a['entries_per_s']:.2f}x, "
                      f"p99 {long_run['p99_ms'] / a['p99_ms']:.2f}x")
+        cpu, short_probe = result["append"].get("cpu"), result["append"].get("probe_ms")
+        if cpu is not None:
+            lines.append(f"    cpu per entry in the short runs: client {cpu['client_us_per_entry']:.1f} + bookies "
+                         f"{cpu['bookies_us_per_entry']:.1f} us")
+        if short_probe is not None and long_run.get("probe_ms") is not None:
+            lines.append(f"    speed probe (CPU ms of a fixed piece of Python; higher is a slower machine): "
+                         f"{long_run['probe_ms']:.1f} ms in the sustained run, {short_probe:.1f} ms around the short "
+                         f"runs ({long_run['probe_ms'] / short_probe:.2f}x)")
         for part in long_run["intervals"]:
-            lines.append(f"    {part['start_s']:>5.0f} s: {part['entries_per_s']:>9,.0f} entries/s, "
-                         f"p50 {part['p50_ms']:.2f} ms, p99 {part['p99_ms']:.2f} ms")
+            line = (f"    {part['start_s']:>5.0f} s: {part['entries_per_s']:>9,.0f} entries/s, "
+                    f"p50 {part['p50_ms']:.2f} ms, p99 {part['p99_ms']:.2f} ms")
+            if part.get("cpu") is not None:
+                line += (f"; cpu per entry {part['cpu']['client_us_per_entry']:.1f} + "
+                         f"{part['cpu']['bookies_us_per_entry']:.1f} us, machine {part['cpu']['machine_idle']:.0%} idle")
+            if part.get("probe_ms") is not None:
+                line += f"; probe {part['probe_ms']:.1f} ms"
+            lines.append(line)
     for name, peer in result.get("peers", {}).items():
         lines.append(f"  {name}: {peer['entries_per_s']:,.0f} ops/s (p50 {peer['p50_ms']:.2f} ms) -> walkit is "
                      f"{a['entries_per_s'] / peer['entries_per_s']:.1f}x; "

@@ -235,6 +235,13 @@ def test_bench_reports_every_phase_and_a_sustained_run_by_interval(tmp_path):
     intervals = data["sustained"]["intervals"]
     assert len(intervals) >= 2 and all(part["entries_per_s"] > 0 for part in intervals)
     assert data["sustained"]["entries"] > 0
+    # Each interval says what the CPU did, beside the speed probe, also read around the short runs.
+    assert all(part["probe_ms"] > 0 for part in intervals) and data["sustained"]["probe_ms"] > 0
+    assert data["append"]["probe_ms"] > 0 and "speed probe" in result.output
+    if os.path.exists("/proc/self/stat"):
+        assert all(part["cpu"]["client_us_per_entry"] > 0 and len(part["cpu"]["bookie_cores"]) == 3
+                   for part in intervals)
+        assert result.output.count("us, machine") == len(intervals), result.output
     bad = CliRunner().invoke(main, ["bench", "--batch", "0"])
     assert bad.exit_code != 0 and "batch must be at least 1" in bad.output
 

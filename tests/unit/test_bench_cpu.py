@@ -1,13 +1,15 @@
-"""The benchmark's CpuMeter counts the CPU of this process and of the bookie processes over a phase."""
+"""The benchmark's CpuMeter counts the CPU of this process and of the bookie processes over a phase;
+the sustained run's IntervalMonitor does per interval, beside a speed probe of the machine."""
 
 import os
 import subprocess
 import sys
 import time
+from concurrent.futures import Future
 
 import pytest
 
-from walkit.bench import CpuMeter, _cpu_line, _median_cpu
+from walkit.bench import CpuMeter, IntervalMonitor, SpeedProbe, _cpu_line, _median_cpu, sustained
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="CpuMeter reads /proc (Linux)")
 
@@ -68,3 +70,56 @@ def test_medians_are_per_figure_and_per_bookie_and_absent_if_any_run_was_not_mea
     assert median["bookie_cores"] == [0.3, 0.15]
     assert "client 3.0 us (0.30 cores), bookies 6.0 us together (0.30, 0.15 cores); machine 30% idle" in _cpu_line(median)[0]
     assert _median_cpu(runs + [{"cpu": None}]) is None
+
+
+def test_the_speed_probe_times_its_work_in_cpu_milliseconds_and_its_child_ends_with_it():
+    probe = SpeedProbe()
+    readings = probe.measure_many(3)
+    child = probe._process
+    probe.close()
+    assert len(readings) == 3 and all(0 < ms < 1000 for ms in readings)
+    assert child.poll() is not None                   # closed: the child is gone, not left behind
+    assert probe.measure() is None and probe.measure_many(2) == []
+
+
+def test_the_speed_probe_counts_cpu_not_waiting_for_a_core():
+    """Three busy loops on this machine's cores make the probe wait for a core, not take more CPU for its work."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        with SpeedProbe() as probe:
+            began = time.perf_counter()
+            cpu_ms = sum(probe.measure_many(5))
+            wall_ms = (time.perf_counter() - began) * 1000
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert 0 < cpu_ms < 0.8 * wall_ms               # four busy processes on two cores: about a third
+
+
+def test_each_interval_of_a_sustained_run_says_what_the_cpu_did():
+    idle = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert idle.stdout.readline() == "ready\n"     # started: its start-up CPU is behind it
+        def submit():
+            _burn(0.0002)                              # each "append" costs this process 0.2 ms of CPU
+            future = Future()
+            future.set_result(None)
+            return future
+        monitor = IntervalMonitor([idle.pid], probe_every=0.25)
+        result = sustained(submit, duration=1.5, window=10, interval=0.5, monitor=monitor)
+    finally:
+        idle.kill()
+        idle.wait()
+        idle.stdout.close()
+    intervals = result["intervals"]
+    assert len(intervals) == 3
+    for part in intervals:
+        assert part["entries"] > 0
+        # 0.2 ms of CPU per entry here, read in 10 ms ticks; the idle "bookie" used none.
+        assert 150 <= part["cpu"]["client_us_per_entry"] <= 400, part
+        assert part["cpu"]["bookie_cores"][0] < 0.05 and part["cpu"]["bookies_us_per_entry"] < 50
+        assert part["probe_ms"] > 0
+    assert result["probe_ms"] > 0
+    assert len(monitor._probes) >= 4                   # about one per 0.25 s of the 1.5 s run

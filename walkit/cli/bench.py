@@ -24,7 +24,8 @@ from walkit.cli.common import friendly, main
 @click.option("--batch", type=int, default=100, show_default=True,
               help="Records per append_many call in the append_many phase.")
 @click.option("--duration", type=float, default=0, show_default=True, metavar="SECONDS",
-              help="Also run a sustained phase this long (e.g. 300), with throughput and p99 per --interval.")
+              help="Also run a sustained phase this long (e.g. 300), with throughput, p99, CPU per entry and "
+                   "a speed probe of the machine per --interval.")
 @click.option("--interval", type=float, default=10, show_default=True, metavar="SECONDS",
               help="Reporting interval of the sustained phase.")
 @click.option("--peers", default="", metavar="LIST",
@@ -42,7 +43,9 @@ def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, st
     with WINDOW in flight, the same through append_many, one append in flight, the appends on a
     deferred-sync ledger then one force (and one such append in flight), a catch-up read with a
     cold page cache (dropped when run as root) and warm, recovery of an open ledger, and with
-    --duration a sustained run. With --peers, etcd (3 members, over gRPC), NATS JetStream (R3)
+    --duration a sustained run, which per --interval also gives the CPU per entry and a speed
+    probe of the machine (CPU ms of a fixed piece of Python, also read around the short runs;
+    higher is a slower machine). With --peers, etcd (3 members, over gRPC), NATS JetStream (R3)
     and ZooKeeper run the same appends, back to back, and a table of ratios is printed.
     """
     from walkit import bench as harness
