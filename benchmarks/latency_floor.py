@@ -25,6 +25,7 @@ floor's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -67,31 +68,53 @@ def _serve(address_out, folder: str, sync: bool) -> None:
         context.term()
 
 
+#: How long a floor server may take to start, and a round trip to finish, before the run fails.
+TIMEOUT_S = 10
+
+
 class Floor:
-    """Floor runs three bare servers and the client side of the round trip."""
+    """Floor runs three bare servers and the client side of the round trip; `close()` ends them all."""
 
     def __init__(self, folder: str, sync: bool, servers: int = 3, write_quorum: int = 2) -> None:
         self.write_quorum = write_quorum
-        self.processes, ports = [], []
+        self.processes: list = []
+        self.sockets: list = []
+        self.context = zmq.Context()
+        self.poller = zmq.Poller()
+        self.entry = 0
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        try:
+            for port in self._start_servers(folder, sync, servers):
+                socket = self.context.socket(zmq.DEALER)
+                socket.connect(f"tcp://127.0.0.1:{port}")
+                self.sockets.append(socket)
+                self.poller.register(socket, zmq.POLLIN)
+        except BaseException:
+            self.close()
+            raise
+        self._thread = threading.Thread(target=self._io, daemon=True)
+        self._thread.start()
+
+    def _start_servers(self, folder: str, sync: bool, servers: int) -> list[int]:
         spawn = multiprocessing.get_context("spawn")      # not fork: this process runs threads and ZeroMQ
+        ports = []
         for _ in range(servers):
             receive, send = spawn.Pipe(duplex=False)
             process = spawn.Process(target=_serve, args=(send, folder, sync), daemon=True)
             process.start()
-            ports.append(receive.recv())
             self.processes.append(process)
-        self.context = zmq.Context()
-        self.sockets = []
-        self.poller = zmq.Poller()
-        for port in ports:
-            socket = self.context.socket(zmq.DEALER)
-            socket.connect(f"tcp://127.0.0.1:{port}")
-            self.sockets.append(socket)
-            self.poller.register(socket, zmq.POLLIN)
-        self.entry = 0
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._io, daemon=True)
-        self._thread.start()
+            send.close()                                  # ours: so a server that dies reads as EOF here
+            try:
+                if not receive.poll(TIMEOUT_S):
+                    raise RuntimeError(f"a floor server did not start within {TIMEOUT_S} s")
+                ports.append(receive.recv())
+            except EOFError:
+                process.join(TIMEOUT_S)
+                raise RuntimeError(f"a floor server exited before serving (exit code {process.exitcode})") from None
+            finally:
+                receive.close()
+        return ports
 
     def round_trip(self, payload: bytes) -> None:
         """round_trip sends one entry to its write quorum and returns once every copy is acknowledged."""
@@ -101,7 +124,10 @@ class Floor:
         self.entry += 1
         waiting = self.write_quorum
         while waiting:
-            for socket, _ in self.poller.poll():
+            ready = self.poller.poll(TIMEOUT_S * 1000)
+            if not ready:
+                raise TimeoutError(f"a floor server did not answer within {TIMEOUT_S} s")
+            for socket, _ in ready:
                 socket.recv()
                 waiting -= 1
 
@@ -110,25 +136,36 @@ class Floor:
             item = self._requests.get()
             if item is None:
                 return
-            payload, done = item
-            self.round_trip(payload)
+            payload, done, errors = item
+            try:
+                self.round_trip(payload)
+            except Exception as exc:  # noqa: BLE001 - handed to the caller, which raises it
+                errors.append(exc)
             done.set()
 
     def handed_off(self, payload: bytes) -> None:
         """handed_off is `round_trip` run by the client thread while the caller waits on an Event."""
-        done = threading.Event()
-        self._requests.put((payload, done))
+        done, errors = threading.Event(), []
+        self._requests.put((payload, done, errors))
         done.wait()
+        if errors:
+            raise errors[0]
 
     def close(self) -> None:
-        self._requests.put(None)
-        self._thread.join()
+        """close stops the client thread and the servers (killing any that do not stop) and closes the sockets."""
+        if self._thread is not None:
+            self._requests.put(None)
+            self._thread.join(TIMEOUT_S)
         for socket in self.sockets:
-            socket.send(b"stop")
+            try:
+                socket.send(b"stop", zmq.NOBLOCK)
+            except zmq.Again:                             # not connected: the server is killed below
+                pass
         for process in self.processes:
             process.join(timeout=5)
             if process.is_alive():
                 process.kill()
+                process.join()
         for socket in self.sockets:
             socket.close(linger=0)
         self.context.term()
@@ -152,6 +189,8 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None, help="where the files go (default: the temp dir)")
     parser.add_argument("--json", help="write the results as JSON")
     args = parser.parse_args()
+    if args.appends < 1 or args.rounds < 1 or args.size < 1:
+        parser.error("--appends, --rounds and --size must be at least 1")
     walkit.tune_malloc()
     walkit.tune_gc()
     payload = os.urandom(args.size)
@@ -159,29 +198,28 @@ def main() -> None:
     results: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="walkit-floor-", dir=args.data_dir) as folder, \
             walkit.LocalCluster(bookies=3, data_dir=os.path.join(folder, "cluster")) as cluster, \
-            walkit.Client(cluster.metadata_url) as client:
-        synced, unsynced = Floor(folder, sync=True), Floor(folder, sync=False)
-        try:
-            writer = client.create_ledger(3, 2, 2)
-            deferred = client.create_ledger(3, 2, 2, deferred_sync=True)
-            runs = {
-                "floor": lambda n: timed(synced.handed_off, payload, n),
-                "floor, no hand-off": lambda n: timed(synced.round_trip, payload, n),
-                "floor, no fdatasync": lambda n: timed(unsynced.handed_off, payload, n),
-                "walkit": lambda n: pipelined(lambda i: writer.append_async(payload), n, 1),
-                "walkit, deferred sync": lambda n: pipelined(lambda i: deferred.append_async(payload), n, 1),
-            }
-            for run in runs.values():               # warm up: connections, first-time code, page cache
-                run(200)
-            for _ in range(args.rounds):
-                for name, run in runs.items():
-                    result = run(args.appends)
-                    results[name].append({"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"]})
-            writer.close()
-            deferred.close()
-        finally:
-            synced.close()
-            unsynced.close()
+            walkit.Client(cluster.metadata_url) as client, contextlib.ExitStack() as floors:
+        synced = Floor(folder, sync=True)
+        floors.callback(synced.close)
+        unsynced = Floor(folder, sync=False)
+        floors.callback(unsynced.close)
+        writer = client.create_ledger(3, 2, 2)
+        deferred = client.create_ledger(3, 2, 2, deferred_sync=True)
+        runs = {
+            "floor": lambda n: timed(synced.handed_off, payload, n),
+            "floor, no hand-off": lambda n: timed(synced.round_trip, payload, n),
+            "floor, no fdatasync": lambda n: timed(unsynced.handed_off, payload, n),
+            "walkit": lambda n: pipelined(lambda i: writer.append_async(payload), n, 1),
+            "walkit, deferred sync": lambda n: pipelined(lambda i: deferred.append_async(payload), n, 1),
+        }
+        for run in runs.values():               # warm up: connections, first-time code, page cache
+            run(200)
+        for _ in range(args.rounds):
+            for name, run in runs.items():
+                result = run(args.appends)
+                results[name].append({"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"]})
+        writer.close()
+        deferred.close()
     medians = {name: {key: statistics.median(r[key] for r in runs) for key in ("p50_ms", "p99_ms")}
                for name, runs in results.items()}
     print(f"one append in flight, {args.size} B, 3 servers, 2 copies each, medians of {args.rounds} rounds "

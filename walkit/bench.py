@@ -21,15 +21,15 @@ Phases:
   `cold` says whether it could) and then again, warm;
 - sustained (with `duration` > 0, once, after the runs): appends with `window` in flight for
   `duration` seconds, long enough to cross several checkpoints, with entries/s, p99, CPU per
-  entry and a speed probe (`SpeedProbe`: CPU milliseconds of a fixed piece of Python, also
-  read around each short pipelined run) per `interval` seconds. The probe tells a slower
-  machine (more CPU per entry, a slower probe) from a slower walkit (fewer entries at the same
-  CPU per entry and probe);
+  entry and a speed probe (walkit.bench_cpu: CPU milliseconds of a fixed piece of Python) per
+  `interval` seconds. Intervals compared with each other tell a slower machine (more CPU per
+  entry at the same share of each core, a slower probe) from a slower walkit (fewer entries
+  at the same CPU per entry and probe);
 - recovery: time for open_ledger(recover=True) on a ledger left OPEN with `recovery_entries`
   entries, as after a writer crash.
 
-The append, append_many and latency phases also say where the time went (`CpuMeter`, Linux
-only): CPU per entry of this process (the client and the harness) and of the bookie processes,
+The append, append_many and latency phases also say where the time went (`CpuMeter` of
+walkit.bench_cpu, Linux only): CPU per entry of this process (the client and the harness) and of the bookie processes,
 each process's share of a core, and how idle the machine was. A client near one core is bound
 by the client's Python; idle cores with every process well below one mean the phase waits on
 round trips and syncs (the stop-and-go of a full window), not on CPU.
@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
 from array import array
 import tempfile
 import threading
@@ -48,214 +46,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from walkit.bench_cpu import CpuMeter, IntervalMonitor
 from walkit.errors import ConfigError
 
 #: Width of the buckets of the throughput time series, in seconds.
 BUCKET_S = 0.1
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """_cpu_seconds is the user + system CPU time of process `pid` (all its threads), or None if it cannot be read.
-
-    prometheus_client's ProcessCollector reads it (/proc/PID/stat), as for a bookie's /metrics.
-    """
-    from prometheus_client import ProcessCollector
-    for metric in ProcessCollector(pid=lambda: pid, registry=None).collect():
-        if metric.name == "process_cpu_seconds":
-            return metric.samples[0].value
-    return None
-
-
-def _machine_times() -> tuple[int, int] | None:
-    """_machine_times is (idle, total) CPU ticks of the whole machine since boot, or None without /proc."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(t) for t in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return ticks[3] + ticks[4], sum(ticks[:8])        # idle + iowait; user..steal (guest time is inside user)
-
-
-def _reading(pids: list[int]) -> tuple:
-    """_reading is (now, CPU seconds of each of `pids`, machine ticks): what `_cpu_between` compares."""
-    return time.perf_counter(), [_cpu_seconds(pid) for pid in pids], _machine_times()
-
-
-def _median_of(values: list[float]) -> float | None:
-    """_median_of is the median of `values`, or None if there are none."""
-    return statistics.median(values) if values else None
-
-
-def _mean_of(values: list[float]) -> float | None:
-    """_mean_of is the mean of `values`, or None if there are none.
-
-    The speed probe's readings are averaged, not their median taken: the machine switches
-    between a fast and a slow speed, and throughput follows the share of time spent in each.
-    """
-    return statistics.fmean(values) if values else None
-
-
-def _cpu_between(before: tuple, after: tuple, entries: int) -> dict | None:
-    """_cpu_between is the CPU used between two `_reading`s of (client, *bookies), per entry and in cores.
-
-    None where /proc is missing, a process went away, or no time or entry passed.
-    """
-    (began, cpu_before, machine_before), (ended, cpu_after, machine_after) = before, after
-    elapsed = ended - began
-    if (None in cpu_before or None in cpu_after or machine_before is None or machine_after is None
-            or elapsed <= 0 or entries <= 0):
-        return None
-    used = [b - a for a, b in zip(cpu_before, cpu_after)]
-    total = machine_after[1] - machine_before[1]
-    return {"client_us_per_entry": used[0] / entries * 1e6, "bookies_us_per_entry": sum(used[1:]) / entries * 1e6,
-            "client_cores": used[0] / elapsed, "bookie_cores": [u / elapsed for u in used[1:]],
-            "machine_idle": (machine_after[0] - machine_before[0]) / total if total > 0 else 0.0}
-
-
-class CpuMeter:
-    """CpuMeter measures the CPU a phase used: this process's (client and harness) and the bookies'.
-
-    Made at the start of a phase; `result(entries)` at its end returns microseconds of CPU per
-    entry and cores used (client, then each bookie), and the machine's idle share, or None where
-    /proc is missing or a process went away. The kernel counts CPU in ticks (10 ms here), so a
-    phase shorter than a second or so reads coarsely.
-    """
-
-    def __init__(self, bookie_pids: list[int]) -> None:
-        self._pids = [os.getpid(), *bookie_pids]
-        self._start = _reading(self._pids)
-
-    def result(self, entries: int) -> dict | None:
-        """result is the phase's CPU: per entry (us) and in cores, for the client and the bookies."""
-        return _cpu_between(self._start, _reading(self._pids), entries)
-
-
-#: The speed probe's child: on each line of stdin, time a fixed piece of Python work in CPU milliseconds.
-_PROBE = """
-import sys, time
-for _ in sys.stdin:
-    began = time.process_time()
-    total = 0
-    for i in range(100_000):
-        total += i * i
-    print(f"{(time.process_time() - began) * 1000:.4f}", flush=True)
-"""
-
-
-class SpeedProbe:
-    """SpeedProbe times a fixed piece of Python work in a child process, in milliseconds of CPU.
-
-    CPU time leaves out any wait for a core, so the probe tells how fast the machine runs the
-    same instructions right now, not how busy it is. On the 2-core VM walkit is developed on,
-    with nothing else running, it reads about 8.5 ms and 15 ms seconds apart: the host gives
-    the VM slower and faster cores over time. Sharing a core with other busy processes (time
-    slices, caches) raises it too, so compare probes taken under similar load. One measure
-    costs its CPU milliseconds; `measure()` returns None if the child cannot run.
-    """
-
-    def __init__(self) -> None:
-        try:
-            self._process = subprocess.Popen([sys.executable, "-c", _PROBE], stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, text=True)
-        except OSError:
-            self._process = None
-
-    def __enter__(self) -> "SpeedProbe":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def measure_many(self, count: int) -> list[float]:
-        """measure_many is `count` measures, one after the other (those that could run)."""
-        return [ms for ms in (self.measure() for _ in range(count)) if ms is not None]
-
-    def measure(self) -> float | None:
-        """measure runs the work once and returns its CPU milliseconds."""
-        if self._process is None:
-            return None
-        try:
-            self._process.stdin.write("\n")
-            self._process.stdin.flush()
-            return float(self._process.stdout.readline())
-        except (OSError, ValueError):
-            self.close()
-            return None
-
-    def close(self) -> None:
-        """close ends the child."""
-        process, self._process = self._process, None
-        if process is not None:
-            process.kill()
-            process.wait()
-            process.stdin.close()
-            process.stdout.close()
-
-
-class IntervalMonitor:
-    """IntervalMonitor says, for each interval of a sustained run, what the CPU did.
-
-    A thread reads the CPU of this process and of the bookies (`bookie_pids`) at every interval
-    boundary and runs a `SpeedProbe` every `probe_every` seconds. `annotate` then adds to each
-    interval the CPU per entry of the client and of the bookies, the machine's idle share and
-    the probe's median. An interval with fewer entries/s, more CPU per entry and a slower probe
-    had a slower machine; fewer entries/s at the same CPU per entry and probe is walkit waiting
-    on something (a sync, a checkpoint, a lock).
-    """
-
-    def __init__(self, bookie_pids: list[int], probe_every: float = 1.0) -> None:
-        self._pids = [os.getpid(), *bookie_pids]
-        self._probe_every = probe_every
-        self._marks: list[tuple] = []             # a _reading at each interval boundary
-        self._probes: list[tuple[float, float]] = []   # (seconds since the start, probe ms)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, began: float, interval: float) -> None:
-        """start samples from `began` (a perf_counter time), marking every `interval` seconds."""
-        self._thread = threading.Thread(target=self._run, args=(began, interval), name="walkit-bench-monitor",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """stop ends the sampling with a last reading."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self._marks.append(_reading(self._pids))
-
-    def _run(self, began: float, interval: float) -> None:
-        probe = SpeedProbe()
-        try:
-            next_mark = next_probe = began
-            while not self._stop.is_set():
-                now = time.perf_counter()
-                if now >= next_mark:
-                    self._marks.append(_reading(self._pids))
-                    next_mark += interval
-                if now >= next_probe:
-                    measured = probe.measure()
-                    if measured is not None:
-                        self._probes.append((now - began, measured))
-                    next_probe += self._probe_every
-                self._stop.wait(max(0.0, min(next_mark, next_probe) - time.perf_counter()))
-        finally:
-            probe.close()
-
-    def annotate(self, intervals: list[dict], interval: float) -> None:
-        """annotate adds `cpu` (see `_cpu_between`) and `probe_ms` to each of the sustained run's intervals."""
-        for part in intervals:
-            index = round(part["start_s"] / interval)
-            cpu = None
-            if index + 1 < len(self._marks):
-                cpu = _cpu_between(self._marks[index], self._marks[index + 1], part["entries"])
-            probes = [ms for at, ms in self._probes if part["start_s"] <= at < part["start_s"] + interval]
-            part["cpu"] = cpu
-            part["probe_ms"] = _mean_of(probes)
-
-    def probe_mean(self) -> float | None:
-        """probe_mean is the mean of every probe of the run (None if none could run)."""
-        return _mean_of([ms for _, ms in self._probes])
 
 
 @dataclass
@@ -469,7 +264,7 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
     result = {"entries": len(latencies), "seconds": elapsed, "entries_per_s": len(latencies) / elapsed,
               **latency_summary(list(latencies)), "intervals": intervals}
     if monitor is not None:
-        monitor.annotate(intervals, interval)
+        monitor.annotate(intervals)
         result["probe_ms"] = monitor.probe_mean()
     return result
 
@@ -499,16 +294,14 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
     for _ in range(config.runs):
         with tempfile.TemporaryDirectory(prefix="walkit-bench-", dir=config.data_dir) as data_dir, \
                 walkit.LocalCluster(bookies=config.bookies, data_dir=data_dir, storage=config.storage) as cluster, \
-                walkit.Client(cluster.metadata_url) as client, SpeedProbe() as probe:
+                walkit.Client(cluster.metadata_url) as client:
             quorums = (config.ensemble, config.write_quorum, config.ack_quorum)
             _warm_up(client, quorums, payload, config.window)
             writer = client.create_ledger(*quorums)
             pids = [cluster.pid(i) for i in range(config.bookies)]
             meter = CpuMeter(pids)
-            before = probe.measure_many(3)
             result = pipelined(lambda i: writer.append_async(payload), config.entries, config.window, progress)
-            appends.append({**result, "cpu": meter.result(config.entries),
-                            "probe_ms": _mean_of(before + probe.measure_many(3))})
+            appends.append({**result, "cpu": meter.result(config.entries)})
             writer.close()
             many = client.create_ledger(*quorums)
             records = [payload] * config.batch
@@ -559,8 +352,7 @@ def run(config: BenchConfig, progress: Callable[[int], None] | None = None) -> d
     return {
         "config": asdict(config),
         "append": {"median": _median_runs(appends, keys), "runs": [_without_raw(r) for r in appends],
-                   "latencies": appends[-1]["latencies"], "series": appends[-1]["series"], "cpu": _median_cpu(appends),
-                   "probe_ms": _median_of([r["probe_ms"] for r in appends if r["probe_ms"] is not None])},
+                   "latencies": appends[-1]["latencies"], "series": appends[-1]["series"], "cpu": _median_cpu(appends)},
         "one_in_flight": {"median": _median_runs(singles, keys), "runs": [_without_raw(r) for r in singles],
                           "latencies": singles[-1]["latencies"], "cpu": _median_cpu(singles)},
         "append_many": {"median": _median_runs(batches, keys), "runs": [_without_raw(r) for r in batches],
@@ -694,14 +486,11 @@ def summary_lines(result: dict) -> list[str]:
                      f"{long_run['entries_per_s']:,.0f} entries/s, p99 {long_run['p99_ms']:.2f} ms; "
                      f"vs the short run: throughput {long_run['entries_per_s'] / a['entries_per_s']:.2f}x, "
                      f"p99 {long_run['p99_ms'] / a['p99_ms']:.2f}x")
-        cpu, short_probe = result["append"].get("cpu"), result["append"].get("probe_ms")
+        cpu = result["append"].get("cpu")
         if cpu is not None:
             lines.append(f"    cpu per entry in the short runs: client {cpu['client_us_per_entry']:.1f} + bookies "
-                         f"{cpu['bookies_us_per_entry']:.1f} us")
-        if short_probe is not None and long_run.get("probe_ms") is not None:
-            lines.append(f"    speed probe (CPU ms of a fixed piece of Python; higher is a slower machine): "
-                         f"{long_run['probe_ms']:.1f} ms in the sustained run, {short_probe:.1f} ms around the short "
-                         f"runs ({long_run['probe_ms'] / short_probe:.2f}x)")
+                         f"{cpu['bookies_us_per_entry']:.1f} us; per interval below, with the speed probe "
+                         "(CPU ms of a fixed piece of Python: higher is a slower machine)")
         for part in long_run["intervals"]:
             line = (f"    {part['start_s']:>5.0f} s: {part['entries_per_s']:>9,.0f} entries/s, "
                     f"p50 {part['p50_ms']:.2f} ms, p99 {part['p99_ms']:.2f} ms")

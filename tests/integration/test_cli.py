@@ -219,7 +219,7 @@ def test_walkit_local_runs_a_cluster_with_a_demo_until_ctrl_c(tmp_path, bookies,
 def test_bench_reports_every_phase_and_a_sustained_run_by_interval(tmp_path):
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(main, ["bench", "--entries", "600", "--window", "60", "--batch", "20", "--runs", "1",
-                                       "--storage", "memory", "--duration", "1.5", "--interval", "0.5",
+                                       "--storage", "memory", "--duration", "2", "--interval", "1",
                                        "--json", str(out)])
     assert result.exit_code == 0, result.output
     for phrase in ("appends (window 60)", "append_many (batches of 20", "one append in flight",
@@ -235,9 +235,9 @@ def test_bench_reports_every_phase_and_a_sustained_run_by_interval(tmp_path):
     intervals = data["sustained"]["intervals"]
     assert len(intervals) >= 2 and all(part["entries_per_s"] > 0 for part in intervals)
     assert data["sustained"]["entries"] > 0
-    # Each interval says what the CPU did, beside the speed probe, also read around the short runs.
-    assert all(part["probe_ms"] > 0 for part in intervals) and data["sustained"]["probe_ms"] > 0
-    assert data["append"]["probe_ms"] > 0 and "speed probe" in result.output
+    # Each interval says what the CPU did, beside the speed probe.
+    assert all(part["probe_ms"] is not None and part["probe_ms"] > 0 for part in intervals)
+    assert data["sustained"]["probe_ms"] > 0 and "speed probe" in result.output
     if os.path.exists("/proc/self/stat"):
         assert all(part["cpu"]["client_us_per_entry"] > 0 and len(part["cpu"]["bookie_cores"]) == 3
                    for part in intervals)
