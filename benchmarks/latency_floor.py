@@ -161,8 +161,8 @@ class Floor:
                 socket.send(b"stop", zmq.NOBLOCK)
             except zmq.Again:                             # not connected: the server is killed below
                 pass
-        for process in self.processes:
-            process.join(timeout=5)
+        for index, process in enumerate(self.processes):
+            process.join(timeout=5 if index < len(self.sockets) else 0)     # no socket: no "stop" was sent
             if process.is_alive():
                 process.kill()
                 process.join()

@@ -29,8 +29,8 @@ Phases:
   entries, as after a writer crash.
 
 The append, append_many and latency phases also say where the time went (`CpuMeter` of
-walkit.bench_cpu, Linux only): CPU per entry of this process (the client and the harness) and of the bookie processes,
-each process's share of a core, and how idle the machine was. A client near one core is bound
+walkit.bench_cpu, Linux only): CPU per entry of this process (the client and the harness) and
+of the bookie processes, each process's share of a core, and how idle the machine was. A client near one core is bound
 by the client's Python; idle cores with every process well below one mean the phase waits on
 round trips and syncs (the stop-and-go of a full window), not on CPU.
 """
@@ -259,8 +259,8 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
         span = min(interval, elapsed - index * interval)
         if span < interval / 2:
             continue                              # the drain at the end: too short to say anything
-        intervals.append({"start_s": index * interval, "entries": len(values), "entries_per_s": len(values) / span,
-                          **latency_summary(values)})
+        intervals.append({"start_s": index * interval, "span_s": span, "entries": len(values),
+                          "entries_per_s": len(values) / span, **latency_summary(values)})
     result = {"entries": len(latencies), "seconds": elapsed, "entries_per_s": len(latencies) / elapsed,
               **latency_summary(list(latencies)), "intervals": intervals}
     if monitor is not None:
@@ -489,14 +489,17 @@ def summary_lines(result: dict) -> list[str]:
         cpu = result["append"].get("cpu")
         if cpu is not None:
             lines.append(f"    cpu per entry in the short runs: client {cpu['client_us_per_entry']:.1f} + bookies "
-                         f"{cpu['bookies_us_per_entry']:.1f} us; per interval below, with the speed probe "
-                         "(CPU ms of a fixed piece of Python: higher is a slower machine)")
+                         f"{cpu['bookies_us_per_entry']:.1f} us")
+        if any(part.get("probe_ms") is not None for part in long_run["intervals"]):
+            lines.append("    per interval, the speed probe: CPU ms of a fixed piece of Python (higher is a slower "
+                         "machine)")
         for part in long_run["intervals"]:
             line = (f"    {part['start_s']:>5.0f} s: {part['entries_per_s']:>9,.0f} entries/s, "
                     f"p50 {part['p50_ms']:.2f} ms, p99 {part['p99_ms']:.2f} ms")
-            if part.get("cpu") is not None:
-                line += (f"; cpu per entry {part['cpu']['client_us_per_entry']:.1f} + "
-                         f"{part['cpu']['bookies_us_per_entry']:.1f} us, machine {part['cpu']['machine_idle']:.0%} idle")
+            cpu = part.get("cpu")
+            if cpu is not None:
+                line += (f"; cpu per entry {cpu['client_us_per_entry']:.1f} + {cpu['bookies_us_per_entry']:.1f} us, "
+                         f"machine {cpu['machine_idle']:.0%} idle")
             if part.get("probe_ms") is not None:
                 line += f"; probe {part['probe_ms']:.1f} ms"
             lines.append(line)

@@ -19,7 +19,8 @@ import threading
 import time
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-#: A probe (about 10 ms, more when the interpreter is busy) starts only this long before a boundary.
+#: A probe (about 10 ms, more when the interpreter is busy) starts no closer than this to a boundary
+#: (or a quarter of the interval, if shorter).
 _PROBE_CLEARANCE_S = 0.05
 
 
@@ -208,6 +209,7 @@ class IntervalMonitor:
 
     def _run(self) -> None:
         began, interval = self._began, self._interval
+        clearance = min(_PROBE_CLEARANCE_S, interval / 4)
         probe = SpeedProbe()
         try:
             boundary, next_probe = began + interval, began
@@ -217,11 +219,12 @@ class IntervalMonitor:
                     self._readings.append(_reading(self._pids))
                     while boundary <= time.perf_counter():
                         boundary += interval           # a late thread skips a boundary, never shifts them
-                if now >= next_probe and boundary - now > _PROBE_CLEARANCE_S:    # never delay a boundary's reading
+                if now >= next_probe and boundary - now > clearance:     # never delay a boundary's reading
                     measured = probe.measure()
                     if measured is not None:
                         self._probes.append((now - began, measured))
-                    next_probe += self._probe_every
+                    while next_probe <= time.perf_counter():
+                        next_probe += self._probe_every         # a late thread skips probes, never bunches them
                 self._stop.wait(max(0.0, min(boundary, next_probe) - time.perf_counter()))
         finally:
             probe.close()
@@ -238,11 +241,13 @@ class IntervalMonitor:
 
         Each interval's CPU is read between the readings at its two ends (the last interval's
         end is the run's); it stays None if either was not taken within a tenth of an interval
-        of its time, so no interval is charged with another's CPU.
+        of its time, so no interval is charged with another's CPU. Within that tenth, the
+        interval's CPU per entry may be off by as much: the entries are counted over the
+        interval, the CPU between its readings.
         """
         for part in intervals:
             starts = self._began + part["start_s"]
-            ends = starts + part["entries"] / part["entries_per_s"]
+            ends = starts + part["span_s"]
             first, last = self._reading_at(starts), self._reading_at(ends)
             part["cpu"] = None if first is None or last is None else cpu_between(first, last, part["entries"])
             part["probe_ms"] = _mean_of([ms for at, ms in self._probes

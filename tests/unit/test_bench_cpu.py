@@ -141,8 +141,16 @@ def test_each_interval_of_a_sustained_run_says_what_the_cpu_did():
         assert part["probe_ms"] is not None and part["probe_ms"] > 0
     assert result["probe_ms"] > 0
     assert len(monitor._probes) >= 6                   # about one per 0.25 s of the 3 s run
-    with pytest.raises(RuntimeError, match="one run"):
-        monitor.start(time.perf_counter(), 1.0)
+
+
+def test_a_monitor_watches_one_run_only():
+    monitor = IntervalMonitor([], probe_every=10)
+    monitor.start(time.perf_counter(), 1.0)
+    try:
+        with pytest.raises(RuntimeError, match="one run"):
+            monitor.start(time.perf_counter(), 1.0)
+    finally:
+        monitor.stop()
 
 
 def test_an_interval_whose_boundary_reading_came_late_gets_no_cpu_rather_than_anothers():
@@ -150,7 +158,7 @@ def test_an_interval_whose_boundary_reading_came_late_gets_no_cpu_rather_than_an
     monitor._began, monitor._interval = 100.0, 1.0
     reading = lambda at, cpu: (at, [cpu], (0, 100))      # noqa: E731 - (time, [client CPU s], machine ticks)
     monitor._readings = [reading(100.0, 0.0), reading(101.0, 0.1), reading(102.4, 0.3), reading(103.0, 0.4)]
-    intervals = [{"start_s": float(k), "entries": 100, "entries_per_s": 100.0} for k in range(3)]
+    intervals = [{"start_s": float(k), "span_s": 1.0, "entries": 100, "entries_per_s": 100.0} for k in range(3)]
     monitor.annotate(intervals)
     assert intervals[0]["cpu"]["client_us_per_entry"] == pytest.approx(1000)   # 0.1 s over 100 entries
     assert intervals[1]["cpu"] is None and intervals[2]["cpu"] is None      # the reading at 102 s came at 102.4
