@@ -1,0 +1,63 @@
+"""benchmarks/latency_floor.py's bare servers: they answer, and they fail loudly instead of hanging.
+
+The floor is the baseline walkit's one-append-in-flight latency is compared with, so a floor
+that hangs on a dead server, or leaves its server processes behind, would cost a benchmark run
+its result and the machine its processes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+
+
+@pytest.fixture
+def latency_floor(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.abspath(BENCHMARKS))     # the spawned servers import it too
+    return importlib.import_module("latency_floor")
+
+
+def test_the_floor_answers_every_entry_on_both_paths_and_its_servers_end_with_it(latency_floor, tmp_path):
+    floor = latency_floor.Floor(str(tmp_path), sync=True)
+    try:
+        for _ in range(6):                   # each server gets its turns as first and second copy
+            floor.round_trip(b"x" * 1024)
+            floor.handed_off(b"y" * 1024)
+        assert floor.entry == 12
+    finally:
+        floor.close()
+    assert [process.exitcode for process in floor.processes] == [0, 0, 0]     # stopped, not killed
+    assert len(list(tmp_path.glob("floor-*.log"))) == 3                        # one file per server
+
+
+def test_a_server_that_dies_fails_the_round_trip_instead_of_hanging(latency_floor, tmp_path, monkeypatch):
+    floor = latency_floor.Floor(str(tmp_path), sync=True)
+    monkeypatch.setattr(latency_floor, "TIMEOUT_S", 2)                 # started: now wait 2 s, not 10, for answers
+    try:
+        floor.handed_off(b"x")
+        floor.processes[1].kill()
+        floor.processes[1].join()
+        began = time.monotonic()
+        with pytest.raises(TimeoutError, match="did not answer"):
+            for _ in range(3):               # entries 1 and 2 both have a copy on server 1
+                floor.handed_off(b"x")
+        assert time.monotonic() - began < 3 * latency_floor.TIMEOUT_S
+    finally:
+        floor.close()
+    assert not any(process.is_alive() for process in floor.processes)
+
+
+def test_a_server_that_cannot_start_is_reported_at_once_and_nothing_is_left_running(latency_floor, tmp_path):
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match="exited before serving"):
+        latency_floor.Floor(str(tmp_path / "missing"), sync=True)      # it cannot create its file
+    assert time.monotonic() - began < latency_floor.TIMEOUT_S
+    assert multiprocessing.active_children() == []
