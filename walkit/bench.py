@@ -29,10 +29,10 @@ Phases:
   entries, as after a writer crash.
 
 The append, append_many and latency phases also say where the time went (`CpuMeter` of
-walkit.bench_cpu, Linux only): CPU per entry of this process (the client and the harness) and
-of the bookie processes, each process's share of a core, and how idle the machine was. A client near one core is bound
-by the client's Python; idle cores with every process well below one mean the phase waits on
-round trips and syncs (the stop-and-go of a full window), not on CPU.
+walkit.bench_cpu, Linux only): CPU per entry of this process (the client and the harness) and of
+the bookie processes, each process's share of a core, and how idle the machine was. A client
+near one core is bound by the client's Python; idle cores with every process well below one mean
+the phase waits on round trips and syncs (the stop-and-go of a full window), not on CPU.
 """
 
 from __future__ import annotations

@@ -225,7 +225,9 @@ class IntervalMonitor:
                         self._probes.append((now - began, measured))
                     while next_probe <= time.perf_counter():
                         next_probe += self._probe_every         # a late thread skips probes, never bunches them
-                self._stop.wait(max(0.0, min(boundary, next_probe) - time.perf_counter()))
+                now = time.perf_counter()
+                wake = min(boundary, next_probe) if next_probe > now else boundary    # a probe held back waits too
+                self._stop.wait(max(0.0, wake - now))
         finally:
             probe.close()
 
