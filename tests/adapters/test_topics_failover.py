@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from walkit.adapters.topics.ownership import Slot, preferred
@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 
 RECORDS = 4000
 PARTITIONS = 9          # with broker ids 1-3, the partitions' preferred leaders cover all three brokers
+LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
 
 
 @pytest.fixture
@@ -144,12 +145,26 @@ def test_sigkill_of_a_partition_leader_loses_no_acked_record_and_duplicates_none
         thread.join(30)
 
     # The log: every record exactly once across the partitions.
+    # Leadership may still be moving between the survivors (to each partition's preferred broker
+    # among the live ones): a broker that just handed a partition over answers NOT_LEADER, which a
+    # Kafka client retries after refreshing its metadata, so the audit does the same.
     reader = Consumer({"bootstrap.servers": survivors, "group.id": "audit", "enable.auto.commit": False})
+
+    def watermarks(partition: int) -> tuple[int, int] | None:
+        try:
+            return reader.get_watermark_offsets(TopicPartition("failover", partition), timeout=10)
+        except KafkaException as exc:
+            if exc.args[0].code() in LEADER_MOVING:
+                return None
+            raise
     in_log = []
     for partition in range(PARTITIONS):
-        low, high = reader.get_watermark_offsets(TopicPartition("failover", partition), timeout=10)
+        low, high = wait_until(lambda: watermarks(partition), 60, interval=0.2,
+                               message=f"the watermarks of failover-{partition}")
         reader.assign([TopicPartition("failover", partition, low)])
+        deadline = time.monotonic() + 60
         while high > low:
+            assert time.monotonic() < deadline, f"failover-{partition} not read to {high} within 60 s"
             message = reader.poll(1.0)
             if message is None or message.error() is not None:
                 continue
