@@ -1,4 +1,4 @@
-"""One append in flight against the floor of its shape: bare ZeroMQ round trips plus fdatasync.
+"""One append in flight against the floor of its shape: bare round trips plus fdatasync.
 
     python benchmarks/latency_floor.py --appends 2000 --rounds 3 [--json out.json]
 
@@ -14,6 +14,9 @@ difference of two medians rather than a guess:
   hands appends to its client's I/O thread.
 - ``floor, no hand-off``: the same, with the caller doing the round trip itself.
 - ``floor, no fdatasync``: the round trips alone (what deferred sync leaves).
+- ``floor over TCP``: ``floor`` with plain TCP sockets (a 4-byte length before each request)
+  instead of ZeroMQ, whose I/O threads add a thread wake-up on each side of each message; the
+  difference is what a transport without them could save.
 - ``walkit``: `WriteHandle.append_async` with one in flight on a LocalCluster of three bookies,
   and the same on a deferred-sync ledger (acknowledged before the fdatasync).
 
@@ -30,7 +33,10 @@ import json
 import multiprocessing
 import os
 import queue
+import select
+import socket
 import statistics
+import struct
 import tempfile
 import threading
 import time
@@ -46,62 +52,188 @@ PREALLOCATE = 64 << 20
 def _serve(address_out, folder: str, sync: bool) -> None:
     """_serve is one floor server: write each request, fdatasync if `sync`, reply; b"stop" ends it."""
     context = zmq.Context()
-    socket = context.socket(zmq.ROUTER)
-    port = socket.bind_to_random_port("tcp://127.0.0.1")
-    fd = os.open(os.path.join(folder, f"floor-{port}.log"), os.O_WRONLY | os.O_CREAT, 0o644)
-    os.posix_fallocate(fd, 0, PREALLOCATE)
-    os.fsync(fd)
-    offset = 0
+    router = context.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    store = _Store(folder, port, sync)
     address_out.send(port)
     try:
         while True:
-            peer, request = socket.recv_multipart()
+            peer, request = router.recv_multipart()
             if request == b"stop":
                 return
-            offset += os.pwrite(fd, request, offset % (PREALLOCATE - len(request)))
-            if sync:
-                os.fdatasync(fd)
-            socket.send_multipart((peer, b"ok"))
+            store.write(request)
+            router.send_multipart((peer, b"ok"))
     finally:
-        os.close(fd)
-        socket.close(linger=0)
+        store.close()
+        router.close(linger=0)
         context.term()
+
+
+LENGTH = struct.Struct("<I")
+
+
+def _serve_tcp(address_out, folder: str, sync: bool) -> None:
+    """_serve_tcp is `_serve` on a plain TCP socket: each request is a 4-byte length and its bytes."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    store = _Store(folder, port, sync)
+    address_out.send(port)
+    connection = None
+    try:
+        connection, _ = listener.accept()
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while True:
+            header = connection.recv(LENGTH.size, socket.MSG_WAITALL)
+            if len(header) < LENGTH.size:
+                return                                    # the client went away
+            request = connection.recv(LENGTH.unpack(header)[0], socket.MSG_WAITALL)
+            if request == b"stop":
+                return
+            store.write(request)
+            connection.sendall(b"ok")
+    finally:
+        store.close()
+        if connection is not None:
+            connection.close()
+        listener.close()
+
+
+class _Store:
+    """_Store is a floor server's file: each request is written to it and, if `sync`, fdatasynced."""
+
+    def __init__(self, folder: str, port: int, sync: bool) -> None:
+        self.sync = sync
+        self.fd = os.open(os.path.join(folder, f"floor-{port}.log"), os.O_WRONLY | os.O_CREAT, 0o644)
+        os.posix_fallocate(self.fd, 0, PREALLOCATE)
+        os.fsync(self.fd)
+        self.offset = 0
+
+    def write(self, request: bytes) -> None:
+        self.offset += os.pwrite(self.fd, request, self.offset % (PREALLOCATE - len(request)))
+        if self.sync:
+            os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 #: How long a floor server may take to start, and a round trip to finish, before the run fails.
 TIMEOUT_S = 10
 
 
-class Floor:
-    """Floor runs three bare servers and the client side of the round trip; `close()` ends them all."""
+class _ZmqLinks:
+    """_ZmqLinks are the client's DEALER sockets to the floor servers."""
 
-    def __init__(self, folder: str, sync: bool, servers: int = 3, write_quorum: int = 2) -> None:
-        self.write_quorum = write_quorum
-        self.processes: list = []
-        self.sockets: list = []
+    def __init__(self) -> None:
         self.context = zmq.Context()
         self.poller = zmq.Poller()
+        self.sockets: list = []
+
+    def connect(self, port: int) -> None:
+        dealer = self.context.socket(zmq.DEALER)
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+        self.sockets.append(dealer)
+        self.poller.register(dealer, zmq.POLLIN)
+
+    def send(self, index: int, payload: bytes) -> None:
+        self.sockets[index].send(payload)
+
+    def wait(self, replies: int) -> None:
+        """wait returns once `replies` answers came in, or raises TimeoutError."""
+        while replies:
+            ready = self.poller.poll(TIMEOUT_S * 1000)
+            if not ready:
+                raise TimeoutError(f"a floor server did not answer within {TIMEOUT_S} s")
+            for dealer, _ in ready:
+                dealer.recv()
+                replies -= 1
+
+    def stop(self) -> None:
+        for dealer in self.sockets:
+            try:
+                dealer.send(b"stop", zmq.NOBLOCK)
+            except zmq.Again:                             # not connected: the server is killed
+                pass
+
+    def close(self) -> None:
+        for dealer in self.sockets:
+            dealer.close(linger=0)
+        self.context.term()
+
+
+class _TcpLinks:
+    """_TcpLinks are the client's plain TCP connections to the floor servers (`_serve_tcp`)."""
+
+    def __init__(self) -> None:
+        self.poller = select.poll()
+        self.sockets: list[socket.socket] = []
+        self._by_fd: dict[int, socket.socket] = {}
+
+    def connect(self, port: int) -> None:
+        connection = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
+        connection.settimeout(None)           # blocking calls, as in a server loop: `wait` polls with a timeout
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sockets.append(connection)
+        self._by_fd[connection.fileno()] = connection
+        self.poller.register(connection, select.POLLIN)
+
+    def send(self, index: int, payload: bytes) -> None:
+        self.sockets[index].sendall(LENGTH.pack(len(payload)) + payload)
+
+    def wait(self, replies: int) -> None:
+        """wait returns once `replies` answers came in; TimeoutError or ConnectionError if one does not."""
+        while replies:
+            ready = self.poller.poll(TIMEOUT_S * 1000)
+            if not ready:
+                raise TimeoutError(f"a floor server did not answer within {TIMEOUT_S} s")
+            for fd, _ in ready:
+                if self._by_fd[fd].recv(2, socket.MSG_WAITALL) != b"ok":
+                    raise ConnectionError("a floor server closed its connection")
+                replies -= 1
+
+    def stop(self) -> None:
+        for connection in self.sockets:
+            try:
+                connection.sendall(LENGTH.pack(4) + b"stop")
+            except OSError:                               # its server is gone
+                pass
+
+    def close(self) -> None:
+        for connection in self.sockets:
+            connection.close()
+
+
+class Floor:
+    """Floor runs three bare servers and the client side of the round trip; `close()` ends them all.
+
+    `transport` is "zmq" (ROUTER servers, DEALER client sockets) or "tcp" (plain sockets).
+    """
+
+    def __init__(self, folder: str, sync: bool, servers: int = 3, write_quorum: int = 2,
+                 transport: str = "zmq") -> None:
+        if transport not in ("zmq", "tcp"):
+            raise ValueError(f"transport is 'zmq' or 'tcp', not {transport!r}")
+        self.write_quorum = write_quorum
+        self.processes: list = []
+        self.links = _ZmqLinks() if transport == "zmq" else _TcpLinks()
         self.entry = 0
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         try:
-            for port in self._start_servers(folder, sync, servers):
-                socket = self.context.socket(zmq.DEALER)
-                socket.connect(f"tcp://127.0.0.1:{port}")
-                self.sockets.append(socket)
-                self.poller.register(socket, zmq.POLLIN)
+            for port in self._start_servers(folder, sync, servers, _serve if transport == "zmq" else _serve_tcp):
+                self.links.connect(port)
         except BaseException:
             self.close()
             raise
         self._thread = threading.Thread(target=self._io, daemon=True)
         self._thread.start()
 
-    def _start_servers(self, folder: str, sync: bool, servers: int) -> list[int]:
+    def _start_servers(self, folder: str, sync: bool, servers: int, serve) -> list[int]:
         spawn = multiprocessing.get_context("spawn")      # not fork: this process runs threads and ZeroMQ
         ports = []
         for _ in range(servers):
             receive, send = spawn.Pipe(duplex=False)
-            process = spawn.Process(target=_serve, args=(send, folder, sync), daemon=True)
+            process = spawn.Process(target=serve, args=(send, folder, sync), daemon=True)
             process.start()
             self.processes.append(process)
             send.close()                                  # ours: so a server that dies reads as EOF here
@@ -118,18 +250,11 @@ class Floor:
 
     def round_trip(self, payload: bytes) -> None:
         """round_trip sends one entry to its write quorum and returns once every copy is acknowledged."""
-        count = len(self.sockets)
+        count = len(self.links.sockets)
         for k in range(self.write_quorum):
-            self.sockets[(self.entry + k) % count].send(payload)
+            self.links.send((self.entry + k) % count, payload)
         self.entry += 1
-        waiting = self.write_quorum
-        while waiting:
-            ready = self.poller.poll(TIMEOUT_S * 1000)
-            if not ready:
-                raise TimeoutError(f"a floor server did not answer within {TIMEOUT_S} s")
-            for socket, _ in ready:
-                socket.recv()
-                waiting -= 1
+        self.links.wait(self.write_quorum)
 
     def _io(self) -> None:
         while True:
@@ -156,19 +281,14 @@ class Floor:
         if self._thread is not None:
             self._requests.put(None)
             self._thread.join(TIMEOUT_S)
-        for socket in self.sockets:
-            try:
-                socket.send(b"stop", zmq.NOBLOCK)
-            except zmq.Again:                             # not connected: the server is killed below
-                pass
+        self.links.stop()
+        connected = len(self.links.sockets)
         for index, process in enumerate(self.processes):
-            process.join(timeout=5 if index < len(self.sockets) else 0)     # no socket: no "stop" was sent
+            process.join(timeout=5 if index < connected else 0)     # not connected: no "stop" was sent
             if process.is_alive():
                 process.kill()
                 process.join()
-        for socket in self.sockets:
-            socket.close(linger=0)
-        self.context.term()
+        self.links.close()
 
 
 def timed(call, payload: bytes, count: int) -> dict:
@@ -194,7 +314,8 @@ def main() -> None:
     walkit.tune_malloc()
     walkit.tune_gc()
     payload = os.urandom(args.size)
-    names = ("floor", "floor, no hand-off", "floor, no fdatasync", "walkit", "walkit, deferred sync")
+    names = ("floor", "floor, no hand-off", "floor, no fdatasync", "floor over TCP", "walkit",
+             "walkit, deferred sync")
     results: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="walkit-floor-", dir=args.data_dir) as folder, \
             walkit.LocalCluster(bookies=3, data_dir=os.path.join(folder, "cluster")) as cluster, \
@@ -203,12 +324,15 @@ def main() -> None:
         floors.callback(synced.close)
         unsynced = Floor(folder, sync=False)
         floors.callback(unsynced.close)
+        tcp = Floor(folder, sync=True, transport="tcp")
+        floors.callback(tcp.close)
         writer = client.create_ledger(3, 2, 2)
         deferred = client.create_ledger(3, 2, 2, deferred_sync=True)
         runs = {
             "floor": lambda n: timed(synced.handed_off, payload, n),
             "floor, no hand-off": lambda n: timed(synced.round_trip, payload, n),
             "floor, no fdatasync": lambda n: timed(unsynced.handed_off, payload, n),
+            "floor over TCP": lambda n: timed(tcp.handed_off, payload, n),
             "walkit": lambda n: pipelined(lambda i: writer.append_async(payload), n, 1),
             "walkit, deferred sync": lambda n: pipelined(lambda i: deferred.append_async(payload), n, 1),
         }
@@ -229,6 +353,7 @@ def main() -> None:
     print(f"  walkit's software share at p50: {medians['walkit']['p50_ms'] - medians['floor']['p50_ms']:.3f} ms "
           f"(synced), {medians['walkit, deferred sync']['p50_ms'] - medians['floor, no fdatasync']['p50_ms']:.3f} ms "
           f"(deferred sync against no fdatasync)")
+    print(f"  ZeroMQ's share of the floor at p50: {medians['floor']['p50_ms'] - medians['floor over TCP']['p50_ms']:.3f} ms")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"medians": medians, "rounds": results, "appends": args.appends, "size": args.size}, f,

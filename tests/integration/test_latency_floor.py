@@ -25,8 +25,9 @@ def latency_floor(monkeypatch):
     return importlib.import_module("latency_floor")
 
 
-def test_the_floor_answers_every_entry_on_both_paths_and_its_servers_end_with_it(latency_floor, tmp_path):
-    floor = latency_floor.Floor(str(tmp_path), sync=True)
+@pytest.mark.parametrize("transport", ["zmq", "tcp"])
+def test_the_floor_answers_every_entry_on_both_paths_and_its_servers_end_with_it(latency_floor, tmp_path, transport):
+    floor = latency_floor.Floor(str(tmp_path), sync=True, transport=transport)
     try:
         for _ in range(6):                   # each server gets its turns as first and second copy
             floor.round_trip(b"x" * 1024)
@@ -38,15 +39,19 @@ def test_the_floor_answers_every_entry_on_both_paths_and_its_servers_end_with_it
     assert len(list(tmp_path.glob("floor-*.log"))) == 3                        # one file per server
 
 
-def test_a_server_that_dies_fails_the_round_trip_instead_of_hanging(latency_floor, tmp_path, monkeypatch):
-    floor = latency_floor.Floor(str(tmp_path), sync=True)
+@pytest.mark.parametrize("transport, error, says", [("zmq", TimeoutError, "did not answer"),
+                                                    ("tcp", ConnectionError, "")])
+def test_a_server_that_dies_fails_the_round_trip_instead_of_hanging(latency_floor, tmp_path, monkeypatch,
+                                                                    transport, error, says):
+    """ZeroMQ hides a dead peer, so the round trip times out; a TCP connection says it was closed."""
+    floor = latency_floor.Floor(str(tmp_path), sync=True, transport=transport)
     monkeypatch.setattr(latency_floor, "TIMEOUT_S", 2)                 # started: now wait 2 s, not 10, for answers
     try:
         floor.handed_off(b"x")
         floor.processes[1].kill()
         floor.processes[1].join()
         began = time.monotonic()
-        with pytest.raises(TimeoutError, match="did not answer"):
+        with pytest.raises(error, match=says):
             for _ in range(3):               # entries 1 and 2 both have a copy on server 1
                 floor.handed_off(b"x")
         assert time.monotonic() - began < 3 * latency_floor.TIMEOUT_S
@@ -55,9 +60,16 @@ def test_a_server_that_dies_fails_the_round_trip_instead_of_hanging(latency_floo
     assert not any(process.is_alive() for process in floor.processes)
 
 
-def test_a_server_that_cannot_start_is_reported_at_once_and_nothing_is_left_running(latency_floor, tmp_path):
+@pytest.mark.parametrize("transport", ["zmq", "tcp"])
+def test_a_server_that_cannot_start_is_reported_at_once_and_nothing_is_left_running(latency_floor, tmp_path,
+                                                                                    transport):
     began = time.monotonic()
     with pytest.raises(RuntimeError, match="exited before serving"):
-        latency_floor.Floor(str(tmp_path / "missing"), sync=True)      # it cannot create its file
+        latency_floor.Floor(str(tmp_path / "missing"), sync=True, transport=transport)   # it cannot create its file
     assert time.monotonic() - began < latency_floor.TIMEOUT_S
     assert multiprocessing.active_children() == []
+
+
+def test_an_unknown_transport_is_refused(latency_floor, tmp_path):
+    with pytest.raises(ValueError, match="'zmq' or 'tcp'"):
+        latency_floor.Floor(str(tmp_path), sync=True, transport="udp")
