@@ -24,7 +24,9 @@ Phases:
   entry and a speed probe (walkit.bench_cpu: CPU milliseconds of a fixed piece of Python) per
   `interval` seconds. Intervals compared with each other tell a slower machine (more CPU per
   entry at the same share of each core, a slower probe) from a slower walkit (fewer entries
-  at the same CPU per entry and probe);
+  at the same CPU per entry and probe). `speed_adjusted` puts a number on it: entries/s times
+  the probe's seconds (the entries that went by while the machine ran the probe once) holds
+  still when only the machine's speed moves, and falls when walkit itself slows down;
 - recovery: time for open_ledger(recover=True) on a ledger left OPEN with `recovery_entries`
   entries, as after a writer crash.
 
@@ -266,7 +268,34 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
     if monitor is not None:
         monitor.annotate(intervals)
         result["probe_ms"] = monitor.probe_mean()
+        result["speed_adjusted"] = speed_adjusted(intervals)
     return result
+
+
+def speed_adjusted(intervals: list[dict]) -> dict | None:
+    """speed_adjusted compares a sustained run's intervals with each other at equal machine speed.
+
+    Each interval with a probe reading gets `entries_per_probe`: its entries/s times the
+    probe's seconds, how many entries went by in the time the machine took to run the probe
+    once. On a machine whose speed moves (the VM walkit is developed on swings 1.7x between
+    seconds), a slower stretch lowers entries/s and raises the probe together, so the product
+    holds still; walkit slowing down by itself (a checkpoint that stalls adds, state that
+    grows) lowers it. It is an estimate, resting on throughput following the probe: in two
+    300 s runs whose entries/s moved by 30%, it stayed within 14% and 7% of its median.
+
+    It returns the products, their median, the lowest and highest as fractions of it, and the
+    last interval's over the first's; None with fewer than two probed intervals.
+    """
+    values = []
+    for part in intervals:
+        if part.get("probe_ms") is not None:
+            part["entries_per_probe"] = part["entries_per_s"] * part["probe_ms"] / 1000
+            values.append(part["entries_per_probe"])
+    if len(values) < 2:
+        return None
+    median = statistics.median(values)
+    return {"entries_per_probe": values, "median": median, "lowest": min(values) / median,
+            "highest": max(values) / median, "last_over_first": values[-1] / values[0]}
 
 
 def drop_page_cache() -> bool:
@@ -492,7 +521,13 @@ def summary_lines(result: dict) -> list[str]:
                          f"{cpu['bookies_us_per_entry']:.1f} us")
         if any(part.get("probe_ms") is not None for part in long_run["intervals"]):
             lines.append("    per interval, the speed probe: CPU ms of a fixed piece of Python (higher is a slower "
-                         "machine)")
+                         "machine), and the entries per probe: entries/s x the probe's seconds, which a slower "
+                         "machine leaves alone and a slower walkit lowers")
+        adjusted = long_run.get("speed_adjusted")
+        if adjusted is not None:
+            lines.append(f"    at equal machine speed (an estimate): the intervals' entries per probe run from "
+                         f"{adjusted['lowest']:.2f}x to {adjusted['highest']:.2f}x their median "
+                         f"({adjusted['median']:,.0f}); the last is {adjusted['last_over_first']:.2f}x the first")
         for part in long_run["intervals"]:
             line = (f"    {part['start_s']:>5.0f} s: {part['entries_per_s']:>9,.0f} entries/s, "
                     f"p50 {part['p50_ms']:.2f} ms, p99 {part['p99_ms']:.2f} ms")
@@ -502,6 +537,8 @@ def summary_lines(result: dict) -> list[str]:
                          f"machine {cpu['machine_idle']:.0%} idle")
             if part.get("probe_ms") is not None:
                 line += f"; probe {part['probe_ms']:.1f} ms"
+            if part.get("entries_per_probe") is not None:
+                line += f", {part['entries_per_probe']:,.0f} entries per probe"
             lines.append(line)
     for name, peer in result.get("peers", {}).items():
         lines.append(f"  {name}: {peer['entries_per_s']:,.0f} ops/s (p50 {peer['p50_ms']:.2f} ms) -> walkit is "

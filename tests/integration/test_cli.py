@@ -238,6 +238,12 @@ def test_bench_reports_every_phase_and_a_sustained_run_by_interval(tmp_path):
     # Each interval says what the CPU did, beside the speed probe.
     assert all(part["probe_ms"] is not None and part["probe_ms"] > 0 for part in intervals)
     assert data["sustained"]["probe_ms"] > 0 and "speed probe" in result.output
+    # ... and, from the two, how the intervals compare at equal machine speed.
+    adjusted = data["sustained"]["speed_adjusted"]
+    assert adjusted["entries_per_probe"] == [part["entries_per_probe"] for part in intervals]
+    assert adjusted["lowest"] <= 1 <= adjusted["highest"]
+    assert sum(line.endswith(" entries per probe") for line in result.output.splitlines()) == len(intervals)
+    assert "at equal machine speed (an estimate)" in result.output
     if os.path.exists("/proc/self/stat"):
         assert all(part["cpu"]["client_us_per_entry"] > 0 and len(part["cpu"]["bookie_cores"]) == 3
                    for part in intervals)
