@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from walkit.adapters.topics.catalog import group_bucket
 from walkit.adapters.topics.ownership import Slot, preferred
 from walkit.local import LocalCluster
 
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.slow
 RECORDS = 4000
 PARTITIONS = 9          # with broker ids 1-3, the partitions' preferred leaders cover all three brokers
 LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
 
 
 @pytest.fixture
@@ -68,12 +70,48 @@ def broker_ids(bootstrap: str) -> dict[int, int]:
     return {b.id: b.port for b in metadata.brokers.values()}
 
 
+def coordinator(bootstrap: str, group: str) -> int:
+    """coordinator is the id of the broker coordinating `group` (asked afresh, no cached answer)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})       # kept alive until the answer is in
+    return admin.describe_consumer_groups([group])[group].result(10).coordinator.id
+
+
+def settled(bootstrap: str, topic: str, group: str) -> bool:
+    """settled tells whether every partition of `topic` and `group`'s bucket are led by their
+    preferred broker among the live ones: until then the brokers hand slots over (ownership.py,
+    `_hand_over`, HANDOVER_S after the live set last changed), and a handover moves leadership."""
+    live = sorted(broker_ids(bootstrap))
+    want = {p: preferred(Slot(topic, p), live, live[0]) for p in range(PARTITIONS)}
+    bucket = preferred(Slot(None, group_bucket(group)), live, live[0])
+    return leaders(bootstrap, topic) == want and coordinator(bootstrap, group) == bucket
+
+
+def watermarks(reader: Consumer, partition: TopicPartition, timeout: float = 60) -> tuple[int, int]:
+    """watermarks is `reader.get_watermark_offsets`, asked again while leadership is moving.
+
+    A broker that has just handed the partition over answers NOT_LEADER, which a Kafka client
+    retries after refreshing its metadata; any other error fails at once.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return reader.get_watermark_offsets(partition, timeout=10)
+        except KafkaException as exc:
+            if exc.args[0].code() not in LEADER_MOVING or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.2)                           # paces the retries; the answer is what is waited for
+
+
 def test_sigkill_of_a_partition_leader_loses_no_acked_record_and_duplicates_none(brokers):
     bootstrap = ",".join(b.bootstrap for b in brokers)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("failover", num_partitions=PARTITIONS, replication_factor=1)])["failover"].result(30)
     wait_until(lambda: all(v >= 0 for v in leaders(bootstrap, "failover").values()), 30, message="leaders")
     wait_until(lambda: len(broker_ids(bootstrap)) == 3, 30, message="three brokers in Metadata")
+    # Slots first go to whichever broker campaigns first; wait for the handovers to end, so the
+    # only leadership that moves during the stream is the one the kill moves.
+    wait_until(lambda: settled(bootstrap, "failover", "failover-group"), 60, interval=0.2,
+               message="every partition and the group's bucket led by its preferred broker")
 
     acked: list[bytes] = []
     consumed: list[list[bytes]] = [[] for _ in range(3)]
@@ -117,8 +155,7 @@ def test_sigkill_of_a_partition_leader_loses_no_acked_record_and_duplicates_none
     wait_until(lambda: len(acked) > RECORDS // 4, 60, message="a quarter of the records acknowledged")
 
     # The victim coordinates the group and leads partitions: its death moves both.
-    group = admin.describe_consumer_groups(["failover-group"])["failover-group"].result(10)
-    victim_id = group.coordinator.id
+    victim_id = coordinator(bootstrap, "failover-group")
     assert victim_id in leaders(bootstrap, "failover").values()
     rebalances_before = sum(assignments)
     ports = broker_ids(bootstrap)
@@ -144,30 +181,27 @@ def test_sigkill_of_a_partition_leader_loses_no_acked_record_and_duplicates_none
     for thread in consumers:
         thread.join(30)
 
-    # The log: every record exactly once across the partitions.
-    # Leadership may still be moving between the survivors (to each partition's preferred broker
-    # among the live ones): a broker that just handed a partition over answers NOT_LEADER, which a
-    # Kafka client retries after refreshing its metadata, so the audit does the same.
-    reader = Consumer({"bootstrap.servers": survivors, "group.id": "audit", "enable.auto.commit": False})
-
-    def watermarks(partition: int) -> tuple[int, int] | None:
-        try:
-            return reader.get_watermark_offsets(TopicPartition("failover", partition), timeout=10)
-        except KafkaException as exc:
-            if exc.args[0].code() in LEADER_MOVING:
-                return None
-            raise
+    # The log: every record exactly once across the partitions. First the survivors end their
+    # handovers (to each slot's preferred broker among them), so the audit reads settled leaders.
+    wait_until(lambda: settled(survivors, "failover", "failover-group"), 90, interval=0.2,
+               message="every partition and the group's bucket led by its preferred surviving broker")
+    reader = Consumer({"bootstrap.servers": survivors, "group.id": "audit", "enable.auto.commit": False,
+                       "auto.offset.reset": "error"})       # an offset out of range fails, not skips
     in_log = []
     for partition in range(PARTITIONS):
-        low, high = wait_until(lambda: watermarks(partition), 60, interval=0.2,
-                               message=f"the watermarks of failover-{partition}")
+        low, high = watermarks(reader, TopicPartition("failover", partition))
         reader.assign([TopicPartition("failover", partition, low)])
         deadline = time.monotonic() + 60
         while high > low:
             assert time.monotonic() < deadline, f"failover-{partition} not read to {high} within 60 s"
             message = reader.poll(1.0)
-            if message is None or message.error() is not None:
+            if message is None:
                 continue
+            error = message.error()
+            assert error is None or error.code() not in OUT_OF_RANGE, f"failover-{partition}: {error}"
+            if error is not None:
+                continue                          # a connection event: the client goes on by itself
+            assert message.partition() == partition
             in_log.append(message.value())
             if message.offset() >= high - 1:
                 break
