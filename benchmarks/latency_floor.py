@@ -49,12 +49,12 @@ from walkit.bench import latency_summary, pipelined
 PREALLOCATE = 64 << 20
 
 
-def _serve(address_out, folder: str, sync: bool) -> None:
+def _serve(address_out, folder: str, sync: bool, preallocate: int) -> None:
     """_serve is one floor server: write each request, fdatasync if `sync`, reply; b"stop" ends it."""
     context = zmq.Context()
     router = context.socket(zmq.ROUTER)
     port = router.bind_to_random_port("tcp://127.0.0.1")
-    store = _Store(folder, port, sync)
+    store = _Store(folder, port, sync, preallocate)
     address_out.send(port)
     try:
         while True:
@@ -70,13 +70,18 @@ def _serve(address_out, folder: str, sync: bool) -> None:
 
 
 LENGTH = struct.Struct("<I")
+#: The exit code of a TCP floor server whose client went away without sending b"stop".
+CLIENT_GONE = 3
 
 
-def _serve_tcp(address_out, folder: str, sync: bool) -> None:
-    """_serve_tcp is `_serve` on a plain TCP socket: each request is a 4-byte length and its bytes."""
+def _serve_tcp(address_out, folder: str, sync: bool, preallocate: int) -> None:
+    """_serve_tcp is `_serve` on a plain TCP socket: each request is a 4-byte length and its bytes.
+
+    It exits with CLIENT_GONE if the connection ends without a b"stop".
+    """
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    store = _Store(folder, port, sync)
+    store = _Store(folder, port, sync, preallocate)
     address_out.send(port)
     connection = None
     try:
@@ -85,8 +90,11 @@ def _serve_tcp(address_out, folder: str, sync: bool) -> None:
         while True:
             header = connection.recv(LENGTH.size, socket.MSG_WAITALL)
             if len(header) < LENGTH.size:
-                return                                    # the client went away
-            request = connection.recv(LENGTH.unpack(header)[0], socket.MSG_WAITALL)
+                raise SystemExit(CLIENT_GONE)
+            length = LENGTH.unpack(header)[0]
+            request = connection.recv(length, socket.MSG_WAITALL)
+            if len(request) < length:
+                raise SystemExit(CLIENT_GONE)
             if request == b"stop":
                 return
             store.write(request)
@@ -101,19 +109,22 @@ def _serve_tcp(address_out, folder: str, sync: bool) -> None:
 class _Store:
     """_Store is a floor server's file: each request is written to it and, if `sync`, fdatasynced."""
 
-    def __init__(self, folder: str, port: int, sync: bool) -> None:
+    def __init__(self, folder: str, port: int, sync: bool, preallocate: int) -> None:
         self.sync = sync
+        self.size = preallocate
         self.fd = os.open(os.path.join(folder, f"floor-{port}.log"), os.O_WRONLY | os.O_CREAT, 0o644)
-        os.posix_fallocate(self.fd, 0, PREALLOCATE)
+        os.posix_fallocate(self.fd, 0, preallocate)
         os.fsync(self.fd)
         self.offset = 0
 
     def write(self, request: bytes) -> None:
-        self.offset += os.pwrite(self.fd, request, self.offset % (PREALLOCATE - len(request)))
+        """write writes `request` inside the preallocated file (wrapping around) and syncs it if asked."""
+        self.offset += os.pwrite(self.fd, request, self.offset % (self.size - len(request)))
         if self.sync:
             os.fdatasync(self.fd)
 
     def close(self) -> None:
+        """close closes the file."""
         os.close(self.fd)
 
 
@@ -130,12 +141,14 @@ class _ZmqLinks:
         self.sockets: list = []
 
     def connect(self, port: int) -> None:
+        """connect adds a DEALER socket connected to the server on `port`."""
         dealer = self.context.socket(zmq.DEALER)
         dealer.connect(f"tcp://127.0.0.1:{port}")
         self.sockets.append(dealer)
         self.poller.register(dealer, zmq.POLLIN)
 
     def send(self, index: int, payload: bytes) -> None:
+        """send queues `payload` for server `index` (ZeroMQ's I/O thread sends it)."""
         self.sockets[index].send(payload)
 
     def wait(self, replies: int) -> None:
@@ -149,20 +162,27 @@ class _ZmqLinks:
                 replies -= 1
 
     def stop(self) -> None:
+        """stop asks every server to end (one it cannot reach is killed by `Floor.close`)."""
         for dealer in self.sockets:
             try:
                 dealer.send(b"stop", zmq.NOBLOCK)
-            except zmq.Again:                             # not connected: the server is killed
+            except zmq.Again:                             # not connected
                 pass
 
     def close(self) -> None:
+        """close closes the sockets and the context."""
         for dealer in self.sockets:
             dealer.close(linger=0)
         self.context.term()
 
 
 class _TcpLinks:
-    """_TcpLinks are the client's plain TCP connections to the floor servers (`_serve_tcp`)."""
+    """_TcpLinks are the client's plain TCP connections to the floor servers (`_serve_tcp`).
+
+    The sockets block, as a server loop's would (a timeout socket polls before every call);
+    the kernel's SO_SNDTIMEO and SO_RCVTIMEO bound each send and read instead, so a stopped
+    server fails the round trip rather than hanging it.
+    """
 
     def __init__(self) -> None:
         self.poller = select.poll()
@@ -170,15 +190,25 @@ class _TcpLinks:
         self._by_fd: dict[int, socket.socket] = {}
 
     def connect(self, port: int) -> None:
+        """connect opens a connection to the server on `port`."""
         connection = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
-        connection.settimeout(None)           # blocking calls, as in a server loop: `wait` polls with a timeout
+        connection.settimeout(None)
+        bound = struct.pack("ll", TIMEOUT_S, 0)           # struct timeval
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, bound)
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, bound)
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sockets.append(connection)
         self._by_fd[connection.fileno()] = connection
         self.poller.register(connection, select.POLLIN)
 
     def send(self, index: int, payload: bytes) -> None:
-        self.sockets[index].sendall(LENGTH.pack(len(payload)) + payload)
+        """send sends `payload` to server `index`; TimeoutError or ConnectionError if it cannot."""
+        try:
+            self.sockets[index].sendall(LENGTH.pack(len(payload)) + payload)
+        except BlockingIOError:
+            raise TimeoutError(f"a floor server did not take a request within {TIMEOUT_S} s") from None
+        except OSError as exc:
+            raise ConnectionError(f"a floor server's connection failed: {exc}") from None
 
     def wait(self, replies: int) -> None:
         """wait returns once `replies` answers came in; TimeoutError or ConnectionError if one does not."""
@@ -187,18 +217,26 @@ class _TcpLinks:
             if not ready:
                 raise TimeoutError(f"a floor server did not answer within {TIMEOUT_S} s")
             for fd, _ in ready:
-                if self._by_fd[fd].recv(2, socket.MSG_WAITALL) != b"ok":
-                    raise ConnectionError("a floor server closed its connection")
+                try:
+                    answer = self._by_fd[fd].recv(2, socket.MSG_WAITALL)
+                except BlockingIOError:
+                    raise TimeoutError(f"a floor server's answer stopped short for {TIMEOUT_S} s") from None
+                except OSError as exc:
+                    raise ConnectionError(f"a floor server's connection failed: {exc}") from None
+                if answer != b"ok":
+                    raise ConnectionError("a floor server's connection failed: it was closed")
                 replies -= 1
 
     def stop(self) -> None:
+        """stop asks every server to end (one it cannot reach is killed by `Floor.close`)."""
         for connection in self.sockets:
             try:
                 connection.sendall(LENGTH.pack(4) + b"stop")
-            except OSError:                               # its server is gone
+            except OSError:                               # its server is gone, or stopped
                 pass
 
     def close(self) -> None:
+        """close closes the connections."""
         for connection in self.sockets:
             connection.close()
 
@@ -210,9 +248,10 @@ class Floor:
     """
 
     def __init__(self, folder: str, sync: bool, servers: int = 3, write_quorum: int = 2,
-                 transport: str = "zmq") -> None:
+                 transport: str = "zmq", preallocate: int = PREALLOCATE) -> None:
         if transport not in ("zmq", "tcp"):
             raise ValueError(f"transport is 'zmq' or 'tcp', not {transport!r}")
+        self.preallocate = preallocate
         self.write_quorum = write_quorum
         self.processes: list = []
         self.links = _ZmqLinks() if transport == "zmq" else _TcpLinks()
@@ -233,7 +272,7 @@ class Floor:
         ports = []
         for _ in range(servers):
             receive, send = spawn.Pipe(duplex=False)
-            process = spawn.Process(target=serve, args=(send, folder, sync), daemon=True)
+            process = spawn.Process(target=serve, args=(send, folder, sync, self.preallocate), daemon=True)
             process.start()
             self.processes.append(process)
             send.close()                                  # ours: so a server that dies reads as EOF here
@@ -250,6 +289,9 @@ class Floor:
 
     def round_trip(self, payload: bytes) -> None:
         """round_trip sends one entry to its write quorum and returns once every copy is acknowledged."""
+        if len(payload) >= self.preallocate:
+            raise ValueError(f"a payload of {len(payload)} bytes does not fit the servers' "
+                             f"{self.preallocate}-byte files")
         count = len(self.links.sockets)
         for k in range(self.write_quorum):
             self.links.send((self.entry + k) % count, payload)
@@ -311,6 +353,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.appends < 1 or args.rounds < 1 or args.size < 1:
         parser.error("--appends, --rounds and --size must be at least 1")
+    if args.size > 1 << 20:
+        parser.error("--size is at most 1 MiB: a floor server's file is 64 MiB")
     walkit.tune_malloc()
     walkit.tune_gc()
     payload = os.urandom(args.size)
@@ -353,7 +397,11 @@ def main() -> None:
     print(f"  walkit's software share at p50: {medians['walkit']['p50_ms'] - medians['floor']['p50_ms']:.3f} ms "
           f"(synced), {medians['walkit, deferred sync']['p50_ms'] - medians['floor, no fdatasync']['p50_ms']:.3f} ms "
           f"(deferred sync against no fdatasync)")
-    print(f"  ZeroMQ's share of the floor at p50: {medians['floor']['p50_ms'] - medians['floor over TCP']['p50_ms']:.3f} ms")
+    shares = sorted(zmq_round["p50_ms"] - tcp_round["p50_ms"]
+                    for zmq_round, tcp_round in zip(results["floor"], results["floor over TCP"]))
+    share = medians["floor"]["p50_ms"] - medians["floor over TCP"]["p50_ms"]
+    print(f"  ZeroMQ's share of the floor at p50: {share:.3f} ms (round by round from {shares[0]:.3f} "
+          f"to {shares[-1]:.3f} ms)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"medians": medians, "rounds": results, "appends": args.appends, "size": args.size}, f,
