@@ -24,9 +24,10 @@ Phases:
   entry and a speed probe (walkit.bench_cpu: CPU milliseconds of a fixed piece of Python) per
   `interval` seconds. Intervals compared with each other tell a slower machine (more CPU per
   entry at the same share of each core, a slower probe) from a slower walkit (fewer entries
-  at the same CPU per entry and probe). `speed_adjusted` puts a number on it: entries/s times
-  the probe's seconds (the entries that went by while the machine ran the probe once) holds
-  still when only the machine's speed moves, and falls when walkit itself slows down;
+  at the same CPU per entry and probe). `speed_adjusted` (walkit.bench_cpu) puts a number on
+  it: entries/s times the probe's seconds (the entries that went by while the machine ran the
+  probe once) stays about the same when only the machine's speed moves, and falls when walkit
+  itself slows down;
 - recovery: time for open_ledger(recover=True) on a ledger left OPEN with `recovery_entries`
   entries, as after a writer crash.
 
@@ -48,7 +49,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from walkit.bench_cpu import CpuMeter, IntervalMonitor
+from walkit.bench_cpu import CpuMeter, IntervalMonitor, entries_per_probe, speed_adjusted
 from walkit.errors import ConfigError
 
 #: Width of the buckets of the throughput time series, in seconds.
@@ -256,8 +257,8 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
     for at, latency in zip(completed, latencies):
         buckets.setdefault(int((at - began) / interval), []).append(latency)
     intervals = []
-    for index in sorted(buckets):
-        values = buckets[index]
+    for index in range(int(elapsed / interval) + 1):      # an interval where nothing completed shows too
+        values = buckets.get(index, [])
         span = min(interval, elapsed - index * interval)
         if span < interval / 2:
             continue                              # the drain at the end: too short to say anything
@@ -268,34 +269,10 @@ def sustained(submit: Callable[[], object], duration: float, window: int, interv
     if monitor is not None:
         monitor.annotate(intervals)
         result["probe_ms"] = monitor.probe_mean()
+        for part in intervals:
+            part["entries_per_probe"] = entries_per_probe(part)
         result["speed_adjusted"] = speed_adjusted(intervals)
     return result
-
-
-def speed_adjusted(intervals: list[dict]) -> dict | None:
-    """speed_adjusted compares a sustained run's intervals with each other at equal machine speed.
-
-    Each interval with a probe reading gets `entries_per_probe`: its entries/s times the
-    probe's seconds, how many entries went by in the time the machine took to run the probe
-    once. On a machine whose speed moves (the VM walkit is developed on swings 1.7x between
-    seconds), a slower stretch lowers entries/s and raises the probe together, so the product
-    holds still; walkit slowing down by itself (a checkpoint that stalls adds, state that
-    grows) lowers it. It is an estimate, resting on throughput following the probe: in two
-    300 s runs whose entries/s moved by 30%, it stayed within 14% and 7% of its median.
-
-    It returns the products, their median, the lowest and highest as fractions of it, and the
-    last interval's over the first's; None with fewer than two probed intervals.
-    """
-    values = []
-    for part in intervals:
-        if part.get("probe_ms") is not None:
-            part["entries_per_probe"] = part["entries_per_s"] * part["probe_ms"] / 1000
-            values.append(part["entries_per_probe"])
-    if len(values) < 2:
-        return None
-    median = statistics.median(values)
-    return {"entries_per_probe": values, "median": median, "lowest": min(values) / median,
-            "highest": max(values) / median, "last_over_first": values[-1] / values[0]}
 
 
 def drop_page_cache() -> bool:
@@ -521,16 +498,18 @@ def summary_lines(result: dict) -> list[str]:
                          f"{cpu['bookies_us_per_entry']:.1f} us")
         if any(part.get("probe_ms") is not None for part in long_run["intervals"]):
             lines.append("    per interval, the speed probe: CPU ms of a fixed piece of Python (higher is a slower "
-                         "machine), and the entries per probe: entries/s x the probe's seconds, which a slower "
-                         "machine leaves alone and a slower walkit lowers")
+                         "machine)" + (", and the entries per probe: entries/s x the probe's seconds, which a "
+                                       "slower machine leaves about alone and a slower walkit lowers"
+                                       if "speed_adjusted" in long_run else ""))
         adjusted = long_run.get("speed_adjusted")
         if adjusted is not None:
             lines.append(f"    at equal machine speed (an estimate): the intervals' entries per probe run from "
                          f"{adjusted['lowest']:.2f}x to {adjusted['highest']:.2f}x their median "
-                         f"({adjusted['median']:,.0f}); the last is {adjusted['last_over_first']:.2f}x the first")
+                         f"({adjusted['median']:,.0f}); the last probed is {adjusted['last_over_first']:.2f}x the "
+                         f"first")
         for part in long_run["intervals"]:
-            line = (f"    {part['start_s']:>5.0f} s: {part['entries_per_s']:>9,.0f} entries/s, "
-                    f"p50 {part['p50_ms']:.2f} ms, p99 {part['p99_ms']:.2f} ms")
+            line = f"    {part['start_s']:>5.0f} s: {part['entries_per_s']:>9,.0f} entries/s, " + (
+                f"p50 {part['p50_ms']:.2f} ms, p99 {part['p99_ms']:.2f} ms" if part["entries"] else "none completed")
             cpu = part.get("cpu")
             if cpu is not None:
                 line += (f"; cpu per entry {cpu['client_us_per_entry']:.1f} + {cpu['bookies_us_per_entry']:.1f} us, "

@@ -59,12 +59,14 @@ def _reading(pids: list[int]) -> tuple:
 
 
 def _mean_of(values: list[float]) -> float | None:
-    """_mean_of is the mean of `values`, or None if there are none.
+    """_mean_of is the harmonic mean of probe readings (`values`, each above 0), or None if there are none.
 
-    The speed probe's readings are averaged, not their median taken: the machine switches
-    between a fast and a slow speed, and throughput follows the share of time spent in each.
+    The machine switches between a fast and a slow speed, and throughput adds up the speed
+    (1 / probe) of each stretch of time, so the readings are averaged as speeds: a stretch of
+    8 ms probes and one of 16 ms give 10.7 ms, the probe time of their mean speed, not 12.
     """
-    return statistics.fmean(values) if values else None
+    values = [value for value in values if value > 0]
+    return statistics.harmonic_mean(values) if values else None
 
 
 def cpu_between(before: tuple, after: tuple, entries: int) -> dict | None:
@@ -176,7 +178,7 @@ class IntervalMonitor:
     A thread reads the CPU of this process and of the bookies (`bookie_pids`) at every interval
     boundary and runs a `SpeedProbe` every `probe_every` seconds. `annotate` then adds to each
     interval the CPU per entry of the client and of the bookies, the machine's idle share and
-    the probe's mean. An interval with fewer entries/s, more CPU per entry at the same share of
+    the probe's (harmonic) mean. An interval with fewer entries/s, more CPU per entry at the same share of
     each core, and a slower probe had a slower machine; fewer entries/s at the same CPU per
     entry and probe is walkit waiting on something (a sync, a checkpoint, a lock). A monitor
     watches one run: `start` it once.
@@ -256,5 +258,36 @@ class IntervalMonitor:
                                          if part["start_s"] <= at < part["start_s"] + self._interval])
 
     def probe_mean(self) -> float | None:
-        """probe_mean is the mean of every probe of the run (None if none could run)."""
+        """probe_mean is the (harmonic) mean of every probe of the run (None if none could run)."""
         return _mean_of([ms for _, ms in self._probes])
+
+
+def entries_per_probe(interval: dict) -> float | None:
+    """entries_per_probe is an interval's entries/s times its probe's seconds (None without a probe).
+
+    It is how many entries went by in the time the machine took to run the probe once. A
+    slower stretch of the machine lowers entries/s and raises the probe together, so the
+    product holds still; walkit slowing down by itself (a sync or a checkpoint that stalls
+    adds, state that grows) lowers it. It is an estimate, resting on throughput following the
+    probe's speed.
+    """
+    probe_ms = interval.get("probe_ms")
+    return None if probe_ms is None else interval["entries_per_s"] * probe_ms / 1000
+
+
+def speed_adjusted(intervals: list[dict]) -> dict | None:
+    """speed_adjusted compares a sustained run's intervals with each other at equal machine speed.
+
+    From the intervals' `entries_per_probe` (those with a probe reading), it returns them, their
+    median, the lowest and highest as fractions of the median, and the last of them over the
+    first; None with fewer than two, or when the first or the median is 0 (nothing to compare
+    with). An interval in which nothing completed counts as 0: a stall shows.
+    """
+    values = [value for value in map(entries_per_probe, intervals) if value is not None]
+    if len(values) < 2:
+        return None
+    median = statistics.median(values)
+    if median <= 0 or values[0] <= 0:
+        return None
+    return {"entries_per_probe": values, "median": median, "lowest": min(values) / median,
+            "highest": max(values) / median, "last_over_first": values[-1] / values[0]}

@@ -240,8 +240,10 @@ def test_bench_reports_every_phase_and_a_sustained_run_by_interval(tmp_path):
     assert data["sustained"]["probe_ms"] > 0 and "speed probe" in result.output
     # ... and, from the two, how the intervals compare at equal machine speed.
     adjusted = data["sustained"]["speed_adjusted"]
+    assert [part["entries_per_probe"] for part in intervals] == pytest.approx(
+        [part["entries_per_s"] * part["probe_ms"] / 1000 for part in intervals])
     assert adjusted["entries_per_probe"] == [part["entries_per_probe"] for part in intervals]
-    assert adjusted["lowest"] <= 1 <= adjusted["highest"]
+    assert adjusted["lowest"] == pytest.approx(min(adjusted["entries_per_probe"]) / adjusted["median"])
     assert sum(line.endswith(" entries per probe") for line in result.output.splitlines()) == len(intervals)
     assert "at equal machine speed (an estimate)" in result.output
     if os.path.exists("/proc/self/stat"):

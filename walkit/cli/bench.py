@@ -45,8 +45,8 @@ def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, st
     cold page cache (dropped when run as root) and warm, recovery of an open ledger, and with
     --duration a sustained run, which per --interval also gives the CPU per entry and a speed
     probe of the machine (CPU ms of a fixed piece of Python; higher is a slower machine), and
-    the entries per probe (entries/s x the probe's seconds: it holds still when only the
-    machine's speed moves, and falls when walkit slows down). With
+    the entries per probe (entries/s x the probe's seconds, an estimate: it stays about the
+    same when only the machine's speed moves, and falls when walkit slows down). With
     --peers, etcd (3 members, over gRPC), NATS JetStream (R3) and ZooKeeper run the same
     appends, back to back, and a table of ratios is printed.
     """
