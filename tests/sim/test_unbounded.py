@@ -10,6 +10,8 @@ fragments and closed ledgers at Qw, every acknowledged entry read back once, in 
 
 from __future__ import annotations
 
+import pytest
+
 from walkit.core.messages import NOOP_PAYLOAD
 from walkit.core.recovery import LedgerRecovery
 from walkit.testing.sim import InvariantViolation
@@ -41,15 +43,27 @@ def test_seed_001_counterexample_holds_with_the_truncating_noop():
 
 
 def test_random_battles_find_the_divergence_when_the_noop_is_removed():
-    for seed in range(500):
+    # Seeds 1534 and 1639 are the first to break: rarer since recovery writes nothing back past
+    # the first absent entry (those write-backs were dirty entries of their own).
+    for seed in range(2000):
         try:
             UnboundedSimulation(seed, recovery_cls=RecoveryWithoutTheTruncatingNoop).run()
         except InvariantViolation:
             return
-    raise AssertionError("500 battles without the truncating no-op broke nothing")
+    raise AssertionError("2,000 battles without the truncating no-op broke nothing")
 
 
 def test_unbounded_invariants_hold_under_battling_writers(unbounded_seed: int) -> None:
     summary = UnboundedSimulation(unbounded_seed).run()
     # run() raised InvariantViolation otherwise; the last writer closed and the reader read it all.
     assert summary["read"] >= summary["acked"] and summary["terms"] >= 2
+
+
+@pytest.mark.parametrize("found_seed", [212887, 218073, 234587, 220398, 237145])
+def test_battles_an_exploration_of_later_seeds_broke_now_hold(found_seed: int) -> None:
+    """Seeds past CI's range that broke an acknowledged entry: in the first three two recoverers
+    took the same term (an unknown put outcome settled by equal bytes, now told apart by the
+    metadata's term holder); in the last two a recovery's write-back past the first absent entry
+    arrived after the truncating no-op, over the next writer's entry (now never sent)."""
+    summary = UnboundedSimulation(found_seed).run()
+    assert summary["read"] >= summary["acked"]

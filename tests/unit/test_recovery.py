@@ -353,3 +353,70 @@ def test_gwq_recovery_reads_from_the_lafr_and_closes_only_once_write_backs_reach
     ack(recovery, "B1", 3)
     assert of_type(ack(recovery, "B2", 3), ev.WriteMetadata) == []       # Qa is not enough
     assert close_metadata(ack(recovery, "B3", 3)).last_entry_id == 3
+
+
+# -- unbounded ledgers: one holder per term, and nothing written back past the end ----------------
+def unbounded_metadata(term: int = 1) -> LedgerMetadata:
+    return dataclasses.replace(make_metadata(3, 3, 2), guaranteed_write_quorum=True, unbounded=True, term=term)
+
+
+def test_an_unbounded_recovery_needs_a_holder_to_take_a_term_with():
+    import pytest
+    from walkit.errors import ConfigError
+    with pytest.raises(ConfigError, match="holder"):
+        LedgerRecovery(unbounded_metadata(), VERSION, master_key=MASTER_KEY, digest=DIGEST, reopen=True)
+
+
+def test_two_reopens_of_the_same_metadata_propose_the_same_term_in_different_bytes():
+    """An unknown put outcome is settled by reading the key back (walkit.core.dispatch): with equal
+    bytes, the recovery whose put did not land would take the other's write for its own, and two
+    writers would hold term 2 (found by the simulator, seed 212887 of the unbounded battles)."""
+    from walkit.core.dispatch import Dispatcher
+    from walkit.errors import MetadataError
+    first, second = (LedgerRecovery(unbounded_metadata(), VERSION, master_key=MASTER_KEY, digest=DIGEST,
+                                    reopen=True, holder=holder) for holder in ("w2", "w3"))
+    ours, theirs = (only(r.start(), ev.WriteMetadata).metadata for r in (second, first))
+    assert ours.term == theirs.term == 2 and ours.to_bytes() != theirs.to_bytes()
+    assert (ours.term_holder, LedgerMetadata.from_bytes(ours.to_bytes()).term_holder) == ("w3", "w3")
+
+    dispatcher = Dispatcher()                  # the second's put: unknown outcome; the store holds the first's
+    dispatcher.execute(second, [ev.WriteMetadata(metadata=ours, expected_version=VERSION)], 0)
+    (put,) = dispatcher.take_calls()
+    dispatcher.store_result(put.call_id, error=MetadataError("answer lost"))
+    (get,) = dispatcher.take_calls()
+    ((owner, event),) = dispatcher.store_result(get.call_id, (theirs.to_bytes(), MARKED))
+    assert owner is second and event == ev.MetadataConflict(metadata=theirs, version=MARKED)
+    retry = only(second.step(event), ev.WriteMetadata)         # it marks again, the term after the first's
+    assert (retry.metadata.term, retry.metadata.term_holder, retry.expected_version) == (3, "w3", MARKED)
+
+
+def test_a_recovery_that_finds_its_term_held_by_another_gives_up():
+    recovery = LedgerRecovery(unbounded_metadata(), VERSION, master_key=MASTER_KEY, digest=DIGEST, reopen=True,
+                              holder="w3")
+    mark(recovery)
+    assert recovery.term == 2
+    other = dataclasses.replace(unbounded_metadata(2), term_holder="w2")     # term 2, another holder
+    failure = only(recovery.step(ev.MetadataConflict(metadata=other, version=MARKED + 1)), ev.FailRecovery)
+    assert "term 2" in str(failure.error)
+
+
+def test_entries_read_past_one_not_read_yet_are_written_back_only_once_it_is():
+    """Reads run ahead of write-backs: e1 and e2 arrive before e0, and nothing is written back until
+    e0 is; when e0 turns out absent, e1 and e2 are never written back (a late write-back past the
+    end would land after the no-op, over an entry of the next writer: simulator seeds 220398, 237145)."""
+    recovery = make_recovery(window=4)
+    fence(recovery, {"B1": -1, "B2": -1, "B3": -1})
+    late = [make_entry(1), make_entry(2)]
+    commands = recovery.step(ev.EntriesRead(bookie="B1", ledger_id=LEDGER_ID, entries=late, missing=[0], lac=-1))
+    assert sent_adds(commands) == {}
+    commands = recovery.step(ev.EntriesRead(bookie="B2", ledger_id=LEDGER_ID, entries=[], missing=[0], lac=-1))
+    assert recovery.last_entry_id == -1                          # e0 is absent: the ledger ends before it
+    assert sent_adds(commands) == {} and of_type(commands, ev.WriteMetadata)
+
+    recovery = make_recovery(window=4)
+    fence(recovery, {"B1": -1, "B2": -1, "B3": -1})
+    recovery.step(ev.EntriesRead(bookie="B1", ledger_id=LEDGER_ID, entries=late, missing=[], lac=-1))
+    commands = recovery.step(ev.EntriesRead(bookie="B2", ledger_id=LEDGER_ID, entries=[make_entry(0)], missing=[],
+                                            lac=-1))
+    assert {bookie: sorted(ids) for bookie, ids in sent_adds(commands).items()} == {
+        "B1": [0, 1, 2], "B2": [0, 1, 2], "B3": [0, 1, 2]}             # all of them, once e0 is in

@@ -449,10 +449,11 @@ def test_close_conflict_rules_seed_000():
 
 
 def test_recovery_replacing_a_bookie_moves_entries_still_being_read():
-    """Issue 12: E4/Qw2/Qa2. e2 is still being read when the write-back of e3 finds b4 dead and
+    """Issue 12: E4/Qw2/Qa2. e3 is still being read when the write-back of e2 finds b4 dead and
     recovery replaces it. The new fragment must start right after the entries written back in
-    full (e0, e1), so that e2, read later, goes to b3 and the replacement b5, not to a write set
-    still naming b4, where it could never reach Qa and recovery would stall until its timeout."""
+    full (e0, e1), so that e3, read later, goes to b1 and the replacement b5, not to a write set
+    still naming b4, where it could never reach Qa and recovery would stall until its timeout.
+    (e4 and e5, read already, wait behind e3: nothing past an entry not read yet is written back.)"""
     cluster = ScriptedCluster(bookies=5, ensemble=4, write_quorum=2, ack_quorum=2)
     writer = cluster.writer()
     writer.append(6)                                         # e0..e5 in one batch: each carries LAC -1
@@ -464,27 +465,28 @@ def test_recovery_replacing_a_bookie_moves_entries_still_being_read():
     cluster.cas(recovery)
     cluster.deliver_all(kind="lac")
     assert recovery.machine.start_entry == -1
-    cluster.fail(to="b3", kind="read", status=Status.IO_ERROR)   # e1, e2, e5 ... unanswered by b3
+    cluster.fail(to="b1", kind="read", status=Status.IO_ERROR)   # e0, e3, e4 ... unanswered by b1
     cluster.fail(to="b4", kind="read", status=Status.IO_ERROR)   # e2, e3 ... unanswered by b4
-    cluster.deliver(to="b1", kind="read")
     cluster.deliver(to="b2", kind="read")
-    cluster.sync("b1")
+    cluster.deliver(to="b3", kind="read")
     cluster.sync("b2")
-    cluster.deliver_all(to="recovery", kind="read")          # e0, e1, e3, e4, e5 found; e2 still unknown
-    assert recovery.result is None and cluster.queued(kind="add", entry=2) == []
+    cluster.sync("b3")
+    cluster.deliver_all(to="recovery", kind="read")          # e0, e1, e2, e4, e5 found; e3 still unknown
+    assert recovery.result is None and cluster.queued(kind="add", entry=3) == []
+    assert cluster.queued(kind="add", entry=4) == [] and cluster.queued(kind="add", entry=5) == []
 
     cluster.deliver_all(kind="add", entry=0)                 # e0 and e1 are written back in full
     cluster.deliver_all(kind="add", entry=1)
-    cluster.crash("b4")                                      # e3's write-back to b4 fails
+    cluster.crash("b4")                                      # e2's write-back to b4 fails
     cluster.deliver_all(to="recovery", kind="add")
     cluster.choose(recovery)                                 # b5 replaces b4
     cluster.settle()
-    cluster.tick(RETRY_MS)                                   # e2 is asked again, and found on b3
+    cluster.tick(RETRY_MS)                                   # e3 is asked again, and found on b1
     cluster.settle()
 
     closed = cluster.store.metadata
     assert recovery.result == ev.CompleteRecovery(metadata=closed, version=2)
     assert closed.last_entry_id == 5
     assert closed.ensembles == {0: ("b1", "b2", "b3", "b4"), 2: ("b1", "b2", "b3", "b5")}
-    assert cluster.payload_on("b5", 2) == b"e2"
+    assert cluster.payload_on("b5", 2) == b"e2" and cluster.payload_on("b5", 3) == b"e3"
     assert cluster.read(0, 5) == entries(0, 5)

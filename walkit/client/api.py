@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import math
 import os
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -218,7 +219,7 @@ class Client:
         if recover and metadata.state != CLOSED:
             machine = LedgerRecovery(metadata, version, master_key=master_key(password), digest=digest,
                                      timeout_ms=int(timeout * 1000), add_timeout_ms=int(self.add_timeout * 1000),
-                                     now_ms=now_ms())
+                                     now_ms=now_ms(), holder=secrets.token_hex(8))
             metadata, version = self._run(machine, timeout, f"recovery of ledger {ledger_id}")
         if metadata.state == CLOSED:
             lac = metadata.last_entry_id
@@ -248,7 +249,7 @@ class Client:
         digest = Digest(metadata.digest_type, password)
         machine = LedgerRecovery(metadata, version, master_key=master_key(password), digest=digest,
                                  timeout_ms=int(timeout * 1000), add_timeout_ms=int(self.add_timeout * 1000),
-                                 now_ms=now_ms(), reopen=True)
+                                 now_ms=now_ms(), reopen=True, holder=secrets.token_hex(8))
         done = self._run(machine, timeout, f"reopening ledger {ledger_id}", whole=True)
         writer = LedgerWriter(done.metadata, done.version, master_key=master_key(password), digest=digest,
                               add_timeout_ms=int(self.add_timeout * 1000), now_ms=now_ms(),

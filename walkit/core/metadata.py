@@ -64,6 +64,9 @@ class LedgerMetadata:
     is the current one (its writer's adds carry it; bookies refuse lower terms), a new writer
     takes over by recovering into the next term (IN_RECOVERY at term + 1, then OPEN again), and
     entries below `first_entry_id` were truncated away with the fragments that held only them.
+    `term_holder` names the recovery that took `term` (a random token it drew): two recoveries
+    that take the next term from the same metadata write different bytes, so a put whose
+    outcome was unknown and is settled by reading the key back tells whose write landed.
     Unbounded ledgers always use guaranteed write quorum (the protocol is only safe with it).
     """
 
@@ -83,6 +86,7 @@ class LedgerMetadata:
     unbounded: bool = False
     term: int = 0
     first_entry_id: int = 0
+    term_holder: str = ""
 
     def __post_init__(self) -> None:
         check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
@@ -92,8 +96,9 @@ class LedgerMetadata:
             raise ConfigError(f"a ledger needs a first ensemble starting at entry {self.first_entry_id} or before")
         if self.unbounded and not self.guaranteed_write_quorum:
             raise ConfigError("an unbounded ledger needs guaranteed write quorum")
-        if self.term < 0 or (self.first_entry_id and not self.unbounded):
-            raise ConfigError("only unbounded ledgers have a first entry other than 0, and terms are >= 0")
+        if self.term < 0 or ((self.first_entry_id or self.term_holder) and not self.unbounded):
+            raise ConfigError("only unbounded ledgers have a first entry other than 0 or a term holder, "
+                              "and terms are >= 0")
         for first, bookies in self.ensembles.items():
             if len(bookies) != self.ensemble_size or len(set(bookies)) != len(bookies):
                 raise ConfigError(f"fragment at entry {first} must list {self.ensemble_size} distinct bookies")
@@ -144,12 +149,15 @@ class LedgerMetadata:
         ensembles[first_entry_id] = tuple(ensemble)
         return replace(self, ensembles=ensembles)
 
-    def in_recovery(self) -> "LedgerMetadata":
+    def in_recovery(self, holder: str = "") -> "LedgerMetadata":
         """in_recovery returns the metadata marked IN_RECOVERY (seed 004, fencing step 1).
 
-        An unbounded ledger moves to the next term as well: the recoverer's own.
+        An unbounded ledger moves to the next term as well: the recoverer's own, held by
+        `holder` (its token; see `term_holder`).
         """
-        return replace(self, state=IN_RECOVERY, term=self.term + 1 if self.unbounded else self.term)
+        if not self.unbounded:
+            return replace(self, state=IN_RECOVERY)
+        return replace(self, state=IN_RECOVERY, term=self.term + 1, term_holder=holder)
 
     def reopened(self) -> "LedgerMetadata":
         """reopened returns an unbounded ledger's metadata OPEN again, in the recoverer's term."""
@@ -195,6 +203,8 @@ class LedgerMetadata:
             index = {name: i for i, name in enumerate(names)}
             doc.update(unbounded=True, term=self.term, first_entry_id=self.first_entry_id, bookies=names,
                        ensembles=[[first, [index[b] for b in self.ensembles[first]]] for first in self.fragment_starts])
+            if self.term_holder:
+                doc["term_holder"] = self.term_holder
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod

@@ -30,8 +30,13 @@ Unbounded ledgers (seed 001; TLA+ ProtocolUnboundedLedgersAndGWQ) fence by term:
 the ledger to the next term (always, even if it is IN_RECOVERY already: each recoverer needs a
 term of its own), and every fencing read, recovery read and write-back carries that term; an
 INVALID_TERM answer means another client took a higher term, and this recovery fails with
-LedgerFenced. With `reopen` the ledger is not closed: once every entry before the first absent
-one was written back, a no-op entry with the truncate flag is written at that id to every bookie
+LedgerFenced. The metadata names the term's holder (`holder`, a random token the shell draws
+for each recovery): two recoveries that mark the same metadata at once propose the same term,
+and a put whose outcome was unknown is settled by reading the key back, so without the token
+the loser would read the winner's identical bytes as its own write and both would recover, and
+write, in one term. A later conflict that names another holder of the term fails the recovery.
+With `reopen` the ledger is not closed: once every entry before the first absent one was
+written back, a no-op entry with the truncate flag is written at that id to every bookie
 of the last fragment (each drops the dirty entries it holds above it), and when all of them
 acknowledged it the metadata goes back to OPEN in the new term, for a writer that starts after
 the no-op. Without the truncation an entry written by the old term to one bookie only could
@@ -129,9 +134,13 @@ class LedgerRecovery:
 
     def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
                  timeout_ms: int = 30000, add_timeout_ms: int = 5000, window: int = 256,
-                 now_ms: int = 0, reopen: bool = False) -> None:
+                 now_ms: int = 0, reopen: bool = False, holder: str = "") -> None:
         if reopen and not metadata.unbounded:
             raise ConfigError(f"ledger {metadata.ledger_id} is not unbounded: it cannot be reopened")
+        if metadata.unbounded and not holder:
+            raise ConfigError(f"ledger {metadata.ledger_id} is unbounded: its recovery needs a holder token "
+                              f"(a random string) to take a term with")
+        self.holder = holder
         self.metadata = metadata
         self.version = version
         self.ledger_id = metadata.ledger_id
@@ -159,6 +168,8 @@ class LedgerRecovery:
         self._probes: dict[int, _Probe] = {}
         self._absent_at: int | None = None
         self._writebacks: dict[int, _WriteBack] = {}
+        self._held: dict[int, Entry] = {}           # read, waiting for every lower entry to be read
+        self._sent_upto = -1                       # every entry up to here is read and its write-back sent
         self._done_upto = -1                       # every entry up to here is present and written back
         self._ensemble: tuple[str, ...] = metadata.current_ensemble   # where write-backs go now
         self._fragments: dict[int, tuple[str, ...]] = {}   # fragments added by replacing bookies
@@ -193,7 +204,8 @@ class LedgerRecovery:
         if self.metadata.state == IN_RECOVERY and not self._unbounded:
             return self._fence()
         self._to(MARKING)
-        return [ev.WriteMetadata(metadata=self.metadata.in_recovery(), expected_version=self.version)]
+        marked = self.metadata.in_recovery(self.holder)
+        return [ev.WriteMetadata(metadata=marked, expected_version=self.version)]
 
     def step(self, event) -> list:
         """step applies one event and returns commands."""
@@ -217,7 +229,8 @@ class LedgerRecovery:
             if self.reopen:
                 return self._fail(LedgerClosed(f"ledger {self.ledger_id} was closed by another client"))
             return self._finish(current, version)         # another recoverer (or the writer) closed it
-        if self._unbounded and self.phase != MARKING and current.term != self.term:
+        held = (current.term, current.term_holder) == (self.term, self.holder)
+        if self._unbounded and self.phase != MARKING and not held:        # a higher term, or ours held by another
             return self._fail(self._taken(current.term))
         if self.phase == CLOSING and current.ensembles != self.metadata.ensembles:
             # Someone changed the fragments this recovery read and wrote back through: its view
@@ -266,7 +279,7 @@ class LedgerRecovery:
             return []
         self._to(RECOVERING)
         self.start_entry = max(max(self._fence_answers.values()), md.last_fragment_start - 1)
-        self._next_read = self._done_upto = self.start_entry
+        self._next_read = self._done_upto = self._sent_upto = self.start_entry
         self._next_read += 1
         return self._read_ahead()
 
@@ -301,8 +314,7 @@ class LedgerRecovery:
                 continue
             if entry.ledger_id == self.ledger_id and self._verify(entry):
                 del self._probes[entry.entry_id]
-                if self._absent_at is None or entry.entry_id < self._absent_at:
-                    commands += self._write_back(entry)
+                self._held[entry.entry_id] = entry
             else:
                 self._probe_failed(probe, event.bookie)
         quorum = self.absent_votes_needed()
@@ -314,7 +326,26 @@ class LedgerRecovery:
             probe.absent_votes.add(event.bookie)
             if len(probe.absent_votes) >= quorum:
                 self._absent_at = entry_id if self._absent_at is None else min(self._absent_at, entry_id)
-        return commands + self._progress()
+        return commands + self._send_write_backs() + self._progress()
+
+    def _send_write_backs(self) -> list:
+        """_send_write_backs writes back the entries read so far in order, stopping at the first not read yet.
+
+        Reads run ahead, but an entry is written back only once every entry below it was read:
+        one past the first absent entry is never written back. Such a write-back carries this
+        recovery's term, so if it were sent and arrived late (delayed, duplicated), a bookie
+        would take it after the truncating no-op, over the entry the new term's writer put at
+        that id and had acknowledged.
+        """
+        commands: list = []
+        end = self._absent_at
+        while self._sent_upto + 1 in self._held and (end is None or self._sent_upto + 1 < end):
+            self._sent_upto += 1
+            commands += self._write_back(self._held.pop(self._sent_upto))
+        if self._absent_at is not None:
+            for entry_id in [e for e in self._held if e >= self._absent_at]:
+                del self._held[entry_id]                # past the end: never written back
+        return commands
 
     def _on_read_failed(self, event: ev.ReadFailed) -> list:
         if self.phase != RECOVERING:
@@ -453,6 +484,7 @@ class LedgerRecovery:
             return [self._close_write()]
         if self._absent_at is not None and self._done_upto >= self._absent_at - 1:
             self._probes.clear()
+            self._held.clear()
             self._writebacks.clear()
             if self.reopen and self.TRUNCATE_ON_REOPEN:
                 return self._truncate()

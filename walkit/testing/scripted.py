@@ -256,7 +256,10 @@ class ScriptedCluster:
         return self._client(name, machine, None)
 
     def recovery(self, name: str = "recovery", cls: type = LedgerRecovery, **options) -> ScriptedClient:
-        """recovery starts a recovery (`cls`, LedgerRecovery by default) from the stored metadata."""
+        """recovery starts a recovery (`cls`, LedgerRecovery by default) from the stored metadata
+        (of an unbounded ledger: holding its term as `name`)."""
+        if self.store.metadata.unbounded:
+            options.setdefault("holder", name)
         machine = cls(self.store.metadata, self.store.version, master_key=self.master_key, digest=self.digest,
                       now_ms=self.now, **options)
         return self._client(name, machine, machine.start)

@@ -212,7 +212,7 @@ class UnboundedSimulation(Scenario):
         self.log("%s reopens the ledger (term %d, %s)", writer.name, metadata.term, metadata.state)
         recovery = self.recovery_cls(metadata, version, master_key=self.master_key, digest=self.digest,
                                      timeout_ms=3000, add_timeout_ms=self.config.add_timeout_ms,
-                                     now_ms=self.world.now, reopen=True, window=32)
+                                     now_ms=self.world.now, reopen=True, window=32, holder=writer.name)
         owner = _Owner(recovery, lambda command: self._recovery_outcome(writer, final, command))
         if self.world.faults and self.rng.random() < self.config.writer_crash_rate:
             self.world.at(self.rng.randint(1, 400), writer.process.crash)
