@@ -420,3 +420,29 @@ def test_entries_read_past_one_not_read_yet_are_written_back_only_once_it_is():
                                             lac=-1))
     assert {bookie: sorted(ids) for bookie, ids in sent_adds(commands).items()} == {
         "B1": [0, 1, 2], "B2": [0, 1, 2], "B3": [0, 1, 2]}             # all of them, once e0 is in
+
+
+def test_an_entry_that_arrives_after_it_was_proven_absent_is_not_written_back():
+    """Qw=3, Qa=2: two bookies' NO_SUCH_ENTRY prove e0 absent (QC = 2); the third bookie's copy
+    arriving afterwards must not be written back at the id the no-op will take."""
+    recovery = make_recovery(window=4)
+    fence(recovery, {"B1": -1, "B2": -1, "B3": -1})
+    recovery.step(ev.EntriesRead(bookie="B1", ledger_id=LEDGER_ID, entries=[], missing=[0, 1], lac=-1))
+    recovery.step(ev.EntriesRead(bookie="B2", ledger_id=LEDGER_ID, entries=[], missing=[0, 1], lac=-1))
+    assert recovery.last_entry_id == -1
+    commands = recovery.step(ev.EntriesRead(bookie="B3", ledger_id=LEDGER_ID, entries=[make_entry(0)], missing=[],
+                                            lac=-1))
+    assert sent_adds(commands) == {}
+
+
+def test_metadata_from_a_newer_walkit_is_refused_by_name_not_half_read():
+    import json
+
+    import pytest
+    from walkit.errors import ConfigError
+    doc = json.loads(make_metadata().to_bytes())
+    doc["from_the_future"] = 1
+    with pytest.raises(ConfigError, match="from_the_future"):
+        LedgerMetadata.from_bytes(json.dumps(doc).encode())
+    held = dataclasses.replace(unbounded_metadata(2), term_holder="w2")
+    assert LedgerMetadata.from_bytes(held.to_bytes()) == held

@@ -453,7 +453,9 @@ def test_recovery_replacing_a_bookie_moves_entries_still_being_read():
     recovery replaces it. The new fragment must start right after the entries written back in
     full (e0, e1), so that e3, read later, goes to b1 and the replacement b5, not to a write set
     still naming b4, where it could never reach Qa and recovery would stall until its timeout.
-    (e4 and e5, read already, wait behind e3: nothing past an entry not read yet is written back.)"""
+    (e4 and e5, read already, wait behind e3: nothing past an entry not read yet is written back.
+    With write-backs in order, the lowest unfinished one is always right after those written back
+    in full, so this guards the order; the fragment-start rule it once caught cannot go wrong.)"""
     cluster = ScriptedCluster(bookies=5, ensemble=4, write_quorum=2, ack_quorum=2)
     writer = cluster.writer()
     writer.append(6)                                         # e0..e5 in one batch: each carries LAC -1

@@ -48,7 +48,7 @@ from walkit.core.loglist import LogConfig, LogMetadata, LogSegment, Position
 from walkit.core.metadata import CLOSED as LEDGER_CLOSED
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
-from walkit.errors import LedgerClosed, LedgerFenced, LogContention, NoSuchLog, WalkitError
+from walkit.errors import ConfigError, LedgerClosed, LedgerFenced, LogContention, NoSuchLog, WalkitError
 
 #: How long an automatic roll that could not create a ledger waits before it tries again.
 ROLL_RETRY_MS = 1000
@@ -244,6 +244,9 @@ class LogMachine:
         if event.metadata is None:              # deleted: nothing of it can be read, drop it
             return self._recovery_done(ledger_id, None)
         md = event.metadata
+        if md.unbounded:                        # a log of ledgers never makes one (UnboundedLogWriter does)
+            return self._fail(ConfigError(f"ledger {ledger_id} of this log is unbounded: a log of ledgers "
+                                          f"cannot recover it"), opening=True)
         recovery = LedgerRecovery(md, event.version, master_key=self.master_key, digest=self.digest_for(md.digest_type),
                                   timeout_ms=self.recovery_timeout_ms, add_timeout_ms=self.add_timeout_ms,
                                   now_ms=self._now)

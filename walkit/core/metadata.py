@@ -209,8 +209,17 @@ class LedgerMetadata:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "LedgerMetadata":
-        """from_bytes decodes metadata written by `to_bytes`."""
+        """from_bytes decodes metadata written by `to_bytes`.
+
+        A field it does not know (metadata written by a newer walkit: `term_holder` came with
+        2026-11's unbounded-ledger fix) is refused with ConfigError rather than dropped: a
+        client that rewrote the record without it could undo what it guards.
+        """
         doc = json.loads(data)
+        unknown = sorted(set(doc) - set(cls.__dataclass_fields__) - {"bookies"})
+        if unknown:
+            raise ConfigError(f"ledger metadata has fields this walkit does not know ({', '.join(unknown)}): "
+                              f"a newer walkit wrote it; upgrade this one")
         names = doc.pop("bookies", None)
         if names is None:
             doc["ensembles"] = {int(first): tuple(bookies) for first, bookies in doc["ensembles"]}

@@ -314,7 +314,8 @@ class LedgerRecovery:
                 continue
             if entry.ledger_id == self.ledger_id and self._verify(entry):
                 del self._probes[entry.entry_id]
-                self._held[entry.entry_id] = entry
+                if self._absent_at is None or entry.entry_id < self._absent_at:
+                    self._held[entry.entry_id] = entry      # (one proven absent already stays absent)
             else:
                 self._probe_failed(probe, event.bookie)
         quorum = self.absent_votes_needed()

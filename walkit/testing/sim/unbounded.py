@@ -18,7 +18,8 @@ After every event the checker verifies the invariants of Vanlightly's TLA+ speci
 - NoDirtyReads: a bookie's LAC names an entry held by at least Qa bookies of its write set;
 - TailFragmentsReachWriteQuorum: every entry of every fragment but the last is on all Qw
   bookies of its write set (and, once closed, every entry: AllEntriesOfClosedLedgerReachedWriteQuorum);
-- a writer told LedgerFenced completes no add afterwards;
+- a writer told LedgerFenced completes no add afterwards, and no two recoveries reopen the
+  ledger in the same term;
 - at the end the reader sees every acknowledged payload once, at its entry id, in order, and
   no no-op entries, and nothing but payloads some writer appended.
 
@@ -116,6 +117,7 @@ class UnboundedSimulation(Scenario):
         self.seed = seed
         self.config = cfg = config or UnboundedSimConfig.random(random.Random(seed))
         self.recovery_cls = recovery_cls
+        self._reopened: dict[int, str] = {}            # term -> the writer whose recovery reopened in it
         self.world = world = World(
             seed, bookies=cfg.bookies, drop_rate=cfg.drop_rate, duplicate_rate=cfg.duplicate_rate,
             max_delay_ms=cfg.max_delay_ms, max_sync_ms=cfg.max_sync_ms, metadata_delay_ms=cfg.metadata_delay_ms,
@@ -220,6 +222,10 @@ class UnboundedSimulation(Scenario):
 
     def _recovery_outcome(self, writer: _Writer, final: bool, command) -> None:
         if type(command) is ev.CompleteRecovery:
+            term = command.metadata.term
+            if term in self._reopened:
+                self.fail(f"{writer.name} and {self._reopened[term]} both reopened the ledger in term {term}")
+            self._reopened[term] = writer.name
             self.takeovers_done += 1
             self.log("%s: reopened in term %d after entry %d", writer.name, command.metadata.term,
                      command.last_entry_id)
