@@ -178,10 +178,10 @@ class IntervalMonitor:
     A thread reads the CPU of this process and of the bookies (`bookie_pids`) at every interval
     boundary and runs a `SpeedProbe` every `probe_every` seconds. `annotate` then adds to each
     interval the CPU per entry of the client and of the bookies, the machine's idle share and
-    the probe's (harmonic) mean. An interval with fewer entries/s, more CPU per entry at the same share of
-    each core, and a slower probe had a slower machine; fewer entries/s at the same CPU per
-    entry and probe is walkit waiting on something (a sync, a checkpoint, a lock). A monitor
-    watches one run: `start` it once.
+    the probe's (harmonic) mean. An interval with fewer entries/s, more CPU per entry at the
+    same share of each core, and a slower probe had a slower machine; fewer entries/s at the
+    same CPU per entry and probe is walkit waiting on something (a sync, a checkpoint, a
+    lock). A monitor watches one run: `start` it once.
     """
 
     def __init__(self, bookie_pids: list[int], probe_every: float = 1.0) -> None:

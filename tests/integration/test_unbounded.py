@@ -105,6 +105,44 @@ def test_two_writer_processes_take_an_unbounded_ledger_from_each_other_ten_times
         assert numbers == sorted(numbers)
 
 
+def test_writer_processes_that_take_the_ledger_at_the_same_moment_never_share_a_term(cluster):
+    """Three processes reopen the ledger at once, round after round, while the last winner appends:
+    no two ever hold one term (each takeover's metadata names its holder), and every acknowledged
+    entry is read back once (no recovery write-back lands past the end it found)."""
+    with walkit.Client(cluster.metadata_url) as client:
+        ledger_id = client.create_ledger(3, 3, 2, password=PASSWORD, unbounded=True).ledger_id
+    writers = [WriterProcess(cluster, ledger_id, name) for name in ("A", "B", "C")]
+    try:
+        for turn in range(6):
+            answered = [w.count("took ") + w.count("take failed") for w in writers]
+            acked = sum(len(w.acked()) for w in writers)
+            for writer in writers:
+                writer.send("take")
+            for writer, before in zip(writers, answered):
+                wait_until(lambda: writer.count("took ") + writer.count("take failed") > before, 60,
+                           message=lambda: f"{writer.name} did not answer turn {turn}: {writer.lines[-5:]}")
+            wait_until(lambda: sum(len(w.acked()) for w in writers) >= acked + 10, 60,
+                       message=lambda: f"no appends after turn {turn}: {[w.lines[-3:] for w in writers]}")
+        terms = [int(line.split()[1]) for w in writers for line in list(w.lines) if line.startswith("took ")]
+        assert len(terms) == len(set(terms)), f"two writers took one term: {sorted(terms)}"
+        last = writers[0]
+        took = last.count("took ")
+        last.send("take")                                     # alone this time: it must win
+        wait_until(lambda: last.count("took ") > took, 60, message=lambda: f"{last.name} did not take: {last.lines[-5:]}")
+        last.send("close")
+        wait_until(lambda: last.count("closed ") == 1, 60, message=lambda: f"no close: {last.lines[-5:]}")
+    finally:
+        errors = [w.stop() for w in writers]
+    acknowledged: dict[int, str] = {}
+    for writer in writers:
+        for entry_id, payload in writer.acked():
+            assert acknowledged.setdefault(entry_id, payload) == payload, f"entry {entry_id} acknowledged twice"
+    with walkit.Client(cluster.metadata_url) as client:
+        read = dict((e.entry_id, e.payload.decode()) for e in client.open_ledger(ledger_id, password=PASSWORD).read())
+    missing = {entry_id: payload for entry_id, payload in acknowledged.items() if read.get(entry_id) != payload}
+    assert not missing, (f"acknowledged but not read back: {sorted(missing.items())[:5]}", errors)
+
+
 def test_a_reopened_ledger_fences_the_old_writer_and_continues_after_the_noop(cluster):
     with walkit.Client(cluster.metadata_url) as client:
         writer = client.create_ledger(3, 2, 2, password=b"pw", unbounded=True)

@@ -44,8 +44,9 @@ def test_seed_001_counterexample_holds_with_the_truncating_noop():
 
 def test_random_battles_find_the_divergence_when_the_noop_is_removed():
     # Seeds 1534 and 1639 are the first to break: rarer since recovery writes nothing back past
-    # the first absent entry (those write-backs were dirty entries of their own).
-    for seed in range(2000):
+    # the first absent entry (those write-backs were dirty entries of their own). The search
+    # starts at 1,500: the 1,500 seeds before break nothing and took 20 s of every CI run.
+    for seed in range(1500, 2000):
         try:
             UnboundedSimulation(seed, recovery_cls=RecoveryWithoutTheTruncatingNoop).run()
         except InvariantViolation:

@@ -4,8 +4,8 @@
 
 It reads commands from stdin, one per line, and answers on stdout:
 
-- ``take``: reopen the ledger (a new term; the current writer is fenced), print ``took TERM``,
-  then append ``NAME-1``, ``NAME-2``, ... as fast as acknowledgements come, printing ``acked
+- ``take``: reopen the ledger (a new term; the current writer is fenced), print ``took TERM``
+  (or ``take failed ERROR: MESSAGE`` if another writer took it meanwhile), then append ``NAME-1``, ``NAME-2``, ... as fast as acknowledgements come, printing ``acked
   ENTRY_ID PAYLOAD`` for each, until the ledger is taken from it (``fenced``) or ``close``;
 - ``close``: stop appending, close the ledger and print ``closed LAST_ENTRY_ID``;
 - end of input: exit.
@@ -45,7 +45,12 @@ class Writer:
 
     def take(self) -> None:
         self.finish()
-        self.handle = self.client.reopen_ledger(self.ledger_id, password=PASSWORD, timeout=30)
+        try:
+            self.handle = self.client.reopen_ledger(self.ledger_id, password=PASSWORD, timeout=30)
+        except WalkitError as exc:          # a writer taking it at the same moment won
+            self.handle = None
+            say(f"take failed {type(exc).__name__}: {exc}")
+            return
         say(f"took {self.handle.metadata.term}")
         self.stop.clear()
         self.thread = threading.Thread(target=self._append, daemon=True)
