@@ -183,7 +183,7 @@ class Connection(asyncio.Protocol):
     def _write(self, change) -> None:
         slot = self._new_slot()
         try:
-            future = self.server.submit(change)
+            future = self.server.submit(change, self)
         except NotLeader as exc:
             self._fill(slot, self.server.not_leader_error(exc.leader))
             return

@@ -171,16 +171,17 @@ class KVServer:
             self.inbox.put(self.reads.saw_leader)
 
     # -- writes and reads -------------------------------------------------------------------------
-    def submit(self, change):
+    def submit(self, change, submitter=None):
         """submit stamps `change` and submits it to the node; the Future resolves to its reply value.
 
+        `submitter` is the connection (the node's linger waits for connections, not records).
         It raises NotLeader unless this server leads now.
         """
         node = self.node
         if node is None or self.stopping:
             raise NotLeader("this server does not serve writes now", None)
         stamp = self.now_ms()
-        future = node.submit_async(encode_record(stamp, change))
+        future = node.submit_async(encode_record(stamp, change), submitter)
         self._stamped = stamp                   # later records are stamped no earlier than this one
         self.reads.saw_leader()
         return future

@@ -31,6 +31,12 @@ from walkit.errors import WalkitError
 #: With CPU to spare, more entries in flight may pay: each waits for the one before it to be
 #: acknowledged here.
 ENTRIES_IN_FLIGHT = 1
+#: How long the next log entry may wait for the connections the last one answered (walkit.replicate's
+#: `linger_ms`). Without it, 50 connections writing one SET each split into two groups that take
+#: turns, each waiting for the other's entry: a SET took two round trips of the log. With it they
+#: share one entry: 18.5k and 18.2k SETs/s against 12.7k and 12.4k (redis-benchmark -c 50,
+#: interleaved; 4 ms gave 19.6k and 18.3k); -P 16 and a single connection within the noise.
+LINGER_MS = 2.0
 #: How long start-up waits to say "serving" until the server leads (embedded) or is ready.
 STARTUP_NOTICE_S = 30.0
 
@@ -62,7 +68,8 @@ class ServeOptions:
         ack_quorum = self.ack_quorum or min(2, write_quorum)
         return {"ensemble": ensemble, "write_quorum": write_quorum, "ack_quorum": ack_quorum,
                 "roll_entries": self.roll_entries, "snapshot_every_records": self.snapshot_every,
-                "password": self.password, "max_entries_in_flight": ENTRIES_IN_FLIGHT}
+                "password": self.password, "max_entries_in_flight": ENTRIES_IN_FLIGHT,
+                "linger_ms": LINGER_MS}
 
 
 def run(options: ServeOptions, echo=print) -> int:

@@ -9,7 +9,7 @@ import pytest
 
 from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.server import KVServer
-from walkit.adapters.kv.service import ENTRIES_IN_FLIGHT, start_node
+from walkit.adapters.kv.service import ENTRIES_IN_FLIGHT, LINGER_MS, start_node
 from walkit.testing.memory import MemoryCluster
 
 
@@ -33,6 +33,7 @@ class KVNode:
         self.address = f"127.0.0.1:{self.server.port}"
         self.client = self.new_client()
         options.setdefault("max_entries_in_flight", ENTRIES_IN_FLIGHT)
+        options.setdefault("linger_ms", LINGER_MS)
         self.node = start_node(self.server, self.client, name=name, node_id=self.address, ensemble=3,
                                write_quorum=2, ack_quorum=2, roll_entries=roll_entries,
                                snapshot_every_records=snapshot_every, **options)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import itertools
 import threading
 import time
 
 import pytest
 
 import walkit
-from walkit.errors import NotLeader
+from walkit.errors import ConfigError, NotLeader
+from walkit.replication import batch
 
 from .machines import Counter
 
@@ -229,3 +233,126 @@ def test_roll_age_s_rolls_the_log_by_age(cluster, nodes):
     time.sleep(0.4)
     leader.submit(b"b:1")                                  # rolls on the append after 0.2 s
     assert len(cluster.client().log_metadata("replicated-counter").ledger_ids) >= 2
+
+
+class HeldAcks:
+    """HeldAcks stands between a leader and its log writer: each entry is appended, but its
+    acknowledgement reaches the leader only once the test calls `release()`."""
+
+    def __init__(self, writer) -> None:
+        self.writer = writer
+        self.sent: list[tuple[float, list[bytes]]] = []     # (when, the entry's records), in order
+        self._held: list[tuple[concurrent.futures.Future, concurrent.futures.Future]] = []
+        self._lock = threading.Lock()
+
+    def append_async(self, data: bytes) -> concurrent.futures.Future:
+        appended = self.writer.append_async(data)
+        held: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self.sent.append((time.monotonic(), batch.decode(data)))
+            self._held.append((appended, held))
+        return held
+
+    def release(self) -> None:
+        """release passes the oldest held acknowledgement on (on this thread), once it came."""
+        with self._lock:
+            appended, held = self._held.pop(0)
+        held.set_result(appended.result(20))
+
+    def __getattr__(self, name):
+        return getattr(self.writer, name)
+
+
+def held_leader(nodes, **options):
+    leader = leader_of(nodes(1, max_entries_in_flight=1, **options))
+    leader._writer = held = HeldAcks(leader._writer)
+    return leader, held
+
+
+def test_linger_holds_the_next_entry_until_the_submitters_the_last_one_answered_are_back(nodes):
+    leader, held = held_leader(nodes, linger_ms=60_000)
+    a = leader.submit_async(b"a:1")                         # nothing to wait for: it leaves at once
+    b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
+    assert [records for _, records in held.sent] == [[b"a:1"]]
+    held.release()                                          # a's entry answered 1, 2 were queued: wait for 3
+    assert a.result(20) == 1
+    assert len(held.sent) == 1 and not b.done()
+    d = leader.submit_async(b"d:1")
+    assert [records for _, records in held.sent] == [[b"a:1"], [b"b:1", b"c:1", b"d:1"]]
+    held.release()
+    assert [f.result(20) for f in (b, c, d)] == [2, 3, 4]
+
+
+def test_a_lingering_batch_leaves_when_linger_ms_is_up(nodes):
+    leader, held = held_leader(nodes, linger_ms=300)
+    leader.submit_async(b"a:1")
+    b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
+    released = time.monotonic()
+    held.release()                                          # waits for a third record that never comes
+    wait_for(lambda: len(held.sent) == 2, message="the lingering batch was never appended")
+    when, records = held.sent[1]
+    assert records == [b"b:1", b"c:1"]
+    assert when - released >= 0.3
+    held.release()
+    assert [f.result(20) for f in (b, c)] == [2, 3]
+
+
+def test_linger_never_holds_a_lone_submitter(nodes):
+    leader, held = held_leader(nodes, linger_ms=60_000)
+    for i in range(1, 4):
+        future = leader.submit_async(f"r{i}:1".encode())
+        assert len(held.sent) == i                          # appended at once, every time
+        held.release()
+        assert future.result(20) == i
+
+
+def test_with_linger_closed_loop_submitters_share_one_entry_per_round(nodes):
+    leader = leader_of(nodes(1, max_entries_in_flight=1, linger_ms=1000))
+    submitters, records = 16, 16 * 40
+    start, stop = threading.Barrier(submitters), threading.Event()
+
+    def submitter(k: int) -> None:
+        start.wait(20)
+        for i in itertools.count():
+            if stop.is_set():
+                return
+            if leader.submit(f"t{k}-{i}:1".encode()) >= records:
+                stop.set()
+
+    threads = [threading.Thread(target=submitter, args=(k,)) for k in range(submitters)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    sizes = list(collections.Counter(p for p, _ in leader.machine.log).values())    # in log order
+    full = sum(1 for size in sizes if size == submitters)
+    # The first entries leave with whoever came first; within a few rounds every entry waits for
+    # all of them, until they stop.
+    assert full >= 30, f"entries of all {submitters} submitters: {full} of {len(sizes)}: {sizes}"
+
+
+def test_a_negative_or_endless_linger_ms_is_refused(cluster):
+    with pytest.raises(ConfigError, match="linger_ms must not be negative"):
+        walkit.replicate(Counter(), client=cluster.client(), name="counter", node_id="n", linger_ms=-1)
+    with pytest.raises(ConfigError, match="linger_ms is at most 60000"):
+        walkit.replicate(Counter(), client=cluster.client(), name="counter", node_id="n", linger_ms=float("inf"))
+
+
+def test_linger_counts_a_submitter_of_many_records_once(nodes):
+    leader, held = held_leader(nodes, linger_ms=60_000)
+    first = [leader.submit_async(f"p{i}:1".encode(), submitter="conn") for i in range(4)]
+    assert [len(records) for _, records in held.sent] == [1]
+    held.release()                       # it answered "conn", and "conn" is queued: nothing to wait for
+    assert [len(records) for _, records in held.sent] == [1, 3]
+    held.release()
+    assert [f.result(20) for f in first] == [1, 2, 3, 4]
+
+
+def test_a_lingering_batch_that_fills_an_entry_leaves_at_once(nodes):
+    leader, held = held_leader(nodes, linger_ms=60_000, max_batch_records=2)
+    a = leader.submit_async(b"a:1")
+    waiting = [leader.submit_async(f"r{i}:1".encode()) for i in range(3)]
+    held.release()                       # 3 queued of 4 awaited, but 2 fill an entry
+    assert [records for _, records in held.sent] == [[b"a:1"], [b"r0:1", b"r1:1"]]
+    held.release()
+    assert a.result(20) == 1 and [f.result(20) for f in waiting[:2]] == [2, 3]

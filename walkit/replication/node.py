@@ -13,7 +13,15 @@ Life of a node (its role thread):
 Records (leader): `submit_async` puts a record in the next batch; batches leave as one log
 entry each (walkit.replication.batch) with at most `max_entries_in_flight` entries appended and
 not yet acknowledged, so concurrent submitters share entries. An entry is applied only once the
-log acknowledged it, in log order, and each submitter gets its record's result. Followers apply
+log acknowledged it, in log order, and each submitter gets its record's result. With
+`linger_ms`, the batch that follows an acknowledged entry waits (at most that long) until it
+holds a record of every submitter that entry answered or that was queued behind it (or fills an
+entry: `max_batch_records`, `max_batch_bytes`): the submitters the entry just answered usually
+submit again, and without the wait, the few records queued first would leave alone and the
+answered ones wait a whole round trip behind them (two groups taking turns, each record
+waiting for two entries). Submitters are counted once each (`submit_async(record, submitter)`;
+by default each record is a submitter of its own), and when there is only one, nothing waits.
+A wait that runs is not pushed back by later acknowledgements. Followers apply
 the same entries in the same order from the log, so every node applies every record exactly
 once, in log order, also across snapshots, restarts and leader changes (entries at or before
 the applied position are skipped).
@@ -72,6 +80,8 @@ CAMPAIGN_SLICE_S = 1.0
 GATE_S = 0.2
 #: How long to wait before trying again after a leadership or a load failed.
 RETRY_S = 0.5
+#: The longest `linger_ms` (a minute: a wait is meant to be a fraction of a log round trip).
+MAX_LINGER_MS = 60_000
 #: The position a node that applied nothing reads from: before any ledger, so truncation shows.
 START = Position(0, 0)
 
@@ -106,7 +116,7 @@ class ReplicatedNode:
                  roll_entries: int = 0, roll_age_s: float = 0.0, snapshot_every_records: int = 100_000,
                  snapshot_every_bytes: int = 0, snapshot_every_s: float = 0.0, retention_s: float = 0.0,
                  lease_ms: int = 1000, max_batch_records: int = 4096, max_batch_bytes: int = 1 << 20,
-                 max_entries_in_flight: int = 8, poll_s: float = 0.2,
+                 max_entries_in_flight: int = 8, linger_ms: float = 0.0, poll_s: float = 0.2,
                  on_role: Callable[[str], None] | None = None, campaign_when: Callable[[], bool] | None = None,
                  keep_log_from: Callable[[], Position | None] | None = None) -> None:
         if not isinstance(machine, StateMachine):
@@ -114,10 +124,12 @@ class ReplicatedNode:
         if not isinstance(node_id, str) or not node_id:
             raise ConfigError(f"node_id is a non-empty string, not {node_id!r}")
         for option, value in (("snapshot_every_records", snapshot_every_records), ("lease_ms", lease_ms),
-                              ("retention_s", retention_s),
+                              ("retention_s", retention_s), ("linger_ms", linger_ms),
                               ("snapshot_every_bytes", snapshot_every_bytes), ("snapshot_every_s", snapshot_every_s)):
             if value < 0:
                 raise ConfigError(f"{option} must not be negative, got {value}")
+        if not linger_ms <= MAX_LINGER_MS:
+            raise ConfigError(f"linger_ms is at most {MAX_LINGER_MS}, got {linger_ms}")
         self.machine = machine
         self.client = client
         self.name = name
@@ -135,6 +147,7 @@ class ReplicatedNode:
         self.max_batch_records = max_batch_records
         self.max_batch_bytes = max_batch_bytes
         self.max_entries_in_flight = max_entries_in_flight
+        self.linger_s = linger_ms / 1000
         self.poll_s = poll_s
         self.on_role = on_role
         self.campaign_when = campaign_when
@@ -158,10 +171,14 @@ class ReplicatedNode:
         self._deposed = threading.Event()
         self._reading = None                          # the follower's LogReading
         # submissions (leader)
-        self._batch: collections.deque[tuple[bytes, Future]] = collections.deque()
+        self._batch: collections.deque[tuple[bytes, Future, object]] = collections.deque()   # record, future, submitter
+        self._queued_by: dict[object, int] = {}       # records in the batch per submitter
         self._batch_bytes = 0
         self._flushing = False
         self._in_flight = 0
+        self._linger_target = 0                       # records the next entry waits for (see _acked)
+        self._linger_until = 0.0                      # ... until then (monotonic); 0: no wait
+        self._linger_cond = threading.Condition(self._lock)
         self._last_acked: Position | None = None
         self._lease_until = 0.0
         # snapshots
@@ -176,11 +193,14 @@ class ReplicatedNode:
         self.failed: BaseException | None = None
         self._apply_thread = threading.Thread(target=self._apply_loop, name=f"walkit-apply-{name}", daemon=True)
         self._role_thread = threading.Thread(target=self._run, name=f"walkit-role-{name}", daemon=True)
+        self._linger_thread = threading.Thread(target=self._linger_loop, name=f"walkit-linger-{name}", daemon=True)
 
     def start(self) -> "ReplicatedNode":
         """start starts the node's threads; it returns at once (see `wait_ready`)."""
         self._apply_thread.start()
         self._role_thread.start()
+        if self.linger_s:
+            self._linger_thread.start()
         return self
 
     # -- what the node knows ---------------------------------------------------------------------
@@ -237,8 +257,12 @@ class ReplicatedNode:
             raise Timeout(f"node {self.node_id} of {self.name!r} was not ready within {timeout:g} s")
 
     # -- submitting -------------------------------------------------------------------------------
-    def submit_async(self, record: bytes) -> Future:
+    def submit_async(self, record: bytes, submitter: object = None) -> Future:
         """submit_async appends `record` with the next entry; the Future resolves to apply's result.
+
+        `submitter` (hashable) names who submits, for `linger_ms`: the next entry waits for
+        submitters, not records, so one that sends many records and then waits for them all (a
+        pipelining connection) counts once. None: every record is a submitter of its own.
 
         It raises NotLeader (with the leader's node id) on a node that is not the leader. A
         submission that fails because leadership was lost may or may not be in the log: the log
@@ -251,9 +275,11 @@ class ReplicatedNode:
         with self._lock:
             if not self._leading:
                 raise NotLeader(f"node {self.node_id} of {self.name!r} is not the leader", self._leader)
-            self._batch.append((record, future))
+            key = future if submitter is None else submitter
+            self._batch.append((record, future, key))
             self._batch_bytes += len(record)
-            if self._flushing:
+            self._queued_by[key] = self._queued_by.get(key, 0) + 1
+            if self._flushing or self._lingering():
                 return future
             self._flushing = True
         self._flush()
@@ -271,29 +297,39 @@ class ReplicatedNode:
         """_flush appends batches while there are some and the in-flight limit allows (one flusher at a time)."""
         while True:
             with self._lock:
-                if not self._batch or self._in_flight >= self.max_entries_in_flight or not self._leading:
+                if (not self._batch or self._in_flight >= self.max_entries_in_flight or not self._leading
+                        or self._lingering()):
                     self._flushing = False
                     return
-                queued, taken, size = self._batch, [], 0
+                self._linger_until = 0.0
+                queued, taken, size, counts = self._batch, [], 0, self._queued_by
                 while queued and len(taken) < self.max_batch_records and (
                         not taken or size + len(queued[0][0]) <= self.max_batch_bytes):
                     item = queued.popleft()
                     taken.append(item)
                     size += len(item[0])
+                    key = item[2]
+                    if counts[key] == 1:
+                        del counts[key]
+                    else:
+                        counts[key] -= 1
                 self._batch_bytes -= size
                 self._in_flight += 1
                 writer = self._writer
-            records = [r for r, _ in taken]
-            futures = [f for _, f in taken]
+            records = [r for r, _, _ in taken]
+            futures = [f for _, f, _ in taken]
+            submitters = {k for _, _, k in taken} if self.linger_s else None
             sent = time.monotonic()
             try:
                 appended = writer.append_async(batch.encode(records))
             except WalkitError as exc:
                 self._append_failed(futures, exc)
                 continue
-            appended.add_done_callback(lambda f, r=records, fs=futures, t=sent: self._acked(f, r, fs, t))
+            appended.add_done_callback(
+                lambda f, r=records, fs=futures, t=sent, by=submitters: self._acked(f, r, fs, t, by))
 
-    def _acked(self, appended: Future, records: list[bytes], futures: list[Future], sent: float) -> None:
+    def _acked(self, appended: Future, records: list[bytes], futures: list[Future], sent: float,
+               submitters: set | None = None) -> None:
         """_acked runs on the client's I/O thread, in log order: it hands the entry to the apply thread."""
         error = appended.exception()
         if error is not None:
@@ -304,12 +340,55 @@ class ReplicatedNode:
             self._in_flight -= 1
             self._last_acked = position
             self._lease_until = max(self._lease_until, sent + self.lease_s)
+            if submitters is not None:
+                # wait for whoever this entry answered and whoever is queued, each once
+                self._linger_target = target = len(submitters.union(self._queued_by))
+                if target <= 1:
+                    self._linger_until = 0.0
+                elif self._linger_until == 0.0:     # one that runs already is not pushed back
+                    self._linger_until = time.monotonic() + self.linger_s
+                    self._linger_cond.notify()
             flush = bool(self._batch) and not self._flushing and self._leading
             if flush:
                 self._flushing = True
         self._apply_queue.put(_Entry(position, records, futures))
         if flush:
             self._flush()
+
+    def _lingering(self) -> bool:
+        """_lingering (under the lock) tells whether the next entry still waits for submitters (see linger_ms)."""
+        return (self._linger_until != 0.0 and self._short() and time.monotonic() < self._linger_until)
+
+    def _short(self) -> bool:
+        """_short (under the lock): the batch has fewer submitters than awaited, and room for more."""
+        return (len(self._queued_by) < self._linger_target and len(self._batch) < self.max_batch_records
+                and self._batch_bytes < self.max_batch_bytes)
+
+    def _linger_loop(self) -> None:
+        """_linger_loop (its own thread, with linger_ms) appends a lingering batch once its time is up."""
+        with self._lock:
+            while not self._stopping.is_set():
+                until = self._linger_until
+                if until == 0.0:
+                    self._linger_cond.wait()
+                    continue
+                delay = until - time.monotonic()
+                if delay > 0 and self._short():
+                    self._linger_cond.wait(delay)
+                    continue
+                self._linger_until = 0.0
+                if not self._batch or self._flushing or not self._leading:
+                    continue
+                self._flushing = True
+                self._lock.release()
+                try:
+                    self._flush()
+                except Exception:  # noqa: BLE001 - this thread must go on; the batch is tried again
+                    log.exception("%s: appending a lingering batch failed", self.node_id)
+                    with self._lock:
+                        self._flushing = False
+                finally:
+                    self._lock.acquire()
 
     def _append_failed(self, futures: list[Future], error: BaseException) -> None:
         with self._lock:
@@ -766,6 +845,7 @@ class ReplicatedNode:
             raise WalkitError("the leadership was lost while the log was replayed")
         with self._lock:
             self._leading = True
+            self._linger_until = 0.0
             self._last_acked = self._applied
             self._lease_until = time.monotonic() + self.lease_s
         self._leader = self.node_id
@@ -805,9 +885,10 @@ class ReplicatedNode:
         with self._lock:
             self._leading = False
             pending, self._batch, self._batch_bytes = self._batch, collections.deque(), 0
+            self._queued_by = {}
         error = NotLeader(f"node {self.node_id} stopped leading {self.name!r} before the record was appended",
                           self._leader if self._leader != self.node_id else None)
-        for _, future in pending:
+        for _, future, _ in pending:
             future.set_exception(error)
         writer, self._writer = self._writer, None
         if writer is not None:
@@ -831,7 +912,11 @@ class ReplicatedNode:
             return
         self._stopping.set()
         self._deposed.set()
+        with self._lock:
+            self._linger_cond.notify_all()
         self._role_thread.join(timeout)
+        if self._linger_thread.is_alive():
+            self._linger_thread.join(timeout)
         self._snapshots.shutdown(wait=True, cancel_futures=True)
         self._apply_queue.put(None)
         self._apply_thread.join(timeout)
