@@ -32,10 +32,12 @@ from walkit.errors import WalkitError
 #: acknowledged here.
 ENTRIES_IN_FLIGHT = 1
 #: How long the next log entry may wait for the connections the last one answered (walkit.replicate's
-#: `linger_ms`). Without it, 50 connections writing one SET each split into two groups that take
-#: turns, each waiting for the other's entry: a SET took two round trips of the log. With it they
-#: share one entry: 18.5k and 18.2k SETs/s against 12.7k and 12.4k (redis-benchmark -c 50,
-#: interleaved; 4 ms gave 19.6k and 18.3k); -P 16 and a single connection within the noise.
+#: `linger_ms`; the server submits with its connection as the submitter). Without it, 50
+#: connections writing one SET each split into two groups that take turns, each waiting for the
+#: other's entry: a SET took two round trips of the log. With it they share one entry: 15.5k,
+#: 18.4k and 19.2k SETs/s against 11.8k, 11.7k and 13.2k (redis-benchmark -c 50, interleaved
+#: pairs on a 2-core VM); -P 16 with 50 connections and with one not slower (41.3k against
+#: 40.0k, 6.3k against 5.8k).
 LINGER_MS = 2.0
 #: How long start-up waits to say "serving" until the server leads (embedded) or is ready.
 STARTUP_NOTICE_S = 30.0

@@ -176,7 +176,7 @@ class ReplicatedNode:
         self._batch_bytes = 0
         self._flushing = False
         self._in_flight = 0
-        self._linger_target = 0                       # records the next entry waits for (see _acked)
+        self._linger_target = 0                       # submitters the next entry waits for (see _acked)
         self._linger_until = 0.0                      # ... until then (monotonic); 0: no wait
         self._linger_cond = threading.Condition(self._lock)
         self._last_acked: Position | None = None
