@@ -297,6 +297,17 @@ def test_a_lingering_batch_leaves_when_linger_ms_is_up(nodes):
     assert [f.result(20) for f in (b, c)] == [2, 3]
 
 
+def test_without_linger_ms_the_next_entry_leaves_at_once_and_no_linger_thread_runs(nodes):
+    leader, held = held_leader(nodes)
+    a = leader.submit_async(b"a:1")
+    b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
+    held.release()                                          # the queued two leave on this acknowledgement
+    assert [records for _, records in held.sent] == [[b"a:1"], [b"b:1", b"c:1"]]
+    held.release()
+    assert [f.result(20) for f in (a, b, c)] == [1, 2, 3]
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(f"walkit-linger-{leader.name}")]
+
+
 def test_linger_never_holds_a_lone_submitter(nodes):
     leader, held = held_leader(nodes, linger_ms=60_000)
     for i in range(1, 4):

@@ -172,7 +172,7 @@ class ReplicatedNode:
         self._reading = None                          # the follower's LogReading
         # submissions (leader)
         self._batch: collections.deque[tuple[bytes, Future, object]] = collections.deque()   # record, future, submitter
-        self._queued_by: dict[object, int] = {}       # records in the batch per submitter
+        self._queued_by: dict[object, int] = {}       # records in the batch per submitter (kept with linger_ms)
         self._batch_bytes = 0
         self._flushing = False
         self._in_flight = 0
@@ -193,13 +193,14 @@ class ReplicatedNode:
         self.failed: BaseException | None = None
         self._apply_thread = threading.Thread(target=self._apply_loop, name=f"walkit-apply-{name}", daemon=True)
         self._role_thread = threading.Thread(target=self._run, name=f"walkit-role-{name}", daemon=True)
-        self._linger_thread = threading.Thread(target=self._linger_loop, name=f"walkit-linger-{name}", daemon=True)
+        self._linger_thread = (threading.Thread(target=self._linger_loop, name=f"walkit-linger-{name}", daemon=True)
+                               if self.linger_s else None)
 
     def start(self) -> "ReplicatedNode":
         """start starts the node's threads; it returns at once (see `wait_ready`)."""
         self._apply_thread.start()
         self._role_thread.start()
-        if self.linger_s:
+        if self._linger_thread is not None:
             self._linger_thread.start()
         return self
 
@@ -278,7 +279,8 @@ class ReplicatedNode:
             key = future if submitter is None else submitter
             self._batch.append((record, future, key))
             self._batch_bytes += len(record)
-            self._queued_by[key] = self._queued_by.get(key, 0) + 1
+            if self.linger_s:
+                self._queued_by[key] = self._queued_by.get(key, 0) + 1
             if self._flushing or self._lingering():
                 return future
             self._flushing = True
@@ -302,17 +304,19 @@ class ReplicatedNode:
                     self._flushing = False
                     return
                 self._linger_until = 0.0
-                queued, taken, size, counts = self._batch, [], 0, self._queued_by
+                queued, taken, size = self._batch, [], 0
                 while queued and len(taken) < self.max_batch_records and (
                         not taken or size + len(queued[0][0]) <= self.max_batch_bytes):
                     item = queued.popleft()
                     taken.append(item)
                     size += len(item[0])
-                    key = item[2]
-                    if counts[key] == 1:
-                        del counts[key]
-                    else:
-                        counts[key] -= 1
+                if self.linger_s:
+                    counts = self._queued_by
+                    for _, _, key in taken:
+                        if counts[key] == 1:
+                            del counts[key]
+                        else:
+                            counts[key] -= 1
                 self._batch_bytes -= size
                 self._in_flight += 1
                 writer = self._writer
@@ -915,7 +919,7 @@ class ReplicatedNode:
         with self._lock:
             self._linger_cond.notify_all()
         self._role_thread.join(timeout)
-        if self._linger_thread.is_alive():
+        if self._linger_thread is not None and self._linger_thread.is_alive():
             self._linger_thread.join(timeout)
         self._snapshots.shutdown(wait=True, cancel_futures=True)
         self._apply_queue.put(None)
