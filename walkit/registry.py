@@ -101,6 +101,8 @@ class BookieRegistry:
         live = self.live()
         writable = self.writable(live=live)
         racks = {a: info.rack for a, info in live.items()}
+        if kind == "create" and len(writable) < args[0]:
+            raise NotEnoughBookies(shortage(args[0], live))
         try:
             if kind == "create":
                 count, write_quorum = args
@@ -133,9 +135,21 @@ class BookieRegistry:
         live = self.live()
         candidates = {a: info.rack for a, info in live.items() if _writable(info) and a not in exclude}
         if len(candidates) < count:
-            raise NotEnoughBookies(f"need {count} writable bookies, {len(candidates)} available"
-                                   + (f" (excluding {', '.join(sorted(exclude))})" if exclude else ""))
+            raise NotEnoughBookies(shortage(count, live, exclude))
         return choose_ensemble(candidates, count, write_quorum or count, min_racks=min_racks)
+
+
+def shortage(count: int, live: dict[str, BookieInfo], exclude=frozenset()) -> str:
+    """shortage says why fewer than `count` bookies may be chosen: every registered one and its state."""
+    usable = [a for a, info in live.items() if _writable(info) and a not in exclude]
+    states = []
+    for address in sorted(live):
+        info = live[address]
+        why = ("excluded" if address in exclude else "draining" if info.draining
+               else "read-only" if info.read_only else "")
+        states.append(f"{address} ({why})" if why else address)
+    registered = f"registered: {', '.join(states)}" if states else "no bookie is registered"
+    return f"need {count} writable bookies, {len(usable)} available; {registered}"
 
 
 def _writable(info: BookieInfo) -> bool:
