@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -10,6 +13,7 @@ import time
 
 import pytest
 
+import walkit
 from walkit.local import LocalCluster
 
 from ..integration.helpers import wait_until
@@ -131,6 +135,60 @@ def test_failover_keeps_every_acked_write_and_the_old_leader_comes_back_as_a_fol
         keys = set(b.redis().keys("*"))
         assert keys - set(expected) <= in_doubt and set(a.redis().keys("*")) == keys
         assert b.redis().get("behind-its-back") is None
+
+
+def test_many_writers_a_paused_bookie_and_a_killed_leader_lose_no_acked_write(servers, tmp_path):
+    """Sixteen connections write at once, so the leader's entries linger for them (LINGER_MS); then
+    a bookie of the log's ensemble is held with SIGSTOP (its acks stop until the writer replaces
+    it) and the leader is killed while the bookie is still held. The new leader has every
+    acknowledged write, and nothing else but the one write each connection had in flight."""
+    with LocalCluster(bookies=4, data_dir=str(tmp_path / "cluster"), storage="files") as cluster:
+        a = servers(metadata=cluster.metadata_url).start()
+        a.wait_role(b"master")
+        b = servers(metadata=cluster.metadata_url).start()
+        b.wait_role(b"slave")
+        writers = 16
+        acked: dict[bytes, bytes] = {}
+        in_flight: dict[int, bytes] = {}
+
+        def writer(k: int) -> None:                     # closed loop: the next SET once the last was acked
+            r = a.redis(socket_timeout=60)
+            for i in itertools.count():
+                key, value = f"w{k}:{i}".encode(), f"{k}-{i}".encode()
+                in_flight[k] = key
+                try:
+                    if not r.set(key, value):
+                        return
+                except redis.RedisError:
+                    return                              # the leader died under it
+                acked[key] = value
+        threads = [threading.Thread(target=writer, args=(k,), daemon=True) for k in range(writers)]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: len(acked) >= 400, 60, message="writes acknowledged before the pause")
+
+        with walkit.Client(cluster.metadata_url) as client:
+            ledger = client.ledger_metadata(client.log_metadata("replicated-kv-default").ledger_ids[-1])
+        held = cluster.addresses.index(ledger.ensembles[max(ledger.ensembles)][0])
+        os.kill(cluster.pid(held), signal.SIGSTOP)
+        try:
+            at_pause = len(acked)
+            # Acks from the held bookie stop; the writer replaces it after the add timeout and goes on.
+            wait_until(lambda: len(acked) >= at_pause + 400, 90,
+                       message=lambda: f"{len(acked) - at_pause} writes acknowledged since the pause")
+            a.kill()                                    # the bookie is still held
+            for thread in threads:
+                thread.join(60)
+            assert not any(thread.is_alive() for thread in threads)
+        finally:
+            os.kill(cluster.pid(held), signal.SIGCONT)
+
+        b.wait_role(b"master", timeout=60)
+        r = b.redis()
+        keys = sorted(acked)
+        assert r.mget(keys) == [acked[k] for k in keys]
+        unexpected = set(r.keys("w*")) - set(acked)
+        assert unexpected <= set(in_flight.values()), sorted(unexpected)[:10]
 
 
 def test_redis_benchmark_and_redis_cli_work_unchanged(servers, tmp_path):
