@@ -308,6 +308,38 @@ def test_without_linger_ms_the_next_entry_leaves_at_once_and_no_linger_thread_ru
     assert not [t.name for t in threading.enumerate() if t.name.startswith(f"walkit-linger-{leader.name}")]
 
 
+def test_a_lingering_batch_fails_with_not_leader_at_a_step_down_and_is_never_appended(nodes):
+    leader, held = held_leader(nodes, linger_ms=60_000)
+    a = leader.submit_async(b"a:1")
+    b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
+    held.release()                                          # b and c wait for a's submitter
+    assert a.result(20) == 1
+    stepped_down = time.monotonic()
+    leader.step_down()
+    for future in (b, c):
+        with pytest.raises(NotLeader):
+            future.result(20)
+    assert time.monotonic() - stepped_down < 30             # told at the step-down, not when linger_ms ran out
+    assert [records for _, records in held.sent] == [[b"a:1"]]
+    wait_for(lambda: leader.is_leader, timeout=30, message="the node did not lead again")
+    assert leader.submit(b"d:1") == 2                       # b and c were never applied
+
+
+def test_close_while_a_batch_lingers_fails_it_at_once(nodes):
+    leader, held = held_leader(nodes, linger_ms=60_000)
+    leader.submit_async(b"a:1")
+    b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
+    held.release()
+    closing = time.monotonic()
+    leader.close()
+    assert time.monotonic() - closing < 30
+    for future in (b, c):
+        with pytest.raises(NotLeader):
+            future.result(0)
+    assert [records for _, records in held.sent] == [[b"a:1"]]
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(f"walkit-linger-{leader.name}")]
+
+
 def test_linger_never_holds_a_lone_submitter(nodes):
     leader, held = held_leader(nodes, linger_ms=60_000)
     for i in range(1, 4):
