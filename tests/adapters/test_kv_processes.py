@@ -140,8 +140,9 @@ def test_failover_keeps_every_acked_write_and_the_old_leader_comes_back_as_a_fol
 def test_many_writers_a_paused_bookie_and_a_killed_leader_lose_no_acked_write(servers, tmp_path):
     """Sixteen connections write at once, so the leader's entries linger for them (LINGER_MS); then
     a bookie of the log's ensemble is held with SIGSTOP (its acks stop until the writer replaces
-    it) and the leader is killed while the bookie is still held. The new leader has every
-    acknowledged write, and nothing else but the one write each connection had in flight."""
+    it) and the leader is killed while the bookie is still held, which it stays until the new
+    leader took writes of its own. The new leader has every acknowledged write, and nothing else
+    but the one write each connection had in flight."""
     with LocalCluster(bookies=4, data_dir=str(tmp_path / "cluster"), storage="files") as cluster:
         a = servers(metadata=cluster.metadata_url).start()
         a.wait_role(b"master")
@@ -169,8 +170,8 @@ def test_many_writers_a_paused_bookie_and_a_killed_leader_lose_no_acked_write(se
 
         with walkit.Client(cluster.metadata_url) as client:
             ledger = client.ledger_metadata(client.log_metadata("replicated-kv-default").ledger_ids[-1])
-        held = cluster.addresses.index(ledger.ensembles[max(ledger.ensembles)][0])
-        os.kill(cluster.pid(held), signal.SIGSTOP)
+        held = cluster.pid(cluster.addresses.index(ledger.ensembles[max(ledger.ensembles)][0]))
+        os.kill(held, signal.SIGSTOP)
         try:
             at_pause = len(acked)
             # Acks from the held bookie stop; the writer replaces it after the add timeout and goes on.
@@ -180,13 +181,16 @@ def test_many_writers_a_paused_bookie_and_a_killed_leader_lose_no_acked_write(se
             for thread in threads:
                 thread.join(60)
             assert not any(thread.is_alive() for thread in threads)
+            b.wait_role(b"master", timeout=60)          # and still while b recovers the log and takes writes
+            r = b.redis()
+            for i in range(50):
+                assert r.set(f"after:{i}", "x")
         finally:
-            os.kill(cluster.pid(held), signal.SIGCONT)
+            os.kill(held, signal.SIGCONT)
 
-        b.wait_role(b"master", timeout=60)
-        r = b.redis()
         keys = sorted(acked)
         assert r.mget(keys) == [acked[k] for k in keys]
+        assert r.dbsize() == len(set(r.keys("w*"))) + 50
         unexpected = set(r.keys("w*")) - set(acked)
         assert unexpected <= set(in_flight.values()), sorted(unexpected)[:10]
 
