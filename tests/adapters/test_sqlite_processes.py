@@ -62,6 +62,17 @@ class Bank:
         self.process.wait(10)
 
 
+def open_bank(banks: list[Bank], transfers: int) -> tuple[Bank, Bank]:
+    """open_bank opens the accounts through the elected leader, starts four transfer threads in
+    each bank process and waits until the leader committed `transfers`; it returns (leader, other)."""
+    leader = wait_for(lambda: next((b for b in banks if b.ask("state")["is_leader"]), None), 60, "no leader")
+    assert leader.ask(f"init {ACCOUNTS} {BALANCE}")["initialized"]
+    for bank in banks:
+        bank.ask("load 4")
+    wait_for(lambda: len(leader.acked()) >= transfers, 120, "the transfers did not get going")
+    return leader, next(b for b in banks if b is not leader)
+
+
 def walkit_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "walkit", *args], capture_output=True, text=True, timeout=timeout)
 
@@ -81,12 +92,7 @@ def test_bank_survives_its_leaders_sigkill(tmp_path):
         replica = subprocess.Popen([sys.executable, "-m", "walkit", "sqlite", "replica", "bank", replica_file,
                                     "--metadata", url, "--node-id", "replica"], stderr=subprocess.PIPE, text=True)
         try:
-            leader = wait_for(lambda: next((b for b in banks if b.ask("state")["is_leader"]), None), 60, "no leader")
-            other = next(b for b in banks if b is not leader)
-            assert leader.ask(f"init {ACCOUNTS} {BALANCE}")["initialized"]
-            for bank in banks:
-                bank.ask("load 4")
-            wait_for(lambda: len(leader.acked()) >= 150, 120, "the transfers did not get going")
+            leader, other = open_bank(banks, 150)
             middle = leader.ask("dump")                                   # the state at a position, mid-run
             assert middle["record"] == 0                                  # one transaction per log entry
             wait_for(lambda: len(leader.acked()) >= 300, 120, "the transfers stalled")
@@ -152,12 +158,7 @@ def test_a_held_bookie_and_a_killed_leader_lose_no_committed_transfer(tmp_path):
         banks = [Bank(url, f"bank{i}", tmp_path) for i in range(2)]
         held = None
         try:
-            leader = wait_for(lambda: next((b for b in banks if b.ask("state")["is_leader"]), None), 60, "no leader")
-            other = next(b for b in banks if b is not leader)
-            assert leader.ask(f"init {ACCOUNTS} {BALANCE}")["initialized"]
-            for bank in banks:
-                bank.ask("load 4")
-            wait_for(lambda: len(leader.acked()) >= 100, 120, "the transfers did not get going")
+            leader, other = open_bank(banks, 100)
 
             with walkit.Client(cluster.metadata_url) as client:
                 ledger = client.ledger_metadata(client.log_metadata("replicated-bank").ledger_ids[-1])
