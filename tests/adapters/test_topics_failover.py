@@ -1,14 +1,18 @@
-"""Three `walkit topics serve` brokers on one cluster: a partition leader is SIGKILLed mid-stream.
+"""`walkit topics serve` brokers on one cluster: a partition leader is SIGKILLed mid-stream.
 
 An idempotent acks=all producer (confluent-kafka) writes keyed records while a group of three
 consumers reads them. Killing the broker that leads a partition moves its partitions (and any
 group coordination it held) to the other two: every acknowledged record is consumed, none is
 in the log twice, and the consumers go on after the rebalance. Brokers that join later take
 their share of the partitions while a producer writes, without losing or duplicating a record.
+And a partition's leader killed while a bookie of its log is held with SIGSTOP loses nothing.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import signal
 import threading
 import time
 
@@ -16,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import walkit
 from walkit.adapters.topics.catalog import group_bucket
 from walkit.adapters.topics.ownership import Slot, preferred
 from walkit.local import LocalCluster
@@ -32,10 +37,14 @@ OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
 
 
 @pytest.fixture
-def start_brokers(tmp_path):
-    """start_brokers starts broker processes on one LocalCluster (`start_brokers(n)`); all stop at the end."""
+def start_brokers(tmp_path, request):
+    """start_brokers starts broker processes on one LocalCluster (`start_brokers(n)`); all stop at the end.
+
+    The cluster has 3 bookies, or as many as the test's indirect parameter says; it is
+    `start_brokers.cluster`.
+    """
     started: list[TopicsProcess] = []
-    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
+    with LocalCluster(bookies=getattr(request, "param", 3), data_dir=str(tmp_path / "cluster")) as cluster:
         def start(count: int) -> list[TopicsProcess]:
             new = [TopicsProcess(tmp_path, metadata=cluster.metadata_url, args=("--rebalance-delay-ms", "500", "--snapshot-every", "25"))
                    for _ in range(count)]
@@ -45,6 +54,7 @@ def start_brokers(tmp_path):
             for broker in new:
                 broker.wait_ready()
             return new
+        start.cluster = cluster
         try:
             yield start
         finally:
@@ -247,3 +257,92 @@ def test_brokers_that_join_take_their_share_of_the_partitions_while_a_producer_w
             seen.append(message.value())
     reader.close()
     assert sorted(seen) == sorted(acked) and len(set(seen)) == len(seen)
+
+
+@pytest.mark.parametrize("start_brokers", [4], indirect=True)
+def test_a_held_bookie_and_a_killed_partition_leader_lose_no_acked_record(start_brokers):
+    """An idempotent acks=all producer streams to one partition of two brokers. A bookie of the
+    partition log's current ensemble is held with SIGSTOP (its acks stop until the leader's writer
+    replaces it), the partition's leader is SIGKILLed while it is held, and it stays held until
+    the surviving broker took records of its own. Every acknowledged record is in the log once."""
+    brokers = start_brokers(2)
+    cluster = start_brokers.cluster
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("held", num_partitions=1, replication_factor=1)])["held"].result(30)
+    wait_until(lambda: len(broker_ids(bootstrap)) == 2, 30, message="two brokers in Metadata")
+    # Wait for the handover to the preferred broker, so the only move during the stream is the kill's.
+    wait_until(lambda: leaders(bootstrap, "held")[0] == preferred(Slot("held", 0), sorted(broker_ids(bootstrap)), 1),
+               60, interval=0.2, message="the partition led by its preferred broker")
+
+    acked: list[bytes] = []
+    errors: list = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                             "linger.ms": 2, "message.timeout.ms": 120000})
+
+        def delivered(error, message):
+            if error is None:
+                acked.append(message.value())
+            else:
+                errors.append(error)
+        for i in itertools.count():
+            if stop.is_set():
+                break
+            producer.produce("held", value=b"held %d" % i, on_delivery=delivered)
+            producer.poll(0)
+            time.sleep(0.002)                   # a steady stream around the hold and the kill
+        assert producer.flush(150) == 0
+    streaming = threading.Thread(target=produce)
+    streaming.start()
+    held = None
+    try:
+        wait_until(lambda: len(acked) >= 300, 60, message="records acknowledged before the hold")
+        with walkit.Client(cluster.metadata_url) as client:
+            [log] = [name for name in client.list_logs() if name.startswith("replicated-kafka-held-0-")]
+            ledger = client.ledger_metadata(client.log_metadata(log).ledger_ids[-1])
+        held = cluster.pid(cluster.addresses.index(ledger.ensembles[max(ledger.ensembles)][0]))
+        os.kill(held, signal.SIGSTOP)
+        at_hold = len(acked)
+        # The first entry for the held bookie waits the add timeout; then the writer replaces it.
+        wait_until(lambda: len(acked) >= at_hold + 300, 90,
+                   message=lambda: f"{len(acked) - at_hold} records acknowledged since the hold")
+        ports = broker_ids(bootstrap)
+        victim_id = leaders(bootstrap, "held")[0]
+        victim = next(b for b in brokers if b.port == ports[victim_id])
+        survivor = next(b for b in brokers if b is not victim)
+        victim.kill()
+        at_kill = len(acked)
+        wait_until(lambda: leaders(survivor.bootstrap, "held")[0] not in (-1, victim_id), 60,
+                   message="the partition led by the surviving broker")
+        wait_until(lambda: len(acked) >= at_kill + 300, 90,
+                   message=lambda: f"{len(acked) - at_kill} records acknowledged since the kill")
+        os.kill(held, signal.SIGCONT)           # only now
+        held = None
+    finally:
+        stop.set()
+        if held is not None:
+            os.kill(held, signal.SIGCONT)
+        streaming.join(180)
+    assert not streaming.is_alive() and errors == []
+
+    reader = Consumer({"bootstrap.servers": survivor.bootstrap, "group.id": "held-audit",
+                       "enable.auto.commit": False, "auto.offset.reset": "error"})
+    low, high = watermarks(reader, TopicPartition("held", 0))
+    reader.assign([TopicPartition("held", 0, low)])
+    in_log: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while high > low and len(in_log) < high - low:
+        assert time.monotonic() < deadline, f"held-0 not read to {high} within 60 s"
+        message = reader.poll(1.0)
+        if message is None:
+            continue
+        error = message.error()
+        assert error is None or error.code() not in OUT_OF_RANGE, f"held-0: {error}"
+        if error is None:
+            in_log.append(message.value())
+    reader.close()
+    assert len(in_log) == len(set(in_log)), "a record is in the log twice"
+    assert set(acked) <= set(in_log), f"{len(set(acked) - set(in_log))} acknowledged records lost"
