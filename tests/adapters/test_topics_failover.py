@@ -96,6 +96,61 @@ def settled(bootstrap: str, topic: str, group: str) -> bool:
     return leaders(bootstrap, topic) == want and coordinator(bootstrap, group) == bucket
 
 
+def read_log(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    """read_log reads every record of `topic`'s partitions, from the low watermark to the high one.
+
+    An offset out of range fails the read (it is never skipped), as does any record of another
+    partition; a connection event is left to the client, which goes on by itself.
+    """
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-audit", "enable.auto.commit": False,
+                       "auto.offset.reset": "error"})
+    values: list[bytes] = []
+    try:
+        for partition in range(partitions):
+            low, high = watermarks(reader, TopicPartition(topic, partition))
+            reader.assign([TopicPartition(topic, partition, low)])
+            deadline = time.monotonic() + 60
+            while high > low:
+                assert time.monotonic() < deadline, f"{topic}-{partition} not read to {high} within 60 s"
+                message = reader.poll(1.0)
+                if message is None:
+                    continue
+                error = message.error()
+                assert error is None or error.code() not in OUT_OF_RANGE, f"{topic}-{partition}: {error}"
+                if error is not None:
+                    continue
+                assert message.partition() == partition
+                values.append(message.value())
+                if message.offset() >= high - 1:
+                    break
+    finally:
+        reader.close()
+    return values
+
+
+def stream(bootstrap: str, topic: str, acked: list[bytes], errors: list, *, records, keys: int = 0,
+           stop: threading.Event | None = None) -> None:
+    """stream produces b"<topic> <i>" for each i of `records`, 2 ms apart, through an idempotent
+    acks=all producer (keyed by i % `keys` if given), until `stop` is set; then it flushes.
+    Acknowledged values are appended to `acked`, delivery errors to `errors`."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 2, "message.timeout.ms": 120000})
+
+    def delivered(error, message):
+        if error is None:
+            acked.append(message.value())
+        else:
+            errors.append(error)
+    for i in records:
+        if stop is not None and stop.is_set():
+            break
+        key = b"key-%d" % (i % keys) if keys else None
+        producer.produce(topic, key=key, value=b"%s %d" % (topic.encode(), i), on_delivery=delivered)
+        producer.poll(0)
+        time.sleep(0.002)                       # a steady stream over several seconds, around the faults
+    assert producer.flush(150) == 0
+
+
 def watermarks(reader: Consumer, partition: TopicPartition, timeout: float = 60) -> tuple[int, int]:
     """watermarks is `reader.get_watermark_offsets`, asked again while leadership is moving.
 
@@ -130,19 +185,7 @@ def test_sigkill_of_a_partition_leader_loses_no_acked_record_and_duplicates_none
     errors: list = []
 
     def produce() -> None:
-        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 2, "message.timeout.ms": 120000})
-
-        def delivered(error, message):
-            if error is None:
-                acked.append(message.value())
-            else:
-                errors.append(error)
-        for i in range(RECORDS):
-            producer.produce("failover", key=b"key-%d" % (i % 97), value=b"record %d" % i, on_delivery=delivered)
-            producer.poll(0)
-            time.sleep(0.002)                   # a steady stream over several seconds, around the kill
-        producer.flush(150)
+        stream(bootstrap, "failover", acked, errors, records=range(RECORDS), keys=97)
 
     def consume(index: int) -> None:
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "failover-group",
@@ -195,27 +238,7 @@ def test_sigkill_of_a_partition_leader_loses_no_acked_record_and_duplicates_none
     # handovers (to each slot's preferred broker among them), so the audit reads settled leaders.
     wait_until(lambda: settled(survivors, "failover", "failover-group"), 90, interval=0.2,
                message="every partition and the group's bucket led by its preferred surviving broker")
-    reader = Consumer({"bootstrap.servers": survivors, "group.id": "audit", "enable.auto.commit": False,
-                       "auto.offset.reset": "error"})       # an offset out of range fails, not skips
-    in_log = []
-    for partition in range(PARTITIONS):
-        low, high = watermarks(reader, TopicPartition("failover", partition))
-        reader.assign([TopicPartition("failover", partition, low)])
-        deadline = time.monotonic() + 60
-        while high > low:
-            assert time.monotonic() < deadline, f"failover-{partition} not read to {high} within 60 s"
-            message = reader.poll(1.0)
-            if message is None:
-                continue
-            error = message.error()
-            assert error is None or error.code() not in OUT_OF_RANGE, f"failover-{partition}: {error}"
-            if error is not None:
-                continue                          # a connection event: the client goes on by itself
-            assert message.partition() == partition
-            in_log.append(message.value())
-            if message.offset() >= high - 1:
-                break
-    reader.close()
+    in_log = read_log(survivors, "failover", PARTITIONS)
     assert len(in_log) == len(set(in_log)) == RECORDS
 
 
@@ -280,21 +303,7 @@ def test_a_held_bookie_and_a_killed_partition_leader_lose_no_acked_record(start_
     stop = threading.Event()
 
     def produce() -> None:
-        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 2, "message.timeout.ms": 120000})
-
-        def delivered(error, message):
-            if error is None:
-                acked.append(message.value())
-            else:
-                errors.append(error)
-        for i in itertools.count():
-            if stop.is_set():
-                break
-            producer.produce("held", value=b"held %d" % i, on_delivery=delivered)
-            producer.poll(0)
-            time.sleep(0.002)                   # a steady stream around the hold and the kill
-        assert producer.flush(150) == 0
+        stream(bootstrap, "held", acked, errors, records=itertools.count(), stop=stop)
     streaming = threading.Thread(target=produce)
     streaming.start()
     held = None
@@ -328,21 +337,6 @@ def test_a_held_bookie_and_a_killed_partition_leader_lose_no_acked_record(start_
         streaming.join(180)
     assert not streaming.is_alive() and errors == []
 
-    reader = Consumer({"bootstrap.servers": survivor.bootstrap, "group.id": "held-audit",
-                       "enable.auto.commit": False, "auto.offset.reset": "error"})
-    low, high = watermarks(reader, TopicPartition("held", 0))
-    reader.assign([TopicPartition("held", 0, low)])
-    in_log: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while high > low and len(in_log) < high - low:
-        assert time.monotonic() < deadline, f"held-0 not read to {high} within 60 s"
-        message = reader.poll(1.0)
-        if message is None:
-            continue
-        error = message.error()
-        assert error is None or error.code() not in OUT_OF_RANGE, f"held-0: {error}"
-        if error is None:
-            in_log.append(message.value())
-    reader.close()
+    in_log = read_log(survivor.bootstrap, "held", 1)
     assert len(in_log) == len(set(in_log)), "a record is in the log twice"
     assert set(acked) <= set(in_log), f"{len(set(acked) - set(in_log))} acknowledged records lost"
