@@ -37,8 +37,9 @@ class KVProcess:
     """KVProcess is one `walkit kv serve` process; `start()` can be called again after a kill."""
 
     def __init__(self, workdir, *, port: int | None = None, data_dir=None, metadata: str | None = None,
-                 args: tuple[str, ...] = ()) -> None:
+                 args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.workdir = str(workdir)
+        self.env = env                          # added to this process's environment
         self.port = port or free_port()
         self.data_dir = str(data_dir) if data_dir else None
         self.metadata = metadata
@@ -56,7 +57,8 @@ class KVProcess:
         command += ["--metadata", self.metadata] if self.metadata else ["--data-dir", self.data_dir]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, cwd=self.workdir)
+                                            stdin=subprocess.DEVNULL, cwd=self.workdir,
+                                            env={**os.environ, **self.env} if self.env else None)
         return self
 
     def log_tail(self, lines: int = 30) -> str:
