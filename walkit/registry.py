@@ -94,7 +94,8 @@ class BookieRegistry:
     def placed(self, kind: str = "", *args) -> list[str]:
         """placed lists writable bookies for the dispatcher's `live_bookies` call, placement first.
 
-        ("create", E, Qw): a rack-aware ensemble of E first (then the others); ("replace",
+        ("create", E, Qw): a rack-aware ensemble of E first (then the others), or NotEnoughBookies
+        naming every registered bookie when fewer than E are writable; ("replace",
         ensemble, replaced, Qw): the rack-aware replacement of each replaced bookie, in order,
         then the others. Anything else, or placement that cannot be met: `writable()`.
         """
@@ -106,9 +107,8 @@ class BookieRegistry:
         try:
             if kind == "create":
                 count, write_quorum = args
-                if len(writable) >= count:
-                    chosen = choose_ensemble({a: racks[a] for a in writable}, count, write_quorum)
-                    return chosen + [b for b in writable if b not in chosen]
+                chosen = choose_ensemble({a: racks[a] for a in writable}, count, write_quorum)
+                return chosen + [b for b in writable if b not in chosen]
             elif kind == "replace":
                 ensemble, replaced, write_quorum = args
                 slots, candidates, chosen = list(ensemble), {a: racks[a] for a in writable if a not in ensemble}, []
