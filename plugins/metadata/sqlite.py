@@ -6,9 +6,12 @@ at a time, across processes) in WAL mode with ``synchronous=FULL``.
 
 Ephemeral registrations are rows with an expiry time that a heartbeat thread pushes forward
 every `ttl / 3`; a row past its expiry is treated as absent everywhere, so a killed process's
-registrations vanish after `ttl` seconds, and a closed session deletes its rows at once. Watches
-poll ``PRAGMA data_version`` (which changes when another connection commits) and compare the
-versions of the watched keys.
+registrations vanish after `ttl` seconds, and a closed session deletes its rows at once. A
+heartbeat reads the clock once it holds the write lock, so waiting for another process's commit
+does not shorten the ttl it grants; a session whose rows lapsed anyway (the process was paused,
+or the lock was held past the ttl) is lost, with a warning saying how late the refresh came, and
+its keys are registered again in a new session. Watches poll ``PRAGMA data_version`` (which
+changes when another connection commits) and compare the versions of the watched keys.
 
 A new metadata file is created with mode 0600 (owner only), and SQLite gives its ``-wal`` and
 ``-shm`` files the database file's mode; an existing file keeps its mode. The file has no
@@ -130,6 +133,7 @@ class SqliteMetadataStore:
         self._listeners: list[Callable[[SessionState], None]] = []
         self._closed = threading.Event()
         self._session = uuid.uuid4().hex      # owner of this store's ephemeral rows; renewed when lost
+        self._refreshed = time.monotonic()    # when this session's rows last got a new expiry
         self._thread = threading.Thread(target=self._background, name="walkit-sqlite-meta", daemon=True)
         self._thread.start()
 
@@ -280,6 +284,7 @@ class SqliteMetadataStore:
             c.execute("INSERT OR REPLACE INTO nodes (key, value, version, expires_ms, owner) VALUES (?, ?, 0, ?, ?)",
                       (key, bytes(value), _now_ms() + int(self.ttl * 1000), session))
         self._run(work)
+        self._refreshed = time.monotonic()
 
     def _update_ephemeral(self, key: str, value: bytes) -> None:
         session = self._session
@@ -387,14 +392,20 @@ class SqliteMetadataStore:
         keys = list(self._registrations)
         if not keys:
             return
-        now, session = _now_ms(), self._session
-        expires = now + int(self.ttl * 1000)
+        session, ttl_ms = self._session, int(self.ttl * 1000)
 
         def work(c: sqlite3.Cursor) -> int:
+            # The clock is read holding the write lock: a wait for it (another process's commit
+            # and fsync) neither shortens the ttl granted nor hides that a row already lapsed.
+            now = _now_ms()
             return sum(c.execute("UPDATE nodes SET expires_ms = ? WHERE key = ? AND owner = ? AND expires_ms >= ?",
-                                 (expires, k, session, now)).rowcount for k in keys)
+                                 (now + ttl_ms, k, session, now)).rowcount for k in keys)
         if self._run(work, durable=False) == len(keys):
+            self._refreshed = time.monotonic()
             return
+        log.warning("sqlite metadata at %s: registrations of this process lapsed (last refreshed %.1f s ago, "
+                    "ttl %g s): the session is lost, and the keys are registered again in a new one",
+                    self.path, time.monotonic() - self._refreshed, self.ttl)
         # Like ZooKeeper expiring a session: every ephemeral row of the old session goes.
         self._run(lambda c: c.execute("DELETE FROM nodes WHERE owner = ?", (session,)))
         self._session = uuid.uuid4().hex

@@ -293,3 +293,19 @@ def test_a_bookie_that_served_while_another_failed_to_start_keeps_its_port(tmp_p
         assert cluster.addresses[0] == address
     finally:
         cluster.close()
+
+
+def test_an_error_in_the_cluster_block_shows_the_end_of_every_bookie_log(tmp_path, capsys):
+    """An exception inside `with LocalCluster(...)` writes each bookie's last log lines to stderr.
+
+    A failed test's temporary directory (and a CI machine) may not be kept: what the bookies
+    logged has to go out with the error.
+    """
+    with pytest.raises(RuntimeError, match="inside the block"):
+        with LocalCluster(bookies=2, data_dir=str(tmp_path / "cluster")) as cluster:
+            addresses = list(cluster.addresses)
+            raise RuntimeError("inside the block")
+    err = capsys.readouterr().err
+    for i, address in enumerate(addresses):
+        assert f"the end of bookie {i}'s log" in err
+        assert f"bookie {address} serving" in err

@@ -107,6 +107,72 @@ def test_heartbeats_commit_without_fsync_and_other_writes_with_it(tmp_path):
         store.close()
 
 
+def test_a_heartbeat_that_waited_for_the_write_lock_grants_a_whole_ttl(tmp_path):
+    """A heartbeat kept waiting by another process's commit counts the new expiry from its own commit.
+
+    Another connection holds the write lock for 2 s (a commit and its fsync on a busy disk), so
+    the heartbeats due meanwhile wait. The clock is read holding the lock: the expiry written is
+    at least ttl after the lock came free, not ttl after the heartbeat started waiting.
+    """
+    import time
+
+    from walkit.plugins.metadata.sqlite import SqliteMetadataStore, _now_ms
+
+    path = str(tmp_path / "meta.db")
+    store = SqliteMetadataStore(path, ttl=3)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        store.register("walkit/test/eph", b"v")
+
+        def expiry() -> int:
+            return other.execute("SELECT expires_ms FROM nodes WHERE key = 'walkit/test/eph'").fetchone()[0]
+        other.execute("BEGIN IMMEDIATE")
+        before = expiry()
+        time.sleep(2.0)                  # the stall itself: a heartbeat (every 1 s) is due and waits
+        released = _now_ms()
+        other.execute("COMMIT")
+        deadline = time.monotonic() + 10
+        while expiry() == before:
+            assert time.monotonic() < deadline, "no heartbeat after the lock came free"
+            time.sleep(0.01)
+        assert expiry() >= released + 3000
+    finally:
+        other.close()
+        store.close()
+
+
+def test_a_lapsed_session_says_in_the_log_how_late_its_refresh_came(tmp_path, caplog):
+    """A session whose registrations lapsed logs a warning naming how long ago they were refreshed.
+
+    The store's lock is held past the ttl, as a paused process would: the heartbeat that runs
+    afterwards finds the row lapsed, warns, and the session is lost and renewed.
+    """
+    import re
+    import threading
+    import time
+
+    from walkit.plugins.metadata.sqlite import SqliteMetadataStore, _now_ms
+    from walkit.spi import SessionState
+
+    store = SqliteMetadataStore(str(tmp_path / "meta.db"), ttl=0.5)
+    try:
+        store.register("walkit/test/eph", b"v")
+        lost = threading.Event()
+        store.add_state_listener(lambda state: state == SessionState.LOST and lost.set())
+        with store._lock:               # the heartbeat thread cannot refresh meanwhile
+            expires = store._db.execute("SELECT expires_ms FROM nodes").fetchone()[0]
+            while _now_ms() <= expires:
+                time.sleep(0.05)
+        assert lost.wait(10), "the lapse was not noticed"
+        warnings = [r.getMessage() for r in caplog.records if "lapsed" in r.getMessage()]
+        assert warnings, "no warning about the lapse"
+        late = float(re.search(r"last refreshed ([0-9.]+) s ago, ttl 0.5 s", warnings[0]).group(1))
+        assert late >= 0.5
+        assert store.children("walkit/test") == ["eph"]          # registered again, in a new session
+    finally:
+        store.close()
+
+
 class _FailingCursor:
     """A cursor that raises sqlite3.OperationalError on the statements named in `fail`."""
 
