@@ -1,0 +1,83 @@
+"""A process paused inside a write to the sqlite metadata file: the cluster stalls, then heals.
+
+The sqlite store's writers take turns on the file's write lock. A process stopped (SIGSTOP, a
+debugger) inside its transaction keeps that lock, so nobody else can write metadata or refresh
+a registration until it resumes. These tests pin down what users then see: clear errors and
+working reads while it lasts, and a cluster that serves again, with nothing lost, once it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import walkit
+from walkit.errors import MetadataError
+from walkit.local import LocalCluster
+from walkit.plugins import open_metadata
+from walkit.registry import BookieRegistry
+
+from .helpers import wait_until
+
+pytestmark = pytest.mark.slow
+
+#: Takes the write lock of the file in argv[1] and stops itself inside the transaction.
+HOLDER = """
+import os, signal, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+db.execute("UPDATE counters SET value = value WHERE name = 'none'")
+os.kill(os.getpid(), signal.SIGSTOP)
+db.execute("COMMIT")
+"""
+
+
+def stopped(pid: int) -> bool:
+    """stopped tells whether process `pid` is stopped by a signal (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_process_paused_inside_a_metadata_write_stalls_the_cluster_only_until_it_resumes(tmp_path):
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
+        path = cluster.metadata_url[len("sqlite://"):]
+        with walkit.Client(cluster.metadata_url + "?timeout=1") as client:
+            writer = client.create_ledger(3, 3, 2, password=b"pw")
+            payloads = [f"before-{i}".encode() for i in range(50)]
+            for payload in payloads:
+                writer.append(payload)
+            writer.close()
+
+            holder = subprocess.Popen([sys.executable, "-c", HOLDER, path])
+            try:
+                wait_until(lambda: stopped(holder.pid), message="the holder never stopped in its transaction")
+                # Writes fail after the store's timeout with an error that says why.
+                with pytest.raises(MetadataError, match="locked"):
+                    client.create_ledger(3, 3, 2, password=b"pw")
+                # Reads go on: the ledger's metadata and its entries on the bookies.
+                reader = client.open_ledger(writer.ledger_id, password=b"pw")
+                assert [e.payload for e in reader.read(0, 49)] == payloads
+                # No registration can be refreshed, so every bookie's lapses (ttl 3 s).
+                with open_metadata(cluster.metadata_url) as store:
+                    wait_until(lambda: not BookieRegistry(store).live(), timeout=15,
+                               message="registrations did not lapse while the lock was held")
+            finally:
+                os.kill(holder.pid, signal.SIGCONT)
+                assert holder.wait(10) == 0
+
+            # Once it resumes: every bookie registers again, and the cluster takes writes.
+            with open_metadata(cluster.metadata_url) as store:
+                wait_until(lambda: set(BookieRegistry(store).live()) == set(cluster.addresses), timeout=30,
+                           message="the bookies did not register again")
+            second = client.create_ledger(3, 3, 2, password=b"pw")
+            for i in range(20):
+                second.append(f"after-{i}".encode())
+            second.close()
+            reader = client.open_ledger(writer.ledger_id, password=b"pw")
+            assert [e.payload for e in reader.read(0, 49)] == payloads
+            for i in range(3):
+                assert "registrations of this process lapsed" in cluster.log_tail(i, lines=200)
