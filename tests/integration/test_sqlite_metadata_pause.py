@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import walkit
-from walkit.errors import MetadataError
+from walkit.errors import MetadataError, NoSuchKey
 from walkit.local import LocalCluster
 from walkit.plugins import open_metadata
 from walkit.registry import BookieRegistry
@@ -30,7 +30,7 @@ HOLDER = """
 import os, signal, sqlite3, sys
 db = sqlite3.connect(sys.argv[1], isolation_level=None)
 db.execute("BEGIN IMMEDIATE")
-db.execute("UPDATE counters SET value = value WHERE name = 'none'")
+db.execute("INSERT INTO nodes (key, value, version) VALUES ('held/by-the-holder', x'00', 0)")
 os.kill(os.getpid(), signal.SIGSTOP)
 db.execute("COMMIT")
 """
@@ -81,3 +81,23 @@ def test_a_process_paused_inside_a_metadata_write_stalls_the_cluster_only_until_
             assert [e.payload for e in reader.read(0, 49)] == payloads
             for i in range(3):
                 assert "registrations of this process lapsed" in cluster.log_tail(i, lines=200)
+
+
+def test_a_process_killed_inside_a_metadata_write_leaves_nothing_half_done_and_holds_nothing(tmp_path):
+    """SIGKILL inside the transaction: its write is rolled back, and the others write at once."""
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
+        path = cluster.metadata_url[len("sqlite://"):]
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, path])
+        try:
+            wait_until(lambda: stopped(holder.pid), message="the holder never stopped in its transaction")
+        finally:
+            holder.kill()
+            holder.wait()
+        with walkit.Client(cluster.metadata_url + "?timeout=1") as client:
+            writer = client.create_ledger(3, 3, 2, password=b"pw")      # within the 1 s timeout
+            writer.append(b"after the kill")
+            writer.close()
+        with open_metadata(cluster.metadata_url) as store:
+            with pytest.raises(NoSuchKey):
+                store.get("held/by-the-holder")
+            assert set(BookieRegistry(store).live()) == set(cluster.addresses)
