@@ -152,6 +152,7 @@ def test_bookie_reads_a_toml_config_and_flags_override_it(tmp_path, metadata_url
     ('metadata = "sqlite:///x.db"\nport = 70000\n', "port must be a TCP port"),
     ('metadata = "sqlite:///x.db"\ngroup_wait_ms = "soon"\n', "group_wait_ms must be"),
     ('metadata = "sqlite:///x.db"\ndisk_usage_threshold = 0.5\ndisk_usage_lwm = 0.8\n', "disk_usage_lwm"),
+    ('metadata = "sqlite:///x.db"\ndisk_min_free_mb = -1\n', "disk_min_free_mb must be zero or more megabytes"),
     ('metadata = "sqlite:///x.db"\nportt = 3181\n', "unknown key(s) portt"),
     ('metadata = [broken\n', "not valid TOML"),
 ])
@@ -169,6 +170,56 @@ def test_bad_bookie_flag_is_a_clear_error(tmp_path, metadata_url):
     assert result.returncode != 0 and "storage" in result.stderr and "Traceback" not in result.stderr
     result = run_bookie_cli("--metadata", metadata_url, "--group-wait-ms", "-1")
     assert result.returncode != 0 and "group_wait_ms must be" in result.stderr
+
+
+def test_a_disk_that_fills_between_checks_stops_the_bookie_and_it_restarts_read_only(tmp_path):
+    """A real file system runs out of space (ENOSPC) under a bookie faster than its disk checks.
+
+    Bookie 0's data is on a 24 MB tmpfs and the disk is checked once a minute, so 64 MB of
+    entries fill it between two checks: the journal's write fails, the bookie stops (a storage
+    failure), the writer replaces it and no acknowledged entry is lost. Restarted on the full
+    disk, the bookie registers read-only before anyone can pick it, and serves what it stored.
+    """
+    mount = tmp_path / "cluster" / "bookie-0"
+    mount.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], check=True)
+    try:
+        with LocalCluster(bookies=4, data_dir=str(tmp_path / "cluster"), storage="files",
+                          bookie_args=("--disk-min-free-mb", "4", "--disk-check-interval", "60")) as cluster, \
+                walkit.Client(cluster.metadata_url, add_timeout=2.0) as client:
+            address = cluster.addresses[0]
+            writer = None
+            while writer is None:                          # a ledger whose ensemble includes bookie 0
+                candidate = client.create_ledger(3, 3, 2, password=b"pw")
+                if address in candidate.metadata.current_ensemble:
+                    writer = candidate
+                else:
+                    candidate.close()
+            payloads = [os.urandom(16 * 1024) for _ in range(4000)]
+            for start in range(0, len(payloads), 200):
+                futures = [writer.append_async(p) for p in payloads[start:start + 200]]
+                assert [f.result(60) for f in futures] == list(range(start, start + len(futures)))
+            writer.close()
+            assert cluster._bookies[0].process.wait(30) != 0
+            assert "No space left on device" in cluster.log_tail(0, lines=50)
+            assert address not in client.ledger_metadata(writer.ledger_id).current_ensemble
+            reader = client.open_ledger(writer.ledger_id, password=b"pw")
+            assert [e.payload for e in reader.read(0, len(payloads) - 1)] == payloads
+
+            cluster.start_bookie(0)
+            assert client.bookies()[address].read_only           # registered read-only, not turned later
+            assert "read-only from the start" in cluster.log_tail(0, lines=50)
+            with RawBookie(address) as raw:
+                assert raw.add(999_999, 0, master_key=MASTER_KEY).status == Status.READ_ONLY
+                reads = raw.read(writer.ledger_id, list(range(10)))      # synced long before the disk filled
+                assert reads.status == Status.OK
+                assert [e.payload for e in reads.entries] == payloads[:10]
+            for _ in range(10):                                       # never chosen for new ledgers
+                ledger = client.create_ledger(3, 3, 2)
+                assert address not in ledger.metadata.current_ensemble
+                ledger.close()
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
 
 
 def test_full_disk_turns_a_bookie_read_only_and_back(tmp_path):

@@ -47,6 +47,7 @@ _RULES = {
     "disk_usage_threshold": (float, _fraction, "a fraction in (0, 1]"),
     "disk_usage_lwm": (float, _fraction, "a fraction in (0, 1]"),
     "disk_check_interval_s": (float, _positive, "a positive number of seconds"),
+    "disk_min_free_mb": (float, lambda v: v >= 0, "zero or more megabytes"),
     "register_timeout_s": (float, lambda v: v >= 0, "zero or more seconds"),
     "tick_ms": (int, _positive, "a positive number of milliseconds"),
     "curve_key": (str, lambda v: True, "the path of the bookie's NAME.key_secret file (`walkit keys new`)"),
@@ -81,9 +82,10 @@ class BookieConfig:
       rest waits in the socket (at most 1000 messages per client, then TCP pushes back), so
       what a bookie holds at once is bounded however many clients write to it;
     - `gc_interval_s`: how often data of deleted ledgers is dropped and storage compacted;
-    - read-only mode: past `disk_usage_threshold` of its disk in use the bookie refuses adds
-      (READ_ONLY) and registers as read-only; below `disk_usage_lwm` it is writable again;
-      checked every `disk_check_interval_s`;
+    - read-only mode: past `disk_usage_threshold` of its disk in use, or with less than
+      `disk_min_free_mb` free, the bookie refuses adds (READ_ONLY) and registers as read-only;
+      below `disk_usage_lwm` with twice `disk_min_free_mb` free it is writable again; checked
+      at start (before it registers) and every `disk_check_interval_s`;
     - `register_timeout_s`: how long start-up waits for a dead predecessor's registration;
     - `curve_key`: this bookie's CurveZMQ key pair (a NAME.key_secret file): the bookie then
       accepts only clients on the allow-list, authenticated, and checks their rights per ledger
@@ -118,6 +120,7 @@ class BookieConfig:
     disk_usage_threshold: float = 0.95
     disk_usage_lwm: float = 0.90
     disk_check_interval_s: float = 5.0
+    disk_min_free_mb: float = 64.0
     register_timeout_s: float = 30.0
     tick_ms: int = 10
     curve_key: str = ""

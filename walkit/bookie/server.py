@@ -9,9 +9,12 @@ add that arrived while the previous sync ran), then sends the replies. Around th
   ledgers whose metadata is gone are deleted and storage is compacted; a ledger whose metadata
   cannot be read is kept; a closed ledger whose fragments no longer name this bookie
   (re-replicated elsewhere) is deleted under its replication lock (over-replicated ledgers);
-- read-only mode: past `disk_usage_threshold` of the storage's disk in use, adds get READ_ONLY
-  and the registration says read-only (new ledgers avoid the bookie, writers replace it);
-  below `disk_usage_lwm` the bookie is writable again; reads are served throughout;
+- read-only mode: past `disk_usage_threshold` of the storage's disk in use, or with less than
+  `disk_min_free_mb` free, adds get READ_ONLY and the registration says read-only (new ledgers
+  avoid the bookie, writers replace it); below `disk_usage_lwm` with twice that free the bookie
+  is writable again; reads are served throughout. A bookie starting on a full disk registers
+  read-only. A disk that fills between two checks fails the journal's write (ENOSPC): that is
+  a storage failure, as below;
 - a storage that fails to sync (StorageError) stops the bookie: its data is intact up to the
   last sync and a restart replays its journal; a storage failure that concerns some ledgers
   only (LedgerStorageError) fails their requests and the bookie serves on;
@@ -60,6 +63,7 @@ log = logging.getLogger("walkit.bookie")
 
 #: How often the ledger count (a metric) is refreshed, and the decommission key read.
 COUNT_INTERVAL_S = 2.0
+_MB = 1024 * 1024
 DECOMMISSION_CHECK_S = 1.0
 #: /health fails once the serving loop has not turned for this long.
 HEALTH_STALL_S = 10.0
@@ -123,6 +127,12 @@ class BookieServer:
             except zmq.ZMQError as exc:
                 raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from None
             self.address = f"{config.host}:{port}"
+            disk = self._disk_usage()
+            if disk is not None and self._disk_full(*disk):
+                # A bookie restarted on a full disk must not register writable: its first adds
+                # would fail to reach the journal and stop it again.
+                self._warn_disk(disk, "read-only from the start")
+                self.service.read_only = True
             self._registration = self._register(self._info(self.service.read_only))
         except BaseException:
             for action in (self.socket.close, self.metadata.close, self.storage.close,
@@ -315,25 +325,40 @@ class BookieServer:
                 return False
         return True
 
-    def _check_disk(self) -> None:
-        """_check_disk switches read-only mode on and off with the disk usage of the storage."""
+    def _disk_usage(self) -> tuple[float, int] | None:
+        """_disk_usage is the used fraction and free bytes of the storage's disk (None: no path, or unreadable)."""
         path = getattr(self.storage, "path", None)
         if path is None:
-            return
+            return None
         try:
             usage = shutil.disk_usage(path if os.path.isdir(path) else os.path.dirname(path))
         except OSError as exc:
             log.warning("cannot read disk usage of %s: %s", path, exc)
+            return None
+        return (usage.total - usage.free) / usage.total, usage.free
+
+    def _disk_full(self, used: float, free: int) -> bool:
+        return used >= self.config.disk_usage_threshold or free < self.config.disk_min_free_mb * _MB
+
+    def _warn_disk(self, disk: tuple[float, int], what: str) -> None:
+        used, free = disk
+        log.warning("disk %.1f%% full, %.0f MB free (read-only at %.1f%% or under %g MB free): bookie %s is %s",
+                    used * 100, free / _MB, self.config.disk_usage_threshold * 100, self.config.disk_min_free_mb,
+                    self.address, what)
+
+    def _check_disk(self) -> None:
+        """_check_disk switches read-only mode on and off with the disk usage of the storage."""
+        disk = self._disk_usage()
+        if disk is None:
             return
-        used = (usage.total - usage.free) / usage.total
+        used, free = disk
         service = self.service
-        if not service.read_only and used >= self.config.disk_usage_threshold:
-            log.warning("disk %.1f%% full (threshold %.1f%%): bookie %s is read-only", used * 100,
-                        self.config.disk_usage_threshold * 100, self.address)
+        if not service.read_only and self._disk_full(used, free):
+            self._warn_disk(disk, "read-only")
             self._set_read_only(True)
-        elif service.read_only and used < self.config.disk_usage_lwm and not self._draining:
-            log.warning("disk %.1f%% full (below %.1f%%): bookie %s is writable again", used * 100,
-                        self.config.disk_usage_lwm * 100, self.address)
+        elif (service.read_only and used < self.config.disk_usage_lwm
+              and free >= 2 * self.config.disk_min_free_mb * _MB and not self._draining):
+            self._warn_disk(disk, "writable again")
             self._set_read_only(False)
 
     def _drain(self, draining: bool) -> None:

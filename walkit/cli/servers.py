@@ -46,6 +46,9 @@ from walkit.cli.common import DEFAULT_DATA_DIR, client_for, default_metadata, fr
               help="Fraction of the disk in use below which it is writable again [default: 0.90].")
 @click.option("--disk-check-interval", "disk_check_interval_s", type=float, default=None,
               help="Seconds between disk usage checks [default: 5].")
+@click.option("--disk-min-free-mb", type=float, default=None,
+              help="Megabytes that must stay free: with less the bookie turns read-only, and it is "
+                   "writable again with twice as much (and below --disk-usage-lwm) [default: 64].")
 @click.option("--curve-key", default=None, metavar="FILE",
               help="Secure the bookie with this CurveZMQ key pair (a NAME.key_secret file from `walkit keys new`): "
                    "only clients on the allow-list connect, and each may use only the ledgers it is granted "
