@@ -403,10 +403,12 @@ class LocalCluster:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
-            # What the bookies saw goes with the error: their logs are under data_dir, which a
-            # test's temporary directory (or a CI machine) may not keep.
-            for i in range(self._count):
-                sys.stderr.write(f"--- the end of bookie {i}'s log ({self._bookies[i].log_path}):\n"
-                                 f"{self.log_tail(i)}\n")
-        self.close()
+        try:
+            if exc_type is not None and issubclass(exc_type, Exception):
+                # What the bookies saw goes with the error: their logs are under data_dir, which
+                # a test's temporary directory (or a CI machine) may not keep.
+                for i in range(self._count):
+                    sys.stderr.write(f"--- the end of bookie {i}'s log ({self._bookies[i].log_path}):\n"
+                                     f"{self.log_tail(i)}\n")
+        finally:
+            self.close()

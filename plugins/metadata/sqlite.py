@@ -283,8 +283,10 @@ class SqliteMetadataStore:
                 raise NodeExists(f"metadata key {key!r} is registered by a live session")
             c.execute("INSERT OR REPLACE INTO nodes (key, value, version, expires_ms, owner) VALUES (?, ?, 0, ?, ?)",
                       (key, bytes(value), _now_ms() + int(self.ttl * 1000), session))
+        first = not self._registrations
         self._run(work)
-        self._refreshed = time.monotonic()
+        if first:                              # the session's only row: its refresh time is now
+            self._refreshed = time.monotonic()
 
     def _update_ephemeral(self, key: str, value: bytes) -> None:
         session = self._session
@@ -313,11 +315,12 @@ class SqliteMetadataStore:
 
     @property
     def state(self) -> SessionState:
-        """state is CONNECTED while open (a file has no sessions to lose), LOST once closed."""
+        """state is CONNECTED while open, LOST once closed (a lapsed session is renewed at once: see `_heartbeat`)."""
         return SessionState.LOST if self._closed.is_set() else SessionState.CONNECTED
 
     def add_state_listener(self, listener: Callable[[SessionState], None]) -> None:
-        """add_state_listener registers `listener`; it is called with LOST when the store closes."""
+        """add_state_listener registers `listener`, called with LOST when the store closes or its
+        registrations lapsed, then with CONNECTED once a new session registered them again."""
         self._listeners.append(listener)
 
     def close(self) -> None:
@@ -389,19 +392,21 @@ class SqliteMetadataStore:
         lapsed registration ends the session: listeners hear LOST, a new session re-registers
         the keys still registered (those free to take) and listeners hear CONNECTED.
         """
-        keys = list(self._registrations)
-        if not keys:
+        if not self._registrations:
             return
         session, ttl_ms = self._session, int(self.ttl * 1000)
 
-        def work(c: sqlite3.Cursor) -> int:
+        def work(c: sqlite3.Cursor) -> tuple[int, int, float]:
             # The clock is read holding the write lock: a wait for it (another process's commit
             # and fsync) neither shortens the ttl granted nor hides that a row already lapsed.
-            now = _now_ms()
+            # The keys too: a registration ended meanwhile has its row deleted under the lock.
+            keys = list(self._registrations)
+            now, refreshed = _now_ms(), time.monotonic()
             return sum(c.execute("UPDATE nodes SET expires_ms = ? WHERE key = ? AND owner = ? AND expires_ms >= ?",
-                                 (now + ttl_ms, k, session, now)).rowcount for k in keys)
-        if self._run(work, durable=False) == len(keys):
-            self._refreshed = time.monotonic()
+                                 (now + ttl_ms, k, session, now)).rowcount for k in keys), len(keys), refreshed
+        updated, expected, refreshed = self._run(work, durable=False)
+        if updated == expected:
+            self._refreshed = refreshed
             return
         log.warning("sqlite metadata at %s: registrations of this process lapsed (last refreshed %.1f s ago, "
                     "ttl %g s): the session is lost, and the keys are registered again in a new one",
@@ -417,6 +422,7 @@ class SqliteMetadataStore:
             except NodeExists:
                 self._registrations.pop(key, None)
                 self._values.pop(key, None)
+        self._refreshed = time.monotonic()
         for listener in list(self._listeners):
             listener(SessionState.CONNECTED)
 

@@ -148,3 +148,48 @@ def test_a_round_stops_taking_frames_at_max_batch_bytes_and_every_append_still_c
         assert [e.payload for e in client.open_ledger(writer.ledger_id).read()] == data
     assert rounds and all(sum(sizes[:-1]) < 16 * 1024 for sizes in rounds)
     assert max(len(sizes) for sizes in rounds) < 1024            # the frame cap was not what stopped them
+
+
+def test_disk_rules_twice_the_free_minimum_to_write_again_and_a_decommission_ended_on_a_full_disk(
+        metadata_url, tmp_path, monkeypatch):
+    """The disk rules, with the disk's numbers set by the test instead of filling a disk.
+
+    Read-only with less than `disk_min_free_mb` free; writable again only with twice that free
+    (and below the lwm); a decommission that ends while the disk is full leaves the bookie
+    read-only; a bookie that starts on a full disk registers read-only.
+    """
+    from types import SimpleNamespace
+
+    mb = 1024 * 1024
+    disk = {"free": 500 * mb}
+    monkeypatch.setattr("walkit.bookie.server.shutil.disk_usage",
+                        lambda path: SimpleNamespace(total=1000 * mb, free=disk["free"]))
+
+    def registered_read_only(server: BookieServer) -> bool:
+        with open_metadata(metadata_url) as store:
+            return BookieRegistry(store).info(server.address).read_only
+
+    server = BookieServer(BookieConfig(metadata=metadata_url, port=0, storage=f"files://{tmp_path}/a",
+                                       disk_min_free_mb=64))
+    try:
+        assert not server.service.read_only and not registered_read_only(server)
+        for free, read_only in ((60, True), (100, True), (130, False), (60, True)):
+            disk["free"] = free * mb
+            server._check_disk()
+            assert server.service.read_only == read_only == registered_read_only(server), free
+        server._drain(True)
+        server._drain(False)                             # decommission over, the disk still full
+        assert server.service.read_only and registered_read_only(server)
+        disk["free"] = 130 * mb
+        server._check_disk()
+        assert not server.service.read_only and not registered_read_only(server)
+
+        disk["free"] = 10 * mb
+        full = BookieServer(BookieConfig(metadata=metadata_url, port=0, storage=f"files://{tmp_path}/b",
+                                         disk_min_free_mb=64))
+        try:
+            assert full.service.read_only and registered_read_only(full)
+        finally:
+            full._shutdown()
+    finally:
+        server._shutdown()

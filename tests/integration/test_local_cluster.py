@@ -304,6 +304,8 @@ def test_an_error_in_the_cluster_block_shows_the_end_of_every_bookie_log(tmp_pat
     with pytest.raises(RuntimeError, match="inside the block"):
         with LocalCluster(bookies=2, data_dir=str(tmp_path / "cluster")) as cluster:
             addresses = list(cluster.addresses)
+            for i, address in enumerate(addresses):      # logged once serving, just after registering
+                wait_until(lambda: f"bookie {address} serving" in cluster.log_tail(i))
             raise RuntimeError("inside the block")
     err = capsys.readouterr().err
     for i, address in enumerate(addresses):

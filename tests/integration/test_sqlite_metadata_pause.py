@@ -67,7 +67,13 @@ def test_a_process_paused_inside_a_metadata_write_stalls_the_cluster_only_until_
                                message="registrations did not lapse while the lock was held")
             finally:
                 os.kill(holder.pid, signal.SIGCONT)
-                assert holder.wait(10) == 0
+                try:
+                    code = holder.wait(10)
+                except subprocess.TimeoutExpired:      # it stopped itself after the SIGCONT
+                    holder.kill()
+                    holder.wait()
+                    raise
+            assert code == 0
 
             # Once it resumes: every bookie registers again, and the cluster takes writes.
             with open_metadata(cluster.metadata_url) as store:

@@ -157,8 +157,8 @@ def test_a_lapsed_session_says_in_the_log_how_late_its_refresh_came(tmp_path, ca
     store = SqliteMetadataStore(str(tmp_path / "meta.db"), ttl=0.5)
     try:
         store.register("walkit/test/eph", b"v")
-        lost = threading.Event()
-        store.add_state_listener(lambda state: state == SessionState.LOST and lost.set())
+        lost, connected = threading.Event(), threading.Event()
+        store.add_state_listener(lambda state: (lost if state == SessionState.LOST else connected).set())
         with store._lock:               # the heartbeat thread cannot refresh meanwhile
             expires = store._db.execute("SELECT expires_ms FROM nodes").fetchone()[0]
             while _now_ms() <= expires:
@@ -168,6 +168,7 @@ def test_a_lapsed_session_says_in_the_log_how_late_its_refresh_came(tmp_path, ca
         assert warnings, "no warning about the lapse"
         late = float(re.search(r"last refreshed ([0-9.]+) s ago, ttl 0.5 s", warnings[0]).group(1))
         assert late >= 0.5
+        assert connected.wait(10), "the keys were not registered again"
         assert store.children("walkit/test") == ["eph"]          # registered again, in a new session
     finally:
         store.close()

@@ -331,7 +331,7 @@ class BookieServer:
         if path is None:
             return None
         try:
-            usage = shutil.disk_usage(path if os.path.isdir(path) else os.path.dirname(path))
+            usage = shutil.disk_usage(path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path)))
         except OSError as exc:
             log.warning("cannot read disk usage of %s: %s", path, exc)
             return None
@@ -339,6 +339,9 @@ class BookieServer:
 
     def _disk_full(self, used: float, free: int) -> bool:
         return used >= self.config.disk_usage_threshold or free < self.config.disk_min_free_mb * _MB
+
+    def _disk_roomy(self, used: float, free: int) -> bool:
+        return used < self.config.disk_usage_lwm and free >= 2 * self.config.disk_min_free_mb * _MB
 
     def _warn_disk(self, disk: tuple[float, int], what: str) -> None:
         used, free = disk
@@ -356,8 +359,7 @@ class BookieServer:
         if not service.read_only and self._disk_full(used, free):
             self._warn_disk(disk, "read-only")
             self._set_read_only(True)
-        elif (service.read_only and used < self.config.disk_usage_lwm
-              and free >= 2 * self.config.disk_min_free_mb * _MB and not self._draining):
+        elif service.read_only and not self._draining and self._disk_roomy(used, free):
             self._warn_disk(disk, "writable again")
             self._set_read_only(False)
 
@@ -369,8 +371,11 @@ class BookieServer:
             self._set_read_only(True)
         else:
             log.warning("bookie %s is no longer being decommissioned", self.address)
-            self._next_disk_check = 0.0           # writable again unless its disk is full
-            self._set_read_only(False)
+            disk = self._disk_usage()
+            if disk is None or self._disk_roomy(*disk):
+                self._set_read_only(False)
+            else:                                 # the disk checks make it writable once there is room
+                self._warn_disk(disk, "still read-only")
 
     def _set_read_only(self, read_only: bool) -> None:
         self.service.read_only = read_only
