@@ -1,8 +1,9 @@
 """walkit.plugins.metadata.sqlite is a MetadataStore in one SQLite file (``sqlite:///path/meta.db``).
 
 It is the embedded default: clients and bookies on one machine share the file, each process
-with its own connection. Compare-and-swap runs in ``BEGIN IMMEDIATE`` transactions (one writer
-at a time, across processes) in WAL mode with ``synchronous=FULL``.
+with its own connections. Compare-and-swap runs in ``BEGIN IMMEDIATE`` transactions (one writer
+at a time, across processes) in WAL mode with ``synchronous=FULL``. Reads run on a second
+connection, so they never wait behind the store's own writes waiting for the write lock.
 
 Ephemeral registrations are rows with an expiry time that a heartbeat thread pushes forward
 every `ttl / 3`; a row past its expiry is treated as absent everywhere, so a killed process's
@@ -123,9 +124,13 @@ class SqliteMetadataStore:
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(nodes)")}
             if "owner" not in columns:      # a file made before sessions had owners
                 self._db.execute("ALTER TABLE nodes ADD COLUMN owner TEXT")
+            # Reads have a connection of their own: they never queue behind this store's writes,
+            # which may wait up to `timeout` for the file's write lock (WAL readers do not).
+            self._reader = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise MetadataError(f"cannot open sqlite metadata at {path}: {exc}") from exc
         self._lock = threading.RLock()
+        self._read_lock = threading.Lock()
         self._sync_relaxed = False        # synchronous = NORMAL is in force (a heartbeat's, not yet restored)
         self._registrations: dict[str, _Registration] = {}
         self._values: dict[str, bytes] = {}       # registered values, to register again in a new session
@@ -159,6 +164,8 @@ class SqliteMetadataStore:
         """
         if self._closed.is_set():
             raise MetadataError("the sqlite metadata store is closed")
+        if not write:
+            return self._read(work)
         with self._lock:
             cursor = self._db.cursor()
             try:
@@ -183,6 +190,21 @@ class SqliteMetadataStore:
                         self._sync_relaxed = False
                     except sqlite3.Error:
                         pass        # the next durable write sets FULL before its BEGIN
+                cursor.close()
+
+    def _read(self, work: Callable[[sqlite3.Cursor], object]):
+        """_read runs `work` in a read transaction on the reading connection."""
+        with self._read_lock:
+            cursor = self._reader.cursor()
+            try:
+                cursor.execute("BEGIN")
+                try:
+                    return work(cursor)
+                finally:
+                    cursor.execute("COMMIT")
+            except (sqlite3.OperationalError, sqlite3.ProgrammingError) as exc:    # (closed meanwhile)
+                raise MetadataError(f"sqlite metadata at {self.path}: {exc}") from exc
+            finally:
                 cursor.close()
 
     @staticmethod
@@ -324,7 +346,7 @@ class SqliteMetadataStore:
         self._listeners.append(listener)
 
     def close(self) -> None:
-        """close deletes this store's ephemeral keys and closes the connection."""
+        """close deletes this store's ephemeral keys and closes the connections."""
         if self._closed.is_set():
             return
         for key in list(self._registrations):
@@ -336,6 +358,8 @@ class SqliteMetadataStore:
         self._thread.join(timeout=self.timeout)
         with self._lock:
             self._db.close()
+        with self._read_lock:
+            self._reader.close()
         for listener in self._listeners:
             listener(SessionState.LOST)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import pytest
 
@@ -136,6 +137,41 @@ def test_a_heartbeat_that_waited_for_the_write_lock_grants_a_whole_ttl(tmp_path)
             assert time.monotonic() < deadline, "no heartbeat after the lock came free"
             time.sleep(0.01)
         assert expiry() >= released + 3000
+    finally:
+        other.close()
+        store.close()
+
+
+def test_reads_do_not_wait_behind_a_heartbeat_waiting_for_the_write_lock(tmp_path):
+    """While another process holds the write lock, this store's heartbeat waits for it; its reads do not.
+
+    A bookie's metadata reads (garbage collection, decommission checks, access checks) must not
+    stall for the store's timeout because its own heartbeat is queued for the file's write lock.
+    """
+    import threading
+
+    from walkit.plugins.metadata.sqlite import SqliteMetadataStore
+
+    path = str(tmp_path / "meta.db")
+    store = SqliteMetadataStore(path, ttl=30, timeout=30)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        store.register("walkit/test/eph", b"v")
+        store.create("walkit/test/persistent", b"p")
+        other.execute("BEGIN IMMEDIATE")
+        heartbeat = threading.Thread(target=store._heartbeat)
+        heartbeat.start()                           # it takes the store's lock, then waits for the file's
+        deadline = time.monotonic() + 10
+        while store._lock.acquire(blocking=False):
+            store._lock.release()
+            assert time.monotonic() < deadline, "the heartbeat never took the store's lock"
+            time.sleep(0.01)
+        assert store.get("walkit/test/persistent")[0] == b"p"
+        assert store.children("walkit/test") == ["eph", "persistent"]
+        assert heartbeat.is_alive()                 # the reads were served while it still waited
+        other.execute("COMMIT")
+        heartbeat.join(10)
+        assert not heartbeat.is_alive()
     finally:
         other.close()
         store.close()
