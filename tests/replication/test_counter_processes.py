@@ -9,6 +9,7 @@ become part of the log (a leader applies only what the log acknowledged).
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
 import subprocess
@@ -90,7 +91,7 @@ def test_leader_killed_under_load_loses_no_acknowledged_increment(tmp_path):
                     try:
                         if node.state()["is_leader"]:
                             return node
-                    except OSError:
+                    except (OSError, http.client.HTTPException):    # killed mid-answer
                         continue
                 return None
 
@@ -112,7 +113,7 @@ def test_leader_killed_under_load_loses_no_acknowledged_increment(tmp_path):
                     i += 1
                     try:
                         status, doc = target.call("/submit", f"{ident}:1".encode())
-                    except OSError:
+                    except (OSError, http.client.HTTPException):
                         continue                  # the leader died mid-call: outcome unknown
                     with lock:
                         if status == 200:

@@ -63,10 +63,10 @@ log = logging.getLogger("walkit.bookie")
 
 #: How often the ledger count (a metric) is refreshed, and the decommission key read.
 COUNT_INTERVAL_S = 2.0
-_MB = 1024 * 1024
 DECOMMISSION_CHECK_S = 1.0
 #: /health fails once the serving loop has not turned for this long.
 HEALTH_STALL_S = 10.0
+_MB = 1024 * 1024
 
 
 class _Security:
