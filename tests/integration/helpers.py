@@ -51,11 +51,16 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    return pid_state(pid) != "Z"      # None (no /proc): os.kill said it exists
+
+
+def pid_state(pid: int) -> str | None:
+    """pid_state is a process's state letter from /proc (R, S, T for stopped, Z, ...); None without it."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
-        return True       # no /proc: os.kill said it exists
+        return None
 
 
 class RawBookie:

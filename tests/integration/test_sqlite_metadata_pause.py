@@ -21,7 +21,7 @@ from walkit.local import LocalCluster
 from walkit.plugins import open_metadata
 from walkit.registry import BookieRegistry
 
-from .helpers import wait_until
+from .helpers import pid_state, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +36,6 @@ db.execute("COMMIT")
 """
 
 
-def stopped(pid: int) -> bool:
-    """stopped tells whether process `pid` is stopped by a signal (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
 def test_a_process_paused_inside_a_metadata_write_stalls_the_cluster_only_until_it_resumes(tmp_path):
     with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
         path = cluster.metadata_url[len("sqlite://"):]
@@ -54,7 +48,7 @@ def test_a_process_paused_inside_a_metadata_write_stalls_the_cluster_only_until_
 
             holder = subprocess.Popen([sys.executable, "-c", HOLDER, path])
             try:
-                wait_until(lambda: stopped(holder.pid), message="the holder never stopped in its transaction")
+                wait_until(lambda: pid_state(holder.pid) == "T", message="the holder never stopped in its transaction")
                 # Writes fail after the store's timeout with an error that says why.
                 with pytest.raises(MetadataError, match="locked"):
                     client.create_ledger(3, 3, 2, password=b"pw")
@@ -95,7 +89,7 @@ def test_a_process_killed_inside_a_metadata_write_leaves_nothing_half_done_and_h
         path = cluster.metadata_url[len("sqlite://"):]
         holder = subprocess.Popen([sys.executable, "-c", HOLDER, path])
         try:
-            wait_until(lambda: stopped(holder.pid), message="the holder never stopped in its transaction")
+            wait_until(lambda: pid_state(holder.pid) == "T", message="the holder never stopped in its transaction")
         finally:
             holder.kill()
             holder.wait()

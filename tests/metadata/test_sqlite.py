@@ -115,7 +115,6 @@ def test_a_heartbeat_that_waited_for_the_write_lock_grants_a_whole_ttl(tmp_path)
     the heartbeats due meanwhile wait. The clock is read holding the lock: the expiry written is
     at least ttl after the lock came free, not ttl after the heartbeat started waiting.
     """
-    import time
 
     from walkit.plugins.metadata.sqlite import SqliteMetadataStore, _now_ms
 
@@ -185,7 +184,6 @@ def test_a_lapsed_session_says_in_the_log_how_late_its_refresh_came(tmp_path, ca
     """
     import re
     import threading
-    import time
 
     from walkit.plugins.metadata.sqlite import SqliteMetadataStore, _now_ms
     from walkit.spi import SessionState
