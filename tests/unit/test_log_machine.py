@@ -122,3 +122,49 @@ def test_a_list_cas_that_finds_another_version_fences_the_writer():
 @pytest.mark.parametrize("attr", ["ROLL_WAITS_FOR_CLOSE", "RECOVER_EVERY_UNCLOSED"])
 def test_the_rules_are_on(attr):
     assert getattr(LogMachine, attr) is True
+
+
+
+def _answer(log: LogMachine, commands: list, versions: dict, outcomes: list) -> list:
+    """_answer plays bookies and metadata for one round: it acks every add and accepts every CAS.
+
+    It returns the commands those answers produced; the rest (outcomes) go to `outcomes`.
+    """
+    out: list = []
+    for command in commands:
+        kind = type(command)
+        if kind is ev.SendAdds:
+            out += log.step(ev.AddsAcked(bookie=command.bookie, ledger_id=command.ledger_id,
+                                         entry_ids=[e.entry_id for e in command.entries]))
+        elif kind is ev.WriteMetadata:
+            ledger_id = command.metadata.ledger_id
+            versions[ledger_id] = versions.get(ledger_id, 0) + 1
+            out += log.step(ev.MetadataWritten(metadata=command.metadata, version=versions[ledger_id]))
+        elif kind is lev.WriteLogMetadata:
+            versions[NAME] = versions.get(NAME, 1) + 1
+            out += log.step(lev.LogMetadataWritten(name=NAME, metadata=command.metadata, version=versions[NAME]))
+        else:
+            outcomes.append(command)
+    return out
+
+
+def test_a_close_that_arrives_while_a_roll_adds_its_ledger_to_the_list_closes_both_ledgers():
+    # A CI hang (test_reader_overtaken_by_truncation_gets_log_truncated): close came while the roll's
+    # CAS was in flight; the switch then left the new ledger open, and the close never finished.
+    log, _ = opened(LogConfig(ensemble=3, write_quorum=2, ack_quorum=2, roll_entries=1))
+    sends = of_type(log.step(ev.AppendRequested(payloads=[b"a"])), ev.SendAdds)
+    commands = created(log, log.step(ev.AppendRequested(payloads=[b"b"])), 11)   # b is held; the roll CASes
+    cas = only(commands, lev.WriteLogMetadata)
+    assert log.step(ev.CloseRequested()) == []          # the roll is under way: close waits for it
+    versions: dict = {}
+    outcomes: list = []
+    commands = [cas, *sends]
+    for _ in range(20):
+        if not commands:
+            break
+        commands = _answer(log, commands, versions, outcomes)
+    assert log.state.value == "CLOSED", log.unclosed
+    closed = only(outcomes, lev.LogClosed).metadata
+    assert [s.ledger_id for s in closed.segments] == [10, 11] and all(s.is_closed for s in closed.segments)
+    assert [(c.ledger_id, c.first_entry_id, c.last_entry_id) for c in of_type(outcomes, lev.CompleteAppends)] == [
+        (10, 0, 0), (11, 0, 0)]

@@ -455,6 +455,8 @@ class LogMachine:
         commands += [lev.RollCompleted(token=t, ledger_id=md.ledger_id) for t in waiters]
         commands += self._release()
         commands += self._handle(previous.ledger_id, previous.writer.step(ev.CloseRequested()))
+        if self.state is CLOSING:           # close came while the new ledger was being listed: close it too
+            commands += self._close_current()
         return commands + self._deliver()
 
     def _on_ledger_closed(self, ledger_id: int, metadata) -> list:

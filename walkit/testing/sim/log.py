@@ -7,8 +7,8 @@ before records they wrote, close, and crash, also at the named failpoints of wal
 Followers tail the log from its start and crash too. Bookies crash and restart (one may be lost
 for good), the network drops, delays and duplicates, metadata calls fail or lose their answers
 after taking effect, and sessions are lost. When the faults stop, a last writer opens the log,
-appends one record and closes it (the other writers stop first), and a last reader reads the
-whole log.
+appends a few records and closes it, perhaps in the middle of a roll (the other writers stop
+first), and a last reader reads the whole log.
 
 Checked after every event (DESIGN.md §6; Vanlightly's LedgerChaining.tla):
 
@@ -237,6 +237,24 @@ class LogSimulation(Scenario):
         if rng.random() < 0.5:
             world.at(t + rng.randint(0, 100), self._request, writer, ev.CloseRequested())
 
+    def _final_plan(self, writer: _Writer) -> None:
+        """_final_plan: the last writer appends a few records and closes, perhaps while a roll runs.
+
+        Its appends cross `roll_entries` and it may ask for a roll and truncate, so the close can
+        come at any step of a roll (ledger being created, being added to the list, the previous
+        one closing) or of a truncation: the run only ends once that close finished.
+        """
+        rng, world = self.rng, self.world
+        t = 0
+        for _ in range(rng.randint(1, 4)):
+            world.at(t, self._append, writer, 1)
+            t += rng.randint(0, 10)
+        if rng.random() < 0.5:
+            world.at(rng.randint(0, t), self._request, writer, lev.RollRequested(token=rng.randrange(1 << 30)))
+        if rng.random() < 0.3:
+            world.at(t + rng.randint(0, 40), self._truncate, writer)
+        world.at(t + rng.randint(0, 40), self._request, writer, ev.CloseRequested())
+
     def _append(self, writer: _Writer, count: int) -> None:
         if not writer.process.alive or writer.machine.state.value != "WRITING":
             return
@@ -320,8 +338,7 @@ class LogSimulation(Scenario):
             self.open_order.append(k)
             self.log("writer%d: opened, list %s", k, command.metadata.ledger_ids)
             if writer is self.final_writer:
-                self._append(writer, 1)
-                writer.process.deliver(writer, ev.CloseRequested())
+                self._final_plan(writer)
             else:
                 self._writer_plan(writer)
         elif kind is lev.FailAppends:
