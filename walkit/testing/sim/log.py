@@ -21,10 +21,11 @@ Checked after every event (DESIGN.md §6; Vanlightly's LedgerChaining.tla):
 - acknowledgements reach each writer in log order, and none after it was told it failed;
 - followers get records in strictly increasing positions, each as it was written.
 
-At the end: every listed ledger is closed; the history (every ledger ever listed, to its
-close) holds every acknowledged record, each writer's records in the order it appended them,
-writers' records in the order the writers opened the log; the last reader read exactly the
-list's part of the history, and each follower a gap-free slice of it.
+At the end: every listed ledger is closed; the last writer answered each of its roll and
+truncate requests exactly once; the history (every ledger ever listed, to its close) holds every
+acknowledged record, each writer's records in the order it appended them, writers' records in
+the order the writers opened the log; the last reader read exactly the list's part of the
+history, and each follower a gap-free slice of it.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class _Writer:
         self.failed = False
         self.opened = False
         self.closed = False
+        self.requests: set[int] = set()      # roll and truncate tokens not answered yet
 
     def outcome(self, command) -> None:
         self.sim._writer_outcome(self, command)
@@ -267,6 +269,8 @@ class LogSimulation(Scenario):
     def _request(self, writer: _Writer, event) -> None:
         if writer.process.alive:
             self.log("writer%d: %s", writer.k, type(event).__name__)
+            if hasattr(event, "token"):
+                writer.requests.add(event.token)
             writer.process.deliver(writer, event)
 
     def _truncate(self, writer: _Writer) -> None:
@@ -355,6 +359,11 @@ class LogSimulation(Scenario):
             self.log("writer%d: closed", k)
             if writer is self.final_writer:
                 self.final_reader = self._start_follower("reader", follow=False)
+        elif kind in (lev.RollCompleted, lev.RollFailed, lev.TruncateCompleted, lev.TruncateFailed):
+            if command.token not in writer.requests:
+                self.fail(f"writer{k} answered request {command.token} twice, or one it never got: {_short(command)}")
+            writer.requests.discard(command.token)
+            self.log("writer%d: %s", k, _short(command))
         elif kind is lev.LogOpenFailed and writer is self.final_writer:
             self.log("writer%d: open failed: %r", k, command.error)
             self.world.at(100, self._last_writer)
@@ -496,6 +505,9 @@ class LogSimulation(Scenario):
                       f"{self.final_writer and self.final_writer.machine.state}, last reader "
                       f"{self.final_reader and (self.final_reader.complete, self.final_reader.ended)}, followers "
                       f"{[(f.name, f.process.alive, f.ended, f.records[-1:] ) for f in self.followers]}")
+        if self.final_writer.requests:
+            self.fail(f"the last writer closed with roll or truncate requests never answered: "
+                      f"{sorted(self.final_writer.requests)}")
         history = self._history()
         where = {position: i for i, (position, _) in enumerate(history)}
         for position, payload in self.acked.items():
