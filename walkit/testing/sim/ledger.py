@@ -23,7 +23,9 @@ answers, and sessions are lost. After every event the checker verifies (DESIGN.m
 - with guaranteed write quorum (a third of the random runs): every entry of every fragment but
   the last is durable on all Qw bookies of its write set (TLA+'s TailFragmentsReachWriteQuorum),
   and so is every entry of the closed ledger (AllEntriesOfClosedLedgerReachedWriteQuorum);
-- and, at the end (faults stop, bookies return), the ledger is closed and readable (liveness).
+- and, at the end (faults stop, bookies return), the ledger is closed and readable, and a live
+  writer answered every append, force and close it was asked for, each once (liveness: an
+  application waiting on one of them is never left hanging).
 
 A check is re-run only when what it depends on changed (acknowledgements, the metadata, a
 close): durable bookie data only grows, so nothing else can break it.
@@ -155,6 +157,10 @@ class Simulation(Scenario):
         self._checked_upto = -1              # acknowledged entries checked since the last change
         self.writer_failed = False
         self.appended = 0
+        self.failed_from: int | None = None  # the first entry a FailAdds failed (and every later one)
+        self.forces_pending: set[int] = set()   # force tokens the writer has not answered yet
+        self.close_requested = False
+        self.close_answers = 0               # CompleteClose and FailClose the writer gave
         self.closed_metadata: LedgerMetadata | None = None
         self.reads: list[list[bytes]] = []
         self.lacs: list[int] = []            # every LAC a LacReader reported
@@ -193,7 +199,7 @@ class Simulation(Scenario):
         self._plan()
         world = self.world
         world.run(self.config.end_ms, lambda: self.closed_metadata is not None and self.reads and not world.faults
-                  and self._idle())
+                  and self._idle() and self._writer_settled())
         self._check_end()
         return {"seed": self.seed, "config": self.config, "acked": self.acked_upto, "durable": self.durable_upto,
                 "last_entry_id": self.closed_metadata.last_entry_id, "reads": len(self.reads),
@@ -216,12 +222,14 @@ class Simulation(Scenario):
         if not self.writer_process.alive:
             return
         self._force_targets[token] = self.appended - 1
+        self.forces_pending.add(token)
         self.log("writer forces (token %d, up to e%d)", token, self.appended - 1)
         self.writer_process.deliver(self.writer, ev.ForceRequested(token=token))
 
     def _writer_close(self) -> None:
         if self.writer_process.alive:
             self.log("writer closes")
+            self.close_requested = True
             self.writer_process.deliver(self.writer, ev.CloseRequested())
 
     def _crash_bookie(self, address: str, forever: bool) -> None:
@@ -314,12 +322,37 @@ class Simulation(Scenario):
                 self.fail(f"forces {command.tokens} completed at LAC {command.last_entry_id}, below e{target}")
             self.log("writer: forced up to e%d (tokens %s)", command.last_entry_id, command.tokens)
             self.forced_upto = max(self.forced_upto, target)
+            self._answered_forces(command.tokens)
+        elif kind is ev.FailForce:
+            self.log("writer: forces %s fail: %r", command.tokens, command.error)
+            self._answered_forces(command.tokens)
         elif kind is ev.FailAdds:
             self.log("writer: adds fail from e%d: %r", command.first_entry_id, command.error)
             if isinstance(command.error, LedgerFenced):
                 self.writer_failed = True
+            if self.failed_from is None or command.first_entry_id < self.failed_from:
+                self.failed_from = command.first_entry_id
+        elif kind is ev.CompleteClose or kind is ev.FailClose:
+            self.close_answers += 1
+            if self.close_answers > 1 or not self.close_requested:
+                self.fail(f"the writer answered a close {self.close_answers} times (asked: {self.close_requested})")
+            self.log("writer: %s", kind.__name__)
         else:
             self.log("writer: %s", kind.__name__)
+
+    def _answered_forces(self, tokens) -> None:
+        for token in tokens:
+            if token not in self.forces_pending:
+                self.fail(f"the writer answered force {token} twice, or one it was never asked")
+            self.forces_pending.discard(token)
+
+    def _writer_settled(self) -> bool:
+        """_writer_settled: a live writer answered every append, force and close it was asked for."""
+        if not self.writer_process.alive:
+            return True
+        # every entry is acknowledged, or failed by a FailAdds (which fails every later one too)
+        adds_answered = self.acked_upto + 1 >= (self.appended if self.failed_from is None else self.failed_from)
+        return adds_answered and not self.forces_pending and (self.close_answers > 0 or not self.close_requested)
 
     def _recovery_outcome(self, process, command) -> None:
         kind = type(command)
@@ -437,6 +470,10 @@ class Simulation(Scenario):
             self.fail(f"the ledger was never closed (state {self.metadata.state}) by t={self.world.now}")
         if not self.reads:
             self.fail("no reader managed to read the closed ledger")
+        if not self._writer_settled():
+            self.fail(f"the writer left requests unanswered: appended {self.appended}, acknowledged up to "
+                      f"e{self.acked_upto}, failed from {self.failed_from}, forces {sorted(self.forces_pending)}, "
+                      f"close asked {self.close_requested} and answered {self.close_answers} times")
 
 
 def _describe(md: LedgerMetadata) -> str:
