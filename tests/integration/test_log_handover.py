@@ -174,3 +174,36 @@ def _capture(future: Future, call) -> None:
         future.set_result(call())
     except WalkitError as exc:
         future.set_exception(exc)
+
+
+
+def test_a_close_while_the_ledger_before_holds_an_append_answers_every_append_in_log_order(cluster):
+    # Ledger A cannot close: a stopped bookie holds r1. The next ledger B takes r2 and r3 (confirmed,
+    # but acknowledged only after r1), r4 waits for a roll that cannot start before A is closed, and
+    # close comes. Before the fix r4 stayed held for good, and B, closed before A, left the writer's
+    # ledgers with r2 and r3 unacknowledged: close returned and their futures never resolved.
+    url = cluster.metadata_url
+    with walkit.Client(url, add_timeout=60) as client:
+        writer = client.open_log("z", roll_entries=2, ensemble=2, write_quorum=2, ack_quorum=2)
+        first = writer.append(b"r0")
+        victim = client.ledger_metadata(first.ledger_id).current_ensemble[0]
+        with stopped(cluster, victim):
+            # new ledgers avoid the stopped bookie once its registration lapsed
+            wait_until(lambda: victim not in client.bookies(), 30, message="the stopped bookie stayed registered")
+            futures = [writer.append_async(b"r1")]              # A: held by the stopped bookie
+            ledger_b = writer.roll()                            # appends go to B; A closes once r1 is in
+            assert victim not in client.ledger_metadata(ledger_b).current_ensemble
+            futures += [writer.append_async(b"r2"), writer.append_async(b"r3")]
+            wait_until(lambda: client.ledger_lac(ledger_b) >= 1, 30, message="B did not confirm r2 and r3")
+            futures.append(writer.append_async(b"r4"))          # a roll is due, but A is not closed: held
+            closing: Future = Future()
+            threading.Thread(target=lambda: _capture(closing, writer.close), daemon=True).start()
+            wait_until(lambda: client.ledger_metadata(ledger_b).state == "CLOSED", 30,
+                       message="the later ledger did not close while the earlier one waited")
+            assert not any(f.done() for f in futures)              # every one of them waits for r1
+        closing.result(timeout=60)
+        positions = [f.result(timeout=10) for f in futures]
+        assert [(p.ledger_id, p.entry_id) for p in positions] == [
+            (first.ledger_id, 1), (ledger_b, 0), (ledger_b, 1), (ledger_b, 2)]
+        read = [(r.position, r.payload) for r in client.read_log("z")]
+        assert read == [(first, b"r0"), *zip(positions, (b"r1", b"r2", b"r3", b"r4"))]

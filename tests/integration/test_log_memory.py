@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from walkit.core.loglist import Position
-from walkit.errors import LogTruncated, NoSuchLog
+from walkit.errors import LogTruncated, NoSuchLog, WalkitError
 
 from .helpers import wait_until
 
@@ -78,3 +80,40 @@ def test_reopening_deletes_the_previous_writers_empty_ledger(memory_cluster):
     wait_until(lambda: empty_ledger not in client.list_ledgers(), 10, message="the empty ledger was not deleted")
     second.append(b"r")
     second.close()
+
+
+
+def test_close_amid_rolls_and_truncations_answers_every_append_and_keeps_every_acknowledged_one(memory_cluster):
+    # close races the rolls (roll_entries=2) and, every third round, a truncation, wherever they
+    # happen to be. The orders that used to leave appends unanswered or a close unfinished are
+    # forced step by step in tests/unit/test_log_machine.py and, with a stopped bookie, in
+    # test_log_handover.py; this checks the same promises over whatever orders the cluster takes.
+    client = memory_cluster.client()
+    for round_ in range(25):
+        name = f"race-{round_}"
+        writer = client.open_log(name, roll_entries=2)
+        first = writer.append(b"first")
+        futures = [writer.append_async(f"r{i}".encode()) for i in range(round_ % 7 + 3)]
+        truncation = None
+        if round_ % 3 == 0:
+            outcome: list = []
+
+            def truncate(w=writer, before=first, out=outcome) -> None:
+                try:
+                    out.append(w.truncate(before=before, timeout=10))
+                except WalkitError as exc:            # refused once the close came first
+                    out.append(exc)
+            truncation = threading.Thread(target=truncate)
+            truncation.start()
+        writer.close(timeout=10)
+        if truncation is not None:
+            truncation.join(10)
+            assert outcome, f"round {round_}: the truncation was never answered"
+        acknowledged = []
+        for i, future in enumerate(futures):
+            assert future.done(), f"round {round_}: append r{i} was never answered"
+            if future.exception() is None:
+                acknowledged.append((future.result(), f"r{i}".encode()))
+        assert len(acknowledged) == len(futures), f"round {round_}: appends made before close failed"
+        read = [(r.position, r.payload) for r in client.read_log(name)]
+        assert read == [(first, b"first"), *acknowledged], f"round {round_}"

@@ -9,6 +9,7 @@ from walkit.core import logevents as lev
 from walkit.core.digest import Digest
 from walkit.core.log import LogMachine
 from walkit.core.loglist import LogConfig, LogMetadata, LogSegment, Position
+from walkit.core.messages import Status
 from walkit.core.metadata import LedgerMetadata
 from walkit.errors import LedgerFenced
 
@@ -125,46 +126,179 @@ def test_the_rules_are_on(attr):
 
 
 
-def _answer(log: LogMachine, commands: list, versions: dict, outcomes: list) -> list:
-    """_answer plays bookies and metadata for one round: it acks every add and accepts every CAS.
 
-    It returns the commands those answers produced; the rest (outcomes) go to `outcomes`.
+_IO = (ev.SendAdds, ev.WriteMetadata, lev.WriteLogMetadata, ev.CreateLedger, ev.DeleteLedger)
+
+
+class _Harness:
+    """_Harness plays bookies and the metadata store for a LogMachine; its I/O waits until pumped.
+
+    `pump(allow)` answers pending I/O that `allow` admits (acks every add, accepts every CAS,
+    creates ledgers 11, 12, ...) until none is left; outcomes collect in `outcomes`.
     """
-    out: list = []
-    for command in commands:
-        kind = type(command)
+
+    def __init__(self, log: LogMachine, commands: list = ()) -> None:
+        self.log = log
+        self.pending: list = []
+        self.outcomes: list = []
+        self.versions: dict = {NAME: 1}
+        self.next_ledger = 11
+        self.appended = 0
+        self._take(list(commands))
+
+    def step(self, event) -> None:
+        if type(event) is ev.AppendRequested:
+            self.appended += len(event.payloads)
+        self._take(self.log.step(event))
+
+    def _take(self, commands: list) -> None:
+        for command in commands:
+            (self.pending if type(command) in _IO else self.outcomes).append(command)
+
+    def pump(self, allow=lambda command: True) -> None:
+        while True:
+            ready = [c for c in self.pending if allow(c)]
+            if not ready:
+                return
+            for command in ready:
+                self.pending.remove(command)
+                self._take(self._answer(command))
+
+    def _answer(self, command) -> list:
+        kind, log = type(command), self.log
         if kind is ev.SendAdds:
-            out += log.step(ev.AddsAcked(bookie=command.bookie, ledger_id=command.ledger_id,
+            return log.step(ev.AddsAcked(bookie=command.bookie, ledger_id=command.ledger_id,
                                          entry_ids=[e.entry_id for e in command.entries]))
-        elif kind is ev.WriteMetadata:
+        if kind is ev.WriteMetadata:
             ledger_id = command.metadata.ledger_id
-            versions[ledger_id] = versions.get(ledger_id, 0) + 1
-            out += log.step(ev.MetadataWritten(metadata=command.metadata, version=versions[ledger_id]))
-        elif kind is lev.WriteLogMetadata:
-            versions[NAME] = versions.get(NAME, 1) + 1
-            out += log.step(lev.LogMetadataWritten(name=NAME, metadata=command.metadata, version=versions[NAME]))
-        else:
-            outcomes.append(command)
-    return out
+            self.versions[ledger_id] = self.versions.get(ledger_id, 0) + 1
+            return log.step(ev.MetadataWritten(metadata=command.metadata, version=self.versions[ledger_id]))
+        if kind is lev.WriteLogMetadata:
+            self.versions[NAME] += 1
+            return log.step(lev.LogMetadataWritten(name=NAME, metadata=command.metadata, version=self.versions[NAME]))
+        if kind is ev.CreateLedger:
+            self.next_ledger += 1
+            return log.step(ev.LedgerCreated(token=command.token, metadata=ledger(self.next_ledger - 1), version=0))
+        return []                                       # DeleteLedger
+
+    def acknowledged(self) -> list[tuple[int, int]]:
+        """acknowledged lists the (ledger, entry) positions CompleteAppends gave, in order."""
+        return [(c.ledger_id, e) for c in of_type(self.outcomes, lev.CompleteAppends)
+                for e in range(c.first_entry_id, c.last_entry_id + 1)]
+
+
+def _not_ledger(ledger_id: int):
+    """_not_ledger admits every I/O but the adds and metadata writes of `ledger_id` (they stay unanswered)."""
+    return lambda c: not (type(c) in (ev.SendAdds, ev.WriteMetadata)
+                          and (getattr(c, "ledger_id", None) or c.metadata.ledger_id) == ledger_id)
+
+
+def _roll_config() -> LogConfig:
+    return LogConfig(ensemble=3, write_quorum=2, ack_quorum=2, roll_entries=1)
 
 
 def test_a_close_that_arrives_while_a_roll_adds_its_ledger_to_the_list_closes_both_ledgers():
     # A CI hang (test_reader_overtaken_by_truncation_gets_log_truncated): close came while the roll's
     # CAS was in flight; the switch then left the new ledger open, and the close never finished.
-    log, _ = opened(LogConfig(ensemble=3, write_quorum=2, ack_quorum=2, roll_entries=1))
-    sends = of_type(log.step(ev.AppendRequested(payloads=[b"a"])), ev.SendAdds)
-    commands = created(log, log.step(ev.AppendRequested(payloads=[b"b"])), 11)   # b is held; the roll CASes
-    cas = only(commands, lev.WriteLogMetadata)
-    assert log.step(ev.CloseRequested()) == []          # the roll is under way: close waits for it
-    versions: dict = {}
-    outcomes: list = []
-    commands = [cas, *sends]
-    for _ in range(20):
-        if not commands:
-            break
-        commands = _answer(log, commands, versions, outcomes)
+    log, commands = opened(_roll_config())
+    h = _Harness(log, commands)
+    h.step(ev.AppendRequested(payloads=[b"a"]))
+    h.step(ev.AppendRequested(payloads=[b"b"]))                 # the roll is due: b is held
+    h.pump(lambda c: type(c) is ev.CreateLedger)               # ledger 11 created; its list CAS waits
+    assert of_type(h.pending, lev.WriteLogMetadata)
+    h.step(ev.CloseRequested())                                 # the roll is under way: close waits for it
+    h.pump()
     assert log.state.value == "CLOSED", log.unclosed
-    closed = only(outcomes, lev.LogClosed).metadata
+    closed = only(h.outcomes, lev.LogClosed).metadata
     assert [s.ledger_id for s in closed.segments] == [10, 11] and all(s.is_closed for s in closed.segments)
-    assert [(c.ledger_id, c.first_entry_id, c.last_entry_id) for c in of_type(outcomes, lev.CompleteAppends)] == [
-        (10, 0, 0), (11, 0, 0)]
+    assert h.acknowledged() == [(10, 0), (11, 0)]
+
+
+def test_a_ledger_closed_before_the_one_ahead_of_it_still_acknowledges_its_appends():
+    # b (ledger 11) is confirmed but waits behind a (ledger 10); close closes 11 first. Its record
+    # used to drop 11 from the writer's ledgers, so b was never acknowledged although durable.
+    log, commands = opened()
+    h = _Harness(log, commands)
+    h.step(ev.AppendRequested(payloads=[b"a"]))                 # ledger 10: its adds stay unanswered
+    h.step(lev.RollRequested(token=1))
+    h.pump(_not_ledger(10))                                     # 11 created and listed; 10 closing waits for a
+    assert only(h.outcomes, lev.RollCompleted).ledger_id == 11 and log.unclosed == [10, 11]
+    h.step(ev.AppendRequested(payloads=[b"b"]))
+    h.pump(lambda c: type(c) is ev.SendAdds and c.ledger_id == 11)
+    assert h.acknowledged() == []                               # b is confirmed, behind a
+    h.step(ev.CloseRequested())
+    h.pump(_not_ledger(10))                                     # 11 closes and is recorded first
+    h.pump()
+    assert log.state.value == "CLOSED"
+    assert h.acknowledged() == [(10, 0), (11, 0)]
+    assert [s.ledger_id for s in only(h.outcomes, lev.LogClosed).metadata.segments] == [10, 11]
+
+
+def test_a_close_during_the_roll_cas_acknowledges_appends_of_both_ledgers_whichever_closes_first():
+    log, commands = opened(_roll_config())
+    h = _Harness(log, commands)
+    h.step(ev.AppendRequested(payloads=[b"a"]))                 # ledger 10: its adds stay unanswered
+    h.step(ev.AppendRequested(payloads=[b"b"]))                 # the roll is due: b is held
+    h.pump(lambda c: type(c) is ev.CreateLedger)
+    h.step(ev.CloseRequested())
+    h.pump(_not_ledger(10))                                     # the switch closes 10 and 11; 11 first
+    h.pump()
+    assert log.state.value == "CLOSED" and h.acknowledged() == [(10, 0), (11, 0)]
+
+
+def test_appends_held_for_a_roll_when_close_comes_go_to_the_current_ledger():
+    # c is held: a roll is due but waits for ledger 10's close. Close used to leave c in the
+    # held list for good: the log closed and c was never written or answered.
+    log, commands = opened(_roll_config())
+    h = _Harness(log, commands)
+    h.step(ev.AppendRequested(payloads=[b"a"]))                 # ledger 10: its adds stay unanswered
+    h.step(ev.AppendRequested(payloads=[b"b"]))
+    h.pump(_not_ledger(10))                                     # b in 11; 10 closing waits for a
+    h.step(ev.AppendRequested(payloads=[b"c"]))                 # due again, but 10 is not closed: c is held
+    assert log.unclosed == [10, 11] and of_type(h.pending, ev.CreateLedger) == []
+    h.step(ev.CloseRequested())
+    h.pump()
+    assert log.state.value == "CLOSED"
+    assert h.acknowledged() == [(10, 0), (11, 0), (11, 1)]
+    assert only(h.outcomes, lev.LogClosed).metadata.segments[-1].last_entry_id == 1
+
+
+def test_truncations_queued_or_in_flight_fail_with_the_writer():
+    log, commands = opened(_roll_config())
+    h = _Harness(log, commands)
+    h.step(ev.AppendRequested(payloads=[b"a"]))
+    h.step(ev.AppendRequested(payloads=[b"b"]))                 # the roll to 11
+    h.pump(lambda c: type(c) is not lev.WriteLogMetadata)      # its list CAS waits
+    h.step(lev.TruncateRequested(token=7, before=Position(11, 0)))   # queued behind the roll's CAS
+    cas = only(h.pending, lev.WriteLogMetadata)
+    h.pending.remove(cas)
+    other = LogMetadata(name=NAME, segments=(LogSegment(10), LogSegment(12)))
+    h._take(log.step(lev.LogMetadataConflict(name=NAME, metadata=other, version=9)))   # another writer
+    assert isinstance(only(h.outcomes, lev.TruncateFailed).error, LedgerFenced)
+    assert only(h.outcomes, lev.TruncateFailed).token == 7
+
+    log, commands = opened()
+    h = _Harness(log, commands)
+    h.step(ev.AppendRequested(payloads=[b"a"]))
+    h.step(lev.RollRequested(token=1))
+    h.pump()                                                    # 10 closed and recorded, 11 takes appends
+    h.step(lev.TruncateRequested(token=8, before=Position(11, 0)))
+    cas = only(h.pending, lev.WriteLogMetadata)                 # the truncation's own CAS
+    h.pending.remove(cas)
+    h._take(log.step(lev.LogMetadataConflict(name=NAME, metadata=other, version=9)))
+    assert [(c.token, type(c.error)) for c in of_type(h.outcomes, lev.TruncateFailed)] == [(8, LedgerFenced)]
+    assert of_type(h.outcomes, lev.TruncateCompleted) == []
+
+
+def test_a_roll_listed_after_the_writer_failed_starts_nothing():
+    log, commands = opened(_roll_config())
+    h = _Harness(log, commands)
+    h.step(ev.AppendRequested(payloads=[b"a"]))
+    h.step(ev.AppendRequested(payloads=[b"b"]))                 # the roll to 11: its list CAS waits
+    h.pump(lambda c: type(c) is ev.CreateLedger)
+    cas = only(h.pending, lev.WriteLogMetadata)
+    fenced = ev.AddsRejected(bookie="B1", ledger_id=10, entry_ids=[0], status=Status.FENCED)
+    h._take(log.step(fenced))                                   # ledger 10 fenced: the writer fails
+    assert log.state.value == "FAILED" and of_type(h.outcomes, lev.FailAppends)
+    late = log.step(lev.LogMetadataWritten(name=NAME, metadata=cas.metadata, version=5))
+    assert late == []                                           # no failpoint, no adds to the new ledger

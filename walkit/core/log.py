@@ -154,6 +154,7 @@ class LogMachine:
         # list updates, one CAS at a time
         self._cas_queue: deque[tuple[Callable[[LogMetadata], LogMetadata], Callable[[], list]]] = deque()
         self._cas_in_flight: Callable[[], list] | None = None
+        self._truncates: set[int] = set()            # TruncateRequested tokens not answered yet
         self._handlers = {
             lev.LogMetadataRead: self._on_log_read, lev.LogMetadataWritten: self._on_log_written,
             lev.LogMetadataConflict: self._on_log_conflict, ev.LedgerCreated: self._on_created,
@@ -421,7 +422,7 @@ class LogMachine:
         """_maybe_roll starts a roll if one is due, none runs, and the previous ledger is closed."""
         if self.state is not WRITING or self._roll_token is not None or not self._roll_due():
             return []
-        if self.ROLL_WAITS_FOR_CLOSE and len(self._live) > 1:
+        if self.ROLL_WAITS_FOR_CLOSE and len(self.unclosed) > 1:
             return []        # the previous ledger is still closing: the roll starts once it is done
         self._auto_roll_at = None
         self._roll_token = next(self._tokens)
@@ -442,6 +443,8 @@ class LogMachine:
     def _switch(self, created: ev.LedgerCreated) -> list:
         """_switch sends appends to the new ledger and closes the previous one (seed 000 "Rolling ledgers")."""
         self._roll_token = None
+        if self.state is FAILED:            # listed after the writer failed: the next open recovers it
+            return []
         md = created.metadata
         writer = LedgerWriter(md, created.version, master_key=self.master_key, digest=self.digest_for(md.digest_type),
                               add_timeout_ms=self.add_timeout_ms, explicit_lac_ms=self.explicit_lac_ms, now_ms=self._now,
@@ -468,8 +471,14 @@ class LogMachine:
         def recorded() -> list:
             live.closed = True
             self._machines.pop(ledger_id, None)
-            self._live = [x for x in self._live if not (x.closed and x.rolled)] or self._live[-1:]
-            commands = self._deliver() + self._apply_retention()
+            if self.state is FAILED:        # recorded after the writer failed: nothing more to tell
+                return []
+            commands = self._deliver()
+            # A ledger leaves _live once closed and every append of it acknowledged: one closed before
+            # the ledger ahead of it (a close during a roll) still has appends waiting for that one.
+            while len(self._live) > 1 and self._live[0].closed and self._live[0].delivered >= self._live[0].pushed:
+                self._live.pop(0)
+            commands += self._apply_retention()
             if self.state is CLOSING:
                 return commands + self._maybe_closed()
             return commands + self._maybe_roll()
@@ -479,6 +488,7 @@ class LogMachine:
     def _on_truncate(self, event: lev.TruncateRequested) -> list:
         if self.state is not WRITING and self.state is not CLOSING:
             return [lev.TruncateFailed(token=event.token, error=self.error or LedgerClosed(f"log {self.name!r} is closed"))]
+        self._truncates.add(event.token)
         return self._remove(lambda m: {s.ledger_id for s in m.before(event.before)}, event.token)
 
     def _apply_retention(self) -> list:
@@ -495,7 +505,8 @@ class LogMachine:
 
         def done() -> list:
             commands: list = [ev.DeleteLedger(ledger_id=i) for i in sorted(doomed)]
-            if token is not None:
+            if token in self._truncates:      # not answered yet (a failure answers it at once)
+                self._truncates.discard(token)
                 commands.append(lev.TruncateCompleted(token=token, ledger_ids=tuple(sorted(doomed))))
             return commands
         return self._update(change, done)
@@ -555,8 +566,8 @@ class LogMachine:
         self._to(CLOSING)
         waiters, self._roll_waiters = self._roll_waiters, []
         commands: list = [lev.RollFailed(token=t, error=LedgerClosed(f"log {self.name!r} is closing")) for t in waiters]
-        if self._roll_token is None:
-            commands += self._close_current()
+        if self._roll_token is None:        # appends held for a roll that will not come now: this ledger takes them
+            commands += self._release() + self._close_current()
         return commands
 
     def _close_current(self) -> list:
@@ -583,6 +594,10 @@ class LogMachine:
         self._held.clear()
         waiters, self._roll_waiters = self._roll_waiters, []
         commands: list = [lev.RollFailed(token=t, error=error) for t in waiters]
+        # Truncations queued or in flight fail too; one whose CAS is in flight may still take effect
+        # (its late answer deletes the ledgers it removed), as a failed call's outcome is unknown.
+        commands += [lev.TruncateFailed(token=t, error=error) for t in sorted(self._truncates)]
+        self._truncates.clear()
         if was_opening or opening:
             return commands + [lev.LogOpenFailed(error=error)]
         return commands + [lev.FailAppends(error=error), lev.LogCloseFailed(error=error)]

@@ -13,8 +13,11 @@ after its pending adds), and recovery decides its end. So:
 
 Truncation: if truncation or retention removed a ledger holding records at or after the
 reader's next position (LogMetadata.truncated_to), records it has not read are gone, and the
-reader fails with LogTruncated rather than skip them. A deleted log fails with NoSuchLog. Bookie failures are retried every `poll_ms` (a reader
-without `follow` gives up after `attempts` tries).
+reader fails with LogTruncated rather than skip them. A ledger deleted while the reader is at
+its start is looked up in the list again: a new writer's open drops a ledger its recovery found
+empty, and the reader moves on to the next one; any other deleted ledger fails with
+LogTruncated. A deleted log fails with NoSuchLog. Bookie failures are retried every `poll_ms`
+(a reader without `follow` gives up after `attempts` tries).
 
 Memory stays bounded: within a ledger the RangeReader keeps at most `window` entries ahead of
 what the caller consumed (EntriesConsumed), and the reader moves on from a ledger (to the next
@@ -73,6 +76,7 @@ class LogReader:
         self._now = now_ms
         self._digests: dict[str, Digest] = {}
         self._slow: dict[str, int] = {}          # bookies that did not answer in time (RangeReader)
+        self._gone: int | None = None             # a ledger found deleted, whose list is being read again
 
     @property
     def ledger(self) -> LedgerMetadata | None:
@@ -138,7 +142,8 @@ class LogReader:
 
     def _on_ledger(self, event: ev.LedgerMetadataRead) -> list:
         if event.metadata is None:
-            return self._fail(LogTruncated(f"log {self.name!r}: ledger {event.ledger_id} was deleted while being read"))
+            return self._ledger_gone(event.ledger_id)
+        self._gone = None
         self._ledger = md = event.metadata
         if self.next.entry_id < md.first_entry_id:   # an unbounded ledger truncated below its first entry
             if not (self._from_oldest and self.delivered is None):
@@ -149,6 +154,19 @@ class LogReader:
             return self._read_to(md.last_entry_id, final=True)
         self._sub = LacReader(md)
         return self._handle(self._sub.start())
+
+    def _ledger_gone(self, ledger_id: int) -> list:
+        """_ledger_gone handles a deleted ledger: the list says whether it was truncated or dropped empty.
+
+        A new writer's open drops (and deletes) a ledger its recovery found empty: nothing of it
+        was confirmed, so nothing of it was delivered, and the list moves on. A ledger records of
+        which were delivered, or one the list still names, is gone under the reader: LogTruncated.
+        """
+        if self._gone == ledger_id or (self.delivered is not None and self.delivered.ledger_id == ledger_id):
+            return self._fail(LogTruncated(f"log {self.name!r}: ledger {ledger_id} was deleted while being read"))
+        self._gone = ledger_id
+        self._segment, self._ledger, self._sub = None, None, None
+        return [lev.ReadLogMetadata(name=self.name)]
 
     def _read_to(self, last: int, final: bool) -> list:
         """_read_to reads the ledger from the next entry up to `last` (final: the ledger's end)."""

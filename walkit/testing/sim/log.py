@@ -21,8 +21,8 @@ Checked after every event (DESIGN.md §6; Vanlightly's LedgerChaining.tla):
 - acknowledgements reach each writer in log order, and none after it was told it failed;
 - followers get records in strictly increasing positions, each as it was written.
 
-At the end: every listed ledger is closed; the last writer answered each of its roll and
-truncate requests exactly once; the history (every ledger ever listed, to its close) holds every
+At the end: every listed ledger is closed; the last writer answered each of its appends, rolls
+and truncations exactly once; the history (every ledger ever listed, to its close) holds every
 acknowledged record, each writer's records in the order it appended them, writers' records in
 the order the writers opened the log; the last reader read exactly the list's part of the
 history, and each follower a gap-free slice of it.
@@ -118,6 +118,7 @@ class _Writer:
         self.opened = False
         self.closed = False
         self.requests: set[int] = set()      # roll and truncate tokens not answered yet
+        self.refused = 0                      # appends refused (the last ones: the writer was not writing)
 
     def outcome(self, command) -> None:
         self.sim._writer_outcome(self, command)
@@ -345,6 +346,9 @@ class LogSimulation(Scenario):
                 self._final_plan(writer)
             else:
                 self._writer_plan(writer)
+        elif kind is lev.RefuseAppends:
+            writer.refused += command.count
+            self.log("writer%d: %d appends refused: %r", k, command.count, command.error)
         elif kind is lev.FailAppends:
             writer.failed = True
             self.log("writer%d: appends fail: %r", k, command.error)
@@ -505,9 +509,12 @@ class LogSimulation(Scenario):
                       f"{self.final_writer and self.final_writer.machine.state}, last reader "
                       f"{self.final_reader and (self.final_reader.complete, self.final_reader.ended)}, followers "
                       f"{[(f.name, f.process.alive, f.ended, f.records[-1:] ) for f in self.followers]}")
-        if self.final_writer.requests:
-            self.fail(f"the last writer closed with roll or truncate requests never answered: "
-                      f"{sorted(self.final_writer.requests)}")
+        final = self.final_writer
+        if final.requests:
+            self.fail(f"the last writer closed with roll or truncate requests never answered: {sorted(final.requests)}")
+        if not final.failed and len(final.acked) + final.refused != len(final.payloads):
+            self.fail(f"the last writer closed with appends never answered: {len(final.payloads)} appended, "
+                      f"{len(final.acked)} acknowledged, {final.refused} refused")
         history = self._history()
         where = {position: i for i, (position, _) in enumerate(history)}
         for position, payload in self.acked.items():

@@ -1,0 +1,76 @@
+"""LogReader: what a following reader does when the ledger it reads is deleted (walkit.core.logreader)."""
+
+from __future__ import annotations
+
+from walkit.core import events as ev
+from walkit.core import logevents as lev
+from walkit.core.loglist import LogMetadata, LogSegment
+from walkit.core.logreader import LogReader
+from walkit.core.messages import Status
+from walkit.core.metadata import LedgerMetadata
+from walkit.errors import LogTruncated
+
+from .helpers import bookies, make_entry, only
+
+NAME = "orders"
+B = bookies(3)
+
+
+def open_ledger(ledger_id: int) -> LedgerMetadata:
+    return LedgerMetadata(ledger_id=ledger_id, ensemble_size=3, write_quorum=2, ack_quorum=2, ensembles={0: B})
+
+
+def listed(*ledger_ids: int, truncated_to: int = -1) -> lev.LogMetadataRead:
+    metadata = LogMetadata(name=NAME, segments=tuple(LogSegment(i) for i in ledger_ids), truncated_to=truncated_to)
+    return lev.LogMetadataRead(name=NAME, metadata=metadata, version=1)
+
+
+def lac(reader: LogReader, ledger_id: int, value: int) -> list:
+    out: list = []
+    for bookie in B:
+        out += reader.step(ev.LacRead(bookie=bookie, ledger_id=ledger_id, status=Status.OK, lac=value))
+    return out
+
+
+def following(ledger_id: int) -> LogReader:
+    """following returns a following reader long-polling `ledger_id` (OPEN, nothing confirmed yet)."""
+    reader = LogReader(NAME, follow=True, poll_ms=100)
+    reader.start()
+    assert reader.step(listed(ledger_id)) == [ev.ReadLedgerMetadata(ledger_id=ledger_id)]
+    reader.step(ev.LedgerMetadataRead(ledger_id=ledger_id, metadata=open_ledger(ledger_id), version=0))
+    return reader
+
+
+def test_a_ledger_a_new_writer_dropped_empty_is_passed_over():
+    # Writer A died with ledger 11 empty; writer B's open recovered it empty, dropped it from the
+    # list and deleted it. Nothing was lost, so the follower goes on to B's ledger 12.
+    reader = following(11)
+    assert lac(reader, 11, -1) == [ev.ReadLedgerMetadata(ledger_id=11)]    # nothing new: is it closed?
+    assert reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=None, version=-1)) == [
+        lev.ReadLogMetadata(name=NAME)]
+    assert reader.step(listed(12)) == [ev.ReadLedgerMetadata(ledger_id=12)]
+    assert not reader.done
+
+
+def test_a_deleted_ledger_the_list_still_names_is_log_truncated():
+    reader = following(11)
+    lac(reader, 11, -1)
+    reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=None, version=-1))
+    assert reader.step(listed(11, 12)) == [ev.ReadLedgerMetadata(ledger_id=11)]
+    failed = only(reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=None, version=-1)), ev.FailRead)
+    assert isinstance(failed.error, LogTruncated)
+
+
+def test_a_deleted_ledger_records_of_which_were_delivered_is_log_truncated():
+    reader = following(11)
+    reads = lac(reader, 11, 0)                                              # entry 0 confirmed: read it
+    send = only(reads, ev.SendRead)
+    delivered = reader.step(ev.EntriesRead(bookie=send.bookie, ledger_id=11, missing=[], lac=0,
+                                           entries=[make_entry(0, b"r0", ledger_id=11)]))
+    assert [e.payload for e in only(delivered, lev.DeliverRecords).entries] == [b"r0"]
+    reader.step(ev.EntriesConsumed(upto=0, ledger_id=11))
+    assert reader.delivered is not None and reader.delivered.ledger_id == 11
+    commands = lac(reader, 11, 0)                                           # nothing new: is it closed?
+    assert commands == [ev.ReadLedgerMetadata(ledger_id=11)]
+    failed = only(reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=None, version=-1)), ev.FailRead)
+    assert isinstance(failed.error, LogTruncated)
