@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
+from walkit.client.log import _WriterDriver
 from walkit.core.loglist import Position
-from walkit.errors import LogTruncated, NoSuchLog, WalkitError
+from walkit.errors import LogTruncated, NoSuchLog, Timeout, WalkitError
 
 from .helpers import wait_until
 
@@ -117,3 +118,25 @@ def test_close_amid_rolls_and_truncations_answers_every_append_and_keeps_every_a
         assert len(acknowledged) == len(futures), f"round {round_}: appends made before close failed"
         read = [(r.position, r.payload) for r in client.read_log(name)]
         assert read == [(first, b"first"), *acknowledged], f"round {round_}"
+
+
+def test_an_open_that_timed_out_is_stopped_instead_of_ending_as_a_writer_nobody_holds(memory_cluster):
+    client = memory_cluster.client()
+    first = client.open_log("orphan")
+    first.append(b"r0")                                # left unclosed: the next open must recover it
+    listed = client.log_metadata("orphan").ledger_ids
+    for i in range(3):
+        memory_cluster.kill(i)                         # the recovery cannot finish while they are gone
+    with pytest.raises(Timeout):
+        client.open_log("orphan", timeout=0.5)
+    for i in range(3):
+        memory_cluster.revive(i)
+    # The timed-out open was told to stop: it ends (its driver leaves the client's loop) without
+    # ever adding a ledger of its own to the list, where readers would wait for it to close.
+    wait_until(lambda: not any(isinstance(d, _WriterDriver) and d.machine is not first._machine
+                               for d in client._loop._drivers), 20, message="the timed-out open went on")
+    assert client.log_metadata("orphan").ledger_ids == listed
+    second = client.open_log("orphan")
+    second.append(b"r1")
+    second.close()
+    assert [r.payload for r in client.read_log("orphan")] == [b"r0", b"r1"]

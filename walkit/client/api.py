@@ -315,6 +315,9 @@ class Client:
         Any previous writer is fenced (its appends fail with LedgerFenced). Keyword options of
         walkit.LogConfig (ensemble, write_quorum, ack_quorum, roll_entries, roll_bytes,
         roll_age_s, retention_age_s, retention_bytes, digest) apply when the log is created.
+        An open that does not finish within `timeout` raises Timeout and is stopped (closed, if
+        it got as far as opening), so no writer is left holding the log; it may have fenced the
+        previous writer.
         """
         from walkit.client.log import open_log
         from walkit.core.loglist import LogConfig

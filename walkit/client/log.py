@@ -12,6 +12,7 @@ I/O thread and turns their outcomes into futures and iterators.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
 import threading
@@ -28,7 +29,8 @@ from walkit.core.messages import NOOP_PAYLOAD
 from walkit.core.log import LogMachine
 from walkit.core.logreader import LogReader
 from walkit.core.loglist import LOG_PREFIX, LogConfig, LogMetadata, LogSegment, Position, check_log_name, log_key
-from walkit.errors import ConfigError, LedgerClosed, NodeExists, NoSuchKey, NoSuchLog, Timeout, WalkitError
+from walkit.errors import (ClientClosed, ConfigError, LedgerClosed, NodeExists, NoSuchKey, NoSuchLog, Timeout,
+                           WalkitError)
 
 
 class LogRecord(NamedTuple):
@@ -142,7 +144,14 @@ def open_log(client, name: str, *, password: bytes = b"", config: LogConfig | No
     driver = _WriterDriver(machine)
     loop = client._loop
     loop.call(lambda: loop.attach(driver, machine.start()))
-    metadata = _wait(driver.opened, timeout, f"opening log {name!r}")
+    try:
+        metadata = _wait(driver.opened, timeout, f"opening log {name!r}")
+    except Timeout:
+        # The open goes on in the I/O thread: stop it, or it could end as a writer nobody holds,
+        # its ledger open at the end of the list, where readers would wait for it for good.
+        with contextlib.suppress(ClientClosed):
+            loop.call(lambda: loop.step(driver, ev.CloseRequested()))
+        raise
     return LogWriter(client, driver, metadata, timeout)
 
 
