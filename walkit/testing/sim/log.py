@@ -19,7 +19,8 @@ Checked after every event (DESIGN.md §6; Vanlightly's LedgerChaining.tla):
 - AllNonEmptyLedgersInLedgerList: a ledger leaves the list only once closed (by truncation or
   retention), so no acknowledged record disappears with an unclosed ledger;
 - acknowledgements reach each writer in log order, and none after it was told it failed;
-- followers get records in strictly increasing positions, each as it was written.
+- followers get records in strictly increasing positions, each as it was written, and
+  LogTruncated only when truncation or retention removed the ledger they were to read next.
 
 At the end: every listed ledger is closed; the last writer answered each of its appends, rolls
 and truncations exactly once; the history (every ledger ever listed, to its close) holds every
@@ -393,6 +394,11 @@ class LogSimulation(Scenario):
         elif kind is ev.FailRead:
             follower.ended = command.error
             self.log("%s: stops: %r", follower.name, command.error)
+            nxt = follower.machine.next
+            truncated_to = self.listed.truncated_to if self.listed is not None else -1
+            if isinstance(command.error, LogTruncated) and (nxt is None or nxt.ledger_id > truncated_to):
+                self.fail(f"{follower.name} was told LogTruncated at {nxt}, but the log is truncated only up to "
+                          f"ledger {truncated_to}")
             if follower is self.final_reader:
                 self.fail(f"the last reader could not read the log without faults: {command.error}")
 
