@@ -24,7 +24,11 @@ events to them by ledger id, and keeps the list right by construction:
   writer opened the log: this one is fenced. A CAS whose outcome is unknown is settled by the
   dispatcher (re-read) before the writer decides;
 - truncation and retention remove whole closed ledgers from the front of the list by CAS, then
-  delete them.
+  delete them;
+- close waits for a roll under way, sends appends held for a roll that has not started to the
+  current ledger, closes every ledger of the writer and records each end, and answers LogClosed
+  last. Every request is answered exactly once: a roll still waiting fails, and a writer that
+  fails fails its queued and in-flight truncations (the simulator checks this).
 
 States (`LogState`, transitions asserted): OPENING, WRITING, CLOSING, CLOSED, FAILED. Rolls
 and list updates run inside WRITING and CLOSING. Named failpoints (ev.Failpoint) mark the steps
