@@ -143,12 +143,9 @@ class _Harness:
         self.outcomes: list = []
         self.versions: dict = {NAME: 1}
         self.next_ledger = 11
-        self.appended = 0
         self._take(list(commands))
 
     def step(self, event) -> None:
-        if type(event) is ev.AppendRequested:
-            self.appended += len(event.payloads)
         self._take(self.log.step(event))
 
     def _take(self, commands: list) -> None:
@@ -273,7 +270,7 @@ def test_truncations_queued_or_in_flight_fail_with_the_writer():
     cas = only(h.pending, lev.WriteLogMetadata)
     h.pending.remove(cas)
     other = LogMetadata(name=NAME, segments=(LogSegment(10), LogSegment(12)))
-    h._take(log.step(lev.LogMetadataConflict(name=NAME, metadata=other, version=9)))   # another writer
+    h.step(lev.LogMetadataConflict(name=NAME, metadata=other, version=9))   # another writer
     assert isinstance(only(h.outcomes, lev.TruncateFailed).error, LedgerFenced)
     assert only(h.outcomes, lev.TruncateFailed).token == 7
 
@@ -285,7 +282,7 @@ def test_truncations_queued_or_in_flight_fail_with_the_writer():
     h.step(lev.TruncateRequested(token=8, before=Position(11, 0)))
     cas = only(h.pending, lev.WriteLogMetadata)                 # the truncation's own CAS
     h.pending.remove(cas)
-    h._take(log.step(lev.LogMetadataConflict(name=NAME, metadata=other, version=9)))
+    h.step(lev.LogMetadataConflict(name=NAME, metadata=other, version=9))
     assert [(c.token, type(c.error)) for c in of_type(h.outcomes, lev.TruncateFailed)] == [(8, LedgerFenced)]
     assert of_type(h.outcomes, lev.TruncateCompleted) == []
 
@@ -298,7 +295,7 @@ def test_a_roll_listed_after_the_writer_failed_starts_nothing():
     h.pump(lambda c: type(c) is ev.CreateLedger)
     cas = only(h.pending, lev.WriteLogMetadata)
     fenced = ev.AddsRejected(bookie="B1", ledger_id=10, entry_ids=[0], status=Status.FENCED)
-    h._take(log.step(fenced))                                   # ledger 10 fenced: the writer fails
+    h.step(fenced)                                              # ledger 10 fenced: the writer fails
     assert log.state.value == "FAILED" and of_type(h.outcomes, lev.FailAppends)
     late = log.step(lev.LogMetadataWritten(name=NAME, metadata=cas.metadata, version=5))
     assert late == []                                           # no failpoint, no adds to the new ledger
