@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from walkit.core import logevents as lev
 from walkit.core.log import LogMachine
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import LedgerWriter
@@ -109,6 +110,30 @@ def test_checker_catches_a_broken_log_rule(broken):
 
 def test_correct_log_writer_passes_the_provoking_configuration():
     assert first_log_violation(ROLL_RACE, LogMachine, range(300)) is None
+
+
+class WriterSilentOnCloseAfterFailing(LogMachine):
+    """A writer that fails (fenced by the next one, say) never answers the close it was asked for."""
+
+    def _fail(self, error, opening=False):
+        return [c for c in super()._fail(error, opening) if type(c) is not lev.LogCloseFailed]
+
+
+def test_checker_catches_a_writer_that_leaves_a_close_unanswered():
+    # Earlier writers kept running when the faults stop are asked to close, often as the last
+    # writer fences them; the run must end with each of them having answered.
+    violations = []
+    for seed in range(300):
+        try:
+            LogSimulation(seed, writer_cls=WriterSilentOnCloseAfterFailing).run()
+        except InvariantViolation as violation:
+            violations.append(violation)
+            if len(violations) == 3:
+                break
+    assert len(violations) == 3, f"{len(violations)} of 300 seeds caught a writer that never answers a failed close"
+    for violation in violations:
+        assert "kept running when the faults stopped" in violation.message, violation.message
+        LogSimulation(violation.seed).run()         # the correct writer survives the same runs
 
 
 # -- guaranteed write quorum (Vanlightly's ProtocolWithGuaranteedWriteQuorum) -----------------------

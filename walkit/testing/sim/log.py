@@ -7,8 +7,9 @@ before records they wrote, close, and crash, also at the named failpoints of wal
 Followers tail the log from its start and crash too. Bookies crash and restart (one may be lost
 for good), the network drops, delays and duplicates, metadata calls fail or lose their answers
 after taking effect, and sessions are lost. When the faults stop, a last writer opens the log,
-appends a few records and closes it, perhaps in the middle of a roll (the other writers stop
-first), and a last reader reads the whole log.
+appends a few records and closes it, perhaps in the middle of a roll, and a last reader reads
+the whole log. Each earlier writer still running then either stops, or keeps running and is
+asked to close amid whatever it is doing (often while the last writer fences it).
 
 Checked after every event (DESIGN.md §6; Vanlightly's LedgerChaining.tla):
 
@@ -22,10 +23,11 @@ Checked after every event (DESIGN.md §6; Vanlightly's LedgerChaining.tla):
 - followers get records in strictly increasing positions, each as it was written, and
   LogTruncated only when truncation or retention removed the ledger they were to read next.
 
-At the end: every listed ledger is closed; the last writer answered each of its appends, rolls
-and truncations exactly once; the history (every ledger ever listed, to its close) holds every
-acknowledged record, each writer's records in the order it appended them, writers' records in
-the order the writers opened the log; the last reader read exactly the list's part of the
+At the end: every listed ledger is closed; the last writer, and each earlier writer kept
+running, answered its close, and each of its appends, rolls and truncations exactly once; the
+history (every ledger ever listed, to its close) holds every acknowledged record, each
+writer's records in the order it appended them, writers' records in the order the writers
+opened the log; the last reader read exactly the list's part of the
 history, and each follower a gap-free slice of it.
 """
 
@@ -120,6 +122,13 @@ class _Writer:
         self.closed = False
         self.requests: set[int] = set()      # roll and truncate tokens not answered yet
         self.refused = 0                      # appends refused (the last ones: the writer was not writing)
+        self.close_asked = False
+        self.close_answered = False           # LogClosed, LogCloseFailed or LogOpenFailed after close_asked
+
+    def settled(self) -> bool:
+        """settled: the writer answered its close, each roll and truncation, and each append."""
+        return (self.close_answered and not self.requests
+                and (self.failed or len(self.acked) + self.refused == len(self.payloads)))
 
     def outcome(self, command) -> None:
         self.sim._writer_outcome(self, command)
@@ -173,6 +182,7 @@ class LogSimulation(Scenario):
         self._recheck: set[int] = set()          # ledgers whose acked records need checking again
         self._chain_dirty = False
         self.final_writer: _Writer | None = None
+        self.kept: list[_Writer] = []            # earlier writers left running when the faults stop
         self.final_attempts = 0
         self.final_reader: _Follower | None = None
         self.finished = False
@@ -273,6 +283,8 @@ class LogSimulation(Scenario):
             self.log("writer%d: %s", writer.k, type(event).__name__)
             if hasattr(event, "token"):
                 writer.requests.add(event.token)
+            if type(event) is ev.CloseRequested:
+                writer.close_asked = True
             writer.process.deliver(writer, event)
 
     def _truncate(self, writer: _Writer) -> None:
@@ -312,11 +324,22 @@ class LogSimulation(Scenario):
             self.world.lose_session(self.rng.choice(live))
 
     def _quiet(self) -> None:
-        world = self.world
-        self.log("faults stop; every bookie comes back; the writers stop and a last writer opens the log")
+        """_quiet stops the faults and starts the last writer.
+
+        Each earlier writer still running either stops (crashes) or is kept: it is asked to close
+        soon, amid whatever it is doing (a roll, a truncation, a recovery, being fenced by the
+        last writer), and the run ends only once it answered that close and every request it got.
+        """
+        world, rng = self.world, self.rng
+        self.log("faults stop; every bookie comes back; a last writer opens the log")
         world.faults = False
         for writer in self.writers:
-            writer.process.crash()
+            if writer.process.alive and rng.random() < 0.5:
+                self.kept.append(writer)
+                self.log("writer%d keeps running and will close", writer.k)
+                world.at(rng.randint(0, 60), self._request, writer, ev.CloseRequested())
+            else:
+                writer.process.crash()
         for address, bookie in world.bookies.items():
             if not bookie.up and not bookie.lost:
                 world.restart_bookie(address)
@@ -327,6 +350,8 @@ class LogSimulation(Scenario):
     def _writer_outcome(self, writer: _Writer, command) -> None:
         kind = type(command)
         k = writer.k
+        if writer.close_asked and kind in (lev.LogClosed, lev.LogCloseFailed, lev.LogOpenFailed):
+            writer.close_answered = True
         if kind is lev.CompleteAppends:
             if writer.failed:
                 self.fail(f"writer{k} had appends acknowledged after it was told they failed")
@@ -405,6 +430,8 @@ class LogSimulation(Scenario):
     def _done(self) -> bool:
         """_done: the last reader read the log, and every live follower got the last record too."""
         if self.final_reader is None or not self.final_reader.complete:
+            return False
+        if any(w.process.alive and not w.settled() for w in self.kept):
             return False
         final = self.final_writer.acked[-1]
         self.finished = all(not f.process.alive or f.ended is not None or f.complete
@@ -510,6 +537,13 @@ class LogSimulation(Scenario):
         return records
 
     def _check_end(self) -> None:
+        for writer in self.kept:
+            if writer.process.alive and not writer.settled():
+                self.fail(f"writer{writer.k}, kept running when the faults stopped, left requests unanswered: "
+                          f"close asked {writer.close_asked}, answered {writer.close_answered}; rolls and truncations "
+                          f"{sorted(writer.requests)}; {len(writer.payloads)} appended, {len(writer.acked)} "
+                          f"acknowledged, {writer.refused} refused, failed {writer.failed}; "
+                          f"state {writer.machine.state.value}")
         if not self.finished:
             self.fail(f"the run did not finish by t={self.world.now}: last writer "
                       f"{self.final_writer and self.final_writer.machine.state}, last reader "
