@@ -11,7 +11,13 @@ registrations vanish after `ttl` seconds, and a closed session deletes its rows 
 heartbeat reads the clock once it holds the write lock, so waiting for another process's commit
 does not shorten the ttl it grants; a session whose rows lapsed anyway (the process was paused,
 or the lock was held past the ttl) is lost, with a warning saying how late the refresh came, and
-its keys are registered again in a new session. Watches poll ``PRAGMA data_version`` (which
+its keys are registered again in a new session. Expiry times are
+on a clock that every process of the machine shares and that a change of the wall clock (NTP,
+an operator, a VM resumed on another host) does not move: the kernel's CLOCK_BOOTTIME plus the
+wall-clock time of the boot, which the first store of each boot (named by the kernel's boot id)
+writes into the file and later ones read. So registrations neither lapse all at once when the
+wall clock jumps forward nor outlive a killed process when it goes back. Rows of an earlier boot
+compare by wall-clock time, as does everything off Linux. Watches poll ``PRAGMA data_version`` (which
 changes when another connection commits) and compare the versions of the watched keys.
 
 A new metadata file is created with mode 0600 (owner only), and SQLite gives its ``-wal`` and
@@ -51,11 +57,26 @@ CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS boots (
+    boot_id TEXT PRIMARY KEY,     -- the kernel's boot id
+    base_ms INTEGER NOT NULL      -- wall-clock time at that boot, as the first store of the boot saw it
+);
 """
 
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+
+def _since_boot_ms() -> tuple[str, int] | None:
+    """_since_boot_ms is (this boot's id, ms since boot on CLOCK_BOOTTIME), or None off Linux."""
+    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    if clock is None:
+        return None
+    try:
+        with open(_BOOT_ID) as f:
+            boot_id = f.read().strip()
+    except OSError:
+        return None
+    return boot_id, int(time.clock_gettime(clock) * 1000)
 
 
 def _create_private(path: str) -> None:
@@ -124,6 +145,7 @@ class SqliteMetadataStore:
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(nodes)")}
             if "owner" not in columns:      # a file made before sessions had owners
                 self._db.execute("ALTER TABLE nodes ADD COLUMN owner TEXT")
+            self._base_ms = self._boot_base()
             # Reads have a connection of their own: they never queue behind this store's writes,
             # which may wait up to `timeout` for the file's write lock (WAL readers do not).
             self._reader = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
@@ -154,6 +176,23 @@ class SqliteMetadataStore:
                 except ValueError:
                     raise ConfigError(f"sqlite metadata: {name}={query[name]!r} is not a number") from None
         return cls(path_of(uri.split("?", 1)[0]), **options)
+
+    # -- the clock of expiries ----------------------------------------------------------------
+    def _boot_base(self) -> int | None:
+        """_boot_base is this boot's wall-clock base from the file (written by its first store), or None off Linux."""
+        since = _since_boot_ms()
+        if since is None:
+            return None
+        boot_id, elapsed = since
+        self._db.execute("INSERT OR IGNORE INTO boots (boot_id, base_ms) VALUES (?, ?)",
+                         (boot_id, int(time.time() * 1000) - elapsed))
+        return self._db.execute("SELECT base_ms FROM boots WHERE boot_id = ?", (boot_id,)).fetchone()[0]
+
+    def _now_ms(self) -> int:
+        """_now_ms is the time expiries are measured on: this boot's base plus CLOCK_BOOTTIME (see the module doc)."""
+        if self._base_ms is None:
+            return int(time.time() * 1000)
+        return self._base_ms + int(time.clock_gettime(time.CLOCK_BOOTTIME) * 1000)
 
     # -- plumbing -------------------------------------------------------------------------
     def _run(self, work: Callable[[sqlite3.Cursor], object], write: bool = True, durable: bool = True):
@@ -207,10 +246,9 @@ class SqliteMetadataStore:
             finally:
                 cursor.close()
 
-    @staticmethod
-    def _live(cursor: sqlite3.Cursor, key: str) -> tuple[bytes, int] | None:
+    def _live(self, cursor: sqlite3.Cursor, key: str) -> tuple[bytes, int] | None:
         row = cursor.execute("SELECT value, version, expires_ms FROM nodes WHERE key = ?", (key,)).fetchone()
-        if row is None or (row[2] is not None and row[2] < _now_ms()):
+        if row is None or (row[2] is not None and row[2] < self._now_ms()):
             return None
         return row[0], row[1]
 
@@ -270,7 +308,7 @@ class SqliteMetadataStore:
 
         def work(c: sqlite3.Cursor) -> list[str]:
             rows = c.execute("SELECT key FROM nodes WHERE key >= ? AND key < ? AND "
-                             "(expires_ms IS NULL OR expires_ms >= ?)", (low, high, _now_ms())).fetchall()
+                             "(expires_ms IS NULL OR expires_ms >= ?)", (low, high, self._now_ms())).fetchall()
             return sorted({row[0][len(low):].split("/", 1)[0] for row in rows})
         return self._run(work, write=False)
 
@@ -301,10 +339,11 @@ class SqliteMetadataStore:
 
         def work(c: sqlite3.Cursor) -> None:
             row = c.execute("SELECT expires_ms, owner FROM nodes WHERE key = ?", (key,)).fetchone()
-            if row is not None and (row[0] is None or row[0] >= _now_ms()) and row[1] != session:
+            now = self._now_ms()
+            if row is not None and (row[0] is None or row[0] >= now) and row[1] != session:
                 raise NodeExists(f"metadata key {key!r} is registered by a live session")
             c.execute("INSERT OR REPLACE INTO nodes (key, value, version, expires_ms, owner) VALUES (?, ?, 0, ?, ?)",
-                      (key, bytes(value), _now_ms() + int(self.ttl * 1000), session))
+                      (key, bytes(value), now + int(self.ttl * 1000), session))
         first = not self._registrations
         self._run(work)
         if first:                              # the session's only row: its refresh time is now
@@ -314,9 +353,10 @@ class SqliteMetadataStore:
         session = self._session
 
         def work(c: sqlite3.Cursor) -> int:
+            now = self._now_ms()
             return c.execute("UPDATE nodes SET value = ?, version = version + 1, expires_ms = ? "
                              "WHERE key = ? AND owner = ? AND expires_ms >= ?",
-                             (bytes(value), _now_ms() + int(self.ttl * 1000), key, session, _now_ms())).rowcount
+                             (bytes(value), now + int(self.ttl * 1000), key, session, now)).rowcount
         if not self._run(work):
             raise SessionLost(f"the registration of {key!r} expired (its session was lost)")
         self._values[key] = bytes(value)
@@ -375,7 +415,7 @@ class SqliteMetadataStore:
 
         def work(c: sqlite3.Cursor) -> dict[str, int]:
             rows = c.execute("SELECT key, version FROM nodes WHERE ((key >= ? AND key < ?) OR key = ?) AND "
-                             "(expires_ms IS NULL OR expires_ms >= ?)", (low, high, prefix, _now_ms())).fetchall()
+                             "(expires_ms IS NULL OR expires_ms >= ?)", (low, high, prefix, self._now_ms())).fetchall()
             return dict(rows)
         return self._run(work, write=False)
 
@@ -425,7 +465,7 @@ class SqliteMetadataStore:
             # and fsync) neither shortens the ttl granted nor hides that a row already lapsed.
             # The keys too: a registration ended meanwhile has its row deleted under the lock.
             keys = list(self._registrations)
-            now, refreshed = _now_ms(), time.monotonic()
+            now, refreshed = self._now_ms(), time.monotonic()
             return sum(c.execute("UPDATE nodes SET expires_ms = ? WHERE key = ? AND owner = ? AND expires_ms >= ?",
                                  (now + ttl_ms, k, session, now)).rowcount for k in keys), len(keys), refreshed
         updated, expected, refreshed = self._run(work, durable=False)

@@ -116,7 +116,7 @@ def test_a_heartbeat_that_waited_for_the_write_lock_grants_a_whole_ttl(tmp_path)
     at least ttl after the lock came free, not ttl after the heartbeat started waiting.
     """
 
-    from walkit.plugins.metadata.sqlite import SqliteMetadataStore, _now_ms
+    from walkit.plugins.metadata.sqlite import SqliteMetadataStore
 
     path = str(tmp_path / "meta.db")
     store = SqliteMetadataStore(path, ttl=3)
@@ -129,7 +129,7 @@ def test_a_heartbeat_that_waited_for_the_write_lock_grants_a_whole_ttl(tmp_path)
         other.execute("BEGIN IMMEDIATE")
         before = expiry()
         time.sleep(2.0)                  # the stall itself: a heartbeat (every 1 s) is due and waits
-        released = _now_ms()
+        released = store._now_ms()
         other.execute("COMMIT")
         deadline = time.monotonic() + 10
         while expiry() == before:
@@ -185,7 +185,7 @@ def test_a_lapsed_session_says_in_the_log_how_late_its_refresh_came(tmp_path, ca
     import re
     import threading
 
-    from walkit.plugins.metadata.sqlite import SqliteMetadataStore, _now_ms
+    from walkit.plugins.metadata.sqlite import SqliteMetadataStore
     from walkit.spi import SessionState
 
     store = SqliteMetadataStore(str(tmp_path / "meta.db"), ttl=0.5)
@@ -195,7 +195,7 @@ def test_a_lapsed_session_says_in_the_log_how_late_its_refresh_came(tmp_path, ca
         store.add_state_listener(lambda state: (lost if state == SessionState.LOST else connected).set())
         with store._lock:               # the heartbeat thread cannot refresh meanwhile
             expires = store._db.execute("SELECT expires_ms FROM nodes").fetchone()[0]
-            while _now_ms() <= expires:
+            while store._now_ms() <= expires:
                 time.sleep(0.05)
         assert lost.wait(10), "the lapse was not noticed"
         warnings = [r.getMessage() for r in caplog.records if "lapsed" in r.getMessage()]
@@ -263,3 +263,75 @@ def test_a_failing_heartbeat_pragma_is_a_metadata_error_and_full_sync_comes_back
     finally:
         store._db = real
         store.close()
+
+
+def test_a_wall_clock_jump_forward_lapses_no_live_registration(tmp_path, monkeypatch):
+    """Expiries do not follow the wall clock: set an hour ahead, it takes no live registration away.
+
+    (NTP or an operator stepping the clock, a VM resumed elsewhere.) On wall-clock expiries
+    every row would look lapsed at once: bookies would vanish from the listing and every
+    session would be lost.
+    """
+    import threading
+
+    from walkit.errors import NodeExists
+    from walkit.plugins.metadata.sqlite import SqliteMetadataStore
+    from walkit.spi import SessionState
+
+    path = str(tmp_path / "meta.db")
+    store = SqliteMetadataStore(path, ttl=1)
+    later = None
+    try:
+        store.register("walkit/test/eph", b"v")
+        lost = threading.Event()
+        store.add_state_listener(lambda state: lost.set() if state == SessionState.LOST else None)
+        expiry = lambda: store._db.execute("SELECT expires_ms FROM nodes").fetchone()[0]  # noqa: E731
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 3600)
+        assert store.children("walkit/test") == ["eph"]
+        seen, deadline = {expiry()}, time.monotonic() + 10
+        while len(seen) < 4:                        # three heartbeats ran after the jump
+            assert time.monotonic() < deadline, "no heartbeats after the jump"
+            time.sleep(0.05)
+            seen.add(expiry())
+        assert not lost.is_set(), "the jump lost the session"
+        assert store.children("walkit/test") == ["eph"]
+        later = SqliteMetadataStore(path, ttl=1)      # a process started after the jump agrees
+        assert later.children("walkit/test") == ["eph"]
+        with pytest.raises(NodeExists):
+            later.register("walkit/test/eph", b"other")
+    finally:
+        if later is not None:
+            later.close()
+        store.close()
+
+
+def test_a_killed_holders_registration_lapses_though_the_wall_clock_went_back(tmp_path, monkeypatch):
+    """Set an hour back, the wall clock does not keep a dead process's registration alive for that hour."""
+    from walkit.errors import NodeExists
+    from walkit.plugins.metadata.sqlite import SqliteMetadataStore
+    from walkit.testing.holders import Holder
+
+    path = tmp_path / "meta.db"
+    holder = Holder("register", f"sqlite://{path}?ttl=1", "walkit/test/b1", "old")
+    store = None
+    try:
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() - 3600)
+        store = SqliteMetadataStore(str(path), ttl=1)
+        with pytest.raises(NodeExists):             # alive: its row holds the key
+            store.register("walkit/test/b1", b"new")
+        holder.kill()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                store.register("walkit/test/b1", b"new")
+                break
+            except NodeExists:
+                assert time.monotonic() < deadline, "the killed holder's registration did not lapse in 10 s"
+                time.sleep(0.1)
+        assert store.get("walkit/test/b1")[0] == b"new"
+    finally:
+        holder.close()
+        if store is not None:
+            store.close()
