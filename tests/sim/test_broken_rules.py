@@ -11,11 +11,13 @@ from dataclasses import replace
 
 import pytest
 
+from walkit.core import events as ev
 from walkit.core import logevents as lev
 from walkit.core.log import LogMachine
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import LedgerWriter
 from walkit.testing.sim import InvariantViolation, LogSimConfig, LogSimulation, SimConfig, Simulation
+from walkit.testing.sim.unbounded import UnboundedSimulation
 
 
 class RecoveryWithoutFencedReads(LedgerRecovery):
@@ -230,3 +232,26 @@ def test_checker_catches_a_broken_deferred_sync_rule(broken):
 def test_correct_deferred_sync_passes_the_provoking_configuration():
     for seed in range(300):
         Simulation(seed, DEFERRED).run()
+
+
+class WriterSilentWhenAddsFail(LedgerWriter):
+    """A writer that never tells the application its adds failed (fenced by a later term, say)."""
+
+    def step(self, event):
+        return [c for c in super().step(event) if type(c) is not ev.FailAdds]
+
+
+def test_checker_catches_an_unbounded_writer_that_leaves_appends_unanswered():
+    # Earlier writers of the battle still run when it ends; each must have answered every append.
+    violations = []
+    for seed in range(100):
+        try:
+            UnboundedSimulation(seed, writer_cls=WriterSilentWhenAddsFail).run()
+        except InvariantViolation as violation:
+            violations.append(violation)
+            if len(violations) == 3:
+                break
+    assert len(violations) == 3, f"{len(violations)} of 100 seeds caught a writer silent on failed adds"
+    for violation in violations:
+        assert "never answered its appends" in violation.message, violation.message
+        UnboundedSimulation(violation.seed).run()         # the correct writer survives the same runs

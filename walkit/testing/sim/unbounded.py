@@ -21,10 +21,11 @@ After every event the checker verifies the invariants of Vanlightly's TLA+ speci
 - a writer told LedgerFenced completes no add afterwards, and no two recoveries reopen the
   ledger in the same term;
 - at the end the reader sees every acknowledged payload once, at its entry id, in order, and
-  no no-op entries, and nothing but payloads some writer appended.
+  no no-op entries, and nothing but payloads some writer appended; and every writer still
+  running answered each append it took, acknowledged or failed (the run waits for that).
 
 `recovery_cls` lets a test remove the truncating no-op (LedgerRecovery.TRUNCATE_ON_REOPEN) and
-watch the checker find seed 001's log divergence.
+watch the checker find seed 001's log divergence; `writer_cls` substitutes a broken writer.
 """
 
 from __future__ import annotations
@@ -105,18 +106,26 @@ class _Writer:
         self.term = 0
         self.payloads: dict[int, bytes] = {}     # entry id -> payload this writer appended there
         self.acked_upto = -1
+        self.failed_from: int | None = None      # the first entry of the appends it was told failed
         self.fenced = False
         self.done = False
+
+    def settled(self) -> bool:
+        """settled: the writer answered each append it took, acknowledged or failed."""
+        failed_from = self.failed_from
+        return all(entry_id <= self.acked_upto or (failed_from is not None and entry_id >= failed_from)
+                   for entry_id in self.payloads)
 
 
 class UnboundedSimulation(Scenario):
     """UnboundedSimulation is one seeded battle of writers; `run()` returns a summary or raises."""
 
     def __init__(self, seed: int, config: UnboundedSimConfig | None = None, recovery_cls=LedgerRecovery,
-                 ensemble: tuple[str, ...] | None = None) -> None:
+                 ensemble: tuple[str, ...] | None = None, writer_cls=LedgerWriter) -> None:
         self.seed = seed
         self.config = cfg = config or UnboundedSimConfig.random(random.Random(seed))
         self.recovery_cls = recovery_cls
+        self.writer_cls = writer_cls
         self._reopened: dict[int, str] = {}            # term -> the writer whose recovery reopened in it
         self.world = world = World(
             seed, bookies=cfg.bookies, drop_rate=cfg.drop_rate, duplicate_rate=cfg.duplicate_rate,
@@ -179,13 +188,22 @@ class UnboundedSimulation(Scenario):
     def run(self) -> dict:
         """run plays the battle, checking invariants after every event, then the final read."""
         self._plan()
-        self.world.run(self.config.end_ms, lambda: self.read is not None)
+        self.world.run(self.config.end_ms, lambda: self.read is not None and not self._unsettled())
         if self.read is None:
             self.fail(f"the last writer never closed the ledger and read it back by t={self.world.now} "
                       f"(state {self.metadata.state}, term {self.metadata.term})")
+        for writer in self._unsettled():
+            waiting = sorted(e for e in writer.payloads if e > writer.acked_upto
+                             and (writer.failed_from is None or e < writer.failed_from))
+            self.fail(f"{writer.name} (term {writer.term}, still running) never answered its appends of entries "
+                      f"{waiting[:5]}: acknowledged up to {writer.acked_upto}, failed from {writer.failed_from}")
         return {"seed": self.seed, "config": self.config, "acked": len(self.acked), "terms": self.metadata.term,
                 "last_entry_id": self.closed.last_entry_id, "read": len(self.read),
                 "takeovers": self.takeovers_done}
+
+    def _unsettled(self) -> list[_Writer]:
+        """_unsettled lists the writers still running that have appends neither acknowledged nor failed."""
+        return [w for w in self.writers if w.process.alive and w.owner is not None and not w.settled()]
 
     # -- writers --------------------------------------------------------------------------------
     def _new_writer(self) -> _Writer:
@@ -196,7 +214,7 @@ class UnboundedSimulation(Scenario):
 
     def _start_writer(self, writer: _Writer, metadata: LedgerMetadata, version: int, last_entry_id: int) -> None:
         writer.term = metadata.term
-        machine = LedgerWriter(metadata, version, master_key=self.master_key, digest=self.digest,
+        machine = self.writer_cls(metadata, version, master_key=self.master_key, digest=self.digest,
                                add_timeout_ms=self.config.add_timeout_ms, explicit_lac_ms=50,
                                now_ms=self.world.now, last_entry_id=last_entry_id)
         writer.owner = _Owner(machine, lambda command: self._writer_outcome(writer, command))
@@ -280,6 +298,8 @@ class UnboundedSimulation(Scenario):
             self.log("%s: acked up to %d", writer.name, command.last_entry_id)
         elif kind is ev.FailAdds:
             self.log("%s: adds fail from %d: %r", writer.name, command.first_entry_id, command.error)
+            if writer.failed_from is None or command.first_entry_id < writer.failed_from:
+                writer.failed_from = command.first_entry_id
             if isinstance(command.error, LedgerFenced):
                 writer.fenced = True
         elif kind is ev.CompleteClose:
