@@ -17,6 +17,20 @@ class TestSqliteConformance(MetadataStoreConformance):
         return sqlite_factory
 
 
+def register_once_free(store, key: str, value: bytes, failure: str, timeout: float = 10.0) -> None:
+    """register_once_free registers `key` as soon as another process's registration of it lapsed."""
+    from walkit.errors import NodeExists
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            store.register(key, value)
+            return
+        except NodeExists:
+            assert time.monotonic() < deadline, failure
+            time.sleep(0.1)
+
+
 def test_a_paused_holder_never_touches_its_successors_registration(tmp_path):
     """A process paused past its TTL loses its key; when it wakes it must not refresh or delete the new holder's.
 
@@ -34,14 +48,8 @@ def test_a_paused_holder_never_touches_its_successors_registration(tmp_path):
         holder = Holder("register", url, "bookies/b1", "old")
         try:
             holder.process.send_signal(signal.SIGSTOP)
-            deadline = time.monotonic() + 10
-            while True:                              # the paused holder's row lapses, then the key is free
-                try:
-                    successor.register("bookies/b1", b"new")
-                    break
-                except Exception:
-                    assert time.monotonic() < deadline, "the paused holder's registration never lapsed"
-                    time.sleep(0.1)
+            # The paused holder's row lapses, then the key is free.
+            register_once_free(successor, "bookies/b1", b"new", "the paused holder's registration never lapsed")
             holder.process.send_signal(signal.SIGCONT)
             deadline = time.monotonic() + 3          # let the woken holder run its heartbeats
             while time.monotonic() < deadline:
@@ -322,14 +330,7 @@ def test_a_killed_holders_registration_lapses_though_the_wall_clock_went_back(tm
         with pytest.raises(NodeExists):             # alive: its row holds the key
             store.register("walkit/test/b1", b"new")
         holder.kill()
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                store.register("walkit/test/b1", b"new")
-                break
-            except NodeExists:
-                assert time.monotonic() < deadline, "the killed holder's registration did not lapse in 10 s"
-                time.sleep(0.1)
+        register_once_free(store, "walkit/test/b1", b"new", "the killed holder's registration did not lapse in 10 s")
         assert store.get("walkit/test/b1")[0] == b"new"
     finally:
         holder.close()

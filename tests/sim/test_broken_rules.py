@@ -121,21 +121,45 @@ class WriterSilentOnCloseAfterFailing(LogMachine):
         return [c for c in super()._fail(error, opening) if type(c) is not lev.LogCloseFailed]
 
 
-def test_checker_catches_a_writer_that_leaves_a_close_unanswered():
-    # Earlier writers kept running when the faults stop are asked to close, often as the last
-    # writer fences them; the run must end with each of them having answered.
+class WriterSilentWhenAddsFail(LedgerWriter):
+    """A ledger writer that never tells the application its adds failed (fenced by a later term, say)."""
+
+    def step(self, event):
+        return [c for c in super().step(event) if type(c) is not ev.FailAdds]
+
+
+def first_violations(run, seeds: range, count: int = 3) -> list[InvariantViolation]:
+    """first_violations runs `run(seed)` over `seeds` and returns the first `count` violations it raised."""
     violations = []
-    for seed in range(300):
+    for seed in seeds:
         try:
-            LogSimulation(seed, writer_cls=WriterSilentOnCloseAfterFailing).run()
+            run(seed)
         except InvariantViolation as violation:
             violations.append(violation)
-            if len(violations) == 3:
+            if len(violations) == count:
                 break
-    assert len(violations) == 3, f"{len(violations)} of 300 seeds caught a writer that never answers a failed close"
+    return violations
+
+
+# Writers still running at the end must have answered every request: the log scenario keeps some
+# earlier writers when the faults stop and asks them to close (often as the last writer fences
+# them); in the unbounded battle, earlier writers run on as later terms take over.
+SILENT_WRITERS = [
+    (lambda seed: LogSimulation(seed, writer_cls=WriterSilentOnCloseAfterFailing), LogSimulation,
+     "kept running when the faults stopped", range(300)),
+    (lambda seed: UnboundedSimulation(seed, writer_cls=WriterSilentWhenAddsFail), UnboundedSimulation,
+     "never answered its appends", range(100)),
+]
+
+
+@pytest.mark.parametrize("broken,correct,message,seeds", SILENT_WRITERS,
+                         ids=["log-writer-silent-on-a-failed-close", "unbounded-writer-silent-on-failed-adds"])
+def test_checker_catches_a_writer_that_leaves_requests_unanswered(broken, correct, message, seeds):
+    violations = first_violations(lambda seed: broken(seed).run(), seeds)
+    assert len(violations) == 3, f"{len(violations)} of {len(seeds)} seeds caught the silent writer"
     for violation in violations:
-        assert "kept running when the faults stopped" in violation.message, violation.message
-        LogSimulation(violation.seed).run()         # the correct writer survives the same runs
+        assert message in violation.message, violation.message
+        correct(violation.seed).run()           # the correct writer survives the same runs
 
 
 # -- guaranteed write quorum (Vanlightly's ProtocolWithGuaranteedWriteQuorum) -----------------------
@@ -232,26 +256,3 @@ def test_checker_catches_a_broken_deferred_sync_rule(broken):
 def test_correct_deferred_sync_passes_the_provoking_configuration():
     for seed in range(300):
         Simulation(seed, DEFERRED).run()
-
-
-class WriterSilentWhenAddsFail(LedgerWriter):
-    """A writer that never tells the application its adds failed (fenced by a later term, say)."""
-
-    def step(self, event):
-        return [c for c in super().step(event) if type(c) is not ev.FailAdds]
-
-
-def test_checker_catches_an_unbounded_writer_that_leaves_appends_unanswered():
-    # Earlier writers of the battle still run when it ends; each must have answered every append.
-    violations = []
-    for seed in range(100):
-        try:
-            UnboundedSimulation(seed, writer_cls=WriterSilentWhenAddsFail).run()
-        except InvariantViolation as violation:
-            violations.append(violation)
-            if len(violations) == 3:
-                break
-    assert len(violations) == 3, f"{len(violations)} of 100 seeds caught a writer silent on failed adds"
-    for violation in violations:
-        assert "never answered its appends" in violation.message, violation.message
-        UnboundedSimulation(violation.seed).run()         # the correct writer survives the same runs
