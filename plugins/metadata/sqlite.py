@@ -184,9 +184,13 @@ class SqliteMetadataStore:
         if since is None:
             return None
         boot_id, elapsed = since
-        self._db.execute("INSERT OR IGNORE INTO boots (boot_id, base_ms) VALUES (?, ?)",
-                         (boot_id, int(time.time() * 1000) - elapsed))
-        return self._db.execute("SELECT base_ms FROM boots WHERE boot_id = ?", (boot_id,)).fetchone()[0]
+        select = "SELECT base_ms FROM boots WHERE boot_id = ?"
+        row = self._db.execute(select, (boot_id,)).fetchone()
+        if row is None:       # only the first store of a boot writes: later opens need no write lock
+            self._db.execute("INSERT OR IGNORE INTO boots (boot_id, base_ms) VALUES (?, ?)",
+                             (boot_id, int(time.time() * 1000) - elapsed))
+            row = self._db.execute(select, (boot_id,)).fetchone()
+        return row[0]
 
     def _now_ms(self) -> int:
         """_now_ms is the time expiries are measured on: this boot's base plus CLOCK_BOOTTIME (see the module doc)."""
