@@ -21,10 +21,10 @@ ETCD_LEASE_S = 3
 
 def pytest_addoption(parser) -> None:
     parser.addoption("--seed", type=int, default=None, help="simulate only this seed (tests/sim)")
-    parser.addoption("--seeds", type=int, default=5000,
-                     help="number of random seeds to simulate per scenario (default 5000)")
-    parser.addoption("--unbounded-seeds", type=int, default=10000,
-                     help="number of random seeds of writers battling for an unbounded ledger (default 10000)")
+    parser.addoption("--seeds", type=int, default=4000,
+                     help="number of random seeds to simulate per scenario (default 4000)")
+    parser.addoption("--unbounded-seeds", type=int, default=5000,
+                     help="number of random seeds of writers battling for an unbounded ledger (default 5000)")
 
 
 @pytest.fixture(autouse=True)

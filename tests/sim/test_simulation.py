@@ -2,7 +2,7 @@
 
 Two scenarios (walkit.testing.sim): one ledger written, recovered and read (`Simulation`), and a
 log with several writers and followers (`LogSimulation`). `--seeds N` runs N seeds of each (CI:
-5,000 of each); a failure prints the seed and the trace, and `pytest tests/sim --seed N` (or
+4,000 of each); a failure prints the seed and the trace, and `pytest tests/sim --seed N` (or
 `python -m walkit.testing.sim --seed N [--log]`) replays exactly that run.
 """
 

@@ -3,7 +3,7 @@
 The scripted run is Vanlightly's log-divergence counterexample (walkit.testing.sim.unbounded
 `seed_001_counterexample`): without the truncating no-op that ends a new term's recovery the
 checker reports divergence; with it the same script ends with the ledger read back intact.
-Then `--unbounded-seeds` (10,000 in CI) random battles of writers taking the ledger from each
+Then `--unbounded-seeds` (5,000 in CI) random battles of writers taking the ledger from each
 other under faults, each checked after every step (NoLogDivergence, NoDirtyReads, Tail
 fragments and closed ledgers at Qw, every acknowledged entry read back once, in order).
 """
