@@ -520,7 +520,8 @@ def summary_lines(result: dict) -> list[str]:
                 line += f", {part['entries_per_probe']:,.0f} entries per probe"
             lines.append(line)
     for name, peer in result.get("peers", {}).items():
-        lines.append(f"  {name}: {peer['entries_per_s']:,.0f} ops/s (p50 {peer['p50_ms']:.2f} ms) -> walkit is "
+        latency = f"p50 {peer['p50_ms']:.2f} ms" if "p50_ms" in peer else "no latencies"
+        lines.append(f"  {name}: {peer['entries_per_s']:,.0f} ops/s ({latency}) -> walkit is "
                      f"{a['entries_per_s'] / peer['entries_per_s']:.1f}x; "
                      f"{'fsyncs before acking' if peer.get('fsync') else 'does NOT fsync before acking'}; "
                      f"{peer.get('note', '')}")

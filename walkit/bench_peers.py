@@ -5,10 +5,14 @@ walkit, and is measured by the same `pipelined` driver (entries/s, latency perce
 
 - etcd with 3 members (Debian's etcd-server): puts over gRPC, as etcd's own clients send them
   (grpcio, the C-core Python gRPC client, with PutRequests encoded by hand so no protobuf
-  code runs per put; `window` puts in flight over 4 HTTP/2 connections). Debian ships no etcd
-  benchmark tool and `etcdctl check perf` runs a fixed load, so this is the fastest client a
+  code runs per put; `window` puts in flight over 4 HTTP/2 connections), the fastest client a
   Python user has. Without grpcio, puts go through the v3 JSON gateway over keep-alive HTTP
   connections (one request in flight per connection; at most 64 connections), which is slower;
+- etcd-go: the same 3 members driven by etcd's own Go client, through the only benchmark of it
+  that Debian ships, ``etcdctl check perf --load xl`` (package etcd-client): 1,000 clients for
+  60 s with 1 KiB values and 256-byte keys, offered up to 15,000 puts/s, more than any etcd
+  takes here. Its load is fixed, so it runs once whatever `runs` says, ignores `size`,
+  `entries` and `window`, and reports throughput only (no latency percentiles);
 - NATS JetStream, a 3-node cluster with a stream of 3 replicas (Debian's nats-server, nats-py):
   note that JetStream acknowledges a publish once replicated in memory, BEFORE its fsync (its
   default sync interval is 2 minutes), so it is not durable in the sense walkit is;
@@ -23,6 +27,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -34,7 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from walkit.bench import BenchConfig, pipelined
 from walkit.errors import ConfigError
 
-PEERS = ("etcd", "nats", "zookeeper")
+PEERS = ("etcd", "etcd-go", "nats", "zookeeper")
 
 
 def _free_port() -> int:
@@ -59,6 +64,13 @@ def _nats_missing() -> str | None:
     return _module_missing("nats", "nats-py")
 
 
+def _etcd_go_missing() -> str | None:
+    from walkit.testing.servers import etcd_missing
+    if shutil.which("etcdctl") is None:
+        return "etcdctl is not installed (Debian: apt-get install etcd-client)"
+    return etcd_missing()
+
+
 def _zookeeper_missing() -> str | None:
     from walkit.testing.servers import zookeeper_missing
     return zookeeper_missing() or _module_missing("kazoo", "kazoo")
@@ -73,7 +85,8 @@ def check_peers(names: list[str]) -> None:
     unknown = [n for n in names if n not in PEERS]
     if unknown:
         raise ConfigError(f"unknown peer(s) {', '.join(unknown)}; choose from {', '.join(PEERS)}")
-    checks = {"etcd": etcd_missing, "nats": _nats_missing, "zookeeper": _zookeeper_missing}
+    checks = {"etcd": etcd_missing, "etcd-go": _etcd_go_missing, "nats": _nats_missing,
+              "zookeeper": _zookeeper_missing}
     missing = [f"{name}: {why}" for name in names if (why := checks[name]())]
     if missing:
         raise ConfigError("cannot run peer(s): " + "; ".join(missing))
@@ -84,6 +97,9 @@ def run_peers(names: list[str], config: BenchConfig) -> dict:
     check_peers(names)
     results = {}
     for name in names:
+        if name == "etcd-go":                     # a fixed 60 s load: one run
+            results[name] = _etcd_go(config)
+            continue
         runner = {"etcd": _etcd, "nats": _nats, "zookeeper": _zookeeper}[name]
         runs = [runner(config) for _ in range(config.runs)]
         best = sorted(runs, key=lambda r: r["entries_per_s"])[len(runs) // 2]     # the median run
@@ -127,6 +143,42 @@ def _etcd(config: BenchConfig) -> dict:
                 channel.close()
         return {**result, "fsync": True, "note": f"3 members; gRPC puts (grpcio), {config.window} in flight "
                 "over 4 HTTP/2 connections"}
+
+
+#: etcdctl check perf's load: clients, the most puts/s offered, seconds (etcdctl/ctlv3/command/check.go).
+ETCD_GO_LOAD = ("xl", 1000, 15_000, 60)
+
+
+def parse_check_perf(output: str) -> dict:
+    """parse_check_perf reads `etcdctl check perf`'s verdict lines: writes/s, slowest and stddev (seconds).
+
+    It raises RuntimeError if the throughput line is missing (the check did not run to its end).
+    """
+    found = re.search(r"Throughput (?:is|too low:) (\d+) writes/s", output)
+    if found is None:
+        raise RuntimeError(f"etcdctl check perf printed no throughput: {output[-500:]!r}")
+    result = {"entries_per_s": float(found.group(1))}
+    for name, pattern in (("slowest_s", r"Slowest request took (?:too long: )?([0-9.]+)s"),
+                          ("stddev_s", r"Stddev (?:is|too high:) ([0-9.]+)s")):
+        match = re.search(pattern, output)
+        if match is not None:
+            result[name] = float(match.group(1))
+    return result
+
+
+def _etcd_go(config: BenchConfig) -> dict:
+    from walkit.testing.servers import EtcdCluster
+    load, clients, offered, seconds = ETCD_GO_LOAD
+    with tempfile.TemporaryDirectory(prefix="bench-etcd-", dir=config.data_dir) as folder, \
+            EtcdCluster(members=3, data_dir=folder) as cluster:
+        done = subprocess.run(["etcdctl", "--endpoints", ",".join(cluster.addresses), "check", "perf",
+                               "--load", load], capture_output=True, text=True, timeout=seconds + 120,
+                              env={**os.environ, "ETCDCTL_API": "3"})
+    result = parse_check_perf(done.stdout)        # its exit status says only whether the load was met
+    result.update(entries=int(result["entries_per_s"] * seconds), seconds=float(seconds), fsync=True,
+                  note=f"3 members; etcd's own Go client: etcdctl check perf --load {load} ({clients:,} clients "
+                       f"for {seconds} s, 1 KiB values, 256 B keys, up to {offered:,} puts/s offered; one run)")
+    return result
 
 
 def _etcd_http(config: BenchConfig) -> dict:

@@ -29,7 +29,8 @@ from walkit.cli.common import friendly, main
 @click.option("--interval", type=float, default=10, show_default=True, metavar="SECONDS",
               help="Reporting interval of the sustained phase.")
 @click.option("--peers", default="", metavar="LIST",
-              help="Also run peers through the same harness: comma-separated etcd,nats,zookeeper.")
+              help="Also run peers: comma-separated etcd,etcd-go,nats,zookeeper (etcd-go: etcd's own Go client "
+                   "through `etcdctl check perf`, a fixed 60 s load).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write results as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Draw throughput over time and latency to this PNG (needs matplotlib).")
@@ -48,7 +49,9 @@ def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, st
     the entries per probe (entries/s x the probe's seconds, an estimate: it stays about the
     same when only the machine's speed moves, and falls when walkit slows down). With
     --peers, etcd (3 members, over gRPC), NATS JetStream (R3) and ZooKeeper run the same
-    appends, back to back, and a table of ratios is printed.
+    appends, back to back, and a table of ratios is printed; etcd-go drives the same etcd
+    cluster with etcd's own Go client instead (`etcdctl check perf --load xl`, Debian's
+    etcd-client: its own fixed load of 1 KiB puts from 1,000 clients for 60 s).
     """
     from walkit import bench as harness
     config = harness.BenchConfig(bookies=bookies, ensemble=ensemble, write_quorum=write_quorum,
