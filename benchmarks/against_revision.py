@@ -44,7 +44,9 @@ def _warm_read(result: dict) -> float | None:
     """_warm_read is the warm catch-up read; a revision that never dropped the page cache read warm only."""
     if "catch_up_read_warm" in result:
         return _at("catch_up_read_warm", "median", "entries_per_s")(result)
-    return None if result.get("catch_up_read", {}).get("cold") else _at("catch_up_read", "median", "entries_per_s")(result)
+    if result.get("catch_up_read", {}).get("cold"):
+        return None
+    return _at("catch_up_read", "median", "entries_per_s")(result)
 
 
 #: (label, how to read it from walkit bench's JSON, True if higher is better)

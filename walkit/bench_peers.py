@@ -8,7 +8,7 @@ walkit, and is measured by the same `pipelined` driver (entries/s, latency perce
   code runs per put; `window` puts in flight over 4 HTTP/2 connections), the fastest client a
   Python user has. Without grpcio, puts go through the v3 JSON gateway over keep-alive HTTP
   connections (one request in flight per connection; at most 64 connections), which is slower;
-- etcd-go: the same 3 members driven by etcd's own Go client, through the only benchmark of it
+- etcd-go: a 3-member etcd of its own driven by etcd's own Go client, through the only benchmark of it
   that Debian ships, ``etcdctl check perf --load xl`` (package etcd-client): 1,000 clients for
   60 s with 1 KiB values and 256-byte keys, offered up to 15,000 puts/s, more than any etcd
   takes here. Its load is fixed, so it runs once whatever `runs` says, ignores `size`,

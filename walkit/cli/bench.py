@@ -49,7 +49,7 @@ def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, st
     the entries per probe (entries/s x the probe's seconds, an estimate: it stays about the
     same when only the machine's speed moves, and falls when walkit slows down). With
     --peers, etcd (3 members, over gRPC), NATS JetStream (R3) and ZooKeeper run the same
-    appends, back to back, and a table of ratios is printed; etcd-go drives the same etcd
+    appends, back to back, and a table of ratios is printed; etcd-go drives such an etcd
     cluster with etcd's own Go client instead (`etcdctl check perf --load xl`, Debian's
     etcd-client: its own fixed load of 1 KiB puts from 1,000 clients for 60 s).
     """
