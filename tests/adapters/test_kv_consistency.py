@@ -17,6 +17,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from walkit.local import LocalCluster
+from walkit.testing import pause
 
 from ..integration.helpers import wait_until
 from .kvprocess import KVProcess, redis
@@ -118,7 +119,7 @@ def test_a_paused_leader_that_lost_the_lead_never_answers_from_its_old_state(ser
         wait_until(lambda: b.redis().get("k") == b"old", 30)
         early = redis.Connection(host="127.0.0.1", port=a.port, socket_timeout=60)
         early.connect()                        # its handshake is done while a runs
-        os.kill(a.process.pid, signal.SIGSTOP)
+        pause.stop(a.process.pid, cluster.metadata_url)   # never inside a write to the metadata file
         try:
             b.wait_role(b"master", timeout=60)     # a's registration expired (3 s): b opened the log
             assert b.redis().set("k", "new")

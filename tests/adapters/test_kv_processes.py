@@ -15,6 +15,7 @@ import pytest
 
 import walkit
 from walkit.local import LocalCluster
+from walkit.testing import pause
 
 from ..integration.helpers import wait_until
 from .kvprocess import KVProcess, redis, redis_cli
@@ -171,7 +172,7 @@ def test_many_writers_a_paused_bookie_and_a_killed_leader_lose_no_acked_write(se
         with walkit.Client(cluster.metadata_url) as client:
             ledger = client.ledger_metadata(client.log_metadata("replicated-kv-default").ledger_ids[-1])
         held = cluster.pid(cluster.addresses.index(ledger.ensembles[max(ledger.ensembles)][0]))
-        os.kill(held, signal.SIGSTOP)
+        pause.stop(held, cluster.metadata_url)              # never inside a write to the metadata file
         try:
             at_pause = len(acked)
             # Acks from the held bookie stop; the writer replaces it after the add timeout and goes on.

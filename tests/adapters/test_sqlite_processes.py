@@ -24,6 +24,7 @@ import pytest
 
 import walkit
 from walkit.local import LocalCluster
+from walkit.testing import pause
 
 from .sqlitehelpers import wait_for
 
@@ -163,7 +164,7 @@ def test_a_held_bookie_and_a_killed_leader_lose_no_committed_transfer(tmp_path):
             with walkit.Client(cluster.metadata_url) as client:
                 ledger = client.ledger_metadata(client.log_metadata("replicated-bank").ledger_ids[-1])
             held = cluster.pid(cluster.addresses.index(ledger.ensembles[max(ledger.ensembles)][0]))
-            os.kill(held, signal.SIGSTOP)
+            pause.stop(held, cluster.metadata_url)                    # never inside a write to the metadata file
             at_pause, paused = len(leader.acked()), time.monotonic()
             # The first entry for the held bookie waits the add timeout; then its writer replaces it.
             wait_for(lambda: len(leader.acked()) >= at_pause + 100, 120,

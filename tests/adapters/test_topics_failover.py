@@ -24,6 +24,7 @@ import walkit
 from walkit.adapters.topics.catalog import group_bucket
 from walkit.adapters.topics.ownership import Slot, preferred
 from walkit.local import LocalCluster
+from walkit.testing import pause
 
 from ..integration.helpers import wait_until
 from .topicsprocess import TopicsProcess
@@ -313,7 +314,7 @@ def test_a_held_bookie_and_a_killed_partition_leader_lose_no_acked_record(start_
             [log] = [name for name in client.list_logs() if name.startswith("replicated-kafka-held-0-")]
             ledger = client.ledger_metadata(client.log_metadata(log).ledger_ids[-1])
         held = cluster.pid(cluster.addresses.index(ledger.ensembles[max(ledger.ensembles)][0]))
-        os.kill(held, signal.SIGSTOP)
+        pause.stop(held, cluster.metadata_url)        # never inside a write to the metadata file
         at_hold = len(acked)
         # The first entry for the held bookie waits the add timeout; then the writer replaces it.
         wait_until(lambda: len(acked) >= at_hold + 300, 90,

@@ -17,8 +17,6 @@ exactly once, in order.
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 from concurrent.futures import Future
 
@@ -27,6 +25,7 @@ import pytest
 import walkit
 from walkit.errors import LedgerFenced, WalkitError
 from walkit.local import LocalCluster
+from walkit.testing import pause
 
 from .helpers import wait_until
 
@@ -62,17 +61,13 @@ class Follower:
 
 
 def stopped(cluster: LocalCluster, address: str):
-    """stopped is a context manager that holds a bookie process with SIGSTOP, then SIGCONT."""
-    pid = cluster.pid(cluster.addresses.index(address))
+    """stopped is a context manager that holds a bookie process with SIGSTOP, then SIGCONT.
 
-    class _Stopped:
-        def __enter__(self):
-            os.kill(pid, signal.SIGSTOP)
-            return self
-
-        def __exit__(self, *exc):
-            os.kill(pid, signal.SIGCONT)
-    return _Stopped()
+    The bookie is never held inside a write to the metadata file, whose lock would stall every
+    other process's metadata writes (walkit.testing.pause): the writer's rolls and the new
+    writer's open must go on while it is held.
+    """
+    return pause.paused(cluster.pid(cluster.addresses.index(address)), cluster.metadata_url)
 
 
 def completion_order(futures: list[Future]) -> list:
