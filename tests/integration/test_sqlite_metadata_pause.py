@@ -8,6 +8,7 @@ working reads while it lasts, and a cluster that serves again, with nothing lost
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import sys
 import pytest
 
 import walkit
-from walkit.errors import MetadataError, NoSuchKey
+from walkit.errors import MetadataError, NoSuchKey, Timeout
 from walkit.local import LocalCluster
 from walkit.plugins import open_metadata
 from walkit.registry import BookieRegistry
@@ -101,3 +102,33 @@ def test_a_process_killed_inside_a_metadata_write_leaves_nothing_half_done_and_h
             with pytest.raises(NoSuchKey):
                 store.get("held/by-the-holder")
             assert set(BookieRegistry(store).live()) == set(cluster.addresses)
+
+
+def test_a_roll_held_up_by_the_locked_file_says_why_in_the_client_log(tmp_path, caplog):
+    """A log roll retries its ledger id until the file is free: the client logs why it waits."""
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
+        path = cluster.metadata_url[len("sqlite://"):]
+        with walkit.Client(cluster.metadata_url + "?timeout=0.5") as client:
+            log_writer = client.open_log("held-up", ensemble=3, write_quorum=2, ack_quorum=2)
+            first = log_writer.append(b"before")
+            holder = subprocess.Popen([sys.executable, "-c", HOLDER, path])
+            try:
+                wait_until(lambda: pid_state(holder.pid) == "T", message="the holder never stopped in its transaction")
+                with caplog.at_level(logging.WARNING, logger="walkit.client"):
+                    with pytest.raises(Timeout):
+                        log_writer.roll(timeout=3)
+                said = [r.getMessage() for r in caplog.records if r.name == "walkit.client"]
+                assert any("metadata store call next_id failed" in m and "locked" in m for m in said), said
+            finally:
+                os.kill(holder.pid, signal.SIGCONT)
+                assert holder.wait(10) == 0
+            # Once the file is free the roll that waited goes through, and the log takes appends.
+            with open_metadata(cluster.metadata_url) as store:
+                wait_until(lambda: set(BookieRegistry(store).live()) == set(cluster.addresses), timeout=30,
+                           message="the bookies did not register again")
+            wait_until(lambda: len(client.log_metadata("held-up").ledger_ids) == 2, timeout=30,
+                       message="the roll did not go through once the file was free")
+            second = log_writer.append(b"after")
+            assert second.ledger_id != first.ledger_id
+            log_writer.close()
+            assert [r.payload for r in client.read_log("held-up")] == [b"before", b"after"]

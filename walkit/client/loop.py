@@ -24,11 +24,16 @@ from typing import Callable
 from walkit.core import events as ev
 from walkit.core.dispatch import Dispatcher, StoreCall
 from walkit.core.messages import Status
-from walkit.errors import ClientClosed
+from walkit.errors import BadVersion, ClientClosed, NodeExists, NoSuchKey, NotEnoughBookies
 from walkit.registry import BookieRegistry
 from walkit.wire.codec import DEFAULT_MAX_REQUESTS, WireError, decode_responses, encode_requests
 
 log = logging.getLogger("walkit.client")
+
+#: Answers of the metadata store (and of placement) that are outcomes the machines expect, not failures.
+_OUTCOMES = (NoSuchKey, NodeExists, BadVersion, NotEnoughBookies)
+#: A metadata call that keeps failing is logged at most this often.
+STORE_WARNING_S = 5.0
 
 _KEY_REFUSED = "the bookie refused this client's key (not on the allow-list, or no key)"
 
@@ -75,6 +80,7 @@ class ClientLoop:
         self._drivers: set[Driver] = set()
         self._stopping = False
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="walkit-meta")
+        self._store_warned = -STORE_WARNING_S      # when a failing metadata call was last logged
         self._thread = threading.Thread(target=self._run, name="walkit-io", daemon=True)
         self._thread.start()
 
@@ -162,6 +168,8 @@ class ClientLoop:
                 value = getattr(self.store, call.method)(*call.args)
         except Exception as exc:  # noqa: BLE001 - the dispatcher decides what an error means
             error = exc
+            if not isinstance(exc, _OUTCOMES):
+                self._warn_store(call.method, exc)
 
         def deliver() -> None:
             self._deliver(self.dispatcher.store_result(call.call_id, value, error))
@@ -169,6 +177,17 @@ class ClientLoop:
             while reconnect:             # registered again: connect now, not at ZeroMQ's next retry
                 self.transport.revive(reconnect.pop())
         self._post(deliver)
+
+    def _warn_store(self, method: str, exc: Exception) -> None:
+        """_warn_store logs a failed metadata call, at most once per STORE_WARNING_S.
+
+        Log opens and rolls retry some calls until they succeed (a ledger id, say), so without
+        this a busy or unreachable store showed only as a timeout of the operation waiting.
+        """
+        now = time.monotonic()
+        if now - self._store_warned >= STORE_WARNING_S:
+            self._store_warned = now
+            log.warning("metadata store call %s failed: %s", method, exc)
 
     def _post(self, fn: Callable[[], None]) -> None:
         if not self._stopping:
