@@ -174,7 +174,7 @@ def _etcd_go(config: BenchConfig) -> dict:
         done = subprocess.run(["etcdctl", "--endpoints", ",".join(cluster.addresses), "check", "perf",
                                "--load", load], capture_output=True, text=True, timeout=seconds + 120,
                               env={**os.environ, "ETCDCTL_API": "3"})
-    result = parse_check_perf(done.stdout)        # its exit status says only whether the load was met
+    result = parse_check_perf(done.stdout + done.stderr)   # its exit status says only whether the load was met
     result.update(entries=int(result["entries_per_s"] * seconds), seconds=float(seconds), fsync=True,
                   note=f"3 members; etcd's own Go client: etcdctl check perf --load {load} ({clients:,} clients "
                        f"for {seconds} s, 1 KiB values, 256 B keys, up to {offered:,} puts/s offered; one run)")

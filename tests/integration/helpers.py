@@ -10,6 +10,7 @@ from typing import Callable, TypeVar
 import zmq
 
 from walkit.core.messages import AddRequest, Entry, ReadLacRequest, ReadRequest
+from walkit.testing.pause import pid_state
 from walkit.wire.codec import decode_responses, encode_requests
 
 T = TypeVar("T")
@@ -52,15 +53,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return pid_state(pid) != "Z"      # None (no /proc): os.kill said it exists
-
-
-def pid_state(pid: int) -> str | None:
-    """pid_state is a process's state letter from /proc (R, S, T for stopped, Z, ...); None without it."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
 
 
 class RawBookie:

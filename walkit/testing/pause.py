@@ -21,16 +21,18 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from walkit.testing.metadata import wait_until
+
 #: The bytes of a WAL-mode sqlite file's -shm that its writers lock: write, checkpoint, recovery.
 _WAL_WRITER_LOCKS = range(120, 123)
 
 
-def _state(pid: int) -> str | None:
-    """_state is the process's state letter from /proc (T: stopped), or None once it is gone."""
+def pid_state(pid: int) -> str | None:
+    """pid_state is a process's state letter from /proc (R, S, T for stopped, Z, ...); None without it."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+    except OSError:
         return None
 
 
@@ -62,20 +64,13 @@ def _sqlite_path(metadata_url: str | None) -> str | None:
     return metadata_url[len("sqlite://"):].split("?", 1)[0]
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.001)
-
-
 def stop(pid: int, metadata_url: str | None = None, timeout: float = 30.0) -> int:
     """stop holds `pid` with SIGSTOP; with sqlite metadata, never while it holds the file's write lock.
 
     It returns once the process is stopped (and, with sqlite metadata, not inside a write), with
-    the number of SIGSTOPs that took (1 unless it was caught inside a write). It raises TimeoutError if that does not happen within `timeout` seconds, ProcessLookupError if
-    the process is gone.
+    the number of SIGSTOPs that took (1 unless it was caught inside a write). It fails the test
+    (AssertionError) if that does not happen within `timeout` seconds, and raises
+    ProcessLookupError if the process is gone.
     """
     path = _sqlite_path(metadata_url)
     deadline = time.monotonic() + timeout
@@ -83,15 +78,15 @@ def stop(pid: int, metadata_url: str | None = None, timeout: float = 30.0) -> in
     while True:
         attempts += 1
         os.kill(pid, signal.SIGSTOP)
-        _wait(lambda: _state(pid) in ("T", None), max(0.0, deadline - time.monotonic()),
-              f"process {pid} did not stop")
-        if _state(pid) is None:
+        wait_until(lambda: pid_state(pid) in ("T", None), max(0.0, deadline - time.monotonic()),
+                   f"process {pid} did not stop")
+        if pid_state(pid) is None:
             raise ProcessLookupError(f"process {pid} is gone")
         if path is None or pid not in sqlite_writer(path):
             return attempts
         os.kill(pid, signal.SIGCONT)     # caught inside a metadata write: let it finish, then again
-        _wait(lambda: pid not in sqlite_writer(path), max(0.0, deadline - time.monotonic()),
-              f"process {pid} kept the write lock of {path}")
+        wait_until(lambda: pid not in sqlite_writer(path), max(0.0, deadline - time.monotonic()),
+                   f"process {pid} kept the write lock of {path}")
 
 
 def resume(pid: int) -> None:
