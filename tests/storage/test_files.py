@@ -332,22 +332,25 @@ def test_corrupt_crc_at_the_tail_drops_only_that_record(tmp_path, caplog):
 
 @pytest.mark.parametrize("ledger_id, entry_id", [(3, 1 << 40), (3, 1 << 62), (-5, 0)],
                          ids=["entry-2^40", "entry-2^62", "negative-ledger"])
-def test_a_journal_record_no_index_can_hold_is_reported_and_skipped_at_replay(tmp_path, caplog, ledger_id, entry_id):
-    """Issue 11: such a record (written by a bookie before ids were checked) once failed every restart."""
+def test_a_journal_record_no_index_can_hold_stops_the_open_instead_of_being_skipped(tmp_path, ledger_id, entry_id):
+    """Issue 39: such a record verifies, so it may have been synced, and a bookie before issue 11 (which did not
+    check ids) may have acknowledged it; skipping it, as issue 11 did, could drop an acknowledged
+    entry. The open names the journal and the record's offset, and the checkpoint stays before it."""
     path, workload = str(tmp_path / "s"), Workload()
     crash_after(path, workload, groups=2)
     journal = journal_of(path)
-    write_after_records(journal, _put_record(ledger_id, entry_id, b"unindexable") + _put_record(2, 700, b"after it"))
-    with caplog.at_level(logging.ERROR, logger="walkit.storage"):
-        storage = FileStorage(path)
-    try:
-        assert any("out of range" in r.getMessage() and journal in r.getMessage() for r in caplog.records)
-        workload.check(storage, 2)
-        assert storage.get(2, 700) == b"after it"       # the records after it are replayed
-        assert storage.get(ledger_id, entry_id) is None
-    finally:
-        storage.close()
-    FileStorage(path).close()                             # and the next restart is clean too
+    offset = write_after_records(journal, _put_record(ledger_id, entry_id, b"unindexable")
+                                 + _put_record(2, 700, b"after it"))
+    with open(os.path.join(path, "checkpoint"), "rb") as f:
+        before = f.read()
+    for _ in range(2):                                   # every open refuses it, none drops it
+        with pytest.raises(StorageError) as caught:
+            FileStorage(path)
+        message = str(caught.value)
+        assert f"replay stopped at journal {journal} offset {offset}: entry ({ledger_id}, {entry_id}) is out of " \
+               f"the range an index holds" in message and "not skipped" in message
+        with open(os.path.join(path, "checkpoint"), "rb") as f:
+            assert f.read() == before
 
 
 def test_put_refuses_ids_the_index_cannot_hold(tmp_path):

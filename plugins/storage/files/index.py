@@ -14,7 +14,9 @@ Open files are kept in a small LRU, so thousands of ledgers do not need thousand
 
 Slot e lives at byte e * 16, so entry ids stop at MAX_ENTRY_ID = 2^39 - 1: its slot ends at
 8 TiB, half the largest file ext4 holds (16 TiB less one block). A ledger whose slots cannot be written (a disk error) is
-reported in `failed` and its staged slots are dropped; other ledgers are not affected.
+reported in `failed` and its staged slots are dropped; other ledgers are not affected. A short
+write (a disk that fills in the middle of one) is carried on until it is whole or fails, so no
+slot is ever dropped without being reported.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ _SPAN_SLOTS = 4096                      # spans up to this many slots are rewrit
 def index_path(folder: str, ledger_id: int) -> str:
     """index_path names the index file of `ledger_id` in `folder`."""
     return numbered_path(folder, ledger_id, "idx", 16)
+
+
+def _write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
+    """_write_all writes all of `data` at `offset`: a short write is carried on, so it either completes or raises."""
+    with memoryview(data) as view:
+        written = 0
+        while written < len(view):
+            written += os.pwrite(fd, view[written:], offset + written)
 
 
 class LedgerIndex:
@@ -151,12 +161,12 @@ class LedgerIndex:
             for entry_id in ids:
                 at = (entry_id - low) * size
                 block[at:at + size] = slots[entry_id]
-            os.pwrite(fd, block, low * size)
+            _write_all(fd, block, low * size)
         else:
             start = 0
             for i in range(1, len(ids) + 1):
                 if i == len(ids) or ids[i] != ids[i - 1] + 1:
-                    os.pwrite(fd, b"".join([slots[e] for e in ids[start:i]]), ids[start] * size)
+                    _write_all(fd, b"".join([slots[e] for e in ids[start:i]]), ids[start] * size)
                     start = i
         self._dirty.add(ledger_id)
 

@@ -36,10 +36,20 @@ makes replay idempotent) and the summaries. A record that is short or fails its 
 journal: the log is truncated there and a warning names the file and offset; but if a whole
 record that verifies follows it more than two write buffers before the end (a crash tears only
 the last group commit) or a later log follows, it was damaged after its sync, and opening fails
-with StorageError instead of dropping synced records. A record that
-verifies but cannot be applied (an id no index can hold, an index write that fails) is reported
-and skipped: it was never acknowledged, because the sync that wrote it failed for its ledger.
-Then checkpoint.
+with StorageError instead of dropping synced records. Then checkpoint.
+
+Replay never skips a record it cannot index (issue 39): a record that verifies may have been
+synced, and the sync is what acknowledged it. If its index write fails (ENOSPC, EIO), or a copy into an
+entry log does, or its ids are out of the index's range (only a bookie from before issue 11
+wrote such ids, and on a file system with large enough files it acknowledged them), the open
+stops with StorageError naming the journal file, the record's offset, the file whose write
+failed and the OS error; no checkpoint is written, so once the disk is fixed the next open
+replays from the same place and every acknowledged entry reads back. The journal does not mark
+the records of a sync that failed for their ledger (LedgerStorageError, never acknowledged), so
+replay cannot tell them from acknowledged ones and indexes them like any other: an entry whose
+add failed may come back, which BookKeeper allows (the writer counted no acknowledgement from
+this bookie). The only records replay drops are the torn, unsynced tail above: they do not
+verify, and no sync returned for them.
 
 Version 1. walkit before 2026-11 kept a separate ``journal/`` directory and copied every
 entry from it into the entry logs (so every byte was written twice). Such a directory is
@@ -67,8 +77,8 @@ from walkit.core.bookie import LedgerState
 from walkit.errors import ConfigError, LedgerStorageError, StorageError
 from walkit.plugins.storage.files import checkpoint as checkpoints
 from walkit.plugins.storage.files.disk import fsync_all, fsync_dir
-from walkit.plugins.storage.files.entrylog import PREALLOCATE_BYTES, EntryLogs
-from walkit.plugins.storage.files.index import MAX_ENTRY_ID, SLOT, LedgerIndex
+from walkit.plugins.storage.files.entrylog import PREALLOCATE_BYTES, EntryLogs, log_path
+from walkit.plugins.storage.files.index import MAX_ENTRY_ID, SLOT, LedgerIndex, index_path
 from walkit.plugins.storage.files.journal import (
     HEADER, KINDS, MAX_RECORD, PUT, PUT_IDS, STATE, RecordFile, decode_delete, decode_state, encode_delete, encode_put,
     encode_puts, encode_state, journal_files, verify,
@@ -486,32 +496,71 @@ class FileStorage:
         """_replay applies the good records of (number, path, offset) files in order, repairing a torn tail.
 
         The files are entry logs (their records stay where they are) or, to carry a version 1
-        storage over, its journal files, whose records are `copy`'d into the entry logs.
+        storage over, its journal files, whose records are `copy`'d into the entry logs. A
+        record that cannot be applied stops it with StorageError (see the module doc): nothing
+        that verifies is skipped.
         """
         for i, (number, path, offset) in enumerate(files):
             reader = RecordFile(path, offset)
-            log_id = number
-            for view, at in reader.chunks():
-                if copy:
-                    log_id, base = self._logs.commit(view)
-                else:
-                    base = at
-                self.replayed_records += self._apply(view, log_id, base, replay=True, where=(path, at))
-                for ledger_id, why in self._index.take_failures().items():
-                    log.error("files storage %s: journal %s: skipped the entries of ledger %d near offset %d, "
-                              "their index could not be written (%s); they were never acknowledged",
-                              self.path, path, ledger_id, at, why)
-            if reader.problem is not None:
-                _repair(reader, [p for _, p, _ in files[i + 1:]], 2 * self.buffer_max)
-                break
+            log_id, at = number, offset
+            try:
+                for view, at in reader.chunks():
+                    if copy:
+                        log_id, base = self._copy(view, path, at)
+                    else:
+                        base = at
+                    self.replayed_records += self._apply(view, log_id, base, replay=True, where=(path, at))
+                if reader.problem is not None:
+                    _repair(reader, [p for _, p, _ in files[i + 1:]], 2 * self.buffer_max)
+                    break
+            except StorageError:
+                raise
+            except OSError as exc:       # reading the journal, cutting its torn tail, dropping a deleted ledger
+                raise self._replay_stopped(path, at, f"{exc}") from exc
+
+    def _copy(self, view: memoryview, path: str, at: int) -> tuple[int, int]:
+        """_copy commits version 1 journal records (from `path` at `at`) to the entry logs; returns (log id, offset)."""
+        try:
+            return self._logs.commit(view)
+        except OSError as exc:
+            raise self._replay_stopped(path, at, f"copying its records into entry log "
+                                                 f"{log_path(self._logs.folder, self._logs.active)} failed: {exc}"
+                                       ) from exc
+
+    def _replay_stopped(self, path: str, offset: int, why: str) -> StorageError:
+        """_replay_stopped is the StorageError that stops an open: the record at `offset` of journal `path` and why."""
+        return StorageError(f"files storage {self.path}: replay stopped at journal {path} offset {offset}: {why}; "
+                            "a record that verifies may have been acknowledged, so it is not skipped and no "
+                            "checkpoint moves past it (fix the cause, then open the storage again to replay from there)")
+
+    def _unindexed(self, failures: dict[int, str], slots: dict[int, dict[int, bytes]], base: int,
+                   where: tuple[str, int]) -> StorageError:
+        """_unindexed is the StorageError for replayed records whose index slots could not be written.
+
+        `failures` are the index's (ledger -> why), `slots` the chunk's staged slots, which lie at
+        `base` in their entry log; the error names the earliest record of a failed ledger.
+        """
+        earliest = None
+        for ledger_id in failures:
+            for entry_id, slot in slots.get(ledger_id, {}).items():
+                offset = where[1] + SLOT.unpack(slot)[1] - base
+                if earliest is None or offset < earliest[0]:
+                    earliest = (offset, ledger_id, entry_id)
+        offset, ledger_id, entry_id = earliest if earliest is not None else (where[1], min(failures), -1)
+        others = sorted(set(failures) - {ledger_id})
+        return self._replay_stopped(
+            where[0], offset,
+            f"writing the index slot of entry ({ledger_id}, {entry_id}) to {index_path(self._index.folder, ledger_id)} "
+            f"failed: {failures[ledger_id]}" + (f" (and those of ledger(s) {others})" if others else ""))
 
     def _apply(self, view: memoryview, log_id: int, base: int, replay: bool, where: tuple[str, int] = ("", 0)) -> int:
         """_apply carries verified journal records, which lie at `base` in entry log `log_id`, into the indexes.
 
         It returns their count. Each PUT's slot points at its record in the log. put,
         set_ledger_state and delete_ledger update the ledger summaries at once, so only a
-        `replay` updates them here. A replayed PUT whose ids no index can hold (`where` names
-        its file and chunk) is reported and skipped.
+        `replay` updates them here. A `replay` raises StorageError naming the record (`where` is
+        its file and chunk offset) if a PUT's ids are out of the index's range or its slot could
+        not be written; a sync leaves index failures to `_sync`, which reports them per ledger.
         """
         note_put, index = self._note_put, self._index
         unpack_header, unpack_ids, pack_slot, head = HEADER.unpack_from, PUT_IDS.unpack_from, SLOT.pack, HEADER.size
@@ -526,18 +575,20 @@ class FileStorage:
             if kind == PUT:
                 ledger_id, entry_id = unpack_ids(view, pos + head)
                 if replay and (ledger_id < 0 or not 0 <= entry_id <= MAX_ENTRY_ID):
-                    log.error("files storage %s: journal %s: skipped the record at offset %d, entry (%d, %d) is "
-                              "out of range; it was never acknowledged", self.path, where[0], where[1] + pos,
-                              ledger_id, entry_id)
-                else:
-                    ledger_slots = slots.get(ledger_id)
-                    if ledger_slots is None:
-                        ledger_slots = slots[ledger_id] = {}
-                        sizes[ledger_id] = 0
-                    ledger_slots[entry_id] = pack_slot(log_id, base + pos, length)
-                    sizes[ledger_id] += head + length
-                    if replay:
-                        note_put(ledger_id, entry_id)
+                    raise self._replay_stopped(
+                        where[0], where[1] + pos,
+                        f"entry ({ledger_id}, {entry_id}) is out of the range an index holds (ledger ids "
+                        f"0..{MAX_LEDGER_ID}, entry ids 0..{MAX_ENTRY_ID}); no walkit since issue 11 writes such "
+                        f"ids (an older one did, or the record is damaged yet verifies): open the directory with "
+                        f"the walkit that wrote it, or recover this bookie's ledgers from their other bookies")
+                ledger_slots = slots.get(ledger_id)
+                if ledger_slots is None:
+                    ledger_slots = slots[ledger_id] = {}
+                    sizes[ledger_id] = 0
+                ledger_slots[entry_id] = pack_slot(log_id, base + pos, length)
+                sizes[ledger_id] += head + length
+                if replay:
+                    note_put(ledger_id, entry_id)
             elif kind == STATE:
                 if replay:
                     ledger_id, state = decode_state(view[pos + head:pos + head + length])
@@ -556,6 +607,8 @@ class FileStorage:
             index.stage(ledger_id, ledger_slots)
             usage[ledger_id] = usage.get(ledger_id, 0) + sizes[ledger_id]
         index.flush()
+        if replay and index.failed:
+            raise self._unindexed(index.take_failures(), slots, base, where)
         return count
 
     # -- plumbing -------------------------------------------------------------------------
