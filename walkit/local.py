@@ -180,6 +180,11 @@ class LocalCluster:
         """addresses lists every bookie's address (running or not), by index."""
         return [b.address for b in self._bookies[:self._count]]
 
+    @property
+    def storages(self) -> list[str]:
+        """storages lists every bookie's storage URI, by index."""
+        return [b.storage for b in self._bookies[:self._count]]
+
     def start(self) -> "LocalCluster":
         """start starts every bookie that is not running and waits until all are registered."""
         stopped = [i for i in range(self._count) if not self.is_running(i)]

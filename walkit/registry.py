@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from walkit.core.dispatch import Bookies
 from walkit.errors import NoSuchKey, NotEnoughBookies
 from walkit.placement import choose_ensemble, choose_replacement, spread_order
 
@@ -30,6 +31,7 @@ class BookieInfo:
     rack: str = ""              # the rack or zone (walkit.placement); "" is the default rack
     draining: bool = False      # being decommissioned: read-only until its data moved away
     http: str = ""              # host:port of its metrics and health endpoint, if any
+    disk: int = 0               # the identity of its storage (walkit.bookie.identity); 0: unknown
 
     def to_bytes(self) -> bytes:
         """to_bytes encodes the info for the metadata store."""
@@ -97,10 +99,15 @@ class BookieRegistry:
         ("create", E, Qw): a rack-aware ensemble of E first (then the others), or NotEnoughBookies
         naming every registered bookie when fewer than E are writable; ("replace",
         ensemble, replaced, Qw): the rack-aware replacement of each replaced bookie, in order,
-        then the others. Anything else, or placement that cannot be met: `writable()`.
+        then the others. Anything else, or placement that cannot be met: `writable()`. The
+        answer is a walkit.core.dispatch.Bookies list: it names every live bookie's disk too.
         """
         live = self.live()
         writable = self.writable(live=live)
+        disks = {a: info.disk for a, info in live.items() if info.disk}
+        return Bookies(self._placed(kind, args, live, writable), disks)
+
+    def _placed(self, kind: str, args: tuple, live: dict[str, BookieInfo], writable: list[str]) -> list[str]:
         racks = {a: info.rack for a, info in live.items()}
         if kind == "create" and len(writable) < args[0]:
             raise NotEnoughBookies(shortage(args[0], live))

@@ -73,6 +73,17 @@ class EntryStorage(Protocol):
     def ledgers(self) -> Iterable[int]:
         """ledgers lists the ids of the ledgers known here."""
 
+    def identity(self) -> bytes | None:
+        """identity returns the disk identity last given to `set_identity`, or None if there is none.
+
+        The bookie keeps its disk identity here (walkit.bookie.identity, BookKeeper's cookie):
+        it must live with the data, so that storage emptied or replaced has none. A backend
+        that is not `durable` forgets it with everything else.
+        """
+
+    def set_identity(self, data: bytes) -> None:
+        """set_identity stores the disk identity; it is durable when the call returns (no sync() needed)."""
+
     def close(self) -> None:
         """close releases files and connections; the storage is unusable afterwards."""
 

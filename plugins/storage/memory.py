@@ -18,6 +18,7 @@ class MemoryStorage:
         self._entries: dict[int, dict[int, bytes]] = {}
         self._last: dict[int, int] = {}
         self._states: dict[int, LedgerState] = {}
+        self._identity: bytes | None = None
 
     @classmethod
     def from_uri(cls, uri: str, **options) -> "MemoryStorage":
@@ -56,6 +57,14 @@ class MemoryStorage:
         self._entries.pop(ledger_id, None)
         self._last.pop(ledger_id, None)
         self._states.pop(ledger_id, None)
+
+    def identity(self) -> bytes | None:
+        """identity returns the disk identity set since this storage was made (a restart makes a new disk)."""
+        return self._identity
+
+    def set_identity(self, data: bytes) -> None:
+        """set_identity keeps the disk identity for as long as the process lives."""
+        self._identity = bytes(data)
 
     def ledgers(self) -> list[int]:
         """ledgers lists the known ledger ids."""

@@ -1,7 +1,8 @@
 """walkit.plugins.storage.sqlite keeps a bookie's entries in one SQLite file (``sqlite:///path/bookie.db``).
 
-Two tables: ``entries`` (ledger_id, entry_id, data) and ``ledgers`` (ledger_id, fenced,
-master_key, explicit_lac, term, truncated_term, truncated_at). The database runs in WAL mode with ``synchronous=FULL`` and
+Three tables: ``entries`` (ledger_id, entry_id, data), ``ledgers`` (ledger_id, fenced,
+master_key, explicit_lac, term, truncated_term, truncated_at) and ``identity`` (the disk
+identity, walkit.bookie.identity: in the same file, so a new file is a new disk). The database runs in WAL mode with ``synchronous=FULL`` and
 ``auto_vacuum=INCREMENTAL``. The group commit is one transaction: the first `put`,
 `set_ledger_state` or `delete_ledger` after a sync opens it, `sync()` commits it (a WAL append
 and an fsync). Reads use the same connection, so they see the open transaction's changes.
@@ -34,6 +35,10 @@ CREATE TABLE IF NOT EXISTS ledgers (
     term INTEGER NOT NULL DEFAULT 0,
     truncated_term INTEGER NOT NULL DEFAULT 0,
     truncated_at INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS identity (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    value BLOB NOT NULL
 );
 """
 
@@ -150,6 +155,16 @@ class SqliteStorage:
         self._write("DELETE FROM entries WHERE ledger_id = ?", (ledger_id,))
         self._write("DELETE FROM ledgers WHERE ledger_id = ?", (ledger_id,))
         self._known.discard(ledger_id)
+
+    def identity(self) -> bytes | None:
+        """identity returns the disk identity (walkit.bookie.identity) kept in the file, or None."""
+        row = self._db.execute("SELECT value FROM identity WHERE id = 1").fetchone()
+        return None if row is None else bytes(row[0])
+
+    def set_identity(self, data: bytes) -> None:
+        """set_identity writes the disk identity and commits it (with anything buffered) before it returns."""
+        self._write("INSERT OR REPLACE INTO identity (id, value) VALUES (1, ?)", (bytes(data),))
+        self.sync()
 
     def ledgers(self) -> list[int]:
         """ledgers lists the ids of the ledgers known here, sorted."""

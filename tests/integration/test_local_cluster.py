@@ -180,9 +180,9 @@ def test_bookie_restarted_by_hand_on_a_killed_bookies_address_waits_for_the_stal
     log_path = os.path.join(local_cluster.data_dir, "by-hand.log")
     with open(log_path, "wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "walkit", "bookie", "--metadata", local_cluster.metadata_url,
-                                    "--port", port, "--exit-with-parent"],
+                                    "--port", port, "--storage", local_cluster.storages[0], "--exit-with-parent"],
                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   cwd=local_cluster.data_dir)     # its default ./walkit-data storage lands there
+                                   cwd=local_cluster.data_dir)
     try:
         wait_until(lambda: process.poll() is None and serves(address), timeout=20,
                    message=lambda: f"the restarted bookie does not serve:\n{open(log_path).read()}")

@@ -33,6 +33,12 @@ class RecoveryAbsentOnOneNoSuchEntry(LedgerRecovery):
         return 1
 
 
+class RecoveryCountingEveryDisk(LedgerRecovery):
+    """A bookie restarted on an emptied disk counts: its NO_SUCH_ENTRY proves entries absent."""
+
+    CHECK_DISKS = False
+
+
 # One writer streaming a few entries while a recovery starts; fence requests get lost and links
 # have different speeds, so an unfenced bookie can answer NO_SUCH_ENTRY and then take an add.
 ISSUE_2614 = SimConfig(bookies=3, ensemble=3, write_quorum=3, ack_quorum=2, entries=3, append_gap_ms=30,
@@ -43,6 +49,13 @@ ISSUE_2614 = SimConfig(bookies=3, ensemble=3, write_quorum=3, ack_quorum=2, entr
 SINGLE_VOTE = SimConfig(bookies=4, ensemble=3, write_quorum=3, ack_quorum=2, entries=40, drop_rate=0.05,
                         max_delay_ms=30, bookie_crashes=0, writer_crash_rate=0.0, writer_close_rate=0.0,
                         recoverers=2, fault_window_ms=800)
+
+
+# E3/Qw2/Qa2 (one NO_SUCH_ENTRY proves absence); a bookie of the ensemble restarts on an empty
+# disk while the writer streams; the writer crashes; recovery runs after the disk came back.
+EMPTIED_DISK = SimConfig(bookies=4, ensemble=3, write_quorum=2, ack_quorum=2, entries=40, drop_rate=0.0,
+                         max_delay_ms=3, bookie_crashes=0, wiped_bookies=1, writer_crash_rate=1.0,
+                         writer_close_rate=0.0, recoverers=1, recovery_window_ms=0, fault_window_ms=800)
 
 
 def first_violation(config: SimConfig, recovery_cls, seeds: range) -> InvariantViolation | None:
@@ -57,7 +70,8 @@ def first_violation(config: SimConfig, recovery_cls, seeds: range) -> InvariantV
 @pytest.mark.parametrize("broken, config, seeds", [
     (RecoveryWithoutFencedReads, ISSUE_2614, range(20000)),
     (RecoveryAbsentOnOneNoSuchEntry, SINGLE_VOTE, range(2000)),
-], ids=["recovery-reads-without-fence-flag", "absent-on-one-no-such-entry"])
+    (RecoveryCountingEveryDisk, EMPTIED_DISK, range(2000)),
+], ids=["recovery-reads-without-fence-flag", "absent-on-one-no-such-entry", "counts-an-emptied-disk"])
 def test_checker_catches_a_broken_rule(broken, config, seeds) -> None:
     violation = first_violation(config, broken, seeds)
     assert violation is not None, f"{broken.__name__} lost no data in {len(seeds)} seeds"
@@ -66,7 +80,8 @@ def test_checker_catches_a_broken_rule(broken, config, seeds) -> None:
     Simulation(violation.seed, config, recovery_cls=LedgerRecovery).run()
 
 
-@pytest.mark.parametrize("config", [ISSUE_2614, SINGLE_VOTE], ids=["issue-2614-config", "single-vote-config"])
+@pytest.mark.parametrize("config", [ISSUE_2614, SINGLE_VOTE, EMPTIED_DISK],
+                         ids=["issue-2614-config", "single-vote-config", "emptied-disk-config"])
 def test_correct_recovery_passes_the_provoking_configurations(config) -> None:
     assert first_violation(config, LedgerRecovery, range(1000)) is None
 

@@ -13,7 +13,9 @@ One auditor leads at a time, elected through the metadata store (walkit.election
   fragments on bookies that are not registered and were never seen (lost before any auditor
   ran), and reads a sample of each fragment's entries from each of its bookies (the first
   and last entry each holds, plus `verify_fraction` of the rest): a live bookie lacking an
-  entry its write sets give it is marked "missing", and workers copy the entries back;
+  entry its write sets give it is marked "missing", and workers copy the entries back; one
+  that answers from another disk than a fragment records is marked "new-disk" (its storage
+  was replaced), and workers copy its entries back and record the new disk;
 - keeps the gauges of under-replicated ledgers, entries and bytes from the marks.
 
 Throttling (the complaint about auditors that scan too much): all the auditor's metadata reads
@@ -31,7 +33,7 @@ import threading
 import time
 
 from walkit.autorecovery.bookieio import BookieIO
-from walkit.autorecovery.marks import LOST, MISSING, UnderReplication, now_ms
+from walkit.autorecovery.marks import LOST, MISSING, NEW_DISK, UnderReplication, now_ms
 from walkit.autorecovery.replicator import first_kept
 from walkit.core.distribution import write_set_bookies
 from walkit.core.messages import ReadRequest, Status
@@ -348,6 +350,11 @@ class Auditor:
                 response = answers[request.txn]
                 if response.status == Status.UNREACHABLE:
                     continue                         # down right now: the lost-bookie path decides
+                if not all(metadata.answer_counts(e, bookie, response.disk) for e in request.entry_ids):
+                    log.warning("ledger %d: bookie %s serves from disk %x, not the disk its fragments record",
+                                metadata.ledger_id, bookie, response.disk)
+                    hits[bookie] = NEW_DISK
+                    continue
                 got = {e.entry_id for e in response.entries} if response.status == Status.OK else set()
                 if set(request.entry_ids) - got:
                     log.warning("ledger %d: bookie %s lacks entries it should hold (%s)", metadata.ledger_id,

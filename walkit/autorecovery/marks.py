@@ -11,8 +11,11 @@ Keys (all small JSON documents; every change is a create or a compare-and-swap):
 
 A mark names, per ledger, the bookies whose fragments must be repaired and why:
 "lost" (not registered for `lost_bookie_delay`), "decommission" (an operator moves its data
-away) and "missing" (the bookie is alive but lacks entries it should hold: the periodic check
-found them). Marks are merged, never overwritten: two auditors (an old one not yet deposed and
+away), "missing" (the bookie is alive but lacks entries it should hold: the periodic check
+found them) and "new-disk" (the bookie serves from another disk than the fragment records:
+its storage was emptied and formatted, `walkit bookies format-and-rejoin`, or it keeps nothing
+across restarts; the entries are copied back to it and the fragment records its new disk, or,
+while it is not registered, moved to another bookie). Marks are merged, never overwritten: two auditors (an old one not yet deposed and
 its successor) only ever add bookies to a mark.
 
 A worker holds a ledger's lock as an ephemeral registration while it copies entries and
@@ -39,7 +42,8 @@ STATUS_KEY = f"{ROOT}/status"
 LOST = "lost"
 DECOMMISSION = "decommission"
 MISSING = "missing"
-REASONS = (LOST, DECOMMISSION, MISSING)
+NEW_DISK = "new-disk"
+REASONS = (LOST, DECOMMISSION, MISSING, NEW_DISK)
 
 
 def now_ms() -> int:

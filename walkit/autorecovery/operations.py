@@ -1,7 +1,8 @@
-"""walkit.autorecovery.operations are the operator's actions behind `walkit recover` and `decommission`.
+"""walkit.autorecovery.operations are the operator's actions behind `walkit recover`, `decommission` and `format-and-rejoin`.
 
     report = recover_bookie(client, "10.0.0.7:3181", passwords=["pw"])      # a dead bookie, now
     report = decommission_bookie(client, "10.0.0.8:3181", passwords=["pw"])  # a live one, moved away
+    report = format_and_rejoin(client, "10.0.0.9:3181")                     # an emptied disk may start
 
 Both mark every ledger with a fragment on the bookie and run a replication worker in this
 process until no fragment names it (the bookies' own workers help; the ledgers' locks keep
@@ -16,7 +17,7 @@ import socket
 import time
 from typing import Callable
 
-from walkit.autorecovery.marks import DECOMMISSION, LOST, UnderReplication
+from walkit.autorecovery.marks import DECOMMISSION, LOST, NEW_DISK, UnderReplication
 from walkit.autorecovery.replicator import Replicator
 from walkit.autorecovery.worker import ReplicationWorker
 from walkit.errors import ConfigError, NoSuchLedger, Timeout, WalkitError
@@ -101,6 +102,30 @@ def _errors(marks: UnderReplication, ledgers) -> str:
         if got is not None and got[0].error:
             reasons.append(f"ledger {ledger_id}: {got[0].error}")
     return ("; last errors: " + "; ".join(reasons)) if reasons else ""
+
+
+def format_and_rejoin(client, address: str, progress: Progress = _quiet) -> dict:
+    """format_and_rejoin lets the stopped bookie `address` start again on an empty disk; it returns a report.
+
+    It removes the bookie's cookie (walkit.bookie.identity), so the bookie formats its storage
+    as a new disk at its next start instead of refusing, and marks every ledger with a fragment
+    on the address "new-disk": auto-recovery copies those entries back to the new disk once it
+    is registered (and records the disk in the fragments), or to other bookies while it is not.
+    Until then clients count none of its answers for those fragments (LedgerMetadata.disks), so
+    nothing it lost can look absent. A registered bookie is refused: stop it first.
+    """
+    from walkit.bookie.identity import delete_cookie
+    if client.registry.info(address) is not None:
+        raise WalkitError(f"bookie {address} is registered (running); stop it first. format-and-rejoin is for a "
+                          f"bookie that refuses to start because its storage was emptied or replaced")
+    marks = UnderReplication(client.store)
+    found = ledgers_on(client, address, progress)
+    for done, ledger_id in enumerate(found, 1):
+        marks.mark(ledger_id, {address: NEW_DISK})
+        progress("mark", done, len(found))
+    cookie = delete_cookie(client.store, address)
+    return {"bookie": address, "old_disk": f"{cookie.disk:x}" if cookie is not None else None,
+            "ledgers": sorted(found), "fragments": sum(len(s) for s in found.values())}
 
 
 def decommission_bookie(client, address: str, *, passwords=("",), open_grace_s: float = 30.0,

@@ -10,7 +10,12 @@ through the ledger's fragments that hold it:
   and only then the ledger's metadata is rewritten with the new bookie in that fragment, by
   compare-and-swap (BookKeeper's LedgerFragmentReplicator);
 - a live bookie that lacks entries (the periodic check found them missing) gets the missing
-  entries copied back in place; the metadata does not change.
+  entries copied back in place; the metadata does not change;
+- a live bookie with a new disk (mark "new-disk": its storage was emptied and formatted) gets
+  every entry its fragments give it copied back in place, and then the fragment records its
+  new disk (LedgerMetadata.disks), so its answers count for that fragment again; a fragment
+  that records its current disk already needs nothing. A new-disk bookie that is not
+  registered is replaced like a lost one.
 
 Ordering rules:
 
@@ -40,10 +45,10 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from walkit.autorecovery.bookieio import BookieIO
-from walkit.autorecovery.marks import DECOMMISSION, MISSING, now_ms
+from walkit.autorecovery.marks import DECOMMISSION, MISSING, NEW_DISK, now_ms
 from walkit.core.digest import Digest, master_key, password_check
 from walkit.core.distribution import write_set_bookies
 from walkit.core.messages import AddRequest, ReadRequest, Status
@@ -183,7 +188,9 @@ class Replicator:
                 if bookie not in targets:
                     continue
                 info = live.get(bookie)
-                in_place = (targets[bookie] == MISSING and info is not None and not info.draining)
+                in_place = (targets[bookie] in (MISSING, NEW_DISK) and info is not None and not info.draining)
+                if in_place and targets[bookie] == NEW_DISK and info.disk and metadata.disk_of(start, bookie) == info.disk:
+                    continue                       # the fragment records its new disk already
                 tasks.append(_Task(start, first, end, position, bookie, in_place))
         return tasks, later
 
@@ -194,6 +201,7 @@ class Replicator:
         tasks, later = self._tasks(metadata, targets, live)
         digest, key = Digest(metadata.digest_type, password), master_key(password)
         ensembles = {start: list(bookies) for start, bookies in metadata.ensembles.items()}
+        disks = {start: list(metadata.disks.get(start, (0,) * metadata.ensemble_size)) for start in ensembles}
         changed: set[int] = set()
         racks = {a: info.rack for a, info in live.items()}
         self.stats.remaining_entries = sum(len(self._entries_of(metadata, t)) for t in tasks)
@@ -202,6 +210,9 @@ class Replicator:
             entry_ids = self._entries_of(metadata, task)
             if task.in_place:
                 self._fill_in(metadata, ensemble, task, entry_ids, digest, key, live)
+                if targets[task.bookie] == NEW_DISK and live[task.bookie].disk:
+                    disks[task.start][task.position] = live[task.bookie].disk    # it holds them all now
+                    changed.add(task.start)
                 continue
             candidates = {a: info.rack for a, info in live.items()
                           if not info.read_only and not info.draining and a not in ensemble and a not in targets}
@@ -212,9 +223,11 @@ class Replicator:
                 raise RepairError(f"ledger {metadata.ledger_id}: {exc}") from None
             self._copy(metadata, ensemble, task, entry_ids, target, digest, key, live)
             ensemble[task.position] = target
+            disks[task.start][task.position] = live[target].disk
             changed.add(task.start)
             self.stats.fragments_replicated += 1
-        if changed and not self._rewrite(metadata, version, {s: tuple(ensembles[s]) for s in changed}):
+        if changed and not self._rewrite(metadata, version, {s: tuple(ensembles[s]) for s in changed},
+                                         {s: tuple(disks[s]) for s in changed}):
             return None
         return later
 
@@ -332,8 +345,9 @@ class Replicator:
             self.stats.fragments_replicated += 1
 
     # -- metadata ---------------------------------------------------------------------------
-    def _rewrite(self, read: LedgerMetadata, version: int, fragments: dict[int, tuple[str, ...]]) -> bool:
-        """_rewrite puts the new `fragments` into the ledger's metadata by CAS; False: start over.
+    def _rewrite(self, read: LedgerMetadata, version: int, fragments: dict[int, tuple[str, ...]],
+                 disks: dict[int, tuple[int, ...]]) -> bool:
+        """_rewrite puts the new `fragments` (and their `disks`) into the ledger's metadata by CAS; False: start over.
 
         On a conflict the metadata is read again; if the fragments being replaced still hold
         what was copied from, the change is applied on top of the new metadata.
@@ -341,10 +355,8 @@ class Replicator:
         key = ledger_key(read.ledger_id)
         metadata = read
         for _ in range(MAX_ROUNDS):
-            ensembles = dict(metadata.ensembles)
-            ensembles.update(fragments)
             try:
-                self.store.put(key, replace(metadata, ensembles=ensembles).to_bytes(), version)
+                self.store.put(key, metadata.with_fragments(fragments, disks).to_bytes(), version)
                 log.info("ledger %d: fragments %s now on %s", read.ledger_id, sorted(fragments),
                          "; ".join(",".join(b) for _, b in sorted(fragments.items())))
                 return True
@@ -357,7 +369,8 @@ class Replicator:
                 except NoSuchKey:
                     return True
                 metadata = LedgerMetadata.from_bytes(value)
-                if any(metadata.ensembles.get(start) != read.ensembles[start] for start in fragments):
+                if any(metadata.ensembles.get(start) != read.ensembles[start]
+                       or metadata.disks.get(start) != read.disks.get(start) for start in fragments):
                     return False                  # someone changed the same fragments: redo
                 # Only final fragments were copied (see the module doc), so a writer's new
                 # fragment or a close does not touch them: apply the change on top.

@@ -30,7 +30,11 @@ add that arrived while the previous sync ran), then sends the replies. Around th
 - auto-recovery (with `autorecovery`, the default): an auditor candidate and a replication
   worker run in the process (walkit.autorecovery);
 - decommission: while ``autorecovery/decommission/<address>`` exists the bookie is draining:
-  read-only (writers replace it at their next add, new ledgers avoid it) until the key goes.
+  read-only (writers replace it at their next add, new ledgers avoid it) until the key goes;
+- identity: before it registers, the bookie proves its storage is the disk the cluster knows
+  at its address, of this cluster (walkit.bookie.identity, BookKeeper's cookies); an emptied,
+  foreign or swapped disk stops it with IdentityError, before it serves, fences or deletes
+  anything. Every answer names the disk, and the registration too.
 """
 
 from __future__ import annotations
@@ -48,12 +52,14 @@ from zmq.utils.monitor import recv_monitor_message
 
 from walkit.autorecovery.marks import DECOMMISSION_PREFIX, UnderReplication
 from walkit.bookie.config import BookieConfig
+from walkit.bookie.identity import check_identity
 from walkit.bookie.service import BookieService
 from walkit.core.messages import ErrorResponse, Status
 from walkit.core.metadata import CLOSED, LedgerMetadata, ledger_key
 from walkit.errors import ConfigError, MetadataError, NodeExists, NoSuchKey, StorageError
 from walkit.metrics import BookieMetrics, HttpEndpoint
 from walkit.plugins import open_metadata, open_storage
+from walkit.plugins.metadata.credentials import redact
 from walkit.registry import BookieInfo, BookieRegistry
 from walkit.wire.codec import encode_responses
 
@@ -127,6 +133,11 @@ class BookieServer:
             except zmq.ZMQError as exc:
                 raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from None
             self.address = f"{config.host}:{port}"
+            # Which disk and cluster this storage is, proven before anything is served, fenced
+            # or deleted (walkit.bookie.identity); IdentityError stops the bookie here.
+            self.identity = check_identity(self.storage, self.metadata, self.address, config.storage,
+                                           redact(config.metadata))
+            self.service.disk = self.identity.disk
             disk = self._disk_usage()
             if disk is not None and self._disk_full(*disk):
                 # A bookie restarted on a full disk must not register writable: its first adds
@@ -170,7 +181,7 @@ class BookieServer:
         public = self._security.keys[0].decode() if self._security else ""
         return BookieInfo(self.address, read_only=read_only, storage=self.config.storage, public_key=public,
                           rack=self.config.rack, draining=self._draining,
-                          http=self.http.address if self.http is not None else "")
+                          http=self.http.address if self.http is not None else "", disk=self.identity.disk)
 
     def _register(self, info: BookieInfo):
         """_register registers this bookie, first waiting out a registration left by a dead one.
@@ -202,7 +213,6 @@ class BookieServer:
 
     def serve(self) -> None:
         """serve runs the request loop on this thread until `stop()`."""
-        from walkit.plugins.metadata.credentials import redact
         log.info("bookie %s serving (storage %s, metadata %s)", self.address, self.config.storage,
                  redact(self.config.metadata))
         self._gc_thread.start()

@@ -67,13 +67,15 @@ class BookieService:
 
     `max_frame` and `max_requests` bound one frame; `max_long_poll_ms` and `max_long_polls`
     bound long polls (see walkit.core.bookie.BookieLimits). The highest entry id accepted is
-    the storage's `max_entry_id` if it declares one.
+    the storage's `max_entry_id` if it declares one. `disk` is the storage's identity
+    (walkit.bookie.identity), sent with every answer so clients can tell a replaced disk.
     """
 
     def __init__(self, storage, *, max_frame: int = DEFAULT_MAX_FRAME, max_requests: int = DEFAULT_MAX_REQUESTS,
                  max_long_poll_ms: int = 60_000, max_long_polls: int = 10_000, read_only: bool = False,
-                 access=None) -> None:
+                 access=None, disk: int = 0) -> None:
         self.storage = storage
+        self.disk = disk
         self._put_many = getattr(storage, "put_many", None)     # optional in the SPI: one call per add batch
         self.access = access
         self._parked: dict[int, list] = {}
@@ -284,7 +286,8 @@ class BookieService:
                 self.entries_read += len(reply.response.entries)
             elif kind is ReadLacResponse:
                 self.read_replies += 1
-        return [(peer, encode_responses(responses)) for peer, responses in by_peer.items()]
+        disk = self.disk
+        return [(peer, encode_responses(responses, disk)) for peer, responses in by_peer.items()]
 
     def _ledgers_failed(self, replies: list[Reply], exc: LedgerStorageError) -> list[Reply]:
         """_ledgers_failed handles a sync that lost the changes of `exc.ledgers` (the rest is durable).

@@ -146,6 +146,30 @@ def decommission(metadata, address, passwords, open_grace, timeout, cancel, as_j
         f"bookie {address} holds no ledger fragment any more: it can be stopped"])
 
 
+@bookies.command(name="format-and-rejoin")
+@metadata_option
+@click.argument("address")
+@json_option
+@friendly
+def format_and_rejoin(metadata, address, as_json) -> None:
+    """Let the stopped bookie ADDRESS start again on an empty (replaced or wiped) disk.
+
+    A bookie whose storage was emptied refuses to start: it would answer "no such entry" for
+    entries it had acknowledged. This removes its cookie (the cluster's record of its disk), so
+    its next start formats the storage as a new disk, and marks every ledger with a fragment on
+    ADDRESS for re-replication: auto-recovery copies the entries back to the new disk once it
+    runs (or to other bookies). Clients never count the new disk's answers for fragments it
+    joined with its old disk. Start the bookie once this returns.
+    """
+    from walkit.autorecovery.operations import format_and_rejoin as rejoin
+    with client_for(metadata) as client, _Bars(not as_json) as bars:
+        report = rejoin(client, address, progress=bars)
+    _emit(report, as_json, lambda d: [
+        f"bookie {address} may start on a new disk (its cookie, disk {d['old_disk'] or 'none'}, is removed)",
+        f"{len(d['ledgers'])} ledgers ({d['fragments']} fragments) are marked: auto-recovery copies their entries "
+        f"back once it runs (see `walkit underreplicated`)"])
+
+
 # -- recover ---------------------------------------------------------------------------------
 @main.command()
 @metadata_option

@@ -17,7 +17,8 @@ answer came within `request_timeout_ms` (plus a long poll's own timeout).
 Metadata commands become calls on the metadata store (get, put, create, delete, next_id, and
 `live_bookies`, which lists registered writable bookies in random order, or in placement order
 when its arguments describe the ensemble to fill: ("create", E, Qw) or ("replace", ensemble,
-replaced bookies, Qw)). A call whose outcome
+replaced bookies, Qw); its answer may be a `Bookies` list that also names each bookie's disk,
+which a new ledger's metadata records). A call whose outcome
 is unknown (MetadataError: a timeout, a lost answer, a lost session) is never reported as a
 failure: the key is read again and the machine is told what the store holds, a write that
 took effect as MetadataWritten and one that did not as MetadataConflict (DESIGN.md §6: "re-read
@@ -59,6 +60,22 @@ class StoreCall:
     call_id: int
     method: str
     args: tuple = ()
+
+
+class Bookies(list):
+    """Bookies is a `live_bookies` answer: addresses in order, and `disks`, each one's registered disk.
+
+    A shell may answer with a plain list of addresses instead (no disk known: 0 for each).
+    """
+
+    def __init__(self, addresses=(), disks: dict[str, int] | None = None) -> None:
+        super().__init__(addresses)
+        self.disks = disks or {}
+
+
+def disks_of(bookies) -> dict[str, int]:
+    """disks_of is the {address: disk} a `live_bookies` answer carries ({} for a plain list)."""
+    return getattr(bookies, "disks", {})
 
 
 _BOOKIE_COMMANDS = (ev.SendAdds, ev.SendRead, ev.SendReadLac, ev.SendWriteLac, ev.SendForce)
@@ -299,11 +316,12 @@ class Dispatcher:
 
     def _choose_bookies(self, owner, command: ev.ChooseBookies) -> None:
         def on_result(writable, error):
+            disks = {} if error is not None else disks_of(writable)
             writable = [] if error is not None else list(writable)
             back = frozenset(b for b in command.recheck if b in writable)
             self.reconnect |= back
             candidates = [b for b in writable if b not in command.exclude]
-            return [ev.BookiesChosen(ledger_id=command.ledger_id, bookies=candidates, back=back)]
+            return [ev.BookiesChosen(ledger_id=command.ledger_id, bookies=candidates, back=back, disks=disks)]
         self._call(owner, "live_bookies", ("replace", command.ensemble, command.replacing, command.write_quorum),
                    on_result)
 
@@ -327,11 +345,14 @@ class Dispatcher:
                 self._retry(lambda: self._call(owner, "next_id", (LEDGER_ID_COUNTER,),
                                                lambda i, e: with_id(writable, i, e)))
                 return []
+            ensemble = tuple(writable[:command.ensemble])
+            disks = disks_of(writable)
             metadata = LedgerMetadata(
                 ledger_id=ledger_id, ensemble_size=command.ensemble, write_quorum=command.write_quorum,
-                ack_quorum=command.ack_quorum, ensembles={0: tuple(writable[:command.ensemble])},
+                ack_quorum=command.ack_quorum, ensembles={0: ensemble},
                 digest_type=command.digest, password_check=command.password_check, created_ms=self.wall_ms,
-                custom=dict(command.custom), owner=command.owner)
+                custom=dict(command.custom), owner=command.owner).with_fragment(
+                    0, ensemble, tuple(disks.get(b, 0) for b in ensemble))
 
             def exists(value, version):   # ids are unique, so this is a broken counter: draw again
                 self._create_ledger(owner, command)
@@ -368,14 +389,14 @@ class Dispatcher:
 
 
 def response_event(bookie: str, request, response):
-    """response_event turns a bookie's response to `request` into a machine event."""
+    """response_event turns a bookie's answer to `request` into a machine event (with the disk that answered)."""
     status = response.status
     if isinstance(response, ErrorResponse) or status != Status.OK:
-        return failure_event(bookie, request, status, response.message)
+        return failure_event(bookie, request, status, response.message, response.disk)
     kind = type(request)
     if kind is AddRequest:
         return ev.AddsAcked(bookie=bookie, ledger_id=request.ledger_id, entry_ids=response.entry_ids,
-                            instance=response.instance)
+                            instance=response.instance, disk=response.disk)
     if kind is ReadRequest:
         got = [e.entry_id for e in response.entries]
         missing = []
@@ -383,27 +404,28 @@ def response_event(bookie: str, request, response):
             returned = set(got)
             missing = [i for i in request.entry_ids if i not in returned]
         return ev.EntriesRead(bookie=bookie, ledger_id=request.ledger_id, entries=response.entries,
-                              missing=missing, lac=response.lac)
+                              missing=missing, lac=response.lac, disk=response.disk)
     if kind is ReadLacRequest:
         return ev.LacRead(bookie=bookie, ledger_id=request.ledger_id, status=status, lac=response.lac,
-                          last_entry_id=response.last_entry_id, lafr=response.lafr)
+                          last_entry_id=response.last_entry_id, lafr=response.lafr, disk=response.disk)
     if kind is ForceRequest:
         return ev.ForceAcked(bookie=bookie, ledger_id=request.ledger_id, instance=response.instance)
     return None       # WriteLac: nothing waits for it
 
 
-def failure_event(bookie: str, request, status: Status, message: str):
-    """failure_event is the event for a request that failed as a whole at `bookie`."""
+def failure_event(bookie: str, request, status: Status, message: str, disk: int = 0):
+    """failure_event is the event for a request that failed as a whole at `bookie` (`disk`: who answered, 0 if none)."""
     kind = type(request)
     if kind is AddRequest:
         return ev.AddsRejected(bookie=bookie, ledger_id=request.ledger_id,
-                               entry_ids=[e.entry_id for e in request.entries], status=status, message=message)
+                               entry_ids=[e.entry_id for e in request.entries], status=status, message=message,
+                               disk=disk)
     if kind is ForceRequest:        # the writer treats it as the bookie failing
         return ev.AddsRejected(bookie=bookie, ledger_id=request.ledger_id, entry_ids=[], status=status,
-                               message=message)
+                               message=message, disk=disk)
     if kind is ReadRequest:
         return ev.ReadFailed(bookie=bookie, ledger_id=request.ledger_id, entry_ids=request.entry_ids,
-                             status=status, message=message)
+                             status=status, message=message, disk=disk)
     if kind is ReadLacRequest:
-        return ev.LacRead(bookie=bookie, ledger_id=request.ledger_id, status=status, message=message)
+        return ev.LacRead(bookie=bookie, ledger_id=request.ledger_id, status=status, message=message, disk=disk)
     return None       # WriteLac: nothing waits for it

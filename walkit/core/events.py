@@ -11,6 +11,7 @@ in one ZeroMQ message and the machines create no object per entry where one per 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from walkit.core.messages import Entry, Status
 from walkit.core.metadata import LedgerMetadata
@@ -43,13 +44,15 @@ class AddsAcked:
     """AddsAcked reports that `bookie` durably stored the listed entries.
 
     Deferred-sync adds are acknowledged once stored, not yet durable; `instance` names the
-    bookie run that answered (see walkit.core.messages.AddResponse).
+    bookie run that answered (see walkit.core.messages.AddResponse), `disk` its storage (0:
+    unknown; walkit.core.metadata.LedgerMetadata.disks).
     """
 
     bookie: str
     ledger_id: int
     entry_ids: list[int]
     instance: int = 0
+    disk: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +80,7 @@ class AddsRejected:
     entry_ids: list[int]
     status: Status
     message: str = ""
+    disk: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,12 +88,16 @@ class BookiesChosen:
     """BookiesChosen answers ChooseBookies with live writable candidates, in random order.
 
     `back` lists the bookies of ChooseBookies.recheck that are registered and writable again
-    (restarted); the shell has started reconnecting to them.
+    (restarted); the shell has started reconnecting to them. `disks` maps every registered
+    writable bookie (candidates, excluded ones and `back` alike) to the disk it registered
+    with, where known: a bookie whose disk is not the one a fragment recorded for it lost what
+    it held, and is used again only in a new fragment that records its new disk.
     """
 
     ledger_id: int
     bookies: list[str]
     back: frozenset[str] = frozenset()
+    disks: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,13 +161,18 @@ class CloseRequested:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EntriesRead:
-    """EntriesRead reports entries a bookie returned; requested ids it lacks are `missing`."""
+    """EntriesRead reports entries a bookie returned; requested ids it lacks are `missing`.
+
+    `disk` is the identity of the storage that answered (0: unknown): a `missing` id proves
+    nothing when it differs from the disk the ledger's metadata records for the bookie.
+    """
 
     bookie: str
     ledger_id: int
     entries: list[Entry]
     missing: list[int]
     lac: int
+    disk: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +184,7 @@ class ReadFailed:
     entry_ids: list[int]
     status: Status
     message: str = ""
+    disk: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,6 +206,7 @@ class LacRead:
     last_entry_id: int = -1
     message: str = ""
     lafr: int = -1
+    disk: int = 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,12 @@ copies it into the response.
 
 Batches are first-class: one `AddRequest` carries many entries of a ledger, one `ReadRequest`
 asks for many entry ids, and the wire puts many requests in one message.
+
+Every response names the disk that answered (`disk`: the identity of the bookie's storage,
+walkit.bookie.identity; 0 when unknown). The wire carries it once per frame. A ledger's
+metadata records which disk each bookie of a fragment had when the fragment was written, and a
+client never counts an answer from another disk as that bookie's (a wiped disk answers
+NO_SUCH_ENTRY for entries it once acknowledged; see walkit.core.metadata).
 """
 
 from __future__ import annotations
@@ -154,6 +160,7 @@ class AddResponse:
     entry_ids: list[int] = field(default_factory=list)
     message: str = ""
     instance: int = 0
+    disk: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,6 +177,7 @@ class ReadResponse:
     entries: list[Entry] = field(default_factory=list)
     lac: int = NO_ENTRY
     message: str = ""
+    disk: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,6 +191,7 @@ class ReadLacResponse:
     last_entry_id: int = NO_ENTRY
     message: str = ""
     lafr: int = NO_ENTRY
+    disk: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -193,6 +202,7 @@ class WriteLacResponse:
     status: Status
     ledger_id: int
     message: str = ""
+    disk: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,6 +215,7 @@ class ErrorResponse:
     txn: int
     status: Status
     message: str = ""
+    disk: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,6 +227,7 @@ class ForceResponse:
     ledger_id: int
     message: str = ""
     instance: int = 0
+    disk: int = 0
 
 
 Response = AddResponse | ReadResponse | ReadLacResponse | WriteLacResponse | ForceResponse | ErrorResponse

@@ -68,6 +68,14 @@ class LedgerMetadata:
     that take the next term from the same metadata write different bytes, so a put whose
     outcome was unknown and is settled by reading the key back tells whose write landed.
     Unbounded ledgers always use guaranteed write quorum (the protocol is only safe with it).
+
+    `disks` maps a fragment's first entry id to the disk identity of each of its bookies, in
+    ensemble order (walkit.bookie.identity: random per formatted storage; 0 where unknown), as
+    they were when the fragment was written. A bookie whose storage was emptied and formatted
+    again answers NO_SUCH_ENTRY for entries it once acknowledged, and has forgotten its fences;
+    so an answer counts as that bookie's for an entry only if it comes from the disk its
+    fragment records (`answer_counts`). Ledgers written before disks were recorded have none,
+    and every answer counts for them.
     """
 
     ledger_id: int
@@ -87,6 +95,7 @@ class LedgerMetadata:
     term: int = 0
     first_entry_id: int = 0
     term_holder: str = ""
+    disks: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
@@ -104,6 +113,9 @@ class LedgerMetadata:
                 raise ConfigError(f"fragment at entry {first} must list {self.ensemble_size} distinct bookies")
         if (self.state == CLOSED) != (self.last_entry_id is not None):
             raise ConfigError("last_entry_id is set exactly when the ledger is CLOSED")
+        for first, disks in self.disks.items():
+            if first not in self.ensembles or len(disks) != self.ensemble_size:
+                raise ConfigError(f"the disks at entry {first} must match a fragment of {self.ensemble_size} bookies")
 
     # -- queries --------------------------------------------------------------------------
     @property
@@ -118,8 +130,7 @@ class LedgerMetadata:
 
     def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
         """ensemble_at returns the ensemble of the fragment that holds `entry_id`."""
-        starts = self.fragment_starts
-        return self.ensembles[starts[max(0, bisect.bisect_right(starts, entry_id) - 1)]]
+        return self.ensembles[self.fragment_start(entry_id)]
 
     @property
     def last_fragment_start(self) -> int:
@@ -131,23 +142,62 @@ class LedgerMetadata:
         """current_ensemble is the ensemble of the last fragment, where new entries go."""
         return self.ensembles[self.last_fragment_start]
 
+    def fragment_start(self, entry_id: int) -> int:
+        """fragment_start is the first entry id of the fragment that holds `entry_id`."""
+        starts = self.fragment_starts
+        return starts[max(0, bisect.bisect_right(starts, entry_id) - 1)]
+
+    def disk_of(self, entry_id: int, bookie: str) -> int:
+        """disk_of is the disk `bookie` had when the fragment holding `entry_id` was written (0: unknown)."""
+        first = self.fragment_start(entry_id)
+        disks = self.disks.get(first)
+        if disks is None:
+            return 0
+        ensemble = self.ensembles[first]
+        return disks[ensemble.index(bookie)] if bookie in ensemble else 0
+
+    def answer_counts(self, entry_id: int, bookie: str, disk: int) -> bool:
+        """answer_counts tells whether an answer from `bookie`'s `disk` speaks for the fragment of `entry_id`.
+
+        It does unless the fragment recorded another disk for the bookie: then the bookie's
+        storage was replaced since, and what it holds or lacks says nothing of that fragment.
+        """
+        recorded = self.disk_of(entry_id, bookie)
+        return recorded == 0 or disk == recorded
+
     @property
     def bookies(self) -> set[str]:
         """bookies is every bookie address named by any fragment."""
         return {b for ensemble in self.ensembles.values() for b in ensemble}
 
     # -- changes (each returns new metadata) ---------------------------------------------
-    def with_fragment(self, first_entry_id: int, ensemble: tuple[str, ...]) -> "LedgerMetadata":
+    def with_fragment(self, first_entry_id: int, ensemble: tuple[str, ...],
+                      disks: tuple[int, ...] | None = None) -> "LedgerMetadata":
         """with_fragment returns metadata with a new last fragment starting at `first_entry_id`.
 
-        A fragment that would start where the last one starts replaces it: that fragment holds
-        no confirmed entry yet (BookKeeper does the same).
+        `disks` are the disks of `ensemble`'s bookies (see `disks`; None: none known). A
+        fragment that would start where the last one starts replaces it: that fragment holds no
+        confirmed entry yet (BookKeeper does the same).
         """
         if first_entry_id < self.last_fragment_start:
             raise ValueError(f"a new fragment cannot start at {first_entry_id}, before {self.last_fragment_start}")
         ensembles = dict(self.ensembles)
         ensembles[first_entry_id] = tuple(ensemble)
-        return replace(self, ensembles=ensembles)
+        return replace(self, ensembles=ensembles, disks=_with_disks(self.disks, first_entry_id, disks))
+
+    def with_fragments(self, fragments: Mapping[int, tuple[str, ...]],
+                       disks: Mapping[int, tuple[int, ...] | None] | None = None) -> "LedgerMetadata":
+        """with_fragments returns metadata whose existing fragments at the keys of `fragments` name other bookies.
+
+        Re-replication (walkit.autorecovery) uses it: `disks` gives the new disks of each
+        rewritten fragment (a fragment missing from it keeps none).
+        """
+        ensembles = dict(self.ensembles)
+        ensembles.update({first: tuple(bookies) for first, bookies in fragments.items()})
+        recorded = dict(self.disks)
+        for first in fragments:
+            recorded = _with_disks(recorded, first, (disks or {}).get(first))
+        return replace(self, ensembles=ensembles, disks=recorded)
 
     def in_recovery(self, holder: str = "") -> "LedgerMetadata":
         """in_recovery returns the metadata marked IN_RECOVERY (seed 004, fencing step 1).
@@ -174,7 +224,8 @@ class LedgerMetadata:
         starts = self.fragment_starts
         kept = {first: self.ensembles[first] for first, following in zip(starts, starts[1:] + [None])
                 if following is None or following > before}
-        return replace(self, ensembles=kept, first_entry_id=before)
+        return replace(self, ensembles=kept, first_entry_id=before,
+                       disks={first: disks for first, disks in self.disks.items() if first in kept})
 
     def closed(self, last_entry_id: int) -> "LedgerMetadata":
         """closed returns the metadata marked CLOSED with its final last entry."""
@@ -194,6 +245,8 @@ class LedgerMetadata:
         }
         if self.owner:
             doc["owner"] = self.owner
+        if self.disks:
+            doc["disks"] = [[first, list(self.disks[first])] for first in sorted(self.disks)]
         if self.guaranteed_write_quorum:
             doc["guaranteed_write_quorum"] = True
         if self.unbounded:
@@ -221,8 +274,21 @@ class LedgerMetadata:
             raise ConfigError(f"ledger metadata has fields this walkit does not know ({', '.join(unknown)}): "
                               f"a newer walkit wrote it; upgrade this one")
         names = doc.pop("bookies", None)
+        if "disks" in doc:
+            doc["disks"] = {int(first): tuple(disks) for first, disks in doc["disks"]}
         if names is None:
             doc["ensembles"] = {int(first): tuple(bookies) for first, bookies in doc["ensembles"]}
         else:
             doc["ensembles"] = {int(first): tuple(names[i] for i in bookies) for first, bookies in doc["ensembles"]}
         return cls(**doc)
+
+
+def _with_disks(disks: Mapping[int, tuple[int, ...]], first: int,
+                new: tuple[int, ...] | None) -> dict[int, tuple[int, ...]]:
+    """_with_disks is `disks` with the fragment at `first` recording `new` (nothing if no disk is known)."""
+    result = dict(disks)
+    if new is None or not any(new):
+        result.pop(first, None)
+    else:
+        result[first] = tuple(new)
+    return result

@@ -19,7 +19,9 @@ Entries are delivered strictly in entry order, in batches, with at most `window`
 requested and not yet consumed (the caller reports consumption with EntriesConsumed), so a long
 read streams in bounded memory. An entry fails the read only when every bookie of its write
 set failed it: DigestMismatch if any replica returned corrupt bytes,
-NoSuchEntry if all said it is absent, otherwise BookieError.
+NoSuchEntry if all said it is absent, otherwise BookieError. A NO_SUCH_ENTRY from a disk other
+than the one the entry's fragment records (a bookie whose storage was replaced since) is not
+"absent" but an error of that replica.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from walkit.errors import BookieError, DigestMismatch, NoSuchEntry, Unauthorized
 
 #: The reason recorded for a replica that returned bytes whose digest does not verify.
 DIGEST_MISMATCH = "DIGEST_MISMATCH"
+#: The reason recorded for NO_SUCH_ENTRY from a disk other than the one the fragment records
+#: (walkit.core.metadata.LedgerMetadata.disks): it does not make the entry absent.
+REPLACED_DISK = "NO_SUCH_ENTRY from a replaced disk"
 
 #: How long a bookie that did not answer in time is asked last (milliseconds). Only the order
 #: of asking changes: a slow bookie is still asked for an entry no other replica returned.
@@ -171,7 +176,9 @@ class RangeReader:
             else:
                 retry.append((entry_id, bookie, DIGEST_MISMATCH))
         missing = Status.NO_SUCH_ENTRY.name
-        retry += [(entry_id, bookie, missing) for entry_id in event.missing]
+        counts = self.metadata.answer_counts
+        retry += [(entry_id, bookie, missing if counts(entry_id, bookie, event.disk) else REPLACED_DISK)
+                  for entry_id in event.missing]
         return self._retry(retry) + self._deliver()
 
     def _on_failed(self, event: ev.ReadFailed) -> list:
@@ -179,8 +186,10 @@ class RangeReader:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         if event.status == Status.UNREACHABLE:     # asked last from now on; its other asks keep their timeouts
             self._mark_slow({event.bookie})
-        status = (Status.NO_SUCH_ENTRY if event.status == Status.NO_SUCH_LEDGER else event.status).name
-        return self._retry([(e, event.bookie, status) for e in event.entry_ids]) + self._deliver()
+        if event.status == Status.NO_SUCH_LEDGER:           # holds nothing of it: as NO_SUCH_ENTRY for each
+            return self._on_read(ev.EntriesRead(bookie=event.bookie, ledger_id=event.ledger_id, entries=[],
+                                                missing=event.entry_ids, lac=-1, disk=event.disk))
+        return self._retry([(e, event.bookie, event.status.name) for e in event.entry_ids]) + self._deliver()
 
     def _unresponsive(self, bookies: set[str]) -> list:
         """_unresponsive moves every entry asked of `bookies` on to its next replica, in entry

@@ -21,6 +21,13 @@ Opening a ledger with recovery (seed 004, "Fencing internals"; DESIGN.md §3) go
 5. close: CAS to CLOSED with last entry = (first absent entry) - 1. On a conflict with a CLOSED
    ledger the recoverer adopts that close, so concurrent recoverers converge on one last entry.
 
+Answers from a replaced disk never count (`LedgerMetadata.answer_counts`): a bookie whose
+storage was emptied and formatted since the fragment was written answers NO_SUCH_ENTRY for
+entries it acknowledged, and LAC -1 from a fence it does not remember. So a fencing answer
+counts toward EC, and a NO_SUCH_ENTRY (or NO_SUCH_LEDGER) toward QC, only from the disk the
+fragment records for that bookie; from another disk they are treated as errors and asked
+again. An entry such a bookie returns is still present (its digest proves it).
+
 With guaranteed write quorum (`metadata.guaranteed_write_quorum`, see walkit.core.writer) step
 3 starts after the highest LAFR the fencing answers report instead of the LAC (entries between
 them may be on fewer than Qw bookies), and step 4 counts a write-back only once all Qw bookies
@@ -127,6 +134,12 @@ class LedgerRecovery:
     FENCE_RECOVERY_READS = True
     #: A reopen writes the truncating no-op before the ledger is OPEN again (seed 001).
     TRUNCATE_ON_REOPEN = True
+    #: Fencing and absence count only answers from the disk a fragment records (metadata.disks).
+    CHECK_DISKS = True
+
+    def _counts(self, entry_id: int, bookie: str, disk: int) -> bool:
+        """_counts tells whether `bookie`'s answer from `disk` speaks for the fragment of `entry_id`."""
+        return not self.CHECK_DISKS or self.metadata.answer_counts(entry_id, bookie, disk)
 
     def absent_votes_needed(self) -> int:
         """absent_votes_needed is QC = (Qw - Qa) + 1: NO_SUCH_ENTRY answers that prove absence."""
@@ -173,6 +186,7 @@ class LedgerRecovery:
         self._done_upto = -1                       # every entry up to here is present and written back
         self._ensemble: tuple[str, ...] = metadata.current_ensemble   # where write-backs go now
         self._fragments: dict[int, tuple[str, ...]] = {}   # fragments added by replacing bookies
+        self._fragment_disks: dict[int, tuple[int, ...]] = {}   # ... and the disks of their bookies
         self._failed: set[str] = set()
         self._choosing = False
         self._choose_again_ms: int | None = None
@@ -268,8 +282,8 @@ class LedgerRecovery:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         if event.status == Status.INVALID_TERM:
             return self._fail(self._taken())
-        if event.status != Status.OK:
-            self._fence_failed[event.bookie] = self._now + RETRY_MS
+        if event.status != Status.OK or not self._counts(self.metadata.last_fragment_start, event.bookie, event.disk):
+            self._fence_failed[event.bookie] = self._now + RETRY_MS      # a replaced disk's fence proves nothing
             return []
         self._fence_answers[event.bookie] = event.lafr if self.metadata.guaranteed_write_quorum else event.lac
         self._fenced_lac = max(self._fenced_lac, event.lac)
@@ -319,9 +333,13 @@ class LedgerRecovery:
             else:
                 self._probe_failed(probe, event.bookie)
         quorum = self.absent_votes_needed()
+        counts = self._counts
         for entry_id in event.missing:
             probe = self._probes.get(entry_id)
             if probe is None or event.bookie not in probe.asked:
+                continue
+            if not counts(entry_id, event.bookie, event.disk):
+                self._probe_failed(probe, event.bookie)     # a replaced disk lacks it: that proves nothing
                 continue
             probe.asked.discard(event.bookie)
             probe.absent_votes.add(event.bookie)
@@ -357,7 +375,7 @@ class LedgerRecovery:
             return self._fail(self._taken())
         if event.status == Status.NO_SUCH_LEDGER:   # the bookie holds nothing of the ledger
             return self._on_read(ev.EntriesRead(bookie=event.bookie, ledger_id=event.ledger_id, entries=[],
-                                                missing=event.entry_ids, lac=-1))
+                                                missing=event.entry_ids, lac=-1, disk=event.disk))
         for entry_id in event.entry_ids:
             probe = self._probes.get(entry_id)
             if probe is not None and event.bookie in probe.asked:
@@ -384,7 +402,7 @@ class LedgerRecovery:
         """_view is the metadata plus the fragments this recovery added (recorded at close)."""
         view = self.metadata
         for first in sorted(self._fragments):
-            view = view.with_fragment(first, self._fragments[first])
+            view = view.with_fragment(first, self._fragments[first], self._fragment_disks.get(first))
         return view
 
     def _targets(self, entry_id: int) -> tuple[str, ...]:
@@ -447,6 +465,9 @@ class LedgerRecovery:
             self._choose_again_ms = self._now + RETRY_MS
             return []
         mapping = dict(zip(to_replace, candidates))
+        view = self._view()
+        disks = tuple(event.disks.get(mapping[b], 0) if b in mapping else view.disk_of(view.last_fragment_start, b)
+                      for b in self._ensemble)
         self._ensemble = tuple(mapping.get(b, b) for b in self._ensemble)
         self._failed.clear()
         # The new fragment starts right after the entries written back in full: each of those is
@@ -455,7 +476,9 @@ class LedgerRecovery:
         # write set that still names the replaced bookie).
         first = self._done_upto + 1
         self._fragments = {f: ens for f, ens in self._fragments.items() if f < first}
+        self._fragment_disks = {f: d for f, d in self._fragment_disks.items() if f < first}
         self._fragments[first] = self._ensemble
+        self._fragment_disks[first] = disks
         commands: list = []
         for entry_id in sorted(e for e in self._writebacks if e >= first):
             wb = self._writebacks[entry_id]
@@ -513,7 +536,7 @@ class LedgerRecovery:
         proposed = self.metadata
         for first in sorted(self._fragments):
             if first <= last:
-                proposed = proposed.with_fragment(first, self._fragments[first])
+                proposed = proposed.with_fragment(first, self._fragments[first], self._fragment_disks.get(first))
         proposed = proposed.reopened() if self.reopen else proposed.closed(last)
         return ev.WriteMetadata(metadata=proposed, expected_version=self.version)
 

@@ -17,6 +17,12 @@ and completes adds strictly in entry order (seed 000, "Writing to ledgers"):
 - on a CAS conflict the writer re-reads: if the ledger is no longer OPEN (someone is recovering
   it) every pending add fails with LedgerFenced, otherwise the change is retried on the new
   metadata (seed 000);
+- an acknowledgement counts only from the disk the current fragment records for the bookie
+  (`metadata.disks`): a bookie that answers from another disk had its storage emptied and
+  formatted since (it lost what it acknowledged, and the fences recovery put on it, so a
+  writer that counted it could complete an add on a ledger recovery closed). Its
+  acknowledgements of pending adds are forgotten and it is replaced like a failed bookie; it
+  may take its own place again, in a new fragment that records its new disk;
 - FENCED from any bookie ends the writer: pending and later adds fail with LedgerFenced;
 - closing waits for pending adds, then writes CLOSED with the LAC; a conflict follows seed 000:
   IN_RECOVERY is an error, CLOSED at the same last entry is success, any other is an error;
@@ -161,6 +167,10 @@ class LedgerWriter:
     time comes from Ticked events and bookie choice from BookiesChosen events.
     """
 
+    #: Acknowledgements count only from the disk the current fragment records (metadata.disks);
+    #: a test's broken writer turns it off to show the simulator's checker notices.
+    CHECK_DISKS = True
+
     def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
                  add_timeout_ms: int = 5000, explicit_lac_ms: int = 100, now_ms: int = 0,
                  last_entry_id: int = -1, max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
@@ -197,6 +207,7 @@ class LedgerWriter:
         self.max_bytes_in_flight = max_bytes_in_flight
         self.bytes_in_flight = 0                    # payload bytes of _pending
         self._write_sets = write_sets_of(metadata.current_ensemble, metadata.write_quorum)
+        self._disks = _current_disks(metadata)      # bookie -> the disk the current fragment records
         self._failed: dict[str, str] = {}           # bookie -> why, awaiting replacement
         self._unreachable_since: dict[str, int] = {}  # bookie -> when it first became unreachable
         self._replacements: dict[str, str] | None = None   # old -> new, while CHANGING
@@ -310,12 +321,13 @@ class LedgerWriter:
                 for b, entries in sends.items()]
 
     def _on_acked(self, event: ev.AddsAcked) -> list:
-        pending = self._pending
+        pending, bookie = self._pending, event.bookie
+        if self._disks and self.CHECK_DISKS and self._disks.get(bookie, 0) not in (0, event.disk):
+            return [] if self.error is not None else self._disk_replaced(bookie, event.disk)
         if not pending or self.error is not None:
             return []
         head = pending[0].entry.entry_id
         write_sets, size, count = self._write_sets, len(self._write_sets), len(pending)
-        bookie = event.bookie
         if self.deferred_sync and self._restarted(bookie, event.instance):
             return self._fail(NotEnoughBookies(
                 f"bookie {bookie} restarted while writing deferred-sync ledger {self.ledger_id}, and may have lost "
@@ -454,6 +466,24 @@ class LedgerWriter:
         return self._instances.setdefault(bookie, instance) != instance
 
     # -- failures and ensemble change ----------------------------------------------------
+    def _renewed(self, bookie: str, disk: int) -> bool:
+        """_renewed tells whether `bookie` now has another disk than the current fragment records (0: unknown)."""
+        recorded = self._disks.get(bookie, 0)
+        return recorded != 0 and disk != 0 and disk != recorded
+
+    def _forget_acks(self, bookie: str) -> None:
+        """_forget_acks drops what `bookie` acknowledged of the pending adds: its old disk is gone."""
+        for pending in self._pending:
+            pending.acked.discard(bookie)
+            if pending.rounds is not None:
+                pending.rounds.pop(bookie, None)
+
+    def _disk_replaced(self, bookie: str, disk: int) -> list:
+        """_disk_replaced handles an answer from a disk other than the one the fragment records."""
+        self._forget_acks(bookie)
+        return self._bookie_failed(bookie, f"answered from disk {disk:x}, not disk {self._disks[bookie]:x} that the "
+                                           f"fragment records: its storage was replaced")
+
     def _on_rejected(self, event: ev.AddsRejected) -> list:
         if self.state is FAILED or self.state is CLOSED:
             return []           # a late answer: nothing is pending any more
@@ -519,7 +549,10 @@ class LedgerWriter:
             return []
         ensemble = self.metadata.current_ensemble
         to_replace = [b for b in ensemble if b in self._failed]
-        pinned = {b for b in to_replace if self._pinned(b)}
+        renewed = {b for b in to_replace if self._renewed(b, event.disks.get(b, 0))}
+        for bookie in renewed:
+            self._forget_acks(bookie)
+        pinned = {b for b in to_replace if b not in renewed and self._pinned(b)}
         if pinned:
             for bookie in sorted(pinned):
                 since = self._pinned_since.setdefault(bookie, self._now)
@@ -534,23 +567,29 @@ class LedgerWriter:
         candidates = [b for b in event.bookies if b not in ensemble and b not in self._failed]
         if not to_replace:          # the failed bookies left the ensemble meanwhile, or are pinned
             return self._finish_change(resend_to=pinned)
-        if len(candidates) < len(to_replace):
-            back = {b for b in to_replace if b in event.back and self._retriable(b)}
+        others = [b for b in to_replace if b not in renewed]     # a renewed bookie takes its own place
+        if len(candidates) < len(others):
+            back = {b for b in others if b in event.back and self._retriable(b)}
             if back or pinned:      # restarted (or pinned): use them again; a change goes on for any others
                 for bookie in back:
                     del self._failed[bookie]
                 return self._finish_change(resend_to=back | pinned)
-            self._choose_again_ms = self._now + CHOOSE_RETRY_MS
-            return []
-        self._replacements = dict(zip(to_replace, candidates))
+            if not renewed:
+                self._choose_again_ms = self._now + CHOOSE_RETRY_MS
+                return []
+            others = []             # the renewed ones now; the others are asked for again after
+        self._replacements = {b: b for b in renewed} | dict(zip(others, candidates))
         new_ensemble = tuple(self._replacements.get(b, b) for b in ensemble)
-        proposed = self.metadata.with_fragment(self._fragment_start(), new_ensemble)
+        disks = tuple(event.disks.get(self._replacements[b], 0) if b in self._replacements else self._disks.get(b, 0)
+                      for b in ensemble)
+        proposed = self.metadata.with_fragment(self._fragment_start(), new_ensemble, disks)
         self._to(CHANGING)
         return [ev.WriteMetadata(metadata=proposed, expected_version=self.version)]
 
     def _adopt(self, metadata: LedgerMetadata, version: int) -> None:
         self.metadata, self.version = metadata, version
         self._write_sets = write_sets_of(metadata.current_ensemble, metadata.write_quorum)
+        self._disks = _current_disks(metadata)
         ensemble = set(metadata.current_ensemble)
         self._failed = {b: why for b, why in self._failed.items() if b in ensemble}
         self._unreachable_since = {b: t for b, t in self._unreachable_since.items() if b in ensemble}
@@ -584,6 +623,9 @@ class LedgerWriter:
             return []
         replacements = set(self._replacements.values()) | self._in_place
         self._adopt(event.metadata, event.version)
+        for bookie in self._replacements.values():       # a renewed bookie replaced itself
+            self._failed.pop(bookie, None)
+            self._unreachable_since.pop(bookie, None)
         return self._finish_change(resend_to=replacements)
 
     def _on_conflict(self, event: ev.MetadataConflict) -> list:
@@ -707,3 +749,9 @@ class LedgerWriter:
                                     lac=self.last_add_confirmed)
                     for b in self.metadata.current_ensemble if b not in self._failed]
         return []
+
+
+def _current_disks(metadata: LedgerMetadata) -> dict[str, int]:
+    """_current_disks maps the current fragment's bookies to the disks it records ({} if none)."""
+    disks = metadata.disks.get(metadata.last_fragment_start)
+    return {} if disks is None else dict(zip(metadata.current_ensemble, disks))

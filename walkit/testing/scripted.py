@@ -26,11 +26,11 @@ one ledger, whose first ensemble is b1..bE.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from walkit.core import events as ev
-from walkit.core.dispatch import Dispatcher, StoreCall
+from walkit.core.dispatch import Bookies, Dispatcher, StoreCall
 from walkit.core.bookie import BookieHandler, Reply, StoreEntries, StoreLedgerState, unpack_entry
 from walkit.core.digest import Digest, master_key
 from walkit.core.distribution import write_set_bookies
@@ -99,8 +99,9 @@ class Message:
 class ScriptedBookie:
     """ScriptedBookie is a BookieHandler over dict storage whose writes are volatile until `sync`."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, disk: int) -> None:
         self.address = address
+        self.disk = disk                   # the identity of its storage; `wipe` gives it a new one
         self.storage = VolatileStorage()
         self.handler = BookieHandler(self.storage, instance=1)
         self.starts = 1
@@ -232,11 +233,11 @@ class ScriptedCluster:
     """
 
     def __init__(self, bookies: int = 3, ensemble: int = 3, write_quorum: int = 3, ack_quorum: int = 2) -> None:
-        self.bookies = {f"b{i}": ScriptedBookie(f"b{i}") for i in range(1, bookies + 1)}
+        self.bookies = {f"b{i}": ScriptedBookie(f"b{i}", disk=i) for i in range(1, bookies + 1)}
         first = tuple(f"b{i}" for i in range(1, ensemble + 1))
         self.store = ScriptedMetadataStore(LedgerMetadata(
             ledger_id=LEDGER_ID, ensemble_size=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
-            ensembles={0: first}))
+            ensembles={0: first}, disks={0: tuple(self.bookies[b].disk for b in first)}))
         self.digest = Digest("crc32c", PASSWORD)
         self.master_key = master_key(PASSWORD)
         self.network: list[Message] = []
@@ -384,7 +385,8 @@ class ScriptedCluster:
 
     def _answer(self, bookie: ScriptedBookie, reply: Reply) -> None:
         request = self._sent[reply.response.txn]
-        self.network.append(Message(bookie.address, request.sender, request.request, reply.response))
+        response = replace(reply.response, disk=bookie.disk)     # the frame names the disk, as a bookie's does
+        self.network.append(Message(bookie.address, request.sender, request.request, response))
 
     def sync(self, address: str) -> None:
         """sync makes the bookie's stores durable, then sends the answers that waited for them."""
@@ -410,12 +412,16 @@ class ScriptedCluster:
             self._unreachable(self._sent[reply.response.txn], f"bookie {address} crashed")
         bookie.held = []
 
-    def restart(self, address: str) -> None:
-        """restart brings a crashed bookie back with its durable state."""
+    def restart(self, address: str, empty: bool = False) -> None:
+        """restart brings a crashed bookie back with its durable state, or with `empty` storage as a new disk
+        (a wiped disk formatted again: what `walkit bookies format-and-rejoin` lets start, or memory storage)."""
         bookie = self.bookies[address]
-        self.log(f"RESTART {address}")
+        self.log(f"RESTART {address}" + (" ON A NEW, EMPTY DISK" if empty else ""))
         bookie.up = True
         bookie.starts += 1
+        if empty:
+            bookie.storage = VolatileStorage()
+            bookie.disk = 100 + max(b.disk for b in self.bookies.values())
         bookie.handler = BookieHandler(bookie.storage, instance=bookie.starts)
 
     # -- metadata -------------------------------------------------------------------------
@@ -449,7 +455,7 @@ class ScriptedCluster:
         while calls and not events:
             for call in calls:
                 if call.method == "live_bookies":
-                    value, error = list(bookies), None
+                    value, error = Bookies(bookies, {b: self.bookies[b].disk for b in bookies}), None
                 else:
                     value, error = self.store.run(call)
                 events += self.dispatcher.store_result(call.call_id, value, error)

@@ -315,6 +315,29 @@ class EntryStorageConformance:
         assert storage.get(1, 0) == b"a" and list(storage.ledgers()) == [1]
 
     # -- durability -------------------------------------------------------------------------
+    def test_identity_is_none_until_set_then_kept(self, storage):
+        """test_identity_is_none_until_set_then_kept checks a new storage has no disk identity, then the one set."""
+        assert storage.identity() is None
+        storage.set_identity(b'{"disk": 1}')
+        storage.set_identity(b'{"disk": 2}')
+        assert storage.identity() == b'{"disk": 2}'
+
+    def test_identity_survives_sigkill_without_sync(self, durable_factory, path):
+        """test_identity_survives_sigkill_without_sync checks set_identity is durable when it returns."""
+        def work(report):
+            storage = durable_factory(path)
+            storage.put(1, 0, b"unsynced")
+            storage.set_identity(b"the identity")
+            report(0)
+            kill_self()
+        reports, how = run_in_child(work)
+        assert how == "killed" and reports == [0]
+        storage = durable_factory(path)
+        try:
+            assert storage.identity() == b"the identity"
+        finally:
+            storage.close()
+
     def test_synced_data_survives_close_and_reopen(self, durable_factory, path):
         """test_synced_data_survives_close_and_reopen checks that entries, states and deletes outlive close()."""
         storage = durable_factory(path)

@@ -248,9 +248,14 @@ def _short(exc: Exception) -> str:
 
 
 # -- responses -----------------------------------------------------------------------------------
-def encode_responses(responses: list) -> bytes:
-    """encode_responses returns one frame carrying `responses`."""
+def encode_responses(responses: list, disk: int = 0) -> bytes:
+    """encode_responses returns one frame carrying `responses`, all from the bookie storage `disk`.
+
+    The disk is written once per frame (not once per response); decoding sets it on each.
+    """
     message = schema.Envelope.new_message()
+    if disk:
+        message._set_by_field(_ENVELOPE.disk, disk)
     out = message._init_by_field(_ENVELOPE.responses, len(responses))
     for i, response in enumerate(responses):
         r = out[i]
@@ -298,14 +303,15 @@ def decode_responses(data, max_frame: int = DEFAULT_MAX_FRAME) -> list:
         with _load(data, max_frame) as envelope:
             if envelope._which_str() != "responses":
                 raise WireError("expected responses, got requests")
-            return [_decode_response(r) for r in envelope._get_by_field(_ENVELOPE.responses)]
+            disk = envelope._get_by_field(_ENVELOPE.disk)
+            return [_decode_response(r, disk) for r in envelope._get_by_field(_ENVELOPE.responses)]
     except WireError:
         raise
     except (capnp.KjException, ValueError, TypeError, KeyError) as exc:
         raise WireError(f"malformed frame: {_short(exc)}") from None
 
 
-def _decode_response(r):
+def _decode_response(r, disk: int):
     get = r._get_by_field
     txn = get(_RESPONSE.txnId)
     status = _STATUSES[get(_RESPONSE.status).raw]
@@ -314,23 +320,24 @@ def _decode_response(r):
     if which == "add":
         g = get(_RESPONSE.add)._get_by_field
         return AddResponse(txn=txn, status=status, ledger_id=g(_ADDED.ledgerId), entry_ids=list(g(_ADDED.entryIds)),
-                           message=message, instance=g(_ADDED.instance))
+                           message=message, instance=g(_ADDED.instance), disk=disk)
     if which == "read":
         g = get(_RESPONSE.read)._get_by_field
         ledger_id = g(_READ_OUT.ledgerId)
         return ReadResponse(txn=txn, status=status, ledger_id=ledger_id,
                             entries=_get_entries(g(_READ_OUT.entries), ledger_id), lac=g(_READ_OUT.lac),
-                            message=message)
+                            message=message, disk=disk)
     if which == "readLac":
         g = get(_RESPONSE.readLac)._get_by_field
         return ReadLacResponse(txn=txn, status=status, ledger_id=g(_LAC_OUT.ledgerId), lac=g(_LAC_OUT.lac),
-                               last_entry_id=g(_LAC_OUT.lastEntryId), message=message, lafr=g(_LAC_OUT.lafr))
+                               last_entry_id=g(_LAC_OUT.lastEntryId), message=message, lafr=g(_LAC_OUT.lafr),
+                               disk=disk)
     if which == "writeLac":
         return WriteLacResponse(txn=txn, status=status,
                                 ledger_id=get(_RESPONSE.writeLac)._get_by_field(_WRITE_LAC_OUT.ledgerId),
-                                message=message)
+                                message=message, disk=disk)
     if which == "force":
         g = get(_RESPONSE.force)._get_by_field
         return ForceResponse(txn=txn, status=status, ledger_id=g(_FORCED.ledgerId), message=message,
-                             instance=g(_FORCED.instance))
-    return ErrorResponse(txn=txn, status=status, message=message)
+                             instance=g(_FORCED.instance), disk=disk)
+    return ErrorResponse(txn=txn, status=status, message=message, disk=disk)

@@ -126,4 +126,5 @@ struct Envelope {
     requests @0 :List(Request);
     responses @1 :List(Response);
   }
+  disk @2 :UInt64;            # responses: the identity of the bookie's storage (0: unknown)
 }

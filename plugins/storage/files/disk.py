@@ -2,7 +2,8 @@
 
 Files are numbered with fixed-width hexadecimal names (``0000000000000001.journal``,
 ``00000001.log``, ``000000000000002a.idx``); `numbered_files` lists them, ignoring any other
-name. `fsync_dir` makes created, renamed and removed names durable; `fsync_all` makes files and names durable.
+name. `fsync_dir` makes created, renamed and removed names durable; `fsync_all` makes files and names durable;
+`write_durably` replaces a small file whole (written beside it, fsynced, renamed over it).
 """
 
 from __future__ import annotations
@@ -51,3 +52,14 @@ def fsync_all(paths: list[str], folders: list[str]) -> None:
             os.close(fd)
     for folder in folders:
         fsync_dir(folder)
+
+
+def write_durably(path: str, data: bytes) -> None:
+    """write_durably replaces the file at `path` with `data`, durably: a crash leaves the old or the new bytes."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))

@@ -76,7 +76,7 @@ import time
 from walkit.core.bookie import LedgerState
 from walkit.errors import ConfigError, LedgerStorageError, StorageError
 from walkit.plugins.storage.files import checkpoint as checkpoints
-from walkit.plugins.storage.files.disk import fsync_all, fsync_dir
+from walkit.plugins.storage.files.disk import fsync_all, fsync_dir, write_durably
 from walkit.plugins.storage.files.entrylog import PREALLOCATE_BYTES, EntryLogs, log_path
 from walkit.plugins.storage.files.index import MAX_ENTRY_ID, SLOT, LedgerIndex, index_path
 from walkit.plugins.storage.files.journal import (
@@ -90,6 +90,8 @@ log = logging.getLogger("walkit.storage")
 _MB = 1 << 20
 #: The highest ledger id a journal record can hold (PUT_IDS packs it as a signed 64-bit integer).
 MAX_LEDGER_ID = (1 << 63) - 1
+#: The file in the storage's directory that holds its disk identity (walkit.bookie.identity).
+IDENTITY_FILE = "IDENTITY"
 _MAX_PENDING_ENTRIES = 1 << 16          # put() syncs early past this many unsynced entries
 
 OPTIONS = {
@@ -332,6 +334,23 @@ class FileStorage:
         self._pending_count -= len(self._pending.pop(ledger_id, ()))
         self._ledgers.pop(ledger_id, None)
         self._shadowed.add(ledger_id)
+
+    def identity(self) -> bytes | None:
+        """identity returns the disk identity kept in the IDENTITY file (walkit.bookie.identity), or None."""
+        try:
+            with open(os.path.join(self.path, IDENTITY_FILE), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"files storage {self.path}: cannot read {IDENTITY_FILE}: {exc.strerror}") from exc
+
+    def set_identity(self, data: bytes) -> None:
+        """set_identity writes the disk identity, durably, before it returns."""
+        try:
+            write_durably(os.path.join(self.path, IDENTITY_FILE), data)
+        except OSError as exc:
+            raise StorageError(f"files storage {self.path}: cannot write {IDENTITY_FILE}: {exc.strerror}") from exc
 
     def ledgers(self) -> list[int]:
         """ledgers lists the ids of the ledgers known here, sorted."""

@@ -4,12 +4,14 @@ One `Simulation(seed)` is a deterministic run in a simulated World: a writer (Le
 recoverers (LedgerRecovery; several may run at once, some while the writer is alive, some crash
 midway), LAC readers (LacReader, with and without long poll, while the ledger is OPEN or
 IN_RECOVERY) and readers of the closed ledger (RangeReader). Bookies crash and restart, one may
-be lost for good, the network drops, delays and duplicates, metadata calls fail or lose their
-answers, and sessions are lost. After every event the checker verifies (DESIGN.md §3, seed 000
+be lost for good or restart on an empty disk (a new disk id: the formatted disk a real bookie
+gets after `walkit bookies format-and-rejoin`), the network drops, delays and duplicates,
+metadata calls fail or lose their answers, and sessions are lost. After every event the checker verifies (DESIGN.md §3, seed 000
 "Guarantees"; TLA+'s AllCommittedEntriesReachAckQuorum):
 
 - every entry acknowledged to the writer is durable on at least Qa bookies of its write set,
-  under the metadata currently in the store, with its original payload;
+  under the metadata currently in the store, with its original payload (a copy a lost or
+  emptied disk held counts: it was made, and that one loss is the fault under test);
 - once the ledger is CLOSED, no acknowledged entry lies beyond last_entry_id and the metadata
   never changes again;
 - no LAC reader reported an entry as confirmed beyond where the ledger closed (no dirty reads);
@@ -71,6 +73,7 @@ class SimConfig:
     session_losses: int = 0
     bookie_crashes: int = 2
     lost_bookies: int = 0            # bookies that crash and never come back
+    wiped_bookies: int = 0           # bookies that crash and come back on an empty disk
     writer_crash_rate: float = 0.4
     writer_close_rate: float = 0.5
     recoverers: int = 2
@@ -103,6 +106,8 @@ class SimConfig:
                      max_bytes_in_flight=rng.choice([DEFAULT_MAX_BYTES_IN_FLIGHT] * 2 + [1, 8]))
         if not config.guaranteed_write_quorum and rng.random() < 0.2:     # drawn last: older seeds keep their runs
             config = replace(config, deferred_sync=True, forces=rng.randint(0, 4))
+        if qa >= 2 and not lost and rng.random() < 0.3:
+            config = replace(config, wiped_bookies=1)
         return config
 
 
@@ -141,6 +146,7 @@ class Simulation(Scenario):
         self.master_key = master_key(PASSWORD)
         metadata = LedgerMetadata(ledger_id=LEDGER_ID, ensemble_size=cfg.ensemble, write_quorum=cfg.write_quorum,
                                   ack_quorum=cfg.ack_quorum, ensembles={0: ensemble},
+                                  disks={0: tuple(world.bookies[b].disk for b in ensemble)},
                                   password_check=password_check(PASSWORD),
                                   guaranteed_write_quorum=cfg.guaranteed_write_quorum)
         world.store.data[ledger_key(LEDGER_ID)] = (metadata.to_bytes(), 0)
@@ -185,6 +191,8 @@ class Simulation(Scenario):
             world.at(rng.randint(0, window), self._crash_bookie, rng.choice(sorted(world.bookies)), False)
         for _ in range(cfg.lost_bookies):
             world.at(rng.randint(0, window), self._crash_bookie, rng.choice(sorted(world.bookies)), True)
+        for _ in range(cfg.wiped_bookies):
+            world.at(rng.randint(0, window), self._wipe_bookie, rng.choice(sorted(self.metadata.current_ensemble)))
         for _ in range(cfg.session_losses):
             world.at(rng.randint(0, window), self._lose_session)
         for _ in range(cfg.recoverers):
@@ -241,6 +249,10 @@ class Simulation(Scenario):
             if len(alive) <= self.config.ensemble or any(b.lost for b in world.bookies.values()):
                 return          # keep enough bookies, and at most one (< Qa) lost for good
         world.crash_bookie(address, forever)
+
+    def _wipe_bookie(self, address: str) -> None:
+        if self.world.faults:
+            self.world.crash_bookie(address, wipe=True)
 
     def _lose_session(self) -> None:
         live = [p for p in self.world.processes.values() if p.alive]
@@ -415,7 +427,7 @@ class Simulation(Scenario):
                 expected = f"e{entry_id}".encode()
                 copies = 0
                 for address in write_set:
-                    data = bookies[address].storage.durable.get((LEDGER_ID, entry_id))
+                    data = bookies[address].durable_copy((LEDGER_ID, entry_id))
                     if data is not None and unpack_entry(LEDGER_ID, entry_id, data).payload == expected:
                         copies += 1
                 if copies < md.ack_quorum:
@@ -432,8 +444,8 @@ class Simulation(Scenario):
         write_set = write_set_bookies(entry_id, md.ensemble_at(entry_id), md.write_quorum)
         expected = f"e{entry_id}".encode()
         copies = 0
-        for address in write_set:          # a bookie lost for good still counts: it reached it
-            data = self.world.bookies[address].storage.durable.get((LEDGER_ID, entry_id))
+        for address in write_set:          # a bookie lost for good, or emptied, still counts: it reached it
+            data = self.world.bookies[address].durable_copy((LEDGER_ID, entry_id))
             if data is not None and unpack_entry(LEDGER_ID, entry_id, data).payload == expected:
                 copies += 1
         return copies, write_set

@@ -5,7 +5,10 @@ replays exactly. The world has:
 
 - bookies: real BookieHandlers over VolatileStorage (writes are lost on a crash until synced);
   a bookie answers durable requests only after its next sync. Bookies crash and restart, or
-  are lost for good; a crashed bookie's registration lingers a little, as a real session does;
+  are lost for good, or restart with an empty disk (`crash_bookie(wipe=True)`: what a real
+  bookie does after `walkit bookies format-and-rejoin`, or a memory bookie at every restart);
+  every answer names the bookie's disk. A crashed bookie's registration lingers a little, as a
+  real session does;
 - a network that drops, delays (each client-bookie link has its own top speed), reorders and
   duplicates messages, and fails a send at once when the bookie is down, like ZeroMQ's monitor;
 - a metadata store with compare-and-swap whose calls are delayed, sometimes fail without
@@ -24,11 +27,11 @@ import heapq
 import itertools
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from walkit.core import events as ev
 from walkit.core.bookie import BookieHandler, LedgerState, Reply, StoreEntries, StoreLedgerState
-from walkit.core.dispatch import Dispatcher, StoreCall
+from walkit.core.dispatch import Bookies, Dispatcher, StoreCall
 from walkit.errors import BadVersion, MetadataError, NodeExists, NoSuchKey, SessionLost
 
 
@@ -86,10 +89,18 @@ class VolatileStorage:
 
 
 class SimBookie:
-    """SimBookie is one simulated bookie: a real BookieHandler over VolatileStorage."""
+    """SimBookie is one simulated bookie: a real BookieHandler over VolatileStorage.
 
-    def __init__(self, address: str) -> None:
+    `disk` is its storage's identity; a wipe gives it a new one and an empty storage, and keeps
+    what the old disk held durably in `wiped` (checkers count such a copy as one that was
+    made and then lost, as they count a bookie lost for good).
+    """
+
+    def __init__(self, address: str, disk: int) -> None:
         self.address = address
+        self.disk = disk
+        self.wiped: dict[tuple[int, int], bytes] = {}
+        self.wipe_on_restart = False
         self.storage = VolatileStorage()
         self.handler = BookieHandler(self.storage, instance=1)
         self.up = True
@@ -98,6 +109,11 @@ class SimBookie:
         self.held: list[tuple[object, Reply]] = []  # (process, durable reply) waiting for the next sync
         self.sync_pending = False
         self.incarnation = 0
+
+    def durable_copy(self, key: tuple[int, int]) -> bytes | None:
+        """durable_copy is what this bookie made durable for `key`: on its disk, or on a disk wiped since."""
+        data = self.storage.durable.get(key)
+        return self.wiped.get(key) if data is None else data
 
 
 @dataclass
@@ -234,7 +250,8 @@ class World:
         self.faults = True
         #: drops(process, bookie, message) -> True drops a message on purpose (scripted scenarios).
         self.drops = None
-        self.bookies = {f"b{i}": SimBookie(f"b{i}") for i in range(bookies)}
+        self.bookies = {f"b{i}": SimBookie(f"b{i}", disk=1000 + i) for i in range(bookies)}
+        self._disks = itertools.count(2000)
         self.store = SimStore()
         self.processes: dict[str, Process] = {}
         self.events = 0
@@ -289,12 +306,14 @@ class World:
         self.at(0, tick)
 
     # -- bookies --------------------------------------------------------------------------------
-    def crash_bookie(self, address: str, forever: bool = False) -> None:
+    def crash_bookie(self, address: str, forever: bool = False, wipe: bool = False) -> None:
+        """crash_bookie stops a bookie; it restarts later unless `forever`, on a new empty disk if `wipe`."""
         bookie = self.bookies[address]
         if not bookie.up:
             return
-        self.log("bookie %s CRASHES%s (loses %d unsynced entries)", address, " FOR GOOD" if forever else "",
-                 len(bookie.storage.volatile))
+        self.log("bookie %s CRASHES%s (loses %d unsynced entries)", address,
+                 " FOR GOOD" if forever else " AND ITS DISK IS EMPTIED" if wipe else "", len(bookie.storage.volatile))
+        bookie.wipe_on_restart = wipe
         bookie.up = False
         bookie.lost = forever
         bookie.storage.crash()
@@ -309,17 +328,24 @@ class World:
         bookie = self.bookies[address]
         if bookie.up or bookie.lost:
             return
-        self.log("bookie %s restarts", address)
+        if bookie.wipe_on_restart:
+            bookie.wipe_on_restart = False
+            bookie.wiped.update(bookie.storage.durable)
+            bookie.storage = VolatileStorage()
+            bookie.disk = next(self._disks)
+            self.log("bookie %s restarts on a new, empty disk %d", address, bookie.disk)
+        else:
+            self.log("bookie %s restarts", address)
         bookie.up = True
         bookie.registered_until = None
         bookie.handler = BookieHandler(bookie.storage, instance=bookie.incarnation + 1)
 
-    def registered(self) -> list[str]:
-        """registered lists the bookies a registry lookup returns now, in random order."""
+    def registered(self) -> Bookies:
+        """registered lists the bookies a registry lookup returns now, in random order, with their disks."""
         live = [a for a, b in self.bookies.items()
                 if b.up or (b.registered_until is not None and self.now < b.registered_until)]
         self.rng.shuffle(live)
-        return live
+        return Bookies(live, {a: self.bookies[a].disk for a in live})
 
     def _bookie_apply(self, bookie: SimBookie, commands: list, process: Process | None) -> None:
         storage = bookie.storage
@@ -395,6 +421,7 @@ class World:
         self._bookie_apply(bookie, bookie.handler.step(process.peer, request), process)
 
     def _send_reply(self, process: Process, address: str, response) -> None:
+        response = replace(response, disk=self.bookies[address].disk)     # the frame names the disk
         self._transmit(process, address, self._to_client, response)
 
     def _to_client(self, process: Process, address: str, response) -> None:
