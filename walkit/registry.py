@@ -137,13 +137,15 @@ class BookieRegistry:
 
         The bookies come in write-set order: each write set of `write_quorum` (default: all
         `count`) consecutive bookies spans as many racks as possible, and at least `min_racks`
-        (walkit.placement.choose_ensemble).
+        (walkit.placement.choose_ensemble). The list is a walkit.core.dispatch.Bookies: it
+        names the disk each chosen bookie registered with.
         """
         live = self.live()
         candidates = {a: info.rack for a, info in live.items() if _writable(info) and a not in exclude}
         if len(candidates) < count:
             raise NotEnoughBookies(shortage(count, live, exclude))
-        return choose_ensemble(candidates, count, write_quorum or count, min_racks=min_racks)
+        chosen = choose_ensemble(candidates, count, write_quorum or count, min_racks=min_racks)
+        return Bookies(chosen, {a: live[a].disk for a in chosen if live[a].disk})
 
 
 def shortage(count: int, live: dict[str, BookieInfo], exclude=frozenset()) -> str:

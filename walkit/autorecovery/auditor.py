@@ -16,7 +16,8 @@ One auditor leads at a time, elected through the metadata store (walkit.election
   entry its write sets give it is marked "missing", and workers copy the entries back; one
   that answers from another disk than a fragment records is marked "new-disk" (its storage
   was replaced), and workers copy its entries back and record the new disk;
-- keeps the gauges of under-replicated ledgers, entries and bytes from the marks.
+- keeps the gauges of under-replicated ledgers, entries and bytes from the marks;
+- forgets ledger deletion markers older than `deletion_marker_retention_s`, once an hour.
 
 Throttling (the complaint about auditors that scan too much): all the auditor's metadata reads
 go through one token bucket of `audit_rate` reads per second, so a scan of a million ledgers
@@ -32,12 +33,14 @@ import random
 import threading
 import time
 
+from walkit import deletions
 from walkit.autorecovery.bookieio import BookieIO
 from walkit.autorecovery.marks import LOST, MISSING, NEW_DISK, UnderReplication, now_ms
 from walkit.autorecovery.replicator import first_kept
 from walkit.core.distribution import write_set_bookies
 from walkit.core.messages import ReadRequest, Status
 from walkit.core.metadata import CLOSED, LEDGER_PREFIX, LedgerMetadata, ledger_id_of, ledger_key
+from walkit.deletions import DEFAULT_RETENTION_S
 from walkit.election import LeaderElection
 from walkit.errors import MetadataError, NoSuchKey, Timeout, WalkitError
 from walkit.registry import BOOKIES_PREFIX
@@ -45,6 +48,8 @@ from walkit.registry import BOOKIES_PREFIX
 log = logging.getLogger("walkit.autorecovery")
 
 ELECTION = "auditor"
+#: How often the auditor forgets old ledger deletion markers (walkit.deletions).
+PRUNE_INTERVAL_S = 3600.0
 
 
 class Throttle:
@@ -145,6 +150,7 @@ class Auditor:
         self._thread: threading.Thread | None = None
         self._next_gauges = 0.0
         self._next_check = 0.0
+        self._next_prune = 0.0
 
     @property
     def is_leader(self) -> bool:
@@ -219,6 +225,12 @@ class Auditor:
                     if self.config.periodic_check_s > 0 and time.monotonic() >= self._next_check:
                         self.check_all(live, known)
                         self._next_check = time.monotonic() + self.config.periodic_check_s
+                if time.monotonic() >= self._next_prune:
+                    self._next_prune = time.monotonic() + PRUNE_INTERVAL_S
+                    retention_ms = int(getattr(self.config, "deletion_marker_retention_s", DEFAULT_RETENTION_S) * 1000)
+                    pruned = deletions.prune(self.store, now_ms() - retention_ms)
+                    if pruned:
+                        log.info("auditor: forgot %d ledger deletion markers older than the retention", pruned)
                 self.refresh_gauges()
                 status = self._status(enabled)
                 if status != published:

@@ -17,6 +17,7 @@ from walkit.autorecovery.marks import UnderReplication
 from walkit.autorecovery.replicator import ReplicationStats, Replicator
 from walkit.autorecovery.worker import ReplicationWorker
 from walkit.errors import ConfigError
+from walkit.deletions import DEFAULT_RETENTION_S
 from walkit.metrics import Collector
 
 log = logging.getLogger("walkit.autorecovery")
@@ -36,6 +37,8 @@ class RecoveryConfig:
     - `passwords`: ledger passwords workers may use (bookieRecoveryPasswd);
     - `min_racks`: racks every write set must keep spanning after a replacement;
     - `tick_s`, `gauge_interval_s`, `worker_poll_s`: pacing of the auditor and the worker;
+    - `deletion_marker_retention_s`: the auditor deletes ledger deletion markers older than
+      this (walkit.deletions), once an hour; a bookie down longer keeps such ledgers' data;
     - `auditor`, `worker`: which of the two this process runs.
     """
 
@@ -50,6 +53,7 @@ class RecoveryConfig:
     tick_s: float = 1.0
     gauge_interval_s: float = 5.0
     worker_poll_s: float = 1.0
+    deletion_marker_retention_s: float = DEFAULT_RETENTION_S
     auditor: bool = True
     worker: bool = True
     extra: dict = field(default_factory=dict)
@@ -60,7 +64,8 @@ class RecoveryConfig:
                   ("audit_rate", self.audit_rate > 0), ("audit_page", self.audit_page > 0),
                   ("periodic_check_s", self.periodic_check_s >= 0), ("verify_fraction", 0 <= self.verify_fraction <= 1),
                   ("min_racks", self.min_racks >= 1), ("tick_s", self.tick_s > 0),
-                  ("gauge_interval_s", self.gauge_interval_s > 0), ("worker_poll_s", self.worker_poll_s > 0)]
+                  ("gauge_interval_s", self.gauge_interval_s > 0), ("worker_poll_s", self.worker_poll_s > 0),
+                  ("deletion_marker_retention_s", self.deletion_marker_retention_s > 0)]
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"auto-recovery: {name} out of range: {getattr(self, name)!r}")

@@ -17,6 +17,7 @@ import socket
 import time
 from typing import Callable
 
+from walkit import deletions
 from walkit.autorecovery.marks import DECOMMISSION, LOST, NEW_DISK, UnderReplication
 from walkit.autorecovery.replicator import Replicator
 from walkit.autorecovery.worker import ReplicationWorker
@@ -209,6 +210,6 @@ def sanity_check(client, address: str, *, entries: int = 10, size: int = 100, ti
     finally:
         io.close()
         try:
-            store.delete(ledger_key(ledger_id))
+            deletions.delete_ledger(store, ledger_id)
         except WalkitError:
             pass

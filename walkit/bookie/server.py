@@ -6,9 +6,13 @@ adds, lets the service sync storage once for all of them (group commit: one sync
 add that arrived while the previous sync ran), then sends the replies. Around that loop:
 
 - garbage collection: a background thread checks the ledgers stored here against the metadata;
-  ledgers whose metadata is gone are deleted and storage is compacted; a ledger whose metadata
-  cannot be read is kept; a closed ledger whose fragments no longer name this bookie
-  (re-replicated elsewhere) is deleted under its replication lock (over-replicated ledgers);
+  a ledger is deleted only on a positive sign: its deletion marker (walkit.deletions; a
+  missing key alone proves nothing, as a wrong or emptied metadata store looks the same), or
+  a closed ledger whose fragments no longer name this bookie (re-replicated elsewhere; deleted
+  under its replication lock), or an unbounded ledger truncated away from it. A round is
+  skipped whole while the store does not hold this bookie's cluster id; a ledger whose
+  metadata cannot be read or decoded is kept; an error is logged and the thread goes on.
+  Storage is compacted after each round;
 - read-only mode: past `disk_usage_threshold` of the storage's disk in use, or with less than
   `disk_min_free_mb` free, adds get READ_ONLY and the registration says read-only (new ledgers
   avoid the bookie, writers replace it); below `disk_usage_lwm` with twice that free the bookie
@@ -52,11 +56,12 @@ from zmq.utils.monitor import recv_monitor_message
 
 from walkit.autorecovery.marks import DECOMMISSION_PREFIX, UnderReplication
 from walkit.bookie.config import BookieConfig
-from walkit.bookie.identity import check_identity
+from walkit import deletions
+from walkit.bookie.identity import check_identity, cluster_id
 from walkit.bookie.service import BookieService
 from walkit.core.messages import ErrorResponse, Status
 from walkit.core.metadata import CLOSED, LedgerMetadata, ledger_key
-from walkit.errors import ConfigError, MetadataError, NodeExists, NoSuchKey, StorageError
+from walkit.errors import ConfigError, MetadataError, NodeExists, NoSuchKey, StorageError, WalkitError
 from walkit.metrics import BookieMetrics, HttpEndpoint
 from walkit.plugins import open_metadata, open_storage
 from walkit.plugins.metadata.credentials import redact
@@ -102,6 +107,7 @@ class BookieServer:
         self._deletions: deque[tuple[int, object, int | None]] = deque()
         self._released: deque = deque()                          # locks to release, their deletions synced
         self._gc_candidates: deque[list[int]] = deque()
+        self._kept_unmarked: set[int] = set()                   # ledgers kept for want of a deletion marker
         self._context = zmq.Context.instance()
         self.storage = open_storage(config.storage)
         self.metadata = open_metadata(config.metadata)
@@ -467,38 +473,72 @@ class BookieServer:
     def _gc_loop(self) -> None:
         """_gc_loop checks candidate ledgers against the metadata, off the serving thread.
 
-        It also looks at this bookie's decommission key every DECOMMISSION_CHECK_S.
+        It also looks at this bookie's decommission key every DECOMMISSION_CHECK_S. An error in
+        either is logged and the loop goes on: a thread that died here would leave the bookie
+        serving with neither garbage collection nor decommissions, and nobody told.
         """
         next_decommission_check = 0.0
         while not self._stopping.wait(0.05):
-            if time.monotonic() >= next_decommission_check:
-                next_decommission_check = time.monotonic() + DECOMMISSION_CHECK_S
-                self._check_decommission()
-            if not self._gc_candidates:
-                continue
-            for ledger_id in self._gc_candidates.popleft():
-                writes = self.service.writes.get(ledger_id, 0)      # before the metadata is read
-                try:
-                    value, _ = self.metadata.get(ledger_key(ledger_id))
-                except NoSuchKey:
-                    self._deletions.append((ledger_id, None, None))
-                    continue
-                except MetadataError as exc:
-                    log.warning("garbage collection: keeping ledger %d, metadata unreadable: %s", ledger_id, exc)
-                    break
-                try:
-                    lock = self._over_replicated(ledger_id, value)
-                except MetadataError as exc:
-                    log.warning("garbage collection: keeping ledger %d: %s", ledger_id, exc)
-                    break
-                if lock is not None:
-                    self._deletions.append((ledger_id, lock, None))
-                elif self._truncated_away(value):
-                    self._deletions.append((ledger_id, None, writes))
-            while self._released:
-                self._released.popleft().close()
+            try:
+                if time.monotonic() >= next_decommission_check:
+                    next_decommission_check = time.monotonic() + DECOMMISSION_CHECK_S
+                    self._check_decommission()
+                if self._gc_candidates:
+                    self._collect(self._gc_candidates.popleft())
+                while self._released:
+                    self._released.popleft().close()
+            except Exception:  # noqa: BLE001 - see the docstring
+                log.exception("garbage collection or the decommission check failed; going on")
 
-    def _truncated_away(self, value: bytes) -> bool:
+    def _collect(self, ledger_ids: list[int]) -> None:
+        """_collect queues for deletion the ledgers whose deletion the metadata proves (one GC round).
+
+        A ledger is dropped only on a positive sign: its deletion marker (walkit.deletions), or a
+        closed ledger re-replicated away from this bookie, or an unbounded ledger truncated away
+        from it. A missing key alone proves nothing (a wrong or emptied store looks the same), and
+        the round is skipped whole if the store no longer holds this bookie's cluster.
+        """
+        try:
+            cluster = cluster_id(self.metadata)
+        except MetadataError as exc:
+            log.warning("garbage collection: metadata unreadable, skipping this round: %s", exc)
+            return
+        if cluster != self.identity.cluster:
+            log.error("garbage collection skipped: the metadata store holds cluster %s, not this bookie's cluster %s "
+                      "(was it replaced, emptied or restored?); nothing is deleted", cluster, self.identity.cluster)
+            return
+        for ledger_id in ledger_ids:
+            writes = self.service.writes.get(ledger_id, 0)      # before the metadata is read
+            try:
+                value, _ = self.metadata.get(ledger_key(ledger_id))
+            except NoSuchKey:
+                if deletions.was_deleted(self.metadata, ledger_id):
+                    self._deletions.append((ledger_id, None, None))
+                elif ledger_id not in self._kept_unmarked:
+                    self._kept_unmarked.add(ledger_id)
+                    log.warning("garbage collection: ledger %d has no metadata and no deletion marker; keeping its "
+                                "data (deleted by a walkit from before deletion markers, or an incomplete store?)",
+                                ledger_id)
+                continue
+            except MetadataError as exc:
+                log.warning("garbage collection: keeping ledger %d, metadata unreadable: %s", ledger_id, exc)
+                return
+            try:
+                metadata = LedgerMetadata.from_bytes(value)
+            except (WalkitError, ValueError, TypeError, KeyError) as exc:
+                log.warning("garbage collection: keeping ledger %d, its metadata does not decode: %s", ledger_id, exc)
+                continue
+            try:
+                lock = self._over_replicated(ledger_id, metadata)
+            except MetadataError as exc:
+                log.warning("garbage collection: keeping ledger %d: %s", ledger_id, exc)
+                return
+            if lock is not None:
+                self._deletions.append((ledger_id, lock, None))
+            elif self._truncated_away(metadata):
+                self._deletions.append((ledger_id, None, writes))
+
+    def _truncated_away(self, metadata: LedgerMetadata) -> bool:
         """_truncated_away tells whether this bookie holds an unbounded ledger none of whose fragments name it.
 
         Truncation dropped the fragments this bookie was in (walkit.Client.truncate_ledger), so
@@ -506,10 +546,9 @@ class BookieServer:
         for the ledger arrived since the metadata was read: a writer that put this bookie in a
         new fragment meanwhile keeps what it wrote.
         """
-        metadata = LedgerMetadata.from_bytes(value)
         return metadata.unbounded and metadata.state != CLOSED and self.address not in metadata.bookies
 
-    def _over_replicated(self, ledger_id: int, value: bytes):
+    def _over_replicated(self, ledger_id: int, metadata: LedgerMetadata):
         """_over_replicated returns the ledger's replication lock if this bookie should drop its copy.
 
         That is a CLOSED ledger whose fragments no longer name this bookie (re-replicated away
@@ -518,7 +557,6 @@ class BookieServer:
         worker can be copying entries of the ledger to this bookie meanwhile; an unclosed ledger
         is never touched (a writer or recoverer may add this bookie to it).
         """
-        metadata = LedgerMetadata.from_bytes(value)
         if metadata.state != CLOSED or self.address in metadata.bookies:
             return None
         lock = UnderReplication(self.metadata).lock(ledger_id, f"gc@{self.address}")
@@ -528,7 +566,10 @@ class BookieServer:
             value, _ = self.metadata.get(ledger_key(ledger_id))
             metadata = LedgerMetadata.from_bytes(value)
         except NoSuchKey:
-            return lock
+            if deletions.was_deleted(self.metadata, ledger_id):
+                return lock
+            lock.close()
+            return None
         except BaseException:
             lock.close()
             raise

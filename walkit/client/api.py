@@ -32,6 +32,7 @@ from walkit.core.metadata import (
     CLOSED, LEDGER_ID_COUNTER, LEDGER_PREFIX, LedgerMetadata, check_quorums, ledger_id_of, ledger_key,
 )
 from walkit.core.reader import LacReader, RangeReader
+from walkit import deletions
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
 from walkit.errors import (
@@ -192,7 +193,7 @@ class Client:
             ensembles={0: tuple(bookies)}, digest_type=digest, password_check=password_check(password),
             created_ms=int(time.time() * 1000), custom=dict(custom or {}), owner=self.principal,
             guaranteed_write_quorum=bool(guaranteed_write_quorum or unbounded), unbounded=bool(unbounded),
-            term=1 if unbounded else 0)
+            term=1 if unbounded else 0).with_fragment(0, tuple(bookies), tuple(bookies.disks.get(b, 0) for b in bookies))
         version = self.store.create(ledger_key(ledger_id), metadata.to_bytes())
         machine = LedgerWriter(metadata, version, master_key=master_key(password),
                                digest=Digest(digest, password), add_timeout_ms=int(self.add_timeout * 1000),
@@ -300,12 +301,12 @@ class Client:
         return sorted(ledger_id_of(name) for name in self.store.children(LEDGER_PREFIX.rstrip("/")))
 
     def delete_ledger(self, ledger_id: int) -> None:
-        """delete_ledger removes a ledger; its bookies drop its data at their next garbage collection."""
+        """delete_ledger removes a ledger; its bookies drop its data at their next garbage collection.
+
+        It leaves a deletion marker first (walkit.deletions): bookies drop data only on that sign.
+        """
         self._check_open()
-        try:
-            self.store.delete(ledger_key(ledger_id))
-        except NoSuchKey:
-            raise NoSuchLedger(f"no ledger {ledger_id}") from None
+        deletions.delete_ledger(self.store, ledger_id)
 
     # -- logs ------------------------------------------------------------------------------
     def open_log(self, name: str, *, password: bytes | str = b"", timeout: float | None = None,

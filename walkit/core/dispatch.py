@@ -41,7 +41,7 @@ from walkit.core.loglist import LogMetadata, log_key
 from walkit.core.messages import (
     AddRequest, ErrorResponse, ForceRequest, ReadLacRequest, ReadRequest, Status, WriteLacRequest,
 )
-from walkit.core.metadata import LEDGER_ID_COUNTER, LedgerMetadata, ledger_key
+from walkit.core.metadata import LEDGER_ID_COUNTER, LedgerMetadata, deleted_key, deletion_marker, ledger_key
 from walkit.errors import BadVersion, NodeExists, NoSuchKey, NoSuchLedger, NotEnoughBookies
 
 #: How long a failed metadata read waits before it is tried again.
@@ -364,7 +364,18 @@ class Dispatcher:
         self._call(owner, "live_bookies", placement, with_bookies)
 
     def _delete_ledger(self, owner, command: ev.DeleteLedger) -> None:
-        self._call(owner, "delete", (ledger_key(command.ledger_id),), lambda value, error: [])
+        """_delete_ledger marks the ledger deleted, then deletes its metadata (walkit.deletions).
+
+        Without the marker (an error other than "exists already") the metadata stays: bookies
+        keep the data of a ledger whose deletion they cannot see, so nothing is lost either way.
+        """
+        ledger_id = command.ledger_id
+
+        def marked(value, error):
+            if error is None or isinstance(error, NodeExists):
+                self._call(owner, "delete", (ledger_key(ledger_id),), lambda value, error: [])
+            return []
+        self._call(owner, "create", (deleted_key(ledger_id), deletion_marker(self.wall_ms)), marked)
 
     # -- log metadata ------------------------------------------------------------------------------
     def _read_log_metadata(self, owner, command: lev.ReadLogMetadata) -> None:

@@ -24,6 +24,20 @@ STATES = (OPEN, IN_RECOVERY, CLOSED)
 LEDGER_PREFIX = "ledgers/"
 #: The counter `MetadataStore.next_id` draws ledger ids from.
 LEDGER_ID_COUNTER = "ledger-id"
+#: A deleted ledger leaves a marker under DELETED_PREFIX + its id, written before its metadata
+#: goes: bookies drop a ledger's data only on this positive sign, never because its metadata
+#: is missing (a wrong or emptied metadata store looks just the same; walkit.deletions).
+DELETED_PREFIX = "deleted-ledgers/"
+
+
+def deleted_key(ledger_id: int) -> str:
+    """deleted_key returns the metadata-store key of a deleted ledger's marker."""
+    return f"{DELETED_PREFIX}{ledger_id:020d}"
+
+
+def deletion_marker(wall_ms: int) -> bytes:
+    """deletion_marker is the value of a deletion marker written at `wall_ms` (ms since the epoch)."""
+    return json.dumps({"deleted_ms": wall_ms}).encode()
 
 
 def ledger_key(ledger_id: int) -> str:

@@ -5,11 +5,13 @@
 
 Clients made by `client()` talk to the bookies through `walkit.transport.memory`, with real
 Cap'n Proto frames, so client behaviour is tested without processes or sockets. `kill(i)` takes
-a bookie down (its storage is kept) and `revive(i)` brings it back.
+a bookie down (its storage is kept) and `revive(i)` brings it back; `revive(i, empty=True)`
+brings it back on a new, empty disk (a new disk id, as a memory bookie restarting for real).
 """
 
 from __future__ import annotations
 
+from walkit.bookie.identity import new_disk_id
 from walkit.plugins import open_metadata
 from walkit.plugins.storage.memory import MemoryStorage
 from walkit.registry import BookieInfo, BookieRegistry
@@ -25,6 +27,7 @@ class MemoryCluster:
         self.store = open_metadata(metadata_url)
         self.registry = BookieRegistry(self.store)
         self.storages: list[MemoryStorage] = []
+        self.disks: list[int] = []
         self.addresses: list[str] = []
         self._sessions: dict[str, object] = {}
         self._clients: list = []
@@ -36,12 +39,16 @@ class MemoryCluster:
         """add_bookie starts and registers one more bookie; it returns its index."""
         index = len(self.addresses)
         address = f"mem-bookie-{index}"
-        storage = MemoryStorage()
-        self.network.add_bookie(address, storage)
-        self.storages.append(storage)
+        self.storages.append(MemoryStorage())
+        self.disks.append(new_disk_id())
         self.addresses.append(address)
-        self._sessions[address] = self.registry.register(BookieInfo(address, storage="memory://"))
+        self.network.add_bookie(address, self.storages[index], disk=self.disks[index])
+        self._register(index)
         return index
+
+    def _register(self, i: int) -> None:
+        address = self.addresses[i]
+        self._sessions[address] = self.registry.register(BookieInfo(address, storage="memory://", disk=self.disks[i]))
 
     def service(self, i: int):
         """service returns bookie `i`'s BookieService."""
@@ -55,12 +62,16 @@ class MemoryCluster:
         if session is not None:
             session.close()
 
-    def revive(self, i: int) -> None:
-        """revive brings bookie `i` back with the storage it had."""
+    def revive(self, i: int, empty: bool = False) -> None:
+        """revive brings bookie `i` back with the storage it had, or on a new `empty` disk."""
         address = self.addresses[i]
+        if empty:
+            self.storages[i] = MemoryStorage()
+            self.disks[i] = new_disk_id()
+            self.network.add_bookie(address, self.storages[i], disk=self.disks[i])
         self.network.revive(address)
         if address not in self._sessions:
-            self._sessions[address] = self.registry.register(BookieInfo(address, storage="memory://"))
+            self._register(i)
 
     def client(self, own_store: bool = False, **options):
         """client returns a new Client on this cluster (closed with the cluster).

@@ -27,10 +27,10 @@ class MemoryNetwork:
         self._transports: dict[bytes, "MemoryTransport"] = {}
         self._ids = itertools.count(1)
 
-    def add_bookie(self, address: str, storage) -> BookieService:
-        """add_bookie serves `storage` at `address` and returns its service."""
+    def add_bookie(self, address: str, storage, disk: int = 0) -> BookieService:
+        """add_bookie serves `storage` (disk id `disk`) at `address` and returns its service."""
         with self._lock:
-            service = self.bookies[address] = BookieService(storage)
+            service = self.bookies[address] = BookieService(storage, disk=disk)
             self.down.discard(address)
             return service
 
