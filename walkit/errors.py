@@ -137,3 +137,19 @@ class NotLeader(WalkitError):
 
 class LogTruncated(WalkitError):
     """LogTruncated is raised to a log reader when truncation removed records it had not read yet."""
+
+
+class RecordTooLarge(WalkitError, ValueError):
+    """RecordTooLarge is raised at once for a record (or ledger entry) larger than its limit.
+
+    Nothing was sent and nothing else changed: the writer, the ledger, the log and a replicated
+    node's leadership go on as before, and the next record that fits is appended as usual.
+    walkit refuses such a record instead of splitting it. `size` is the record's length in
+    bytes, `limit` the largest allowed, and `setting` names the setting that sets the limit.
+    """
+
+    def __init__(self, message: str, size: int = 0, limit: int = 0, setting: str = "") -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+        self.setting = setting

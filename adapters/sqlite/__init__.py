@@ -37,7 +37,7 @@ from walkit.adapters.sqlite.dbapi import (
 )
 from walkit.adapters.sqlite.errors import (
     CommitFailed, DatabaseError, DataError, Error, IntegrityError, InterfaceError, InternalError, NotLeader,
-    NotSupportedError, OperationalError, ProgrammingError, ReplicaStopped, Warning,
+    NotSupportedError, OperationalError, ProgrammingError, ReplicaStopped, TransactionTooLarge, Warning,
 )
 from walkit.adapters.sqlite.restore import restore
 
@@ -55,7 +55,8 @@ __all__ = [
     "Binary", "CommitFailed", "Connection", "Cursor", "DataError", "DatabaseError", "Date", "DateFromTicks",
     "Error", "IntegrityError", "InterfaceError", "InternalError", "NotLeader", "NotSupportedError",
     "OperationalError", "PARSE_COLNAMES", "PARSE_DECLTYPES", "PrepareProtocol", "ProgrammingError",
-    "ReplicaStopped", "Row", "Time", "TimeFromTicks", "Timestamp", "TimestampFromTicks", "Warning", "adapters",
+    "ReplicaStopped", "Row", "Time", "TimeFromTicks", "Timestamp", "TimestampFromTicks", "TransactionTooLarge",
+    "Warning", "adapters",
     "apilevel", "complete_statement", "connect", "converters", "paramstyle", "register_adapter",
     "register_converter", "restore", "sqlite_version", "sqlite_version_info", "threadsafety", "version",
     "version_info",
@@ -75,7 +76,12 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
     ./walkit-data). `node_id` is how other nodes name this one (default host:pid:file).
     `replica=True` never campaigns for leadership. `wait_s` bounds how long connect waits for
     the file to catch up with the log and a leader to be known. Other keywords go to
-    walkit.replicate (snapshot_every_records, retention_s, quorums, ...).
+    walkit.replicate (snapshot_every_records, retention_s, quorums, max_record_bytes, ...).
+
+    A committed transaction (its changeset, or a schema statement) is one record, at most
+    `max_record_bytes` (default: the client's max_entry_bytes, 60 MiB, less 9 bytes). COMMIT of
+    a larger one raises TransactionTooLarge (a sqlite3.DataError, as for SQLITE_TOOBIG) and
+    rolls it back; it is refused, never split, and the node keeps leading.
     """
     from walkit.adapters.sqlite.database import acquire, release
     path = os.fspath(database)

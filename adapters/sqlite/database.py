@@ -20,9 +20,9 @@ import time
 
 import walkit
 from walkit.errors import NotLeader as WalkitNotLeader
-from walkit.errors import WalkitError
+from walkit.errors import RecordTooLarge, WalkitError
 
-from walkit.adapters.sqlite.errors import CommitFailed, NotLeader, ReplicaStopped
+from walkit.adapters.sqlite.errors import CommitFailed, NotLeader, ReplicaStopped, TransactionTooLarge
 from walkit.adapters.sqlite.machine import SqliteMachine, _show
 
 log = logging.getLogger("walkit.adapters.sqlite")
@@ -123,13 +123,21 @@ class Database:
         """submit appends a transaction record and waits until this node applied it; it returns its position.
 
         The caller holds `write_lock`. While this node leads, it waits as long as the log takes
-        (a record in flight must be applied before the next transaction is captured).
+        (a record in flight must be applied before the next transaction is captured). A record
+        over the node's `max_record_bytes` raises TransactionTooLarge before anything is sent.
         """
         self.check()
         try:
             future = self.node.submit_async(record)
         except WalkitNotLeader:
             raise self.not_leader() from None
+        except RecordTooLarge as exc:
+            raise TransactionTooLarge(
+                f"string or blob too big: COMMIT refused on node {self.node_id!r}: the transaction's record of "
+                f"{exc.size} bytes is over the limit of {exc.limit} bytes of {self.name!r} (max_record_bytes, "
+                f"a keyword of connect(); at most the walkit.Client's max_entry_bytes less 9); nothing reached the "
+                f"log and the transaction was rolled back. Transactions are refused, not split: commit the change "
+                f"in smaller transactions", exc.size, exc.limit, "connect(..., max_record_bytes=...)") from None
         while True:
             try:
                 return future.result(0.5)

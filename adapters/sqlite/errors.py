@@ -2,7 +2,8 @@
 
 The exception classes are the standard `sqlite3` module's own, so a program that catches
 `sqlite3.IntegrityError` catches it from walkit too. The replication errors are both: a
-NotLeader is a walkit.errors.NotLeader (with `.leader`) and a sqlite3.OperationalError.
+NotLeader is a walkit.errors.NotLeader (with `.leader`) and a sqlite3.OperationalError; a
+TransactionTooLarge is a walkit.errors.RecordTooLarge and a sqlite3.DataError.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 
 from walkit.errors import NotLeader as _WalkitNotLeader
-from walkit.errors import WalkitError
+from walkit.errors import RecordTooLarge, WalkitError
 
 Warning = sqlite3.Warning  # noqa: A001 - DB-API 2.0 name
 Error = sqlite3.Error
@@ -42,6 +43,27 @@ class CommitFailed(WalkitError, OperationalError):
     def __init__(self, message: str, leader: str | None = None) -> None:
         super().__init__(message)
         self.leader = leader
+
+
+#: SQLite's result code for "string or blob too big" (SQLITE_TOOBIG).
+SQLITE_TOOBIG = 18
+
+
+class TransactionTooLarge(RecordTooLarge, DataError):
+    """TransactionTooLarge is raised by COMMIT for a transaction whose record is over the node's `max_record_bytes`.
+
+    Nothing reached the log and the transaction is rolled back locally; the node keeps its role
+    and the next transaction commits as usual. Transactions are refused, never split: commit the
+    change in smaller transactions. It is a DataError because sqlite3 raises DataError for
+    SQLITE_TOOBIG ("string or blob too big"), SQLite's own answer to a value over its size
+    limit (SQLITE_MAX_LENGTH), and `sqlite_errorcode` / `sqlite_errorname` say SQLITE_TOOBIG.
+    It is also a walkit.errors.RecordTooLarge (`size`, `limit`, `setting`).
+    """
+
+    def __init__(self, message: str, size: int = 0, limit: int = 0, setting: str = "") -> None:
+        super().__init__(message, size, limit, setting)
+        self.sqlite_errorcode = SQLITE_TOOBIG
+        self.sqlite_errorname = "SQLITE_TOOBIG"
 
 
 class ReplicaStopped(WalkitError, DatabaseError):

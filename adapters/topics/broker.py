@@ -6,6 +6,12 @@ opens and closes them): `partitions` maps (topic, partition) to a PartitionLeade
 `coordinator` holds the membership of the groups in the buckets it leads. The request
 handlers (handlers/) read and change these only on the event loop. A periodic task expires
 silent group members and applies retention.
+
+Message size: a record batch is one walkit.replicate record, so it must fit a log entry of its
+own (`largest_message`: the client's max_entry_bytes less 9 bytes). A topic's
+`max.message.bytes` (default: the broker's `max_message_bytes`, Kafka's `message.max.bytes`)
+is at most that; a larger batch is answered MESSAGE_TOO_LARGE for its partition before anything
+is appended, never split, and the partition's leadership is untouched.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from dataclasses import dataclass
 
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.catalog import (
-    BrokerInfo, Catalog, Topic, bucket_name, group_bucket, partition_log, partition_name,
+    DEFAULT_CONFIGS, BrokerInfo, Catalog, Topic, bucket_name, group_bucket, partition_log, partition_name,
 )
 from walkit.adapters.topics.coordinator import GroupCoordinator
 from walkit.adapters.topics.errors import KafkaError
@@ -25,8 +31,9 @@ from walkit.adapters.topics.leader import PartitionLeader, on_loop
 from walkit.adapters.topics.offsets import SNAPSHOT_EVERY, OffsetsState
 from walkit.adapters.topics.ownership import ClusterView, Ownership, Slot
 from walkit.adapters.topics.partition import PartitionMachine
-from walkit.errors import WalkitError
+from walkit.errors import ConfigError, WalkitError
 from walkit.replication import ReplicatedNode
+from walkit.replication.batch import max_record
 
 log = logging.getLogger("walkit.adapters.topics")
 
@@ -39,6 +46,7 @@ class BrokerSettings:
     default_partitions: int = 1
     cache_bytes: int = 32 * 1024 * 1024
     max_request_bytes: int = 100 * 1024 * 1024
+    max_message_bytes: int = int(DEFAULT_CONFIGS["max.message.bytes"])     # Kafka's message.max.bytes
     retention_check_ms: int = 5000
     snapshot_every: int = 10_000
     initial_rebalance_delay_ms: int = 1000
@@ -107,6 +115,11 @@ class Broker:
         self.id = info.id
         self.settings = settings
         self.password = password
+        self.largest_message = max_record(client.max_entry_bytes)
+        if not 0 < settings.max_message_bytes <= self.largest_message:
+            raise ConfigError(f"max_message_bytes is from 1 to {self.largest_message} (a record batch must fit a "
+                              f"log entry: the client's max_entry_bytes less 9), got {settings.max_message_bytes}")
+        self.defaults = {**DEFAULT_CONFIGS, "max.message.bytes": str(settings.max_message_bytes)}
         self.catalog = Catalog(client.store)
         self.partitions: dict[tuple[str, int], PartitionLeader] = {}
         self.buckets: dict[int, BucketLeader] = {}
@@ -176,6 +189,12 @@ class Broker:
         if topic is None:
             topic = await self.loop.run_in_executor(None, self.catalog.topic, name)
         return topic
+
+    def max_message_bytes(self, topic: Topic | None) -> int:
+        """max_message_bytes is the largest record batch a produce to `topic` may carry (see the module doc)."""
+        configured = topic.configs.get("max.message.bytes") if topic is not None else None
+        limit = int(configured) if configured is not None else self.settings.max_message_bytes
+        return min(limit, self.largest_message)
 
     def bucket_for(self, group: str) -> BucketLeader:
         """bucket_for returns the bucket coordinating `group` here, or raises NOT_COORDINATOR (INVALID_GROUP_ID)."""

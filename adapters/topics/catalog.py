@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.errors import KafkaError
+from walkit.client.api import DEFAULT_MAX_ENTRY_BYTES
 from walkit.errors import NodeExists, NoSuchKey
+from walkit.replication.batch import max_record
 
 PREFIX = "topics"
 TOPICS = f"{PREFIX}/topics"
@@ -42,6 +44,11 @@ DEFAULT_CONFIGS = {
     "message.timestamp.type": "CreateTime",
 }
 _INTEGER_CONFIGS = {"retention.ms", "retention.bytes", "segment.ms", "segment.bytes", "max.message.bytes"}
+#: The largest record batch a partition stores with walkit's default entry size: a batch is one
+#: walkit.replicate record, and a record must fit a log entry of its own (the client's
+#: max_entry_bytes, 60 MiB, less 9 bytes). `max.message.bytes` and the broker's
+#: `max_message_bytes` go no higher; larger batches are refused (MESSAGE_TOO_LARGE), never split.
+MAX_MESSAGE_BYTES = max_record(DEFAULT_MAX_ENTRY_BYTES)
 
 
 #: The prefix walkit.replicate gives the log of a replicated machine.
@@ -81,8 +88,12 @@ def check_topic_name(name: str) -> str:
     return name
 
 
-def check_configs(configs: dict[str, str]) -> dict[str, str]:
-    """check_configs validates topic configs and returns them; KafkaError(INVALID_CONFIG) otherwise."""
+def check_configs(configs: dict[str, str], largest_message: int = MAX_MESSAGE_BYTES) -> dict[str, str]:
+    """check_configs validates topic configs and returns them; KafkaError(INVALID_CONFIG) otherwise.
+
+    `max.message.bytes` may not pass `largest_message`, the largest batch a partition's log
+    entry holds (the broker's, from its client's max_entry_bytes).
+    """
     for name, value in configs.items():
         if name not in DEFAULT_CONFIGS:
             raise KafkaError(errors.INVALID_CONFIG, f"unsupported topic config {name!r} "
@@ -94,6 +105,10 @@ def check_configs(configs: dict[str, str]) -> dict[str, str]:
                 raise KafkaError(errors.INVALID_CONFIG, f"{name} must be an integer, not {value!r}") from None
             if number < -1 or (number <= 0 and name in ("segment.bytes", "segment.ms", "max.message.bytes")):
                 raise KafkaError(errors.INVALID_CONFIG, f"{name} = {value} is out of range")
+            if name == "max.message.bytes" and number > largest_message:
+                raise KafkaError(errors.INVALID_CONFIG, f"max.message.bytes = {value} is above {largest_message}, "
+                                                        f"the largest record batch a partition's log entry holds "
+                                                        f"(batches are refused, not split)")
         elif name == "cleanup.policy" and value != "delete":
             raise KafkaError(errors.INVALID_CONFIG, "only cleanup.policy=delete is supported (no compaction)")
         elif name == "message.timestamp.type" and value != "CreateTime":
@@ -165,12 +180,14 @@ class Catalog:
     def __init__(self, store) -> None:
         self.store = store
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> Topic:
-        """create_topic stores a new topic; KafkaError(TOPIC_ALREADY_EXISTS) if it exists."""
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+                     largest_message: int = MAX_MESSAGE_BYTES) -> Topic:
+        """create_topic stores a new topic; KafkaError(TOPIC_ALREADY_EXISTS) if it exists (see check_configs)."""
         check_topic_name(name)
         if not 1 <= partitions <= 10_000:
             raise KafkaError(errors.INVALID_PARTITIONS, f"{partitions} partitions (use 1 to 10000)")
-        topic = Topic(name, partitions, check_configs(configs or {}), uuid.uuid4().hex, int(time.time() * 1000))
+        topic = Topic(name, partitions, check_configs(configs or {}, largest_message), uuid.uuid4().hex,
+                      int(time.time() * 1000))
         try:
             self.store.create(f"{TOPICS}/{name}", topic.to_bytes())
         except NodeExists:

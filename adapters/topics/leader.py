@@ -38,7 +38,7 @@ from walkit.adapters.topics.batches import first_offset_at, info, with_base_offs
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.partition import PartitionMachine, PartitionState, is_control, retain_record
 from walkit.adapters.topics.producers import DUPLICATE
-from walkit.errors import LogTruncated, WalkitError
+from walkit.errors import LogTruncated, RecordTooLarge, WalkitError
 from walkit.replication import batch as entries
 
 log = logging.getLogger("walkit.adapters.topics")
@@ -127,8 +127,9 @@ class PartitionLeader:
     def append(self, batch: bytes) -> asyncio.Future:
         """append numbers and submits one checked batch; the Future resolves to its base offset.
 
-        Raises KafkaError for a sequence or epoch the producer state refuses, and
-        NOT_LEADER_OR_FOLLOWER once the leadership is gone.
+        Raises KafkaError for a sequence or epoch the producer state refuses,
+        MESSAGE_TOO_LARGE for a batch the node refuses as too large for a log entry (nothing is
+        numbered or appended) and NOT_LEADER_OR_FOLLOWER once the leadership is gone.
         """
         if not self.active:
             raise KafkaError(errors.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition} moved")
@@ -146,6 +147,8 @@ class PartitionLeader:
         placed = info(stored)
         try:
             submitted = self.node.submit_async(stored)
+        except RecordTooLarge as exc:
+            raise KafkaError(errors.MESSAGE_TOO_LARGE, f"{self.topic}-{self.partition}: {exc}") from None
         except WalkitError as exc:
             raise KafkaError(errors.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition}: {exc}") from None
         self.assigned = placed.next_offset

@@ -47,6 +47,8 @@ class ServeOptions:
     retention_check_ms: int = 5000
     snapshot_every: int = 10_000
     rebalance_delay_ms: int = 1000
+    max_message_bytes: int = BrokerSettings.max_message_bytes
+    max_request_bytes: int = BrokerSettings.max_request_bytes
     password: str = field(default="", repr=False)
     sasl_users: str | None = None                                   # a users file (sasl.Users.parse)
     sasl_user: tuple[str, ...] = field(default=(), repr=False)      # NAME:PASSWORD pairs
@@ -67,7 +69,8 @@ class ServeOptions:
         ack_quorum = self.ack_quorum or min(2, write_quorum)
         return BrokerSettings(auto_create_topics=self.auto_create, default_partitions=self.partitions,
                               cache_bytes=int(self.cache_mb * 1024 * 1024), retention_check_ms=self.retention_check_ms,
-                              snapshot_every=self.snapshot_every,
+                              snapshot_every=self.snapshot_every, max_message_bytes=self.max_message_bytes,
+                              max_request_bytes=self.max_request_bytes,
                               initial_rebalance_delay_ms=self.rebalance_delay_ms, ensemble=ensemble,
                               write_quorum=write_quorum, ack_quorum=ack_quorum)
 

@@ -142,6 +142,13 @@ def topics() -> None:
 @click.option("--rebalance-delay-ms", type=click.IntRange(min=0), default=1000, show_default=True,
               help="How long a new group waits for more members before its first rebalance "
                    "(Kafka's group.initial.rebalance.delay.ms).")
+@click.option("--max-message-bytes", type=click.IntRange(min=1), default=1048588, show_default=True,
+              help="Largest record batch of topics that do not set max.message.bytes (Kafka's message.max.bytes); "
+                   "at most 62914551, what one log entry holds. Larger batches get MESSAGE_TOO_LARGE: refused, "
+                   "not split.")
+@click.option("--max-request-bytes", type=click.IntRange(min=1024), default=100 * 1024 * 1024, show_default=True,
+              help="Largest request a client may send; a connection sending more is closed "
+                   "(Kafka's socket.request.max.bytes).")
 @click.option("--password", default="", help="Password of the partitions' ledgers.")
 @click.option("--sasl-users", envvar="WALKIT_SASL_USERS", default=None, metavar="FILE",
               type=click.Path(exists=True, dir_okay=False),

@@ -36,11 +36,19 @@ from walkit import deletions
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
 from walkit.errors import (
-    BadVersion, ClientClosed, ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, Timeout, Unauthorized,
+    BadVersion, ClientClosed, ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, RecordTooLarge, Timeout, Unauthorized,
 )
 from walkit.metrics import client_metrics
 from walkit.plugins import open_metadata
 from walkit.registry import BookieInfo, BookieRegistry
+from walkit.wire.codec import DEFAULT_MAX_FRAME
+
+#: The largest `max_entry_bytes`: a bookie frame (walkit.wire.codec.DEFAULT_MAX_FRAME) less room
+#: for what travels with the payload (the envelope, the add's fields and digest: a few hundred bytes).
+MAX_ENTRY_BYTES = DEFAULT_MAX_FRAME - 64 * 1024
+#: The default of `max_entry_bytes`: 60 MiB, so an entry leaves 4 MiB of its 64 MiB frame to the
+#: requests the client sends to the same bookie in the same frame.
+DEFAULT_MAX_ENTRY_BYTES = DEFAULT_MAX_FRAME - 4 * 1024 * 1024
 
 
 def _password(password: bytes | str) -> bytes:
@@ -91,12 +99,17 @@ class Client:
     bookies and not yet had acknowledged; appends beyond it wait in the client, in order, and
     go as earlier ones complete, so a large window of large entries slows down instead of
     making every bookie miss the add timeout.
+
+    `max_entry_bytes` is the largest entry (ledger entry or log record) an append takes: 60 MiB
+    by default, at most MAX_ENTRY_BYTES (a bookie frame, 64 MiB, less 64 KiB). A larger one is
+    refused at once with RecordTooLarge before anything is queued or sent; the writer goes on.
+    Entries are refused, never split: split a large payload into records yourself.
     """
 
     def __init__(self, metadata, *, timeout: float = 30.0, add_timeout: float = 5.0,
                  request_timeout: float = 10.0, transport=None, key: str | None = None,
                  min_racks: int = 1, max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
-                 speculative_read_timeout: float = 2.0) -> None:
+                 speculative_read_timeout: float = 2.0, max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> None:
         if timeout <= 0 or add_timeout <= 0 or request_timeout <= 0:
             raise ConfigError("timeouts must be positive")
         if (not isinstance(speculative_read_timeout, (int, float)) or isinstance(speculative_read_timeout, bool)
@@ -107,7 +120,12 @@ class Client:
             raise ConfigError(f"min_racks must be a positive integer, got {min_racks!r}")
         if not isinstance(max_bytes_in_flight, int) or isinstance(max_bytes_in_flight, bool) or max_bytes_in_flight < 1:
             raise ConfigError(f"max_bytes_in_flight must be a positive integer, got {max_bytes_in_flight!r}")
+        if (not isinstance(max_entry_bytes, int) or isinstance(max_entry_bytes, bool)
+                or not 1 <= max_entry_bytes <= MAX_ENTRY_BYTES):
+            raise ConfigError(f"max_entry_bytes must be an integer from 1 to {MAX_ENTRY_BYTES} (a bookie frame "
+                              f"of {DEFAULT_MAX_FRAME} bytes less room for its envelope), got {max_entry_bytes!r}")
         self.timeout = timeout
+        self.max_entry_bytes = max_entry_bytes
         self.add_timeout = add_timeout
         self.max_bytes_in_flight = max_bytes_in_flight
         self.min_racks = min_racks
@@ -132,6 +150,17 @@ class Client:
             transport = ZmqTransport(curve=curve, server_key=self._server_key)
         self._loop = ClientLoop(transport, self.store, request_timeout_ms=int(request_timeout * 1000))
         self._closed = False
+
+    def check_entry(self, size: int, what: str = "an entry") -> None:
+        """check_entry raises RecordTooLarge if an entry of `size` bytes is over `max_entry_bytes`.
+
+        Appends call it before they queue anything, so a refused entry changes nothing.
+        """
+        if size > self.max_entry_bytes:
+            raise RecordTooLarge(f"{what} of {size} bytes is over the limit of {self.max_entry_bytes} bytes "
+                                 f"(walkit.Client's max_entry_bytes, at most {MAX_ENTRY_BYTES}: a bookie frame "
+                                 f"carries {DEFAULT_MAX_FRAME}); it was refused, not sent, and not split",
+                                 size, self.max_entry_bytes, "walkit.Client(max_entry_bytes=...)")
 
     def _server_key(self, address: str) -> str | None:
         """_server_key is the public key a secured bookie registered (None if it is not registered)."""
@@ -489,11 +518,15 @@ class WriteHandle:
 
         Many appends may be in flight; they complete in entry order. A failed append raises,
         from `result()`, LedgerFenced, LedgerClosed, NotEnoughBookies or another WalkitError.
+        An entry over the client's `max_entry_bytes` raises RecordTooLarge here, at once, and
+        takes no entry id: the writer goes on.
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"entries are bytes, not {type(data).__name__}")
+        data = bytes(data)
+        self._client.check_entry(len(data), f"an entry of ledger {self.ledger_id}")
         future: Future = self._client.metrics.future()
-        self._submit(bytes(data), future)
+        self._submit(data, future)
         return future
 
     def _submit(self, payload, item) -> None:
@@ -511,12 +544,16 @@ class WriteHandle:
         (entries complete in order, so every one of them is), or raises the first failure; on
         a failure the entries below `last_add_confirmed` were written. One Future and one
         completion per call instead of one per record: the way to append many records at once.
+        If any record is over the client's `max_entry_bytes`, RecordTooLarge is raised at once
+        and none of them is appended.
         """
         payloads = []
         for data in records:
             if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise TypeError(f"entries are bytes, not {type(data).__name__}")
             payloads.append(bytes(data))
+            self._client.check_entry(len(payloads[-1]), f"entry {len(payloads) - 1} of an append_many to ledger "
+                                                        f"{self.ledger_id}")
         future: Future = Future()
         if not payloads:
             future.set_result(range(0))

@@ -185,14 +185,20 @@ class LogWriter:
         return self._machine.ledger_id
 
     def append_async(self, data: bytes) -> Future:
-        """append_async appends a record; the Future resolves to its Position (in log order)."""
+        """append_async appends a record; the Future resolves to its Position (in log order).
+
+        A record over the client's `max_entry_bytes` raises RecordTooLarge here, at once, before
+        it is queued: the writer and the log go on as if it had not been offered.
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"records are bytes, not {type(data).__name__}")
         if self._closed:
             raise LedgerClosed(f"log writer of {self.name!r} is closed")
+        data = bytes(data)
+        self._client.check_entry(len(data), f"a record of log {self.name!r}")
         future: Future = Future()
         with self._lock:
-            self._submitted.append((bytes(data), future))
+            self._submitted.append((data, future))
             first = len(self._submitted) == 1
         if first:
             self._loop.call(self._drain)
@@ -303,7 +309,11 @@ class UnboundedLogWriter:
         return cls(client, handle, metadata, timeout)
 
     def append_async(self, data: bytes) -> Future:
-        """append_async appends a record; the Future resolves to its Position (in log order)."""
+        """append_async appends a record; the Future resolves to its Position (in log order).
+
+        A record over the client's `max_entry_bytes` raises RecordTooLarge at once (the ledger's
+        WriteHandle refuses it before queueing it); the writer goes on.
+        """
         if self._closed:
             raise LedgerClosed(f"log writer of {self.name!r} is closed")
         result: Future = Future()

@@ -34,7 +34,10 @@ def replicate(machine: StateMachine, *, client, name: str, node_id: str, **optio
     snapshots every `snapshot_every_records` (100,000), `snapshot_every_bytes` (0: off) or
     `snapshot_every_s` (0: off); `retention_s` (0: keep only the latest snapshot and the log after
     it; otherwise keep what rebuilds any state of the last `retention_s` seconds); `lease_ms` (1000; 0: a leader proves it leads on every read
-    barrier); group commit limits `max_batch_records`, `max_batch_bytes`, `max_entries_in_flight`,
+    barrier); `max_record_bytes`, the largest record `submit` takes (default and most: the
+    client's `max_entry_bytes`, 60 MiB by default, less 9 bytes of entry framing; a larger record
+    raises walkit.errors.RecordTooLarge at once and is refused, never split, and the leadership is
+    untouched); group commit limits `max_batch_records`, `max_batch_bytes`, `max_entries_in_flight`,
     and `linger_ms` (0: off; at most 60,000), how long the batch after an acknowledged entry may
     wait for a record of each submitter that entry answered or that was queued behind it
     (`submit_async(record, submitter)` names them; by default each record is one); `poll_s`, how often a follower looks for a closed ledger; `on_role(role)`, called with

@@ -21,7 +21,12 @@ submit again, and without the wait, the few records queued first would leave alo
 answered ones wait a whole round trip behind them (two groups taking turns, each record
 waiting for two entries). Submitters are counted once each (`submit_async(record, submitter)`;
 by default each record is a submitter of its own), and when there is only one, nothing waits.
-A wait that runs is not pushed back by later acknowledgements. Followers apply
+A wait that runs is not pushed back by later acknowledgements. An entry is never larger than the
+client's `max_entry_bytes` (walkit.replication.batch.take cuts it before the record that would
+take it over), and a record too large for an entry of its own (`max_record_bytes`) is refused at
+once with RecordTooLarge: never split, never appended, and the leadership is untouched (an
+append that failed would depose the leader, so nothing that cannot fit is ever handed to the
+log; DESIGN.md §9). Followers apply
 the same entries in the same order from the log, so every node applies every record exactly
 once, in log order, also across snapshots, restarts and leader changes (entries at or before
 the applied position are skipped).
@@ -63,7 +68,9 @@ from typing import Any, Callable
 
 from walkit.core.loglist import Position
 from walkit.election import LeaderElection
-from walkit.errors import ConfigError, LogTruncated, NoSuchLedger, NoSuchLog, NotLeader, Timeout, WalkitError
+from walkit.errors import (
+    ConfigError, LogTruncated, NoSuchLedger, NoSuchLog, NotLeader, RecordTooLarge, Timeout, WalkitError,
+)
 from walkit.futures import LightFuture
 from walkit.replication import batch
 from walkit.replication.machine import StateMachine
@@ -108,7 +115,9 @@ class ReplicatedNode:
 
     `client` is this node's own walkit.Client (the node campaigns through its metadata store, so
     two nodes must not share one). `node_id` names the node to the others (followers report it
-    as the leader): a network address clients can reach is a good choice.
+    as the leader): a network address clients can reach is a good choice. `max_record_bytes` is
+    the largest record `submit` takes (default and most: the client's `max_entry_bytes` less the
+    9 bytes an entry spends on a lone record's framing); larger ones are refused, not split.
     """
 
     def __init__(self, machine: StateMachine, *, client, name: str, node_id: str, password: bytes | str = b"",
@@ -117,6 +126,7 @@ class ReplicatedNode:
                  snapshot_every_bytes: int = 0, snapshot_every_s: float = 0.0, retention_s: float = 0.0,
                  lease_ms: int = 1000, max_batch_records: int = 4096, max_batch_bytes: int = 1 << 20,
                  max_entries_in_flight: int = 8, linger_ms: float = 0.0, poll_s: float = 0.2,
+                 max_record_bytes: int | None = None,
                  on_role: Callable[[str], None] | None = None, campaign_when: Callable[[], bool] | None = None,
                  keep_log_from: Callable[[], Position | None] | None = None) -> None:
         if not isinstance(machine, StateMachine):
@@ -130,6 +140,14 @@ class ReplicatedNode:
                 raise ConfigError(f"{option} must not be negative, got {value}")
         if not linger_ms <= MAX_LINGER_MS:
             raise ConfigError(f"linger_ms is at most {MAX_LINGER_MS}, got {linger_ms}")
+        largest = batch.max_record(client.max_entry_bytes)
+        if max_record_bytes is None:
+            max_record_bytes = largest
+        elif (not isinstance(max_record_bytes, int) or isinstance(max_record_bytes, bool)
+              or not 1 <= max_record_bytes <= largest):
+            raise ConfigError(f"max_record_bytes is from 1 to {largest} (the client's max_entry_bytes, "
+                              f"{client.max_entry_bytes}, less {client.max_entry_bytes - largest} bytes of entry "
+                              f"framing), got {max_record_bytes!r}")
         self.machine = machine
         self.client = client
         self.name = name
@@ -146,6 +164,8 @@ class ReplicatedNode:
         self.lease_s = lease_ms / 1000
         self.max_batch_records = max_batch_records
         self.max_batch_bytes = max_batch_bytes
+        self.max_record_bytes = max_record_bytes
+        self.max_entry_bytes = client.max_entry_bytes
         self.max_entries_in_flight = max_entries_in_flight
         self.linger_s = linger_ms / 1000
         self.poll_s = poll_s
@@ -268,10 +288,20 @@ class ReplicatedNode:
         It raises NotLeader (with the leader's node id) on a node that is not the leader. A
         submission that fails because leadership was lost may or may not be in the log: the log
         decides, and every node applies it if it is.
+
+        A record over `max_record_bytes` raises RecordTooLarge at once, on any node: it is not
+        queued, not appended and not split, and the node's role does not change.
         """
         if not isinstance(record, (bytes, bytearray, memoryview)):
             raise TypeError(f"records are bytes, not {type(record).__name__}")
         record = bytes(record)
+        if len(record) > self.max_record_bytes:
+            raise RecordTooLarge(
+                f"a record of {len(record)} bytes is over the limit of {self.max_record_bytes} bytes of "
+                f"replicated machine {self.name!r} (walkit.replicate's max_record_bytes; at most the client's "
+                f"max_entry_bytes less {batch.HEADER_BYTES + batch.RECORD_OVERHEAD}); it was refused, not "
+                f"appended: records are never split", len(record), self.max_record_bytes,
+                "walkit.replicate(max_record_bytes=...)")
         future: Future = LightFuture()
         with self._lock:
             if not self._leading:
@@ -288,7 +318,10 @@ class ReplicatedNode:
         return future
 
     def submit(self, record: bytes, timeout: float | None = None) -> Any:
-        """submit submits `record` and waits until it was applied; it returns apply's result."""
+        """submit submits `record` and waits until it was applied; it returns apply's result.
+
+        It raises what `submit_async` raises (NotLeader, RecordTooLarge) and apply's exception.
+        """
         timeout = timeout or self.client.timeout
         try:
             return self.submit_async(record).result(timeout)
@@ -304,12 +337,8 @@ class ReplicatedNode:
                     self._flushing = False
                     return
                 self._linger_until = 0.0
-                queued, taken, size = self._batch, [], 0
-                while queued and len(taken) < self.max_batch_records and (
-                        not taken or size + len(queued[0][0]) <= self.max_batch_bytes):
-                    item = queued.popleft()
-                    taken.append(item)
-                    size += len(item[0])
+                taken, size = batch.take(self._batch, self.max_batch_records, self.max_batch_bytes,
+                                         self.max_entry_bytes)
                 if self.linger_s:
                     counts = self._queued_by
                     for _, _, key in taken:
@@ -326,6 +355,9 @@ class ReplicatedNode:
             sent = time.monotonic()
             try:
                 appended = writer.append_async(batch.encode(records))
+            except RecordTooLarge as exc:     # the client's limit shrank since: nothing was sent
+                self._append_failed(futures, exc, depose=False)
+                continue
             except WalkitError as exc:
                 self._append_failed(futures, exc)
                 continue
@@ -394,13 +426,15 @@ class ReplicatedNode:
                 finally:
                     self._lock.acquire()
 
-    def _append_failed(self, futures: list[Future], error: BaseException) -> None:
+    def _append_failed(self, futures: list[Future], error: BaseException, depose: bool = True) -> None:
+        """_append_failed fails an entry's records; with `depose` (it may have reached bookies) the node steps down."""
         with self._lock:
             self._in_flight -= 1
         for future in futures:
             if not future.done():
                 future.set_exception(error)
-        self._depose(f"an append failed: {type(error).__name__}: {error}")
+        if depose:
+            self._depose(f"an append failed: {type(error).__name__}: {error}")
 
     # -- reading ----------------------------------------------------------------------------------
     def read_barrier(self, timeout: float | None = None) -> Position | None:

@@ -67,18 +67,19 @@ async def create_topics(broker, connection, request):
                 raise KafkaError(errors.INVALID_PARTITIONS, f"{partitions} partitions (use 1 to 10000, or -1)")
             if body.validate_only:
                 check_topic_name(topic.name)
-                check_configs(configs)
+                check_configs(configs, broker.largest_message)
                 if broker.view.topics.get(topic.name) is not None:
                     raise KafkaError(errors.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
             else:
-                await broker.loop.run_in_executor(None, broker.catalog.create_topic, topic.name, partitions, configs)
+                await broker.loop.run_in_executor(None, broker.catalog.create_topic, topic.name, partitions, configs,
+                                                  broker.largest_message)
                 created.append((topic.name, partitions))
         except KafkaError as exc:
             code, message = exc.code, str(exc)
         shown = [] if code != errors.NONE else [
             _RCONFIG(name=key, value=configs.get(key, default), read_only=False,
                      config_source=DYNAMIC_TOPIC_CONFIG if key in configs else DEFAULT_CONFIG, is_sensitive=False)
-            for key, default in sorted(DEFAULT_CONFIGS.items())]
+            for key, default in sorted(broker.defaults.items())]
         results.append(_RESULT(name=topic.name, error_code=code, error_message=message,
                                num_partitions=partitions if code == errors.NONE else -1,
                                replication_factor=max(topic.replication_factor, 1) if code == errors.NONE else -1,
@@ -172,7 +173,8 @@ async def describe_configs(broker, connection, request):
                         continue
                     explicit = key in topic.configs
                     configs.append(_DCONFIG(
-                        name=key, value=topic.config(key), read_only=False, is_default=not explicit,
+                        name=key, value=topic.configs.get(key, broker.defaults[key]), read_only=False,
+                        is_default=not explicit,
                         config_source=DYNAMIC_TOPIC_CONFIG if explicit else DEFAULT_CONFIG, is_sensitive=False,
                         synonyms=[], config_type=_INT_TYPES.get(key, 2), documentation=None))
         elif resource.resource_type != BROKER_RESOURCE:

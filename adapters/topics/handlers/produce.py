@@ -4,7 +4,10 @@ Produce with acks=1 and acks=all is answered once the batches are in the partiti
 acknowledged by the ledger's ack quorum (walkit acknowledges nothing earlier, so both mean
 the same here); acks=0 is appended the same way and not answered. The producer's TimeoutMs
 bounds the wait: a partition not acknowledged by then answers REQUEST_TIMED_OUT (an
-idempotent producer's retry is then recognised as a duplicate, leader.py).
+idempotent producer's retry is then recognised as a duplicate, leader.py). A batch over the
+topic's `max.message.bytes` (Broker.max_message_bytes: never above what a log entry holds)
+answers MESSAGE_TOO_LARGE for its partition, as Kafka does; nothing of that partition is
+appended and the broker keeps leading it.
 
 InitProducerId hands out cluster-wide producer ids (a metadata counter) for idempotent
 producers, epoch 0. Transactions are not supported: a transactional id, in FindCoordinator,
@@ -46,8 +49,7 @@ async def produce(broker, connection, request):
                 if body.acks not in (0, 1, -1):
                     raise KafkaError(INVALID_REQUIRED_ACKS, f"acks={body.acks}")
                 leader = broker.partition(name, index)
-                limit = broker.view.topics[name].int_config("max.message.bytes") if name in broker.view.topics \
-                    else 1048588
+                limit = broker.max_message_bytes(broker.view.topics.get(name))
                 futures = [leader.append(batch) for batch in split(data.records, limit)]
                 pending.append((name, index, leader, futures))
             except KafkaError as exc:
