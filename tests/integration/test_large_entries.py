@@ -8,6 +8,7 @@ against its `max_entry_bytes` before the append is queued.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -109,3 +110,22 @@ def test_an_entry_of_the_default_limit_crosses_real_bookie_processes_and_one_byt
         reader = client.open_ledger(writer.ledger_id)
         entries = [e.payload for e in reader.read(0, 1, timeout=120)]
         assert entries == [largest, b"after"]
+
+
+
+def test_one_round_of_large_adds_from_two_writers_goes_in_frames_the_bookies_take(memory_cluster):
+    """Two ledgers of one client on the same three bookies, a 40 MiB entry on each, sent in one
+    round of the client's I/O thread: each bookie is sent 80 MiB, which goes in two frames below
+    its 64 MiB limit. In one frame the bookie refused it whole, and both writers lost the bookie."""
+    client = memory_cluster.client(add_timeout=3.0, request_timeout=10.0)     # the defaults' order
+    writers = [client.create_ledger(3, 3, 2) for _ in range(2)]
+    payloads = [bytes([i]) * (40 * 1024 * 1024) for i in range(2)]
+    gate = threading.Event()
+    client._loop._post(lambda: gate.wait(10))           # holds the I/O thread: both appends join one round
+    futures = [w.append_async(p) for w, p in zip(writers, payloads)]
+    gate.set()
+    assert [f.result(30) for f in futures] == [0, 0]
+    for writer, payload in zip(writers, payloads):
+        assert client.ledger_metadata(writer.ledger_id).fragment_starts == [0]     # no bookie was lost
+        writer.close()
+        assert [e.payload for e in client.open_ledger(writer.ledger_id).read(0, 0)] == [payload]
