@@ -78,7 +78,7 @@ def test_stop_holds_a_busy_writer_only_outside_its_transactions(tmp_path, child)
     writer = child(BUSY_WRITER, path)
     assert writer.stdout.readline().strip() == "ready"
     attempts = []
-    for _ in range(5):
+    while len(attempts) < 5 or (sum(attempts) == len(attempts) and len(attempts) < 40):
         attempts.append(pause.stop(writer.pid, f"sqlite://{path}"))
         try:
             assert pid_state(writer.pid) == "T"
@@ -90,7 +90,8 @@ def test_stop_holds_a_busy_writer_only_outside_its_transactions(tmp_path, child)
             other.close()
         finally:
             pause.resume(writer.pid)
-    # Caught inside a transaction ~95% of the time: stop had to let it go and try again.
+    # Caught inside a transaction ~95% of the time: stop had to let it go and try again (on a
+    # loaded machine the writer runs less, so up to 40 holds are made until one needed it).
     assert sum(attempts) > len(attempts), attempts
 
 
