@@ -39,6 +39,12 @@ class RecoveryCountingEveryDisk(LedgerRecovery):
     CHECK_DISKS = False
 
 
+class RecoveryTakingUnreadForAbsent(LedgerRecovery):
+    """Ids a byte-bounded answer did not look at (EntriesRead.unread) count as NO_SUCH_ENTRY votes (BP-62)."""
+
+    UNREAD_IS_UNANSWERED = False
+
+
 # One writer streaming a few entries while a recovery starts; fence requests get lost and links
 # have different speeds, so an unfenced bookie can answer NO_SUCH_ENTRY and then take an add.
 ISSUE_2614 = SimConfig(bookies=3, ensemble=3, write_quorum=3, ack_quorum=2, entries=3, append_gap_ms=30,
@@ -58,6 +64,13 @@ EMPTIED_DISK = SimConfig(bookies=4, ensemble=3, write_quorum=2, ack_quorum=2, en
                          writer_close_rate=0.0, recoverers=1, recovery_window_ms=0, fault_window_ms=800)
 
 
+# Every bookie answers a read with one entry (read_bytes=1): a recovery reading ahead gets all but
+# the first id of each request back unread; the writer crashes with entries in flight.
+ONE_ENTRY_ANSWERS = SimConfig(bookies=4, ensemble=3, write_quorum=3, ack_quorum=2, entries=30, drop_rate=0.02,
+                              max_delay_ms=12, bookie_crashes=0, writer_crash_rate=1.0, writer_close_rate=0.0,
+                              recoverers=1, fault_window_ms=800, read_bytes=1)
+
+
 def first_violation(config: SimConfig, recovery_cls, seeds: range) -> InvariantViolation | None:
     for seed in seeds:
         try:
@@ -71,7 +84,9 @@ def first_violation(config: SimConfig, recovery_cls, seeds: range) -> InvariantV
     (RecoveryWithoutFencedReads, ISSUE_2614, range(20000)),
     (RecoveryAbsentOnOneNoSuchEntry, SINGLE_VOTE, range(2000)),
     (RecoveryCountingEveryDisk, EMPTIED_DISK, range(2000)),
-], ids=["recovery-reads-without-fence-flag", "absent-on-one-no-such-entry", "counts-an-emptied-disk"])
+    (RecoveryTakingUnreadForAbsent, ONE_ENTRY_ANSWERS, range(300)),
+], ids=["recovery-reads-without-fence-flag", "absent-on-one-no-such-entry", "counts-an-emptied-disk",
+        "takes-unread-ids-for-absent"])
 def test_checker_catches_a_broken_rule(broken, config, seeds) -> None:
     violation = first_violation(config, broken, seeds)
     assert violation is not None, f"{broken.__name__} lost no data in {len(seeds)} seeds"
@@ -80,8 +95,9 @@ def test_checker_catches_a_broken_rule(broken, config, seeds) -> None:
     Simulation(violation.seed, config, recovery_cls=LedgerRecovery).run()
 
 
-@pytest.mark.parametrize("config", [ISSUE_2614, SINGLE_VOTE, EMPTIED_DISK],
-                         ids=["issue-2614-config", "single-vote-config", "emptied-disk-config"])
+@pytest.mark.parametrize("config", [ISSUE_2614, SINGLE_VOTE, EMPTIED_DISK, ONE_ENTRY_ANSWERS],
+                         ids=["issue-2614-config", "single-vote-config", "emptied-disk-config",
+                              "one-entry-answers-config"])
 def test_correct_recovery_passes_the_provoking_configurations(config) -> None:
     assert first_violation(config, LedgerRecovery, range(1000)) is None
 

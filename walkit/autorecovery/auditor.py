@@ -38,7 +38,7 @@ from walkit.autorecovery.bookieio import BookieIO
 from walkit.autorecovery.marks import LOST, MISSING, NEW_DISK, UnderReplication, now_ms
 from walkit.autorecovery.replicator import first_kept
 from walkit.core.distribution import write_set_bookies
-from walkit.core.messages import ReadRequest, Status
+from walkit.core.messages import MAX_READ_IDS, Status
 from walkit.core.metadata import CLOSED, LEDGER_PREFIX, LedgerMetadata, ledger_id_of, ledger_key
 from walkit.deletions import DEFAULT_RETENTION_S
 from walkit.election import LeaderElection
@@ -355,22 +355,27 @@ class Auditor:
                                or last_held(start, end, position, size, quorum))
                 wanted.setdefault(bookie, set()).update(sample)
         if wanted and self.io is not None:
-            requests = [(b, ReadRequest(txn=self.io.next_txn(), ledger_id=metadata.ledger_id, entry_ids=sorted(ids)))
-                        for b, ids in wanted.items()]
-            answers = self.io.exchange(requests, timeout=5.0)
-            for bookie, request in requests:
-                response = answers[request.txn]
-                if response.status == Status.UNREACHABLE:
+            # At most MAX_READ_IDS ids a request; answers come in bounded parts (BP-62), and an id an
+            # answer did not look at is asked again, never taken for one the bookie lacks.
+            requests = [(b, self.io.read_request(metadata.ledger_id, ids[i:i + MAX_READ_IDS]))
+                        for b, ids in ((b, sorted(ids)) for b, ids in wanted.items())
+                        for i in range(0, len(ids), MAX_READ_IDS)]
+            lacking: dict[str, list[int]] = {}
+            for bookie, request, response in self.io.reads(requests, timeout=5.0):
+                if response.status == Status.UNREACHABLE or hits.get(bookie) == NEW_DISK:
                     continue                         # down right now: the lost-bookie path decides
                 if not all(metadata.answer_counts(e, bookie, response.disk) for e in request.entry_ids):
                     log.warning("ledger %d: bookie %s serves from disk %x, not the disk its fragments record",
                                 metadata.ledger_id, bookie, response.disk)
                     hits[bookie] = NEW_DISK
                     continue
-                got = {e.entry_id for e in response.entries} if response.status == Status.OK else set()
-                if set(request.entry_ids) - got:
+                got = {e.entry_id for e in response.entries}
+                answered = self.io.looked_at(request, response) if response.status == Status.OK else request.entry_ids
+                lacking.setdefault(bookie, []).extend(e for e in answered if e not in got)
+            for bookie, ids in lacking.items():
+                if ids and hits.get(bookie) != NEW_DISK:
                     log.warning("ledger %d: bookie %s lacks entries it should hold (%s)", metadata.ledger_id,
-                                bookie, sorted(set(request.entry_ids) - got)[:5])
+                                bookie, sorted(ids)[:5])
                     hits.setdefault(bookie, MISSING)
         return hits
 

@@ -6,6 +6,12 @@ themselves. `BookieIO` is a small synchronous client over the same ZeroMQ transp
 codec the public client uses (so CurveZMQ works the same way): `exchange` sends a batch of
 (bookie, request) pairs at once and returns every answer, or an UNREACHABLE stand-in for a
 bookie that is down or silent past the timeout. It belongs to one thread.
+
+Reads are bounded by bytes (BP-62): each ReadRequest it makes carries `max_read_bytes`, and an
+answer that reached it leaves the ids it did not look at unread (ReadResponse.unread). `reads`
+asks the same bookie again for those until every id was looked at, handing over each answer
+as it comes, so a caller keeps only what it needs of one answer at a time; `looked_at` says
+which ids an answer covers (an id it covers and lacks is absent there; an unread one is not).
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import itertools
 import time
 
 from walkit.core.messages import (
-    AddRequest, AddResponse, Entry, ReadLacRequest, ReadLacResponse, ReadRequest, ReadResponse, Status,
+    DEFAULT_MAX_READ_BYTES, AddRequest, AddResponse, Entry, ReadLacRequest, ReadLacResponse, ReadRequest,
+    ReadResponse, Status, split_answer,
 )
 from walkit.wire.codec import DEFAULT_MAX_REQUESTS, WireError, decode_responses, encode_requests
 
@@ -49,16 +56,23 @@ class BookieIO:
     another client transport to use instead (the in-memory one of walkit.testing.memory).
     """
 
-    def __init__(self, *, key: str | None = None, server_key=None, timeout: float = 10.0, transport=None) -> None:
+    def __init__(self, *, key: str | None = None, server_key=None, timeout: float = 10.0, transport=None,
+                 max_read_bytes: int = DEFAULT_MAX_READ_BYTES) -> None:
         if transport is None:
             transport = _zmq_transport(key, server_key)
         self.transport = transport
         self.timeout = timeout
+        self.max_read_bytes = max_read_bytes
         self._txns = itertools.count(1)
 
     def next_txn(self) -> int:
         """next_txn is a fresh transaction id for a request."""
         return next(self._txns)
+
+    def read_request(self, ledger_id: int, entry_ids: list[int]) -> ReadRequest:
+        """read_request is a read of `entry_ids` (at most MAX_READ_IDS) bounded by `max_read_bytes`."""
+        return ReadRequest(txn=self.next_txn(), ledger_id=ledger_id, entry_ids=list(entry_ids),
+                           max_bytes=self.max_read_bytes)
 
     def exchange(self, requests: list[tuple[str, object]], timeout: float | None = None) -> dict[int, object]:
         """exchange sends every (bookie, request) and returns {txn: response} once all are answered.
@@ -106,10 +120,53 @@ class BookieIO:
                 del waiting[txn]
                 answers[txn] = unreachable(request, why)
 
+    def reads(self, reads: list[tuple[str, ReadRequest]], timeout: float | None = None,
+              answers: dict[int, object] | None = None):
+        """reads sends every (bookie, read) and yields (bookie, read, answer) for each, then for the
+        reads it sends again for the ids answers left unread, until none is left.
+
+        `answers` ({txn: answer}) holds the answers to `reads` if they were exchanged already
+        (with other requests). An answer that returned no entry and left ids unread made no
+        progress: those ids are not asked again (a caller finds them neither returned nor
+        looked at, see `looked_at`).
+        """
+        while reads:
+            if answers is None:
+                answers = self.exchange(reads, timeout)
+            again = []
+            for address, request in reads:
+                response = answers[request.txn]
+                yield address, request, response
+                if response.status == Status.OK and response.unread and response.entries:
+                    unread = split_answer(request, response)[1]
+                    if unread:
+                        again.append((address, self.read_request(request.ledger_id, unread)))
+            reads, answers = again, None
+
+    @staticmethod
+    def looked_at(request: ReadRequest, response) -> list[int]:
+        """looked_at lists the ids of `request` an OK `response` answered for: returned, or absent there."""
+        if response.status != Status.OK:
+            return []
+        unread = set(split_answer(request, response)[1])
+        return [i for i in request.entry_ids if i not in unread] if unread else list(request.entry_ids)
+
     def read(self, address: str, ledger_id: int, entry_ids: list[int], timeout: float | None = None) -> ReadResponse:
-        """read asks one bookie for entries of a ledger; absent ones are missing from the answer."""
-        request = ReadRequest(txn=self.next_txn(), ledger_id=ledger_id, entry_ids=list(entry_ids))
-        return self.exchange([(address, request)], timeout)[request.txn]
+        """read asks one bookie for entries of a ledger, in as many bounded answers as it takes.
+
+        It returns one answer holding every entry the bookie has of `entry_ids` (absent ones
+        are missing from it), or the first answer that was not OK. For a few entries; `reads`
+        streams many.
+        """
+        entries: list[Entry] = []
+        last = None
+        for _, _, response in self.reads([(address, self.read_request(ledger_id, entry_ids))], timeout):
+            if response.status != Status.OK:
+                return response
+            entries += response.entries
+            last = response
+        return ReadResponse(txn=last.txn, status=Status.OK, ledger_id=ledger_id, entries=entries, lac=last.lac,
+                            disk=last.disk, unread=last.unread if not last.entries else 0)
 
     def add(self, address: str, ledger_id: int, master_key: bytes, entries: list[Entry],
             timeout: float | None = None) -> AddResponse:

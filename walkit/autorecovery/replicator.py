@@ -242,7 +242,7 @@ class Replicator:
         ledger_id = metadata.ledger_id
         old_alive = task.bookie in live
         pending_add = None
-        batch = self.batch_entries
+        batch = 1                   # the first batch finds the entries' size: later ones hold about BATCH_BYTES
         position = 0
         while position < len(entry_ids) or pending_add is not None:
             if self.stopping.is_set():
@@ -284,16 +284,20 @@ class Replicator:
             sources = self._sources(metadata, ensemble, task, entry_id, old_alive, live)
             if sources:
                 by_source.setdefault(sources[0], []).append(entry_id)
-        return [(source, ReadRequest(txn=self.io.next_txn(), ledger_id=metadata.ledger_id, entry_ids=ids))
-                for source, ids in by_source.items()]
+        return [(source, self.io.read_request(metadata.ledger_id, ids)) for source, ids in by_source.items()]
 
     def _collect(self, metadata, ensemble, task, chunk, reads, answers, digest, old_alive, live) -> dict:
-        """_collect gathers verified entries of `chunk`, asking the other replicas for what is missing."""
+        """_collect gathers verified entries of `chunk`, asking the other replicas for what is missing.
+
+        Ids an answer did not look at (it reached its byte bound) are asked of the same replica
+        again (BookieIO.reads) before any other replica is tried for them.
+        """
         found, tried = {}, {}
         for source, request in reads:
             for entry_id in request.entry_ids:
                 tried.setdefault(entry_id, set()).add(source)
-            self._take(answers[request.txn], found, digest)
+        for _, _, response in self.io.reads(reads, answers=answers):
+            self._take(response, found, digest)
         while len(found) < len(chunk):
             retry: dict[str, list[int]] = {}
             for entry_id in chunk:
@@ -306,11 +310,9 @@ class Replicator:
                                       f"(write set {', '.join(write_set_bookies(entry_id, ensemble, metadata.write_quorum))})")
                 tried[entry_id].add(sources[0])
                 retry.setdefault(sources[0], []).append(entry_id)
-            requests = [(s, ReadRequest(txn=self.io.next_txn(), ledger_id=metadata.ledger_id, entry_ids=ids))
-                        for s, ids in retry.items()]
-            answers = self.io.exchange(requests)
-            for _, request in requests:
-                self._take(answers[request.txn], found, digest)
+            requests = [(s, self.io.read_request(metadata.ledger_id, ids)) for s, ids in retry.items()]
+            for _, _, response in self.io.reads(requests):
+                self._take(response, found, digest)
         return found
 
     @staticmethod
@@ -332,12 +334,13 @@ class Replicator:
         held: set[int] = set()
         for start in range(0, len(entry_ids), self.batch_entries):
             chunk = entry_ids[start:start + self.batch_entries]
-            response = self.io.read(task.bookie, metadata.ledger_id, chunk)
-            if response.status == Status.OK:
-                held.update(e.entry_id for e in response.entries if digest.verify(e))
-            elif response.status != Status.NO_SUCH_LEDGER:
-                raise RepairError(f"ledger {metadata.ledger_id}: cannot check bookie {task.bookie}: "
-                                  f"{Status(response.status).name} {response.message}")
+            read = (task.bookie, self.io.read_request(metadata.ledger_id, chunk))
+            for _, _, response in self.io.reads([read]):          # in bounded answers, one at a time
+                if response.status == Status.OK:
+                    held.update(e.entry_id for e in response.entries if digest.verify(e))
+                elif response.status != Status.NO_SUCH_LEDGER:
+                    raise RepairError(f"ledger {metadata.ledger_id}: cannot check bookie {task.bookie}: "
+                                      f"{Status(response.status).name} {response.message}")
         missing = [e for e in entry_ids if e not in held]
         if missing:
             log.info("ledger %d: copying %d missing entries back to %s", metadata.ledger_id, len(missing), task.bookie)

@@ -70,7 +70,10 @@ class BookieConfig:
 
     - `metadata`, `storage`: backend URIs (storage defaults to files under ./walkit-data);
     - `host`, `port`: where the ROUTER socket listens (port 0 picks a free port);
-    - `max_frame_bytes`: larger request frames get BAD_REQUEST;
+    - `max_frame_bytes`: larger request frames get BAD_REQUEST; no answer frame is larger
+      either (nor larger than the 64 MiB a client takes): a read's answer stops 64 KiB below
+      it whatever the read asks, and a round's answers to one client go in as many frames as
+      they need (walkit.bookie.service);
     - `max_requests_per_frame`: frames with more requests get TOO_MANY_REQUESTS;
     - `max_long_poll_ms`: longer long-poll timeouts are shortened to this;
     - `max_long_polls`: long polls waiting at once; one more gets TOO_MANY_REQUESTS;

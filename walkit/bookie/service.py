@@ -4,7 +4,12 @@
 `BookieHandler` decide, applies the handler's store commands to storage, and queues replies.
 `flush()` then calls `storage.sync()` once if anything changed -- the group commit: one sync
 covers every request received since the previous flush -- and returns the encoded replies, one
-frame per peer. A reply is never returned before the sync that covers it (DESIGN.md §2); if the
+frame per peer, or several when one would pass the frame limit a client takes (BP-62: no frame
+a bookie sends is over `reply_frame_bytes`, so no client drops one for its size; each read
+answer fits one frame on its own, see BookieLimits.max_read_bytes). Once the read answers of a
+round hold `read_bytes_per_round` bytes, the requests after them wait, in order, for the next
+rounds, so a frame of many large reads costs a bounded amount of memory at a time. A reply is
+never returned before the sync that covers it (DESIGN.md §2); if the
 sync fails, the replies that needed it become IO_ERROR instead. Entries of deferred-sync adds
 alone do not make a flush sync: their replies go out at once, and they become durable with the
 next sync another request needs (a force, say), or after DEFERRED_SYNC_MS at the latest.
@@ -28,9 +33,13 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections import deque
 from dataclasses import replace
+from operator import itemgetter
 
-from walkit.core.bookie import MAX_ID, BookieHandler, BookieLimits, Reply, StoreEntries, StoreLedgerState, error_response
+from walkit.core.bookie import (
+    ENTRY_WIRE_BYTES, MAX_ID, BookieHandler, BookieLimits, Reply, StoreEntries, StoreLedgerState, error_response,
+)
 from walkit.core.messages import (
     AddRequest, AddResponse, ErrorResponse, ForceRequest, ReadLacResponse, ReadResponse, Status, WriteLacRequest,
 )
@@ -43,8 +52,15 @@ log = logging.getLogger("walkit.bookie")
 
 #: Requests a secured bookie holds while it looks ledgers up; one more gets TOO_MANY_REQUESTS.
 MAX_PARKED = 10_000
+#: Requests held for a later round once a round's read answers are full; one more gets TOO_MANY_REQUESTS.
+MAX_HELD = 10_000
 #: The longest entries of deferred-sync adds stay unsynced when no other request needs a sync.
 DEFERRED_SYNC_MS = 1000
+#: Room a reply frame keeps besides what its responses are estimated to take (_encoded_bytes).
+FRAME_ROOM = 64 * 1024
+#: What an encoded response costs besides its entries and its message, at most.
+_RESPONSE_BYTES = 256
+_DIGEST, _PAYLOAD = itemgetter(3), itemgetter(4)        # fields of walkit.core.messages.Entry
 
 
 def _merged(first: LedgerStorageError | None, second: LedgerStorageError) -> LedgerStorageError:
@@ -82,10 +98,20 @@ class BookieService:
         self._parked_count = 0
         self.max_frame = max_frame
         self.max_requests = max_requests
+        #: No reply frame is larger: what a client takes (DEFAULT_MAX_FRAME), or less if this
+        #: bookie takes smaller frames itself.
+        self.reply_frame_bytes = min(max_frame, DEFAULT_MAX_FRAME)
         limits = BookieLimits(max_entry_id=getattr(storage, "max_entry_id", MAX_ID),
-                              max_long_poll_ms=max_long_poll_ms, max_long_polls=max_long_polls)
+                              max_long_poll_ms=max_long_poll_ms, max_long_polls=max_long_polls,
+                              max_read_bytes=max(1, self.reply_frame_bytes - FRAME_ROOM))
         self.handler = BookieHandler(storage, read_only=read_only, limits=limits, instance=secrets.randbits(63) | 1)
         self._replies: list[Reply] = []
+        #: Bytes of entries the read answers of one round (from one flush to the next) hold at
+        #: most, besides the answer that passes it: later requests wait in `_held`, in order,
+        #: for the rounds after (one frame of many reads must not make a bookie build them all).
+        self.read_bytes_per_round = self.reply_frame_bytes
+        self._read_bytes = 0
+        self._held: deque = deque()     # (peer, principal, request, arrival) waiting for a later round
         self._dirty = False             # storage changed since the last sync
         self._must_sync = False         # ... by something other than deferred-sync entries
         self._now_ms = 0
@@ -114,8 +140,8 @@ class BookieService:
 
     @property
     def has_pending(self) -> bool:
-        """has_pending is True when replies wait for a flush."""
-        return bool(self._replies)
+        """has_pending is True when replies wait for a flush, or requests for a later round."""
+        return bool(self._replies or self._held)
 
     def receive(self, peer: bytes, frame: bytes, principal: str | None = None) -> None:
         """receive handles one frame from `peer` (authenticated as `principal`); replies wait for `flush`."""
@@ -126,21 +152,32 @@ class BookieService:
             status = Status.TOO_MANY_REQUESTS if isinstance(exc, FrameTooBusy) else Status.BAD_REQUEST
             self._replies.append(Reply(peer, ErrorResponse(txn=0, status=status, message=str(exc)), False))
             return
+        arrived = time.monotonic() if self.access is not None else 0.0
         for request in requests:
             if isinstance(request, ErrorResponse):
                 self._replies.append(Reply(peer, request, False))
                 continue
             if type(request) is AddRequest:
                 self.writes[request.ledger_id] = self.writes.get(request.ledger_id, 0) + 1
-            if self.access is None:
-                self._step(peer, request)
-            else:
-                try:
-                    self._checked(peer, principal, request, time.monotonic())
-                except Exception as exc:  # noqa: BLE001 - one bad request must not stop the bookie
-                    log.exception("checking request %s on ledger %d failed", type(request).__name__,
-                                  request.ledger_id)
-                    self._refuse(peer, request, Status.IO_ERROR, f"internal error: {exc}")
+            if self._held or self._read_bytes >= self.read_bytes_per_round:
+                if len(self._held) >= MAX_HELD:
+                    self._refuse(peer, request, Status.TOO_MANY_REQUESTS,
+                                 f"{len(self._held)} requests wait for a later round already")
+                else:
+                    self._held.append((peer, principal, request, arrived))
+                continue
+            self._handle(peer, principal, request, arrived)
+
+    def _handle(self, peer: bytes, principal: str | None, request, arrived: float) -> None:
+        """_handle runs one decoded request (on a secured bookie, once its rights are known)."""
+        if self.access is None:
+            self._step(peer, request)
+            return
+        try:
+            self._checked(peer, principal, request, arrived)
+        except Exception as exc:  # noqa: BLE001 - one bad request must not stop the bookie
+            log.exception("checking request %s on ledger %d failed", type(request).__name__, request.ledger_id)
+            self._refuse(peer, request, Status.IO_ERROR, f"internal error: {exc}")
 
     def _checked(self, peer: bytes, principal: str | None, request, arrived: float) -> None:
         """_checked runs a request on a secured bookie once the principal's rights on its ledger are known."""
@@ -225,6 +262,9 @@ class BookieService:
             kind = type(command)
             if kind is Reply:
                 self._replies.append(command)
+                response = command.response
+                if type(response) is ReadResponse and response.entries:
+                    self._read_bytes += sum(map(len, map(_PAYLOAD, response.entries)))
             elif kind is StoreEntries:
                 ledger_id = command.ledger_id
                 self._dirty = True
@@ -253,8 +293,13 @@ class BookieService:
             raise failed
 
     def flush(self) -> list[tuple[bytes, bytes]]:
-        """flush syncs storage if needed and returns (peer, frame) replies to send, in order."""
+        """flush syncs storage if needed and returns (peer, frame) replies to send, in order.
+
+        It then starts the next round: requests held back by a full round run now, and their
+        replies go with the next flush.
+        """
         if not self._replies and not self._dirty:
+            self._next_round()
             return []
         replies, self._replies = self._replies, []
         if self._dirty and (self._must_sync or any(r.durable for r in replies)
@@ -286,8 +331,45 @@ class BookieService:
                 self.entries_read += len(reply.response.entries)
             elif kind is ReadLacResponse:
                 self.read_replies += 1
-        disk = self.disk
-        return [(peer, encode_responses(responses, disk)) for peer, responses in by_peer.items()]
+        frames: list[tuple[bytes, bytes]] = []
+        for peer, responses in by_peer.items():
+            frames += [(peer, frame) for frame in self._frames(responses)]
+        self._next_round()
+        return frames
+
+    def _next_round(self) -> None:
+        """_next_round runs requests held back by a full round, until this round's read answers are full."""
+        self._read_bytes = 0
+        while self._held and self._read_bytes < self.read_bytes_per_round:
+            self._handle(*self._held.popleft())
+
+    def _frames(self, responses: list) -> list[bytes]:
+        """_frames encodes one peer's responses, in order, in as few frames of at most `reply_frame_bytes` as it can.
+
+        Responses are grouped by their estimated size (an upper bound); a group whose frame
+        still came out too large is encoded again in halves. A single response larger than a
+        frame (which BookieLimits.max_read_bytes prevents) goes alone in its frame.
+        """
+        limit, disk = self.reply_frame_bytes - FRAME_ROOM, self.disk
+        groups: list[list] = [[]]
+        size = 0
+        for response in responses:
+            cost = _encoded_bytes(response)
+            if groups[-1] and size + cost > limit:
+                groups.append([])
+                size = 0
+            groups[-1].append(response)
+            size += cost
+        frames: list[bytes] = []
+        while groups:
+            group = groups.pop(0)
+            frame = encode_responses(group, disk)
+            if len(frame) > self.reply_frame_bytes and len(group) > 1:
+                half = len(group) // 2
+                groups[:0] = [group[:half], group[half:]]
+                continue
+            frames.append(frame)
+        return frames
 
     def _ledgers_failed(self, replies: list[Reply], exc: LedgerStorageError) -> list[Reply]:
         """_ledgers_failed handles a sync that lost the changes of `exc.ledgers` (the rest is durable).
@@ -313,6 +395,19 @@ class BookieService:
         self._apply(self.handler.forget(ledger_id))
         if self.access is not None:
             self.access.forget(ledger_id)
+
+
+def _encoded_bytes(response) -> int:
+    """_encoded_bytes is at least the size a response takes in a frame (an estimate from above)."""
+    cost = _RESPONSE_BYTES + 4 * len(response.message)        # UTF-8: at most 4 bytes a character
+    kind = type(response)
+    if kind is ReadResponse:
+        entries = response.entries
+        return (cost + ENTRY_WIRE_BYTES * len(entries) + sum(map(len, map(_DIGEST, entries)))
+                + sum(map(len, map(_PAYLOAD, entries))))
+    if kind is AddResponse:
+        return cost + 8 * len(response.entry_ids)
+    return cost
 
 
 def _as_io_error(response, exc: Exception):

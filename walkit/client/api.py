@@ -27,7 +27,7 @@ from walkit.client.drivers import Batch, OutcomeDriver, ReaderDriver, WriterDriv
 from walkit.client.loop import ClientLoop, now_ms
 from walkit.core import events as ev
 from walkit.core.digest import DIGEST_TYPES, Digest, master_key, password_check
-from walkit.core.messages import NOOP_PAYLOAD, Entry
+from walkit.core.messages import DEFAULT_MAX_READ_BYTES, NOOP_PAYLOAD, Entry
 from walkit.core.metadata import (
     CLOSED, LEDGER_ID_COUNTER, LEDGER_PREFIX, LedgerMetadata, check_quorums, ledger_id_of, ledger_key,
 )
@@ -100,6 +100,13 @@ class Client:
     go as earlier ones complete, so a large window of large entries slows down instead of
     making every bookie miss the add timeout.
 
+    `max_read_bytes` bounds the bytes of entries one bookie answer to a read holds (BookKeeper
+    BP-62): 8 MiB by default (walkit.core.messages.DEFAULT_MAX_READ_BYTES). A bookie stops an
+    answer before the entry that would pass it (it always returns one entry, however large)
+    and says which ids it did not look at; reads, recoveries and log readers ask for those
+    again, so a read of any length and entry size streams in answers that fit a frame. A
+    bookie never answers with more than its own bound (a frame, 64 MiB, less 64 KiB).
+
     `max_entry_bytes` is the largest entry (ledger entry or log record) an append takes: 60 MiB
     by default, at most MAX_ENTRY_BYTES (a bookie frame, 64 MiB, less 64 KiB). A larger one is
     refused at once with RecordTooLarge before anything is queued or sent; the writer goes on.
@@ -109,6 +116,7 @@ class Client:
     def __init__(self, metadata, *, timeout: float = 30.0, add_timeout: float = 5.0,
                  request_timeout: float = 10.0, transport=None, key: str | None = None,
                  min_racks: int = 1, max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+                 max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
                  speculative_read_timeout: float = 2.0, max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> None:
         if timeout <= 0 or add_timeout <= 0 or request_timeout <= 0:
             raise ConfigError("timeouts must be positive")
@@ -120,6 +128,8 @@ class Client:
             raise ConfigError(f"min_racks must be a positive integer, got {min_racks!r}")
         if not isinstance(max_bytes_in_flight, int) or isinstance(max_bytes_in_flight, bool) or max_bytes_in_flight < 1:
             raise ConfigError(f"max_bytes_in_flight must be a positive integer, got {max_bytes_in_flight!r}")
+        if not isinstance(max_read_bytes, int) or isinstance(max_read_bytes, bool) or max_read_bytes < 1:
+            raise ConfigError(f"max_read_bytes must be a positive integer, got {max_read_bytes!r}")
         if (not isinstance(max_entry_bytes, int) or isinstance(max_entry_bytes, bool)
                 or not 1 <= max_entry_bytes <= MAX_ENTRY_BYTES):
             raise ConfigError(f"max_entry_bytes must be an integer from 1 to {MAX_ENTRY_BYTES} (a bookie frame "
@@ -128,6 +138,7 @@ class Client:
         self.max_entry_bytes = max_entry_bytes
         self.add_timeout = add_timeout
         self.max_bytes_in_flight = max_bytes_in_flight
+        self.max_read_bytes = max_read_bytes
         self.min_racks = min_racks
         self.speculative_read_ms = int(speculative_read_timeout * 1000)
         self.metrics = client_metrics()
@@ -149,6 +160,7 @@ class Client:
             from walkit.transport.zmq import ZmqTransport
             transport = ZmqTransport(curve=curve, server_key=self._server_key)
         self._loop = ClientLoop(transport, self.store, request_timeout_ms=int(request_timeout * 1000))
+        self._loop.dispatcher.max_read_bytes = max_read_bytes      # every ReadRequest's max_bytes
         self._closed = False
 
     def check_entry(self, size: int, what: str = "an entry") -> None:

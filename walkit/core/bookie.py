@@ -33,9 +33,17 @@ Rules applied here (DESIGN.md §3):
   bookie restarted and may have lost acknowledged, unforced entries;
 - a read-only bookie refuses ordinary adds with READ_ONLY and keeps serving reads;
 - every request is checked against `BookieLimits` before it touches storage or state: ids the
-  storage can hold, digest and master-key sizes, long-poll timeouts and how many long polls
-  may wait. A request outside them gets BAD_REQUEST (TOO_MANY_REQUESTS for one long poll too
-  many) naming what was wrong, and changes nothing.
+  storage can hold, how many ids one read asks for, digest and master-key sizes, long-poll
+  timeouts and how many long polls may wait. A request outside them gets BAD_REQUEST
+  (TOO_MANY_REQUESTS for one long poll too many) naming what was wrong, and changes nothing;
+- reads are bounded by bytes as well as by count (BookKeeper BP-62): an answer holds at most
+  the request's `max_bytes` (and never more than `BookieLimits.max_read_bytes`) of entries,
+  except that the first entry found is always returned, however large. The bookie looks at
+  the ids in request order, stops before the entry that would pass the bound, and reports
+  how many ids it did not look at (ReadResponse.unread): those are not absent, and a
+  recovery must not count them as NO_SUCH_ENTRY. Duplicate ids cost bytes like any other.
+  A request without `max_bytes` (a client that predates it, and would take the ids left out
+  for absent ones) is answered whole, or refused with BAD_REQUEST if that passes the bound.
 
 Reads go through `storage`, a read-only view of the bookie's EntryStorage (as etcd raft reads
 its log through a Storage interface); every change goes out as a command.
@@ -49,7 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from walkit.core.messages import (
-    NO_ENTRY, NO_LONG_POLL, AddRequest, AddResponse, Entry, ForceRequest, ForceResponse, ReadLacRequest,
+    MAX_READ_IDS, NO_ENTRY, NO_LONG_POLL, AddRequest, AddResponse, Entry, ForceRequest, ForceResponse, ReadLacRequest,
     ReadLacResponse, ReadRequest, ReadResponse, Status, WriteLacRequest, WriteLacResponse,
 )
 
@@ -84,6 +92,15 @@ MAX_ID = 2**63 - 1
 MAX_DIGEST_BYTES = 255
 #: Master keys are 32-byte hashes of the password; anything much longer is not one.
 MAX_MASTER_KEY_BYTES = 64
+#: What an entry costs in a read answer on the wire besides its digest and payload, at most: its
+#: id and LAC, two list pointers, the padding of digest and payload to 8 bytes. A read's bytes
+#: (ReadRequest.max_bytes) count it, so an answer of many small entries fits its frame too.
+ENTRY_WIRE_BYTES = 48
+#: The most ids a read takes from storage at once while it builds an answer. Each storage read
+#: asks for as many ids as the bytes left in the answer hold at the size of the largest entry
+#: seen so far (one id first, so the first entry's size is known before any more is read), so
+#: an answer reads little past its bound.
+READ_CHUNK_IDS = 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,12 +110,17 @@ class BookieLimits:
     `max_entry_id` is the highest entry id the storage can hold (an EntryStorage may declare
     its own `max_entry_id`); `max_long_poll_ms` caps how long a long poll is held (longer
     timeouts are shortened to it); `max_long_polls` caps how many long polls wait at once
-    (one more gets TOO_MANY_REQUESTS).
+    (one more gets TOO_MANY_REQUESTS). `max_read_ids` caps the ids of one read (more get
+    BAD_REQUEST); `max_read_bytes` caps the bytes of entries in one read answer whatever the
+    request's `max_bytes` (its first entry aside): the shell sets it below its frame limit, so
+    one answer always fits one frame (walkit.bookie.service).
     """
 
     max_entry_id: int = MAX_ID
     max_long_poll_ms: int = 60_000
     max_long_polls: int = 10_000
+    max_read_ids: int = MAX_READ_IDS
+    max_read_bytes: int = 63 * 1024 * 1024
 
 
 def pack_entry(lac: int, digest: bytes, payload: bytes) -> bytes:
@@ -116,22 +138,6 @@ def unpack_entry(ledger_id: int, entry_id: int, data: bytes) -> Entry:
     lac, digest_len = _STORED.unpack_from(data)
     start = _STORED.size
     return Entry(ledger_id, entry_id, lac, data[start:start + digest_len], data[start + digest_len:])
-
-
-def unpack_entries(ledger_id: int, entry_ids, datas, fresh: dict[int, Entry] | None = None) -> list[Entry]:
-    """unpack_entries is `unpack_entry` for a read's entries, skipping absent ones and tombstones.
-
-    `fresh` holds entries added in this step and not stored yet; they are taken from there.
-    """
-    entries: list[Entry] = []
-    append, unpack, size, new = entries.append, _STORED.unpack_from, _STORED.size, tuple.__new__
-    for entry_id, data in zip(entry_ids, datas):
-        if fresh and entry_id in fresh:
-            append(fresh[entry_id])
-        elif data is not None and data[:size] != TOMBSTONE:
-            lac, digest_len = unpack(data)
-            append(new(Entry, (ledger_id, entry_id, lac, data[size:size + digest_len], data[size + digest_len:])))
-    return entries
 
 
 class StorageView(Protocol):
@@ -303,6 +309,11 @@ class BookieHandler:
                 if len(entry.digest) > MAX_DIGEST_BYTES:
                     return f"digest of {len(entry.digest)} bytes exceeds {MAX_DIGEST_BYTES} (entry {entry.entry_id})"
         elif kind is ReadRequest:
+            if len(request.entry_ids) > self.limits.max_read_ids:
+                return (f"read of {len(request.entry_ids)} entry ids exceeds the limit of {self.limits.max_read_ids} "
+                        f"ids per request")
+            if request.max_bytes < 0:
+                return f"max_bytes {request.max_bytes} is negative"
             for entry_id in request.entry_ids:
                 if not 0 <= entry_id <= max_entry:
                     return f"entry id {entry_id} is out of range (0..{max_entry} on this bookie)"
@@ -491,13 +502,64 @@ class BookieHandler:
     # -- replies and long polls -------------------------------------------------------------
     def _read_reply(self, peer: bytes, request: ReadRequest, ledger: _Ledger, durable: bool,
                     fresh: dict[int, Entry] | None = None) -> Reply:
-        """_read_reply reads the requested entries; `fresh` holds entries added in this step, not yet stored."""
-        ledger_id, ids = request.ledger_id, request.entry_ids
+        """_read_reply reads the requested entries up to the answer's bound (see the module doc).
+
+        `fresh` holds entries added in this step, not stored yet.
+        """
+        ledger_id, ids, asked = request.ledger_id, request.entry_ids, request.max_bytes
+        bound = self.limits.max_read_bytes
+        entries, looked = self._read_entries(ledger_id, ids, min(asked, bound) if asked else bound, fresh)
+        unread = len(ids) - looked
+        if unread and not asked:
+            return Reply(peer, ReadResponse(
+                txn=request.txn, status=Status.BAD_REQUEST, ledger_id=ledger_id,
+                message=f"the answer to this read of {len(ids)} entries would pass {bound} bytes, and the request "
+                        f"sets no max_bytes to say where it may stop: ask for fewer entries"), False)
+        return Reply(peer, ReadResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id, entries=entries,
+                                        lac=ledger.lac, unread=unread), durable)
+
+    def _read_entries(self, ledger_id: int, ids: list[int], bound: int,
+                      fresh: dict[int, Entry] | None) -> tuple[list[Entry], int]:
+        """_read_entries returns (the entries of `ids` held here, up to `bound` bytes; how many ids it looked at).
+
+        It stops before the entry that would take the answer past `bound` (the first entry
+        found is always taken). An entry counts its digest, payload and ENTRY_WIRE_BYTES, so a
+        repeated id costs its bytes each time. Storage is read in chunks (READ_CHUNK_IDS).
+        """
         get_many = getattr(self.storage, "get_many", None)
-        datas = get_many(ledger_id, ids) if get_many is not None else [self.storage.get(ledger_id, e) for e in ids]
-        return Reply(peer, ReadResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,
-                                        entries=unpack_entries(ledger_id, ids, datas, fresh), lac=ledger.lac),
-                     durable)
+        get = self.storage.get
+        entries: list[Entry] = []
+        append, unpack, header, new = entries.append, _STORED.unpack_from, _STORED.size, tuple.__new__
+        total = largest = 0
+        start, count, chunk = 0, len(ids), 1
+        extra = ENTRY_WIRE_BYTES - header
+        while start < count:
+            part = ids[start:start + chunk]
+            datas = get_many(ledger_id, part) if get_many is not None else [get(ledger_id, e) for e in part]
+            looked = start
+            for entry_id, data in zip(part, datas):
+                if fresh and entry_id in fresh:
+                    entry = fresh[entry_id]
+                    size = ENTRY_WIRE_BYTES + len(entry.digest) + len(entry.payload)
+                elif data is None or data[:header] == TOMBSTONE:
+                    looked += 1
+                    continue
+                else:
+                    size = extra + len(data)
+                    lac, digest_len = unpack(data)
+                    entry = new(Entry, (ledger_id, entry_id, lac, data[header:header + digest_len],
+                                        data[header + digest_len:]))
+                total += size
+                if total > bound and entries:
+                    return entries, looked
+                append(entry)
+                looked += 1
+                if size > largest:
+                    largest = size
+            start += len(part)
+            chunk = (max(1, min(READ_CHUNK_IDS, (bound - total) // largest)) if largest
+                     else min(READ_CHUNK_IDS, 2 * chunk))
+        return entries, count
 
     @staticmethod
     def _lac_reply(peer: bytes, request: ReadLacRequest, ledger: _Ledger, durable: bool) -> Reply:

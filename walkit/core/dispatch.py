@@ -14,6 +14,12 @@ transaction id, every field included; each request ends exactly once for its mac
 bookie's answer, or with status UNREACHABLE when the bookie is down, the send failed or no
 answer came within `request_timeout_ms` (plus a long poll's own timeout).
 
+Reads are bounded by count and by bytes (BP-62): a SendRead of more than MAX_READ_IDS ids goes
+as several requests (each answered by an event of its own), and every ReadRequest carries
+`max_read_bytes`. An answer that stopped there lists the ids it did not look at as
+EntriesRead.unread, never as `missing`; one that looked at nothing it could answer (no entry,
+no absent id) is a broken answer and ends as ReadFailed (IO_ERROR).
+
 Metadata commands become calls on the metadata store (get, put, create, delete, next_id, and
 `live_bookies`, which lists registered writable bookies in random order, or in placement order
 when its arguments describe the ensemble to fill: ("create", E, Qw) or ("replace", ensemble,
@@ -32,14 +38,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from walkit.core import events as ev
 from walkit.core import logevents as lev
 from walkit.core.loglist import LogMetadata, log_key
 from walkit.core.messages import (
-    AddRequest, ErrorResponse, ForceRequest, ReadLacRequest, ReadRequest, Status, WriteLacRequest,
+    DEFAULT_MAX_READ_BYTES, MAX_READ_IDS, AddRequest, ErrorResponse, ForceRequest, ReadLacRequest, ReadRequest,
+    Status, WriteLacRequest, split_answer,
 )
 from walkit.core.metadata import LEDGER_ID_COUNTER, LedgerMetadata, deleted_key, deletion_marker, ledger_key
 from walkit.errors import BadVersion, NodeExists, NoSuchKey, NoSuchLedger, NotEnoughBookies
@@ -82,10 +89,15 @@ _BOOKIE_COMMANDS = (ev.SendAdds, ev.SendRead, ev.SendReadLac, ev.SendWriteLac, e
 
 
 class Dispatcher:
-    """Dispatcher tracks the requests and metadata calls of every machine a shell drives."""
+    """Dispatcher tracks the requests and metadata calls of every machine a shell drives.
 
-    def __init__(self, request_timeout_ms: int = 10_000) -> None:
+    `max_read_bytes` is the ReadRequest.max_bytes of every read it sends: the most bytes of
+    entries one answer holds (a bookie returns at least one entry, however large).
+    """
+
+    def __init__(self, request_timeout_ms: int = 10_000, max_read_bytes: int = DEFAULT_MAX_READ_BYTES) -> None:
         self.request_timeout_ms = request_timeout_ms
+        self.max_read_bytes = max_read_bytes
         self._txns = itertools.count(1)
         self._calls = itertools.count(1)
         self._inflight: dict[int, tuple[object, str, object]] = {}    # txn -> (owner, bookie, request)
@@ -141,7 +153,13 @@ class Dispatcher:
 
     # -- bookie requests -----------------------------------------------------------------------
     def _send(self, owner, command) -> None:
-        txn, kind = next(self._txns), type(command)
+        kind = type(command)
+        if kind is ev.SendRead and len(command.entry_ids) > MAX_READ_IDS:   # bookies refuse more per request
+            ids = command.entry_ids
+            for start in range(0, len(ids), MAX_READ_IDS):
+                self._send(owner, replace(command, entry_ids=ids[start:start + MAX_READ_IDS]))
+            return
+        txn = next(self._txns)
         if kind is ev.SendAdds:
             request = AddRequest(txn=txn, ledger_id=command.ledger_id, master_key=command.master_key,
                                  entries=command.entries, recovery=command.recovery, lafr=command.lafr,
@@ -149,7 +167,8 @@ class Dispatcher:
             timeout = 0
         elif kind is ev.SendRead:
             request = ReadRequest(txn=txn, ledger_id=command.ledger_id, entry_ids=command.entry_ids,
-                                  fence=command.fence, master_key=command.master_key, term=command.term)
+                                  fence=command.fence, master_key=command.master_key, term=command.term,
+                                  max_bytes=self.max_read_bytes)
             timeout = 0
         elif kind is ev.SendReadLac:
             request = ReadLacRequest(txn=txn, ledger_id=command.ledger_id, fence=command.fence,
@@ -409,13 +428,13 @@ def response_event(bookie: str, request, response):
         return ev.AddsAcked(bookie=bookie, ledger_id=request.ledger_id, entry_ids=response.entry_ids,
                             instance=response.instance, disk=response.disk)
     if kind is ReadRequest:
-        got = [e.entry_id for e in response.entries]
-        missing = []
-        if got != request.entry_ids:                 # the common case: every entry asked for, in order
-            returned = set(got)
-            missing = [i for i in request.entry_ids if i not in returned]
+        missing, unread = split_answer(request, response)
+        if unread and not missing and not response.entries:
+            return failure_event(bookie, request, Status.IO_ERROR,
+                                 f"bookie answered none of {len(request.entry_ids)} ids and looked at none "
+                                 f"(it reported {response.unread} unread)", response.disk)
         return ev.EntriesRead(bookie=bookie, ledger_id=request.ledger_id, entries=response.entries,
-                              missing=missing, lac=response.lac, disk=response.disk)
+                              missing=missing, lac=response.lac, disk=response.disk, unread=unread)
     if kind is ReadLacRequest:
         return ev.LacRead(bookie=bookie, ledger_id=request.ledger_id, status=status, lac=response.lac,
                           last_entry_id=response.last_entry_id, lafr=response.lafr, disk=response.disk)

@@ -163,8 +163,11 @@ class CloseRequested:
 class EntriesRead:
     """EntriesRead reports entries a bookie returned; requested ids it lacks are `missing`.
 
-    `disk` is the identity of the storage that answered (0: unknown): a `missing` id proves
-    nothing when it differs from the disk the ledger's metadata records for the bookie.
+    `unread` are requested ids the bookie did not look at: its answer reached the request's
+    byte bound (ReadRequest.max_bytes). They are not absent; a machine asks for them again
+    (of the same bookie: it is answering). `disk` is the identity of the storage that answered
+    (0: unknown): a `missing` id proves nothing when it differs from the disk the ledger's
+    metadata records for the bookie.
     """
 
     bookie: str
@@ -173,6 +176,7 @@ class EntriesRead:
     missing: list[int]
     lac: int
     disk: int = 0
+    unread: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,7 +243,11 @@ class SendForce:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendRead:
-    """SendRead asks the shell to read entries of one ledger from one bookie."""
+    """SendRead asks the shell to read entries of one ledger from one bookie.
+
+    The dispatcher sends at most MAX_READ_IDS ids per request (more go as several requests,
+    each answered by an event of its own) and bounds each answer by its `max_read_bytes`.
+    """
 
     bookie: str
     ledger_id: int

@@ -28,6 +28,17 @@ NO_LONG_POLL = -2
 #: The payload of the no-op entry that ends a new term's recovery of an unbounded ledger; readers
 #: of unbounded ledgers skip it, and writers of unbounded ledgers refuse it as a payload.
 NOOP_PAYLOAD = b"\x00walkit:no-op\x00"
+#: The most entry ids one ReadRequest may ask for (BP-62 bounds reads by count and by size): a
+#: bookie refuses more with BAD_REQUEST (walkit.core.bookie.BookieLimits.max_read_ids), and
+#: clients split larger reads. Twice a RangeReader's default window, so that never splits.
+MAX_READ_IDS = 8192
+#: The bytes of entries a client asks one answer to hold at most, by default (ReadRequest.max_bytes;
+#: walkit.Client's `max_read_bytes`). 8 MiB: eight answers fit a 64 MiB frame (DEFAULT_MAX_FRAME),
+#: so one peer's answers of one bookie round rarely need a second frame; a bookie holds at most
+#: that much (plus one entry) per read it answers, whatever the request asks; and at loopback or
+#: LAN speed an 8 MiB answer takes several milliseconds to move, so one round trip per answer
+#: costs a few per cent of a long read's throughput (auto-recovery copies in 8 MiB batches too).
+DEFAULT_MAX_READ_BYTES = 8 * 1024 * 1024
 
 
 class Status(enum.IntEnum):
@@ -85,12 +96,19 @@ class AddRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadRequest:
-    """ReadRequest reads entries of one ledger by id.
+    """ReadRequest reads entries of one ledger by id (at most MAX_READ_IDS of them).
 
     With `fence` the bookie first makes the ledger fenced (durably) and checks `master_key`; with
     a `term` too (unbounded ledgers) it moves the ledger to that term instead (INVALID_TERM if it
     is in a higher one). With `previous_lac` >= -1 the bookie holds the request until its LAC
     for the ledger passes `previous_lac` or `timeout_ms` elapsed (long poll), then answers.
+
+    `max_bytes` bounds the answer (BP-62): the bookie looks at the ids in order and stops before
+    the entry that would take the answer past `max_bytes` bytes (it always returns the first
+    entry it holds, however large), and says in ReadResponse.unread how many ids it did not
+    look at. 0 is what a client that predates the field sends: the bookie then answers every id
+    or, if that would pass its own bound, refuses the request (such a client would take the ids
+    left out for absent ones).
     """
 
     txn: int
@@ -101,6 +119,7 @@ class ReadRequest:
     previous_lac: int = NO_LONG_POLL
     timeout_ms: int = 0
     term: int = 0
+    max_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +186,11 @@ class AddResponse:
 class ReadResponse:
     """ReadResponse returns the requested entries the bookie holds; absent ids are omitted.
 
+    `unread` counts the ids at the end of the request that the bookie did not look at, because
+    the answer reached the request's `max_bytes`: they are NOT absent, only not answered, and
+    the client asks for them again. An id before them that is not in `entries` is absent. A
+    bookie that predates the field always looks at every id, and its answers decode with 0.
+
     `lac` is the bookie's LAC for the ledger when it answered. A status other than OK applies to
     the whole request (for example FENCED, UNAUTHORIZED or NO_SUCH_LEDGER).
     """
@@ -178,6 +202,7 @@ class ReadResponse:
     lac: int = NO_ENTRY
     message: str = ""
     disk: int = 0
+    unread: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,6 +256,22 @@ class ForceResponse:
 
 
 Response = AddResponse | ReadResponse | ReadLacResponse | WriteLacResponse | ForceResponse | ErrorResponse
+
+
+def split_answer(request: ReadRequest, response: ReadResponse) -> tuple[list[int], list[int]]:
+    """split_answer returns (missing, unread): ids of `request` an OK `response` lacks, and ids it did not look at.
+
+    Only `missing` ids are absent at that bookie; `unread` ones were not answered and must be
+    asked again. An `unread` count larger than the request is read as "none looked at". Ids
+    the response returns are in neither list, wherever they stand.
+    """
+    ids = request.entry_ids
+    got = [e.entry_id for e in response.entries]
+    if got == ids:                                 # the common case: every entry asked for, in order
+        return [], []
+    returned = set(got)
+    looked = max(0, len(ids) - response.unread)
+    return [i for i in ids[:looked] if i not in returned], [i for i in ids[looked:] if i not in returned]
 
 
 def refusal(event, ledger_id: int) -> str:

@@ -17,7 +17,9 @@ A stalled bookie (a SIGSTOP, a partition) costs a read one wait, not one per win
 
 Entries are delivered strictly in entry order, in batches, with at most `window` entries
 requested and not yet consumed (the caller reports consumption with EntriesConsumed), so a long
-read streams in bounded memory. An entry fails the read only when every bookie of its write
+read streams in bounded memory. A bookie's answer holds a bounded number of bytes (BP-62;
+ReadRequest.max_bytes): the ids it did not look at (EntriesRead.unread) are asked of it again
+at once, not counted as missing. An entry fails the read only when every bookie of its write
 set failed it: DigestMismatch if any replica returned corrupt bytes,
 NoSuchEntry if all said it is absent, otherwise BookieError. A NO_SUCH_ENTRY from a disk other
 than the one the entry's fragment records (a bookie whose storage was replaced since) is not
@@ -179,7 +181,24 @@ class RangeReader:
         counts = self.metadata.answer_counts
         retry += [(entry_id, bookie, missing if counts(entry_id, bookie, event.disk) else REPLACED_DISK)
                   for entry_id in event.missing]
-        return self._retry(retry) + self._deliver()
+        again = self._ask_again(bookie, event.unread) if event.unread else []
+        return again + self._retry(retry) + self._deliver()
+
+    def _ask_again(self, bookie: str, entry_ids: list[int]) -> list:
+        """_ask_again asks `bookie` once more for ids its answer did not look at (it was full).
+
+        They are not missing there, and the bookie is answering: it stays asked (as the last
+        ask or as an earlier, speculative one), and the entry's wait starts over, since an
+        entry far down a long read waits for the answers before it, not for a stalled bookie.
+        """
+        ids = []
+        wanted_map, now = self._wanted, self._now
+        for entry_id in entry_ids:
+            wanted = wanted_map.get(entry_id)
+            if wanted is not None and (wanted.asked == bookie or bookie in wanted.earlier):
+                wanted.sent_ms = now
+                ids.append(entry_id)
+        return self._sends({bookie: ids})
 
     def _on_failed(self, event: ev.ReadFailed) -> list:
         if event.status == Status.UNAUTHORIZED:

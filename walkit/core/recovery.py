@@ -11,7 +11,9 @@ Opening a ledger with recovery (seed 004, "Fencing internals"; DESIGN.md §3) go
    committed). Every recovery read carries the fence flag (BookKeeper issue 2614: without it a
    live writer could still complete an add on a bookie recovery read from). An entry is present
    on one OK whose digest verifies; absent only once QC = (Qw - Qa) + 1 bookies of its write set
-   said NO_SUCH_ENTRY; otherwise it is unknown and asked again, never guessed;
+   said NO_SUCH_ENTRY; otherwise it is unknown and asked again, never guessed. An id a bookie's
+   answer did not look at (its answer reached the read's byte bound, BP-62: EntriesRead.unread)
+   is no NO_SUCH_ENTRY: it is asked of that bookie again at once;
 4. write back: each present entry is re-added, unchanged, to its whole write set with the
    recovery flag (which passes the fence) and counts once Qa bookies acknowledged it. A bookie
    that fails a write-back is replaced; the new fragment starts at the first entry not yet
@@ -136,6 +138,9 @@ class LedgerRecovery:
     TRUNCATE_ON_REOPEN = True
     #: Fencing and absence count only answers from the disk a fragment records (metadata.disks).
     CHECK_DISKS = True
+    #: Ids a byte-bounded answer did not look at (EntriesRead.unread) are asked again, never
+    #: counted as NO_SUCH_ENTRY votes (BP-62).
+    UNREAD_IS_UNANSWERED = True
 
     def _counts(self, entry_id: int, bookie: str, disk: int) -> bool:
         """_counts tells whether `bookie`'s answer from `disk` speaks for the fragment of `entry_id`."""
@@ -314,10 +319,6 @@ class LedgerRecovery:
             self._next_read += 1
         return self._reads(sends)
 
-    def _reads(self, sends: dict[str, list[int]]) -> list:
-        return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids, fence=self.FENCE_RECOVERY_READS,
-                            master_key=self.master_key, term=self.term) for b, ids in sends.items()]
-
     def _on_read(self, event: ev.EntriesRead) -> list:
         if self.phase != RECOVERING:
             return []
@@ -334,7 +335,13 @@ class LedgerRecovery:
                 self._probe_failed(probe, event.bookie)
         quorum = self.absent_votes_needed()
         counts = self._counts
-        for entry_id in event.missing:
+        missing, again = event.missing, []
+        if event.unread:
+            if self.UNREAD_IS_UNANSWERED:
+                again = event.unread
+            else:
+                missing = missing + event.unread
+        for entry_id in missing:
             probe = self._probes.get(entry_id)
             if probe is None or event.bookie not in probe.asked:
                 continue
@@ -345,7 +352,15 @@ class LedgerRecovery:
             probe.absent_votes.add(event.bookie)
             if len(probe.absent_votes) >= quorum:
                 self._absent_at = entry_id if self._absent_at is None else min(self._absent_at, entry_id)
-        return commands + self._send_write_backs() + self._progress()
+        commands += self._send_write_backs() + self._progress()
+        if again and self.phase == RECOVERING:        # not answered, not absent: ask the same bookie again
+            probes, bookie = self._probes, event.bookie
+            commands += self._reads({bookie: [e for e in again if e in probes and bookie in probes[e].asked]})
+        return commands
+
+    def _reads(self, sends: dict[str, list[int]]) -> list:
+        return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=ids, fence=self.FENCE_RECOVERY_READS,
+                            master_key=self.master_key, term=self.term) for b, ids in sends.items() if ids]
 
     def _send_write_backs(self) -> list:
         """_send_write_backs writes back the entries read so far in order, stopping at the first not read yet.

@@ -26,6 +26,7 @@ from walkit.errors import BadVersion, NodeExists, NoSuchKey, NoSuchLedger, Walki
 
 FORMAT = 1
 CHUNK_BYTES = 1 << 20
+#: Chunks written, or read, at once: what a snapshot holds in flight is this many CHUNK_BYTES.
 _IN_FLIGHT = 16
 #: Snapshots up to this size are loaded in memory; larger ones spill to a temporary file.
 SPOOL_BYTES = 64 << 20
@@ -129,22 +130,25 @@ def publish(store, name: str, pointer: SnapshotPointer) -> SnapshotPointer | Non
 def load_snapshot(client, pointer: SnapshotPointer, password: bytes = b"") -> BinaryIO:
     """load_snapshot reads the ledger a pointer names into a buffer positioned at its start.
 
-    It raises NoSuchLedger if the ledger was deleted (a newer snapshot replaced it: read the
-    pointer again) and SnapshotError if the ledger does not match its header.
+    The chunks are read _IN_FLIGHT at a time (16 MiB), each range streamed into the buffer
+    (a temporary file past SPOOL_BYTES) before the next is asked for, so a snapshot of any
+    size loads with a bounded amount of it in memory. It raises NoSuchLedger if the ledger was
+    deleted (a newer snapshot replaced it: read the pointer again) and SnapshotError if the
+    ledger does not match its header.
     """
     reader = client.open_ledger(pointer.ledger_id, password=password)
-    entries = iter(reader.read())
-    try:
-        header = json.loads(next(entries).payload)
-    except StopIteration:
-        raise SnapshotError(f"snapshot ledger {pointer.ledger_id} is empty") from None
+    last = reader.last_add_confirmed
+    if last < 0:
+        raise SnapshotError(f"snapshot ledger {pointer.ledger_id} is empty")
+    header = json.loads(next(iter(reader.read(0, 0))).payload)
     if header.get("format") != FORMAT or header.get("position") != str(pointer.position):
         raise SnapshotError(f"snapshot ledger {pointer.ledger_id} holds {header}, not position {pointer.position}")
     out, size, crc = spool(), 0, 0
-    for entry in entries:
-        out.write(entry.payload)
-        size += len(entry.payload)
-        crc = crc32c.crc32c(entry.payload, crc)
+    for first in range(1, last + 1, _IN_FLIGHT):
+        for entry in reader.read(first, min(last, first + _IN_FLIGHT - 1)):
+            out.write(entry.payload)
+            size += len(entry.payload)
+            crc = crc32c.crc32c(entry.payload, crc)
     if (size, crc) != (header["size"], header["crc32c"]):
         raise SnapshotError(f"snapshot ledger {pointer.ledger_id} holds {size} bytes (crc {crc:#x}), its header "
                             f"says {header['size']} (crc {header['crc32c']:#x})")

@@ -154,6 +154,8 @@ def encode_requests(requests: list) -> bytes:
             put(_READ.timeoutMs, request.timeout_ms)
             if request.term:
                 put(_READ.term, request.term)
+            if request.max_bytes:
+                put(_READ.maxBytes, request.max_bytes)
         elif kind is ReadLacRequest:
             put = r._init_by_field(_REQUEST.readLac)._set_by_field
             put(_READ_LAC.ledgerId, request.ledger_id)
@@ -191,7 +193,7 @@ def _decode_request(r):
         g = get(_REQUEST.read)._get_by_field
         return ReadRequest(txn=txn, ledger_id=g(_READ.ledgerId), entry_ids=list(g(_READ.entryIds)),
                            fence=g(_READ.fence), master_key=g(_READ.masterKey), previous_lac=g(_READ.previousLac),
-                           timeout_ms=g(_READ.timeoutMs), term=g(_READ.term))
+                           timeout_ms=g(_READ.timeoutMs), term=g(_READ.term), max_bytes=g(_READ.maxBytes))
     if which == "readLac":
         g = get(_REQUEST.readLac)._get_by_field
         return ReadLacRequest(txn=txn, ledger_id=g(_READ_LAC.ledgerId), fence=g(_READ_LAC.fence),
@@ -276,6 +278,8 @@ def encode_responses(responses: list, disk: int = 0) -> bytes:
             rd = r._init_by_field(_RESPONSE.read)
             rd._set_by_field(_READ_OUT.ledgerId, response.ledger_id)
             rd._set_by_field(_READ_OUT.lac, response.lac)
+            if response.unread:
+                rd._set_by_field(_READ_OUT.unread, response.unread)
             _set_entries(rd._init_by_field(_READ_OUT.entries), response.ledger_id, response.entries)
         elif kind is ReadLacResponse:
             put = r._init_by_field(_RESPONSE.readLac)._set_by_field
@@ -326,7 +330,7 @@ def _decode_response(r, disk: int):
         ledger_id = g(_READ_OUT.ledgerId)
         return ReadResponse(txn=txn, status=status, ledger_id=ledger_id,
                             entries=_get_entries(g(_READ_OUT.entries), ledger_id), lac=g(_READ_OUT.lac),
-                            message=message, disk=disk)
+                            message=message, disk=disk, unread=g(_READ_OUT.unread))
     if which == "readLac":
         g = get(_RESPONSE.readLac)._get_by_field
         return ReadLacResponse(txn=txn, status=status, ledger_id=g(_LAC_OUT.ledgerId), lac=g(_LAC_OUT.lac),

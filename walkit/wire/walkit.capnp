@@ -46,6 +46,8 @@ struct ReadRequest {
   previousLac @4 :Int64 = -2; # long poll: answer once the LAC passes it; -2 = no long poll
   timeoutMs @5 :UInt32;
   term @6 :Int64;             # with fence, on unbounded ledgers: move to this term
+  maxBytes @7 :UInt64;        # stop before the entry that takes the answer past this (always
+                              # answer the first entry held); 0 (older clients): answer all or refuse
 }
 
 struct ReadLacRequest {
@@ -89,6 +91,8 @@ struct ReadResponse {
   ledgerId @0 :Int64;
   entries @1 :EntryBatch;     # the requested entries the bookie holds; absent ids are omitted
   lac @2 :Int64;
+  unread @3 :UInt32;          # how many ids at the request's end the bookie did not look at (its
+                              # answer reached maxBytes): not absent, ask again; 0 from older bookies
 }
 
 struct ReadLacResponse {

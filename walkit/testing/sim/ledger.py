@@ -47,7 +47,7 @@ from walkit.core.reader import LacReader, RangeReader
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
 from walkit.errors import LedgerFenced
-from walkit.testing.sim.world import Scenario, World
+from walkit.testing.sim.world import ReadBounds, Scenario, World
 
 LEDGER_ID = 7
 PASSWORD = b"sim"
@@ -89,6 +89,7 @@ class SimConfig:
     max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT   # small: appends queue in the writer (backpressure)
     deferred_sync: bool = False
     forces: int = 0                  # force requests spread over the appends (deferred sync)
+    read_bytes: int = 0              # every bookie's bound on a read answer (0: drawn per seed, world.ReadBounds)
 
     @classmethod
     def random(cls, rng: random.Random) -> "SimConfig":
@@ -138,7 +139,7 @@ class Simulation(Scenario):
             seed, bookies=cfg.bookies, drop_rate=cfg.drop_rate, duplicate_rate=cfg.duplicate_rate,
             max_delay_ms=cfg.max_delay_ms, max_sync_ms=cfg.max_sync_ms, metadata_delay_ms=cfg.metadata_delay_ms,
             metadata_fault_rate=cfg.metadata_fault_rate, request_timeout_ms=cfg.request_timeout_ms,
-            after_step=self._check)
+            after_step=self._check, read_bounds=ReadBounds({}, every=cfg.read_bytes) if cfg.read_bytes else None)
         world.on_store_change = self._on_store_change
         self.rng = world.rng
         ensemble = tuple(self.rng.sample(sorted(world.bookies), cfg.ensemble))

@@ -8,7 +8,12 @@ replays exactly. The world has:
   are lost for good, or restart with an empty disk (`crash_bookie(wipe=True)`: what a real
   bookie does after `walkit bookies format-and-rejoin`, or a memory bookie at every restart);
   every answer names the bookie's disk. A crashed bookie's registration lingers a little, as a
-  real session does;
+  real session does. In half the seeds read answers are bounded by bytes (BP-62) so tightly
+  that most hold one to a few entries: each bookie draws its own bound (BookieLimits.
+  max_read_bytes), clients may ask for less (ReadRequest.max_bytes), and a bookie may be one
+  of an older walkit that ignores the bound and answers every id, so the machines' handling
+  of unread ids runs under every fault. The bounds come from a generator of their own, so in
+  the other half of the seeds runs are what they were before bounds existed;
 - a network that drops, delays (each client-bookie link has its own top speed), reorders and
   duplicates messages, and fails a send at once when the bookie is down, like ZeroMQ's monitor;
 - a metadata store with compare-and-swap whose calls are delayed, sometimes fail without
@@ -30,8 +35,9 @@ from collections import deque
 from dataclasses import dataclass, replace
 
 from walkit.core import events as ev
-from walkit.core.bookie import BookieHandler, LedgerState, Reply, StoreEntries, StoreLedgerState
+from walkit.core.bookie import BookieHandler, BookieLimits, LedgerState, Reply, StoreEntries, StoreLedgerState
 from walkit.core.dispatch import Bookies, Dispatcher, StoreCall
+from walkit.core.messages import DEFAULT_MAX_READ_BYTES, ReadRequest
 from walkit.errors import BadVersion, MetadataError, NodeExists, NoSuchKey, SessionLost
 
 
@@ -88,21 +94,63 @@ class VolatileStorage:
                 self._last[ledger_id] = entry_id
 
 
+#: Bounds a simulated bookie's read answers may have (bytes; an entry of the scenarios costs
+#: about 55): one entry an answer, two, or a handful.
+READ_BOUNDS = (1, 120, 300)
+#: A generator of its own draws each seed's read bounds (see the module doc): seed ^ this.
+_READ_BOUNDS_SALT = 0x5EAD_B0B5
+
+
+@dataclass(frozen=True)
+class ReadBounds:
+    """ReadBounds says how read answers are bounded in a run: per bookie, and the clients' ask.
+
+    `bookies` maps an address to its BookieLimits.max_read_bytes (absent: `every`, or if that
+    is 0 the default bound); `legacy` bookies predate the bound: they ignore ReadRequest.
+    max_bytes and answer every id. `client` is every client's ReadRequest.max_bytes.
+    """
+
+    bookies: dict[str, int]
+    legacy: frozenset[str] = frozenset()
+    client: int = DEFAULT_MAX_READ_BYTES
+    every: int = 0
+
+    def limits(self, address: str) -> BookieLimits:
+        """limits are the BookieLimits of the bookie at `address`."""
+        if address in self.legacy:
+            return BookieLimits(max_read_bytes=1 << 62)        # answers every id, never refuses
+        bound = self.bookies.get(address, self.every)
+        return BookieLimits(max_read_bytes=bound) if bound else BookieLimits()
+
+    @classmethod
+    def draw(cls, seed: int, addresses: list[str]) -> "ReadBounds":
+        """draw picks the bounds of seed `seed`: none in half the seeds, tight ones in the other half."""
+        rng = random.Random(seed ^ _READ_BOUNDS_SALT)
+        if rng.random() < 0.5:
+            return cls({})
+        bookies = {a: rng.choice(READ_BOUNDS) for a in addresses}
+        legacy = frozenset(a for a in addresses if rng.random() < 0.2)
+        return cls(bookies, legacy, rng.choice([DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_READ_BYTES, 1, 200]))
+
+
 class SimBookie:
     """SimBookie is one simulated bookie: a real BookieHandler over VolatileStorage.
 
     `disk` is its storage's identity; a wipe gives it a new one and an empty storage, and keeps
     what the old disk held durably in `wiped` (checkers count such a copy as one that was
-    made and then lost, as they count a bookie lost for good).
+    made and then lost, as they count a bookie lost for good). `limits` bound its answers; a
+    `legacy` bookie ignores a read's max_bytes, as a bookie of an older walkit does.
     """
 
-    def __init__(self, address: str, disk: int) -> None:
+    def __init__(self, address: str, disk: int, limits: BookieLimits = BookieLimits(), legacy: bool = False) -> None:
         self.address = address
         self.disk = disk
+        self.limits = limits
+        self.legacy = legacy
         self.wiped: dict[tuple[int, int], bytes] = {}
         self.wipe_on_restart = False
         self.storage = VolatileStorage()
-        self.handler = BookieHandler(self.storage, instance=1)
+        self.handler = BookieHandler(self.storage, instance=1, limits=limits)
         self.up = True
         self.lost = False                  # gone for good: never restarts
         self.registered_until: int | None = None   # a crashed bookie's registration lingers until then
@@ -234,7 +282,8 @@ class World:
 
     def __init__(self, seed: int, *, bookies: int, drop_rate: float, duplicate_rate: float, max_delay_ms: int,
                  max_sync_ms: int, metadata_delay_ms: int, metadata_fault_rate: float, request_timeout_ms: int,
-                 after_step) -> None:
+                 after_step, read_bounds: ReadBounds | None = None) -> None:
+        """`read_bounds` bound read answers (default: drawn for the seed, see ReadBounds.draw)."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0
@@ -250,7 +299,10 @@ class World:
         self.faults = True
         #: drops(process, bookie, message) -> True drops a message on purpose (scripted scenarios).
         self.drops = None
-        self.bookies = {f"b{i}": SimBookie(f"b{i}", disk=1000 + i) for i in range(bookies)}
+        addresses = [f"b{i}" for i in range(bookies)]
+        self.read_bounds = bounds = read_bounds or ReadBounds.draw(seed, addresses)
+        self.bookies = {a: SimBookie(a, disk=1000 + i, limits=bounds.limits(a), legacy=a in bounds.legacy)
+                        for i, a in enumerate(addresses)}
         self._disks = itertools.count(2000)
         self.store = SimStore()
         self.processes: dict[str, Process] = {}
@@ -291,6 +343,7 @@ class World:
 
     def process(self, name: str) -> Process:
         process = self.processes[name] = Process(self, name)
+        process.dispatcher.max_read_bytes = self.read_bounds.client
         return process
 
     def tick_every(self, period_ms: int) -> None:
@@ -338,7 +391,7 @@ class World:
             self.log("bookie %s restarts", address)
         bookie.up = True
         bookie.registered_until = None
-        bookie.handler = BookieHandler(bookie.storage, instance=bookie.incarnation + 1)
+        bookie.handler = BookieHandler(bookie.storage, instance=bookie.incarnation + 1, limits=bookie.limits)
 
     def registered(self) -> Bookies:
         """registered lists the bookies a registry lookup returns now, in random order, with their disks."""
@@ -418,6 +471,8 @@ class World:
         if not bookie.up:
             return
         self.log("%s <- %s: %s", address, process.name, _describe(request))
+        if bookie.legacy and type(request) is ReadRequest and request.max_bytes:
+            request = replace(request, max_bytes=0)          # an older bookie never sees the field
         self._bookie_apply(bookie, bookie.handler.step(process.peer, request), process)
 
     def _send_reply(self, process: Process, address: str, response) -> None:
@@ -509,6 +564,8 @@ def _describe(message) -> str:
     for flag in ("fence", "recovery", "truncate"):
         if getattr(message, flag, False):
             parts.append(flag)
+    if getattr(message, "unread", 0):
+        parts.append(f"unread={message.unread}")
     return f"{name}({' '.join(parts)})"
 
 
