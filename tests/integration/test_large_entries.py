@@ -129,3 +129,17 @@ def test_one_round_of_large_adds_from_two_writers_goes_in_frames_the_bookies_tak
         assert client.ledger_metadata(writer.ledger_id).fragment_starts == [0]     # no bookie was lost
         writer.close()
         assert [e.payload for e in client.open_ledger(writer.ledger_id).read(0, 0)] == [payload]
+
+
+
+def test_an_add_larger_than_a_frame_goes_to_each_bookie_in_requests_it_takes(memory_cluster):
+    """With max_bytes_in_flight above a frame, one append_many of 100 x 1 MiB is pushed at once:
+    100 MiB for each bookie, which the dispatcher splits into requests that each fit a frame.
+    In one request every bookie refused it, and the writer lost them all (NotEnoughBookies)."""
+    client = memory_cluster.client(add_timeout=30.0, request_timeout=60.0, max_bytes_in_flight=256 << 20)
+    writer = client.create_ledger(3, 3, 2)
+    payloads = [bytes([i]) * (1 << 20) for i in range(100)]
+    assert writer.append_many(payloads, timeout=120) == range(100)
+    assert client.ledger_metadata(writer.ledger_id).fragment_starts == [0]      # no bookie refused a frame
+    writer.close()
+    assert [e.payload for e in client.open_ledger(writer.ledger_id).read(0, 99)] == payloads

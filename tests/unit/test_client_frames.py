@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from walkit.client.loop import FRAME_BUDGET, _encoded_size, frames_of
-from walkit.core.messages import AddRequest, Entry, ReadLacRequest, ReadRequest
+from walkit.client.loop import frames_of
+from walkit.core.messages import FRAME_BUDGET, AddRequest, Entry, ReadLacRequest, ReadRequest, encoded_size
 from walkit.wire.codec import DEFAULT_MAX_FRAME, DEFAULT_MAX_REQUESTS, encode_requests
 
 
@@ -26,7 +26,7 @@ def test_the_size_estimate_bounds_the_encoded_size_from_above():
     rng = random.Random(5)
     for txn in range(1, 400):
         request = random_request(rng, txn)
-        assert len(encode_requests([request])) <= _encoded_size(request)
+        assert len(encode_requests([request])) <= encoded_size(request)
 
 
 def test_frames_keep_order_and_stay_under_the_count_and_the_budget():
@@ -52,3 +52,17 @@ def test_large_adds_to_one_bookie_go_in_frames_below_the_frame_limit():
 def test_many_small_requests_split_by_count():
     reads = [ReadRequest(txn=i, ledger_id=1, entry_ids=[i]) for i in range(1, 10_000)]
     assert [len(f) for f in frames_of(reads)][:2] == [DEFAULT_MAX_REQUESTS, DEFAULT_MAX_REQUESTS]
+
+
+def test_the_dispatcher_splits_an_add_too_large_for_a_frame_into_requests_that_fit():
+    """A writer's adds to one bookie (many tiny entries, each costing more on the wire than its
+    payload) become several requests, each below a frame, each ending once with its own answer."""
+    from walkit.core import events as ev
+    from walkit.core.dispatch import Dispatcher
+    dispatcher = Dispatcher()
+    entries = [Entry(7, i, i - 1, bytes(4), bytes(1)) for i in range(1_000_000)]       # ~69 MB on the wire
+    dispatcher.execute("writer", [ev.SendAdds(bookie="b1", ledger_id=7, master_key=bytes(32), entries=entries)])
+    requests = dispatcher.take_requests()["b1"]
+    assert len(requests) > 1 and [e for r in requests for e in r.entries] == entries
+    assert all(encoded_size(r) <= FRAME_BUDGET for r in requests)
+    assert len({r.txn for r in requests}) == len(requests)

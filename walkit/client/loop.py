@@ -26,8 +26,8 @@ from walkit.core.dispatch import Dispatcher, StoreCall
 from walkit.core.messages import Status
 from walkit.errors import BadVersion, ClientClosed, NodeExists, NoSuchKey, NotEnoughBookies
 from walkit.registry import BookieRegistry
-from walkit.core.messages import AddRequest
-from walkit.wire.codec import DEFAULT_MAX_FRAME, DEFAULT_MAX_REQUESTS, WireError, decode_responses, encode_requests
+from walkit.core.messages import FRAME_BUDGET, encoded_size
+from walkit.wire.codec import DEFAULT_MAX_REQUESTS, WireError, decode_responses, encode_requests
 
 log = logging.getLogger("walkit.client")
 
@@ -67,33 +67,17 @@ class Driver:
         self.finished = True
 
 
-#: What the requests of one frame may add up to (an estimate that errs high; see `frames_of`):
-#: a bookie refuses a frame over DEFAULT_MAX_FRAME whole, and every request in it with it.
-FRAME_BUDGET = DEFAULT_MAX_FRAME - 2 * 1024 * 1024
-#: Bytes an encoded request may take besides its entries' payloads and digests (an upper bound).
-_REQUEST_OVERHEAD = 512
-#: ... and an encoded entry besides its payload and digest (ids, LAC, list pointers, padding).
-_ENTRY_OVERHEAD = 64
-
-
-def _encoded_size(request) -> int:
-    """_encoded_size bounds from above the bytes `request` takes in a frame."""
-    if type(request) is AddRequest:
-        return _REQUEST_OVERHEAD + sum(len(e.payload) + len(e.digest) + _ENTRY_OVERHEAD for e in request.entries)
-    return _REQUEST_OVERHEAD + 8 * len(getattr(request, "entry_ids", ()))
-
-
 def frames_of(requests: list, max_requests: int = DEFAULT_MAX_REQUESTS, budget: int = FRAME_BUDGET):
     """frames_of splits one bookie's requests, in order, into frames a bookie takes whole.
 
-    A frame holds at most `max_requests` requests and `budget` estimated bytes; a request
-    larger than the budget goes alone (one add is at most a client's max_bytes_in_flight or
-    one entry, both below a frame, see walkit.client.api.Client).
+    A frame holds at most `max_requests` requests and `budget` bytes by
+    walkit.core.messages.encoded_size; a request larger than the budget goes alone (the
+    dispatcher splits adds above it, so only a lone entry near the entry limit gets there).
     """
     chunk: list = []
     size = 0
     for request in requests:
-        cost = _encoded_size(request)
+        cost = encoded_size(request)
         if chunk and (len(chunk) >= max_requests or size + cost > budget):
             yield chunk
             chunk, size = [], 0

@@ -14,8 +14,10 @@ transaction id, every field included; each request ends exactly once for its mac
 bookie's answer, or with status UNREACHABLE when the bookie is down, the send failed or no
 answer came within `request_timeout_ms` (plus a long poll's own timeout).
 
-Reads are bounded by count and by bytes (BP-62): a SendRead of more than MAX_READ_IDS ids goes
-as several requests (each answered by an event of its own), and every ReadRequest carries
+Adds are bounded by bytes: a SendAdds whose entries would not fit one frame (ADD_BUDGET) goes
+as several requests, each answered by an event of its own; the shell packs requests into frames
+(walkit.client.loop.frames_of). Reads are bounded by count and by bytes (BP-62): a SendRead of
+more than MAX_READ_IDS ids goes as several requests (each answered by an event of its own), and every ReadRequest carries
 `max_read_bytes`. An answer that stopped there lists the ids it did not look at as
 EntriesRead.unread, never as `missing`; one that looked at nothing it could answer (no entry,
 no absent id) is a broken answer and ends as ReadFailed (IO_ERROR).
@@ -45,12 +47,15 @@ from walkit.core import events as ev
 from walkit.core import logevents as lev
 from walkit.core.loglist import LogMetadata, log_key
 from walkit.core.messages import (
-    DEFAULT_MAX_READ_BYTES, MAX_READ_IDS, AddRequest, ErrorResponse, ForceRequest, ReadLacRequest, ReadRequest,
-    Status, WriteLacRequest, split_answer,
+    DEFAULT_MAX_READ_BYTES, FRAME_BUDGET, MAX_READ_IDS, REQUEST_OVERHEAD, AddRequest, ErrorResponse, ForceRequest, ReadLacRequest,
+    ReadRequest, Status, WriteLacRequest, entries_size, split_answer,
 )
 from walkit.core.metadata import LEDGER_ID_COUNTER, LedgerMetadata, deleted_key, deletion_marker, ledger_key
 from walkit.errors import BadVersion, NodeExists, NoSuchKey, NoSuchLedger, NotEnoughBookies
 
+#: The entries one AddRequest may carry (by entries_size): with the request's own fields it fits
+#: one frame. A writer's adds to one bookie above it go as several requests.
+ADD_BUDGET = FRAME_BUDGET - REQUEST_OVERHEAD
 #: How long a failed metadata read waits before it is tried again.
 RETRY_MS = 100
 
@@ -158,6 +163,10 @@ class Dispatcher:
             ids = command.entry_ids
             for start in range(0, len(ids), MAX_READ_IDS):
                 self._send(owner, replace(command, entry_ids=ids[start:start + MAX_READ_IDS]))
+            return
+        if kind is ev.SendAdds and len(command.entries) > 1 and entries_size(command.entries) > ADD_BUDGET:
+            for entries in _split_by_bytes(command.entries, ADD_BUDGET):     # one request must fit a frame
+                self._send(owner, replace(command, entries=entries))
             return
         txn = next(self._txns)
         if kind is ev.SendAdds:
@@ -416,6 +425,20 @@ class Dispatcher:
         self._cas(owner, log_key(command.name), metadata.to_bytes(), command.expected_version,
                   lambda version: [lev.LogMetadataWritten(name=command.name, metadata=metadata, version=version)],
                   self._log_conflict(command.name))
+
+
+def _split_by_bytes(entries: list, budget: int) -> list[list]:
+    """_split_by_bytes cuts entries, in order, into runs of at most `budget` bytes by entries_size (at least one each)."""
+    runs: list[list] = [[]]
+    size = 0
+    for entry in entries:
+        cost = entries_size((entry,))
+        if runs[-1] and size + cost > budget:
+            runs.append([])
+            size = 0
+        runs[-1].append(entry)
+        size += cost
+    return runs
 
 
 def response_event(bookie: str, request, response):

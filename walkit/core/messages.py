@@ -39,6 +39,20 @@ MAX_READ_IDS = 8192
 #: LAN speed an 8 MiB answer takes several milliseconds to move, so one round trip per answer
 #: costs a few per cent of a long read's throughput (auto-recovery copies in 8 MiB batches too).
 DEFAULT_MAX_READ_BYTES = 8 * 1024 * 1024
+#: The largest frame a bookie takes by default (walkit.wire.codec.DEFAULT_MAX_FRAME is this value).
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+#: What the requests of one frame may add up to by `encoded_size` (an estimate that errs high),
+#: leaving room below MAX_FRAME_BYTES: a bookie refuses a larger frame whole, every request in it.
+FRAME_BUDGET = MAX_FRAME_BYTES - 2 * 1024 * 1024
+#: Bytes an encoded request may take besides its entries' payloads and digests (an upper bound),
+#: and an encoded entry besides its payload and digest (ids, LAC, list pointers, padding).
+REQUEST_OVERHEAD = 512
+ENTRY_OVERHEAD = 64
+
+
+def entries_size(entries) -> int:
+    """entries_size bounds from above what `entries` take in an encoded AddRequest or ReadResponse."""
+    return sum(len(e.payload) + len(e.digest) + ENTRY_OVERHEAD for e in entries)
 
 
 class Status(enum.IntEnum):
@@ -162,6 +176,13 @@ class ForceRequest:
 
 
 Request = AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest | ForceRequest
+
+
+def encoded_size(request) -> int:
+    """encoded_size bounds from above the bytes `request` takes in a frame (walkit.wire.codec)."""
+    if type(request) is AddRequest:
+        return REQUEST_OVERHEAD + entries_size(request.entries)
+    return REQUEST_OVERHEAD + 8 * len(getattr(request, "entry_ids", ()))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import capnp
 
 from walkit.core.messages import (
-    AddRequest, AddResponse, Entry, ErrorResponse, ForceRequest, ForceResponse, ReadLacRequest,
+    MAX_FRAME_BYTES, AddRequest, AddResponse, Entry, ErrorResponse, ForceRequest, ForceResponse, ReadLacRequest,
     ReadLacResponse, ReadRequest, ReadResponse, Status, WriteLacRequest, WriteLacResponse,
 )
 from walkit.errors import ProtocolError
@@ -25,7 +25,7 @@ capnp.remove_import_hook()
 schema = capnp.load(os.path.join(os.path.dirname(__file__), "walkit.capnp"))
 
 #: Frames larger than this are refused before decoding (BAD_REQUEST).
-DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+DEFAULT_MAX_FRAME = MAX_FRAME_BYTES
 #: Frames holding more requests than this are refused whole (TOO_MANY_REQUESTS); clients split
 #: what they send to stay below it.
 DEFAULT_MAX_REQUESTS = 4096
