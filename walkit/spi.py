@@ -26,10 +26,10 @@ __all__ = ["EntryStorage", "LedgerState", "MetadataStore", "Session", "SessionSt
 class EntryStorage(Protocol):
     """EntryStorage is where a bookie keeps entries and per-ledger state.
 
-    Durability contract: `put`, `set_ledger_state` and `delete_ledger` may be buffered; when
-    `sync()` returns, every change made before the call is durable (survives SIGKILL of the
-    process, and power loss where `durable` is True). The bookie calls `sync()` once per group
-    of requests and acknowledges only after it returned.
+    Durability contract: `put`, `set_ledger_state`, `delete_ledger` (and the optional
+    `delete_entries`) may be buffered; when `sync()` returns, every change made before the call
+    is durable (survives SIGKILL of the process, and power loss where `durable` is True). The
+    bookie calls `sync()` once per group of requests and acknowledges only after it returned.
 
     Threading: all methods are called from one thread.
 
@@ -57,6 +57,19 @@ class EntryStorage(Protocol):
     # would for each id, in order; bookies use it for batched reads when a backend defines it.
     # Likewise put_many(ledger_id, entries) stores [(entry_id, data), ...] as `put` would each,
     # all or none (a bad id raises before anything is stored); bookies use it for every add batch.
+    #
+    # Optional, for unbounded ledgers: delete_entries(ledger_id, before) drops the ledger's
+    # entries below `before` and gives their space back (at once, or at the backend's next
+    # compaction), as delete_ledger does for a whole ledger (seed 001: "delete fragments,
+    # rather than ledgers"). It is buffered like delete_ledger: durable after the next sync()
+    # (a crash before it may leave any of them). From the call on, `get` of such an entry is
+    # None and a `put` below the ledger's highest `before` stores nothing: a trim stays. The
+    # ledger stays known with its state; `before` at or below an earlier trim, or a ledger not
+    # known here, changes nothing.
+    # `last_entry` is the highest id still stored, or, if none is, -1 or an id below `before`
+    # (a backend may remember the ledger's last id). Bookies call it from garbage collection
+    # (walkit.bookie.server) when a backend defines it; without it, truncation frees space only
+    # on bookies no fragment names any more.
 
     def last_entry(self, ledger_id: int) -> int:
         """last_entry returns the highest entry id stored for a ledger, or -1."""

@@ -18,6 +18,7 @@ class MemoryStorage:
         self._entries: dict[int, dict[int, bytes]] = {}
         self._last: dict[int, int] = {}
         self._states: dict[int, LedgerState] = {}
+        self._firsts: dict[int, int] = {}           # ledger -> its entries below this were deleted
         self._identity: bytes | None = None
 
     @classmethod
@@ -26,7 +27,9 @@ class MemoryStorage:
         return cls()
 
     def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
-        """put stores an entry."""
+        """put stores an entry (none below the ledger's delete_entries point)."""
+        if entry_id < self._firsts.get(ledger_id, 0):
+            return
         self._entries.setdefault(ledger_id, {})[entry_id] = bytes(data)
         if entry_id > self._last.get(ledger_id, -1):
             self._last[ledger_id] = entry_id
@@ -57,6 +60,17 @@ class MemoryStorage:
         self._entries.pop(ledger_id, None)
         self._last.pop(ledger_id, None)
         self._states.pop(ledger_id, None)
+        self._firsts.pop(ledger_id, None)
+
+    def delete_entries(self, ledger_id: int, before: int) -> None:
+        """delete_entries drops a ledger's entries below `before`; later puts below it store nothing."""
+        if before <= self._firsts.get(ledger_id, 0) or ledger_id not in self._states:
+            return
+        self._firsts[ledger_id] = before
+        entries = self._entries.get(ledger_id)
+        if entries:
+            for entry_id in [e for e in entries if e < before]:
+                del entries[entry_id]
 
     def identity(self) -> bytes | None:
         """identity returns the disk identity set since this storage was made (a restart makes a new disk)."""
@@ -75,3 +89,4 @@ class MemoryStorage:
         self._entries.clear()
         self._last.clear()
         self._states.clear()
+        self._firsts.clear()

@@ -1,14 +1,17 @@
 """walkit.plugins.storage.sqlite keeps a bookie's entries in one SQLite file (``sqlite:///path/bookie.db``).
 
 Three tables: ``entries`` (ledger_id, entry_id, data), ``ledgers`` (ledger_id, fenced,
-master_key, explicit_lac, term, truncated_term, truncated_at) and ``identity`` (the disk
-identity, walkit.bookie.identity: in the same file, so a new file is a new disk). The database runs in WAL mode with ``synchronous=FULL`` and
-``auto_vacuum=INCREMENTAL``. The group commit is one transaction: the first `put`,
-`set_ledger_state` or `delete_ledger` after a sync opens it, `sync()` commits it (a WAL append
-and an fsync). Reads use the same connection, so they see the open transaction's changes.
+master_key, explicit_lac, term, truncated_term, truncated_at, first_entry: the ledger's
+`delete_entries` point) and ``identity`` (the disk identity, walkit.bookie.identity: in the
+same file, so a new file is a new disk). The database runs in WAL mode with
+``synchronous=FULL`` and ``auto_vacuum=INCREMENTAL``. The group commit is one transaction: the
+first `put`, `set_ledger_state`, `delete_ledger` or `delete_entries` after a sync opens it,
+`sync()` commits it (a WAL append and an fsync). Reads use the same connection, so they see
+the open transaction's changes.
 
-`compact()` gives the pages freed by deleted ledgers back to the file system (incremental
-vacuum, then a WAL checkpoint that truncates the WAL); the bookie calls it periodically.
+`compact()` gives the pages freed by deleted ledgers and entries back to the file system
+(incremental vacuum, then a WAL checkpoint that truncates the WAL); the bookie calls it
+periodically.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ CREATE TABLE IF NOT EXISTS ledgers (
     explicit_lac INTEGER NOT NULL DEFAULT -1,
     term INTEGER NOT NULL DEFAULT 0,
     truncated_term INTEGER NOT NULL DEFAULT 0,
-    truncated_at INTEGER NOT NULL DEFAULT 0
+    truncated_at INTEGER NOT NULL DEFAULT 0,
+    first_entry INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS identity (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -73,14 +77,19 @@ class SqliteStorage:
             self._db.execute(f"PRAGMA cache_size={-int(settings['cache_mb'] * 1024)}")
             self._db.executescript(_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(ledgers)")}
-            for column in ("term", "truncated_term", "truncated_at"):
-                if column not in columns:       # a file made before unbounded ledgers
+            for column in ("term", "truncated_term", "truncated_at", "first_entry"):
+                if column not in columns:       # a file made before unbounded ledgers (or entry deletes)
                     self._db.execute(f"ALTER TABLE ledgers ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
         except sqlite3.Error as exc:
             self._db.close()
             raise StorageError(f"sqlite storage {path}: {exc}") from exc
         self._in_transaction = False
-        self._known: set[int] = {row[0] for row in self._db.execute("SELECT ledger_id FROM ledgers")}
+        self._known: set[int] = set()
+        self._firsts: dict[int, int] = {}       # ledger -> its entries below this were deleted
+        for ledger_id, first in self._db.execute("SELECT ledger_id, first_entry FROM ledgers"):
+            self._known.add(ledger_id)
+            if first:
+                self._firsts[ledger_id] = first
 
     @classmethod
     def from_uri(cls, uri: str, **options) -> "SqliteStorage":
@@ -109,6 +118,8 @@ class SqliteStorage:
         """put stores (or overwrites) an entry in the open transaction; durable after sync()."""
         if ledger_id < 0 or entry_id < 0:
             raise ValueError(f"ledger and entry ids must not be negative, got {ledger_id}, {entry_id}")
+        if entry_id < self._firsts.get(ledger_id, 0):
+            return                              # below the ledger's delete_entries point: stays deleted
         self._know(ledger_id)
         self._write("INSERT OR REPLACE INTO entries (ledger_id, entry_id, data) VALUES (?, ?, ?)",
                     (ledger_id, entry_id, bytes(data)))
@@ -144,8 +155,11 @@ class SqliteStorage:
 
     def set_ledger_state(self, ledger_id: int, state: LedgerState) -> None:
         """set_ledger_state records a ledger's state in the open transaction; durable after sync()."""
-        self._write("INSERT OR REPLACE INTO ledgers (ledger_id, fenced, master_key, explicit_lac, term, "
-                    "truncated_term, truncated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        self._write("INSERT INTO ledgers (ledger_id, fenced, master_key, explicit_lac, term, truncated_term, "
+                    "truncated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (ledger_id) DO UPDATE SET "
+                    "fenced = excluded.fenced, master_key = excluded.master_key, explicit_lac = excluded.explicit_lac, "
+                    "term = excluded.term, truncated_term = excluded.truncated_term, "
+                    "truncated_at = excluded.truncated_at",          # (first_entry stays)
                     (ledger_id, int(state.fenced), bytes(state.master_key), state.explicit_lac, state.term,
                      *state.truncated))
         self._known.add(ledger_id)
@@ -155,6 +169,15 @@ class SqliteStorage:
         self._write("DELETE FROM entries WHERE ledger_id = ?", (ledger_id,))
         self._write("DELETE FROM ledgers WHERE ledger_id = ?", (ledger_id,))
         self._known.discard(ledger_id)
+        self._firsts.pop(ledger_id, None)
+
+    def delete_entries(self, ledger_id: int, before: int) -> None:
+        """delete_entries removes a ledger's entries below `before` (open transaction); compact() frees the pages."""
+        if before <= self._firsts.get(ledger_id, 0) or ledger_id not in self._known:
+            return
+        self._write("DELETE FROM entries WHERE ledger_id = ? AND entry_id < ?", (ledger_id, before))
+        self._write("UPDATE ledgers SET first_entry = ? WHERE ledger_id = ?", (before, ledger_id))
+        self._firsts[ledger_id] = before
 
     def identity(self) -> bytes | None:
         """identity returns the disk identity (walkit.bookie.identity) kept in the file, or None."""

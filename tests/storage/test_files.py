@@ -1416,8 +1416,8 @@ def test_a_checkpoint_from_a_newer_version_is_named_so(tmp_path):
     with open(checkpoint, "rb") as f:
         raw = f.read()
     with open(checkpoint, "wb") as f:
-        f.write(raw.replace(b"walkit-files-checkpoint 2 ", b"walkit-files-checkpoint 3 ", 1))
-    with pytest.raises(StorageError, match="version 3, written by a newer walkit"):
+        f.write(raw.replace(b"walkit-files-checkpoint 3 ", b"walkit-files-checkpoint 4 ", 1))
+    with pytest.raises(StorageError, match="version 4, written by a newer walkit"):
         FileStorage(path)
 
 

@@ -12,7 +12,10 @@ add that arrived while the previous sync ran), then sends the replies. Around th
   under its replication lock), or an unbounded ledger truncated away from it. A round is
   skipped whole while the store does not hold this bookie's cluster id; a ledger whose
   metadata cannot be read or decoded is kept; an error is logged and the thread goes on.
-  Storage is compacted after each round;
+  Storage is compacted after each round. An unbounded ledger this bookie still holds loses
+  its entries below its first entry (truncation moved it; seed 001's fragment-level
+  deletion), up to the start of its last fragment, through the storage's optional
+  `delete_entries` on the serving thread, and the storage is compacted at once;
 - read-only mode: past `disk_usage_threshold` of the storage's disk in use, or with less than
   `disk_min_free_mb` free, adds get READ_ONLY and the registration says read-only (new ledgers
   avoid the bookie, writers replace it); below `disk_usage_lwm` with twice that free the bookie
@@ -108,6 +111,8 @@ class BookieServer:
         self._released: deque = deque()                          # locks to release, their deletions synced
         self._gc_candidates: deque[list[int]] = deque()
         self._kept_unmarked: set[int] = set()                   # ledgers kept for want of a deletion marker
+        self._trims: deque[tuple[int, int]] = deque()           # (ledger id, drop entries below) for the serving thread
+        self._trimmed: dict[int, int] = {}                      # ledger id -> the point queued last (GC thread)
         self._context = zmq.Context.instance()
         self.storage = open_storage(config.storage)
         self.metadata = open_metadata(config.metadata)
@@ -326,6 +331,8 @@ class BookieServer:
             compact = getattr(self.storage, "compact", None)
             if compact is not None:
                 compact()
+        if self._trims:
+            self._trim()
         if now >= self._next_disk_check:
             self._next_disk_check = now + config.disk_check_interval_s
             self._check_disk()
@@ -507,6 +514,8 @@ class BookieServer:
             log.error("garbage collection skipped: the metadata store holds cluster %s, not this bookie's cluster %s "
                       "(was it replaced, emptied or restored?); nothing is deleted", cluster, self.identity.cluster)
             return
+        held = set(ledger_ids)
+        self._trimmed = {ledger_id: point for ledger_id, point in self._trimmed.items() if ledger_id in held}
         for ledger_id in ledger_ids:
             writes = self.service.writes.get(ledger_id, 0)      # before the metadata is read
             try:
@@ -537,6 +546,42 @@ class BookieServer:
                 self._deletions.append((ledger_id, lock, None))
             elif self._truncated_away(metadata):
                 self._deletions.append((ledger_id, None, writes))
+            else:
+                point = self._trim_point(metadata)
+                if point > self._trimmed.get(ledger_id, 0):
+                    self._trimmed[ledger_id] = point
+                    self._trims.append((ledger_id, point))
+
+    def _trim_point(self, metadata: LedgerMetadata) -> int:
+        """_trim_point is the entry below which this bookie may drop an unbounded ledger's entries (0: none).
+
+        That is the ledger's first entry (truncation moved it), but never past the start of
+        its last fragment while it is not closed: a recovery reads from there (walkit.core.
+        recovery) and would take an entry dropped there for an absent one, and the fragments
+        a writer writes start at or after it. So no add this bookie takes for the ledger can
+        be below the point, and no trim waits for adds to stop (unlike a deletion, which
+        counts `writes`): the adds of a fenced writer below it store nothing (the storage
+        keeps a trim), and its entries there are dirty anyway.
+        """
+        if not metadata.unbounded or getattr(self.storage, "delete_entries", None) is None:
+            return 0
+        if metadata.state == CLOSED:
+            return metadata.first_entry_id
+        return min(metadata.first_entry_id, metadata.last_fragment_start)
+
+    def _trim(self) -> None:
+        """_trim drops, on the serving thread, the entries garbage collection found truncated, then compacts.
+
+        The storage's `delete_entries` is buffered; the compaction syncs it before it gives any
+        space back (walkit.spi).
+        """
+        while self._trims:
+            ledger_id, before = self._trims.popleft()
+            log.info("garbage collection: dropping the entries of ledger %d below %d (truncated)", ledger_id, before)
+            self.storage.delete_entries(ledger_id, before)
+        compact = getattr(self.storage, "compact", None)
+        if compact is not None:
+            compact()
 
     def _truncated_away(self, metadata: LedgerMetadata) -> bool:
         """_truncated_away tells whether this bookie holds an unbounded ledger none of whose fragments name it.

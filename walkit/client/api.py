@@ -34,7 +34,7 @@ from walkit.core.metadata import (
 from walkit.core.reader import LacReader, RangeReader
 from walkit import deletions
 from walkit.core.recovery import LedgerRecovery
-from walkit.core.writer import DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
+from walkit.core.writer import DEFAULT_FRAGMENT_MAX_BYTES, DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
 from walkit.errors import (
     BadVersion, ClientClosed, ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, RecordTooLarge, Timeout, Unauthorized,
 )
@@ -57,6 +57,26 @@ def _password(password: bytes | str) -> bytes:
     if not isinstance(password, (bytes, bytearray)):
         raise ConfigError(f"password must be bytes or str, not {type(password).__name__}")
     return bytes(password)
+
+
+def _fragment_limits(entries, size, age_s, unbounded: bool = True) -> dict:
+    """_fragment_limits checks the fragment rotation settings and returns them as LedgerWriter's keywords.
+
+    Only unbounded ledgers rotate: a bounded one given other values than the defaults is a
+    ConfigError (its defaults are ignored).
+    """
+    for name, value in (("fragment_max_entries", entries), ("fragment_max_bytes", size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{name} must be a non-negative integer (0: no limit), got {value!r}")
+    if (not isinstance(age_s, (int, float)) or isinstance(age_s, bool) or not 0 <= age_s < math.inf):
+        raise ConfigError(f"fragment_max_age_s must be 0 (no limit) or positive seconds, got {age_s!r}")
+    if not unbounded:
+        if (entries, size, age_s) != (0, DEFAULT_FRAGMENT_MAX_BYTES, 0):
+            raise ConfigError("fragment_max_entries, fragment_max_bytes and fragment_max_age_s apply to unbounded "
+                              "ledgers only (a bounded ledger ends; it is never rotated)")
+        return {}
+    return {"fragment_max_entries": entries, "fragment_max_bytes": size,
+            "fragment_max_ms": math.ceil(age_s * 1000)}
 
 
 def _wait(future: Future, timeout: float, what: str):
@@ -185,7 +205,9 @@ class Client:
                       custom: dict[str, str] | None = None, timeout: float | None = None,
                       min_racks: int | None = None,
                       guaranteed_write_quorum: bool = False, unbounded: bool = False,
-                      deferred_sync: bool = False) -> "WriteHandle":
+                      deferred_sync: bool = False, fragment_max_entries: int = 0,
+                      fragment_max_bytes: int = DEFAULT_FRAGMENT_MAX_BYTES,
+                      fragment_max_age_s: float = 0) -> "WriteHandle":
         """create_ledger makes a new ledger on `ensemble` random live bookies and opens it for writing.
 
         An `unbounded` ledger (seed 001) has no end: any client may take it over with
@@ -194,6 +216,15 @@ class Client:
         Unbounded ledgers always use guaranteed write quorum. Readers never see the no-op
         entries that end each takeover's recovery; appending the no-op payload itself
         (walkit.core.messages.NOOP_PAYLOAD) is refused.
+
+        An unbounded ledger's writer rotates fragments: once the current fragment holds
+        `fragment_max_entries` entries, `fragment_max_bytes` payload bytes (64 MiB by default,
+        as a log's `roll_bytes`) or has been written for `fragment_max_age_s` seconds (0 turns
+        each off), a new fragment starts, on other bookies where the cluster has writable ones,
+        else on the same ones (walkit.core.writer). A bookie gives back the space of truncated
+        entries up to the start of the last fragment, so the limits bound what truncation
+        leaves on disk. The writer writes on through a rotation (appends complete after its
+        metadata write). Bounded ledgers take no fragment limits.
 
         With `guaranteed_write_quorum`, appends are still acknowledged at `ack_quorum`, but the
         writer keeps every entry until it is on all `write_quorum` bookies (replacing failed
@@ -221,6 +252,7 @@ class Client:
         """
         self._check_open()
         check_quorums(ensemble, write_quorum, ack_quorum)
+        rotation = _fragment_limits(fragment_max_entries, fragment_max_bytes, fragment_max_age_s, bool(unbounded))
         if deferred_sync and (guaranteed_write_quorum or unbounded):
             raise ConfigError("deferred_sync cannot be combined with guaranteed_write_quorum or unbounded")
         if digest not in DIGEST_TYPES:
@@ -239,7 +271,7 @@ class Client:
         machine = LedgerWriter(metadata, version, master_key=master_key(password),
                                digest=Digest(digest, password), add_timeout_ms=int(self.add_timeout * 1000),
                                now_ms=now_ms(), max_bytes_in_flight=self.max_bytes_in_flight,
-                               deferred_sync=bool(deferred_sync))
+                               deferred_sync=bool(deferred_sync), **rotation)
         return WriteHandle(self, machine, timeout or self.timeout)
 
     def open_ledger(self, ledger_id: int, *, password: bytes | str = b"", recover: bool = False,
@@ -269,7 +301,9 @@ class Client:
             lac = self._run(LacReader(metadata), timeout, f"reading the LAC of ledger {ledger_id}")
         return ReadHandle(self, metadata, digest, lac, timeout)
 
-    def reopen_ledger(self, ledger_id: int, *, password: bytes | str = b"", timeout: float | None = None) -> "WriteHandle":
+    def reopen_ledger(self, ledger_id: int, *, password: bytes | str = b"", timeout: float | None = None,
+                      fragment_max_entries: int = 0, fragment_max_bytes: int = DEFAULT_FRAGMENT_MAX_BYTES,
+                      fragment_max_age_s: float = 0) -> "WriteHandle":
         """reopen_ledger takes over an unbounded ledger and returns a WriteHandle in a new term.
 
         The ledger moves to the next term (its current writer's appends fail with LedgerFenced
@@ -277,9 +311,12 @@ class Client:
         write-quorum bookies), and a no-op entry ends the old term's tail on every bookie of the
         last fragment; appends then continue after it. Two clients reopening at once battle:
         one of them wins, the other gets LedgerFenced. ConfigError for a bounded ledger,
-        LedgerClosed for a closed one, Unauthorized for a wrong password.
+        LedgerClosed for a closed one, Unauthorized for a wrong password. The fragment limits
+        are the new writer's (as in `create_ledger`; a fragment it took over counts its entries
+        by id, its bytes and age from the takeover).
         """
         self._check_open()
+        rotation = _fragment_limits(fragment_max_entries, fragment_max_bytes, fragment_max_age_s)
         timeout = timeout or self.timeout
         password = _password(password)
         metadata, version = self._get_metadata(ledger_id)
@@ -295,16 +332,20 @@ class Client:
         done = self._run(machine, timeout, f"reopening ledger {ledger_id}", whole=True)
         writer = LedgerWriter(done.metadata, done.version, master_key=master_key(password), digest=digest,
                               add_timeout_ms=int(self.add_timeout * 1000), now_ms=now_ms(),
-                              last_entry_id=done.last_entry_id, max_bytes_in_flight=self.max_bytes_in_flight)
+                              last_entry_id=done.last_entry_id, max_bytes_in_flight=self.max_bytes_in_flight,
+                              **rotation)
         return WriteHandle(self, writer, timeout)
 
     def truncate_ledger(self, ledger_id: int, before: int) -> LedgerMetadata:
         """truncate_ledger deletes the entries of an unbounded ledger below `before`.
 
         The fragments that held only such entries leave the metadata (so it stays small however
-        long the ledger lives), and bookies no longer named by any fragment drop the ledger at
-        their garbage collection. `before` may not pass the last entry confirmed to readers
-        (the LAC the bookies report). Reading below the new first entry raises NoSuchEntry.
+        long the ledger lives). At their next garbage collection, bookies no longer named by any
+        fragment drop the ledger, and every other bookie drops its entries below `before` up
+        to the start of the last fragment (recovery reads from there) and gives the space
+        back: rotation (`create_ledger`'s fragment limits) keeps that bound close behind the
+        writer. `before` may not pass the last entry confirmed to readers (the LAC the bookies
+        report). Reading below the new first entry raises NoSuchEntry.
         """
         self._check_open()
         while True:

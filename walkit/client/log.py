@@ -272,6 +272,12 @@ class UnboundedLogWriter:
     are (the ledger, entry id); ids skip the no-op entry each takeover writes. `roll` changes
     nothing (the ledger has no end), `truncate(before)` drops the fragments below `before`, and
     `close` stops this writer without closing the ledger, so the next writer can take it over.
+
+    The log's `roll_entries`, `roll_bytes` and `roll_age_s` (LogConfig) rotate the ledger's
+    fragments instead of rolling ledgers: the writer starts a new fragment, on other bookies
+    where it can (walkit.core.writer). Bookies give back the space of truncated records up to
+    the last fragment's start at their next garbage collection, so these bound what a
+    truncation leaves on disk as they bound a list of ledgers.
     """
 
     def __init__(self, client, handle, metadata: LogMetadata, timeout: float) -> None:
@@ -293,7 +299,8 @@ class UnboundedLogWriter:
             metadata = read_log_metadata(store, name)[0]
         except NoSuchLog:
             handle = client.create_ledger(config.ensemble, config.write_quorum, config.ack_quorum, password=password,
-                                          digest=config.digest, custom={"log": name}, timeout=timeout, unbounded=True)
+                                          digest=config.digest, custom={"log": name}, timeout=timeout, unbounded=True,
+                                          **_rotation(config))
             metadata = LogMetadata(name=name, config=config, segments=(LogSegment(ledger_id=handle.ledger_id,
                                                                                   created_ms=wall_ms()),),
                                    created_ms=wall_ms(), owner=client.principal)
@@ -305,7 +312,8 @@ class UnboundedLogWriter:
                 metadata = read_log_metadata(store, name)[0]
         if not metadata.config.unbounded or len(metadata.segments) != 1:
             raise ConfigError(f"log {name!r} is a list of ledgers, not one unbounded ledger")
-        handle = client.reopen_ledger(metadata.segments[0].ledger_id, password=password, timeout=timeout)
+        handle = client.reopen_ledger(metadata.segments[0].ledger_id, password=password, timeout=timeout,
+                                      **_rotation(metadata.config))
         return cls(client, handle, metadata, timeout)
 
     def append_async(self, data: bytes) -> Future:
@@ -362,6 +370,12 @@ class UnboundedLogWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _rotation(config: LogConfig) -> dict:
+    """_rotation is an unbounded log's fragment limits: its roll settings (walkit.Client.create_ledger)."""
+    return {"fragment_max_entries": int(config.roll_entries), "fragment_max_bytes": int(config.roll_bytes),
+            "fragment_max_age_s": config.roll_age_s}
 
 
 class _ReaderDriver(Driver):

@@ -88,6 +88,8 @@ class LogConfig:
     With `unbounded` the log is one unbounded ledger (seed 001) instead of a list of ledgers: a
     new writer takes it over in a new term rather than recovering it and starting another
     ledger, it never rolls, and truncation drops fragments (walkit.client.log.UnboundedLogWriter).
+    Its `roll_*` settings rotate the ledger's fragments instead (walkit.core.writer), which
+    bounds what truncation leaves on the bookies' disks as rolling does for a list of ledgers.
     """
 
     ensemble: int = 3

@@ -84,10 +84,44 @@ entries of an earlier term above the entries it gets, so every add of an unbound
 the truncate flag: the bookie drops what it holds above the add, unless it applied a later
 truncation already, so reordered or duplicated adds never drop what later ones wrote.
 
+Rotation (unbounded ledgers only; seed 001: "a maximum size per fragment which would trigger an
+ensemble change once the current fragment has reached capacity"). A bookie gives back the
+space of entries below `metadata.first_entry_id` only up to the start of the last fragment
+(walkit.bookie.server: recovery reads from there), so a fragment that never ends bounds
+nothing truncation can free. With `fragment_max_entries`, `fragment_max_bytes` or
+`fragment_max_ms` (0 turns each off) the writer starts a new fragment once the current one
+holds that many entries on all Qw bookies (counted by entry id, so a takeover sees its
+predecessors' entries), that many payload bytes of this writer's fully replicated entries, or
+once this writer has written in it that long. These are thresholds: the new fragment starts
+after the LAFR, so the old one also keeps what reached Qw together with the entry that passed
+the limit (at most about `max_bytes_in_flight` more). A rotation is an ensemble change with no
+failed bookie, through the same states and rules:
+
+- CHOOSING asks for every writable bookie (ChooseBookies with nothing excluded, the movable
+  bookies as `replacing`, so placement picks their successors); CHANGING writes the fragment
+  at LAFR + 1 by compare-and-swap; no add completes meanwhile, and once the CAS succeeded the
+  pending adds are sent to the bookies new in their write sets;
+- each position gets a bookie outside the current ensemble where one is writable (placement
+  order), else keeps its bookie if that is writable and on the disk the fragment records; so
+  on a cluster with no spare bookie the new fragment has the same bookies, and still ends
+  what the old one holds. A pinned bookie always keeps its position (its confirmed entries
+  above the LAFR stay on Qa bookies of their write sets); kept bookies keep the disks the
+  fragment recorded, new ones the disks they registered with;
+- it never fails the writer: a position nothing can fill, or no answer within
+  `add_timeout_ms`, puts the rotation off for ROTATE_RETRY_MS; a bookie that fails while it
+  is under way turns it into the ordinary ensemble change; a CAS conflict re-reads as any
+  change does (then the next completion starts it again);
+- it starts only when the fragment holds a fully replicated entry of its own (so the new one
+  starts after the old one's start), while nothing failed and no close was requested, and
+  never while the ledger has MAX_ROTATED_FRAGMENTS fragments (the metadata of a ledger nobody
+  truncates stays bounded). Truncation drops old fragments without telling the writer, so a
+  writer held at that many reads the metadata again every ROTATE_RETRY_MS (ReadLedgerMetadata)
+  and takes a newer version that differs only before its last fragment, then rotates.
+
 States (`WriterState`, transitions in `_TRANSITIONS`, each one asserted):
 
     WRITING   adds flow; completions happen only here
-    CHOOSING  a bookie failed: waiting for candidates (BookiesChosen)
+    CHOOSING  a bookie failed, or the fragment is full: waiting for candidates (BookiesChosen)
     CHANGING  the CAS of a new fragment is in flight
     CLOSING   the CAS of CLOSED is in flight (close requested and nothing pending)
     CLOSED    final: the ledger is closed at last_add_confirmed
@@ -114,6 +148,11 @@ from walkit.errors import ConfigError, LedgerClosed, LedgerFenced, NotEnoughBook
 
 #: How long the writer waits before asking again for bookies when none could replace a failure.
 CHOOSE_RETRY_MS = 200
+#: How long a rotation that could not be placed (or got no answer) is put off.
+ROTATE_RETRY_MS = 1000
+#: A ledger with this many fragments does not rotate: each costs ~100 bytes of metadata, and a
+#: store's values are bounded (etcd 1.5 MiB, ZooKeeper 1 MiB); truncation drops old fragments.
+MAX_ROTATED_FRAGMENTS = 1000
 
 
 class WriterState(str, enum.Enum):
@@ -157,6 +196,10 @@ class _Pending:
 
 #: The default of `max_bytes_in_flight`: payload bytes sent to bookies and not yet complete.
 DEFAULT_MAX_BYTES_IN_FLIGHT = 32 * 1024 * 1024
+#: The fragment size at which walkit.Client's unbounded ledgers rotate by default: a log's
+#: `roll_bytes` (walkit.core.loglist.LogConfig), so an unbounded log and a list of ledgers leave
+#: as much behind a truncation; at ~100 bytes of metadata a fragment, 1.5 KB per GB written.
+DEFAULT_FRAGMENT_MAX_BYTES = 64 * 1024 * 1024
 
 
 class LedgerWriter:
@@ -165,6 +208,8 @@ class LedgerWriter:
     `metadata` and `version` are the ledger's metadata as created (state OPEN). `digest` signs
     entries and `master_key` proves the password to bookies. The writer never performs I/O:
     time comes from Ticked events and bookie choice from BookiesChosen events.
+    `fragment_max_entries`, `fragment_max_bytes` and `fragment_max_ms` rotate an unbounded
+    ledger's fragments (see the module doc; 0, the default, turns each off).
     """
 
     #: Acknowledgements count only from the disk the current fragment records (metadata.disks);
@@ -174,11 +219,27 @@ class LedgerWriter:
     def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
                  add_timeout_ms: int = 5000, explicit_lac_ms: int = 100, now_ms: int = 0,
                  last_entry_id: int = -1, max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
-                 deferred_sync: bool = False) -> None:
+                 deferred_sync: bool = False, fragment_max_entries: int = 0, fragment_max_bytes: int = 0,
+                 fragment_max_ms: int = 0) -> None:
         if metadata.state != ledger_states.OPEN:
             raise LedgerClosed(f"ledger {metadata.ledger_id} is {metadata.state}, not OPEN")
         if deferred_sync and (metadata.guaranteed_write_quorum or metadata.unbounded):
             raise ConfigError("deferred sync cannot be combined with guaranteed write quorum or unbounded ledgers")
+        limits = {"fragment_max_entries": fragment_max_entries, "fragment_max_bytes": fragment_max_bytes,
+                  "fragment_max_ms": fragment_max_ms}
+        for name, value in limits.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative integer (0: no limit), got {value!r}")
+        if any(limits.values()) and not metadata.unbounded:
+            raise ConfigError(f"ledger {metadata.ledger_id} is not unbounded: only unbounded ledgers rotate fragments")
+        self.fragment_max_entries = fragment_max_entries
+        self.fragment_max_bytes = fragment_max_bytes
+        self.fragment_max_ms = fragment_max_ms
+        self._rotates = any(limits.values())
+        self._rotating = False                      # the change under way is a rotation
+        self._rotate_after_ms = 0                   # no rotation before (one was put off)
+        self._fragment_bytes = 0                    # payload bytes this writer fully replicated in the fragment
+        self._fragment_since_ms = now_ms            # when this writer began writing in the fragment
         self.deferred_sync = deferred_sync
         self.metadata = metadata
         self.version = version
@@ -222,6 +283,7 @@ class LedgerWriter:
             ev.MetadataWritten: self._on_metadata_written, ev.MetadataConflict: self._on_conflict,
             ev.MetadataFailed: self._on_metadata_failed, ev.CloseRequested: self._on_close,
             ev.Ticked: self._on_tick, ev.ForceRequested: self._on_force, ev.ForceAcked: self._on_force_acked,
+            ev.LedgerMetadataRead: self._on_metadata_read,
         }
 
     # -- public ---------------------------------------------------------------------------
@@ -388,6 +450,7 @@ class LedgerWriter:
                 entry = pending.popleft().entry
                 self.last_add_fully_replicated = entry.entry_id
                 done_bytes += len(entry.payload)
+            self._fragment_bytes += done_bytes
         if last != self.last_add_confirmed:
             self.last_add_confirmed = last
             if not self.deferred_sync:
@@ -401,6 +464,8 @@ class LedgerWriter:
                 commands += self._push(self._release())
         if self.close_requested and not pending and not self._queued:
             commands.append(self._write_close())
+        elif self._rotates and self._rotation_due():
+            commands += self._rotation()
         return commands
 
     def _acked(self, pending: deque[_Pending], quorum: int) -> list:
@@ -547,6 +612,11 @@ class LedgerWriter:
     def _on_bookies_chosen(self, event: ev.BookiesChosen) -> list:
         if self.state is not CHOOSING:
             return []
+        if self._rotating:
+            if not self._failed:
+                return self._rotate(event)
+            self._rotating = False          # a bookie failed meanwhile: an ordinary change from here
+            self._change_started_ms = self._now
         ensemble = self.metadata.current_ensemble
         to_replace = [b for b in ensemble if b in self._failed]
         renewed = {b for b in to_replace if self._renewed(b, event.disks.get(b, 0))}
@@ -586,7 +656,101 @@ class LedgerWriter:
         self._to(CHANGING)
         return [ev.WriteMetadata(metadata=proposed, expected_version=self.version)]
 
+    # -- rotation -------------------------------------------------------------------------
+    def _rotation_due(self) -> bool:
+        """_rotation_due tells whether the current fragment passed a limit and may be rotated now (module doc)."""
+        if self.state is not WRITING or self.close_requested or self._failed or self._now < self._rotate_after_ms:
+            return False
+        replicated = self.last_add_fully_replicated + 1 - self.metadata.last_fragment_start
+        if replicated <= 0:
+            return False         # a new fragment would start where this one does
+        return bool((self.fragment_max_entries and replicated >= self.fragment_max_entries)
+                    or (self.fragment_max_bytes and self._fragment_bytes >= self.fragment_max_bytes)
+                    or (self.fragment_max_ms and self._now - self._fragment_since_ms >= self.fragment_max_ms))
+
+    def _rotation(self) -> list:
+        """_rotation starts a rotation that is due, or reads the metadata again at MAX_ROTATED_FRAGMENTS fragments."""
+        if len(self.metadata.ensembles) < MAX_ROTATED_FRAGMENTS:
+            return self._start_rotation()
+        self._rotate_after_ms = self._now + ROTATE_RETRY_MS
+        return [ev.ReadLedgerMetadata(ledger_id=self.ledger_id)]        # a truncation may have dropped some
+
+    def _on_metadata_read(self, event: ev.LedgerMetadataRead) -> list:
+        """_on_metadata_read takes a newer version that changed nothing from the last fragment on (a truncation)."""
+        current, read = self.metadata, event.metadata
+        start = current.last_fragment_start
+        if (read is None or self.state is not WRITING or event.version <= self.version or read.state != current.state
+                or read.term != current.term or read.last_fragment_start != start
+                or read.current_ensemble != current.current_ensemble
+                or read.disks.get(start) != current.disks.get(start)):
+            return []
+        self._adopt(read, event.version)
+        if len(read.ensembles) < MAX_ROTATED_FRAGMENTS:
+            self._rotate_after_ms = self._now
+        return self._complete()
+
+    def _start_rotation(self) -> list:
+        """_start_rotation asks for every writable bookie, placement first for the positions that may move."""
+        self._to(CHOOSING)
+        self._rotating = True
+        self._change_started_ms = self._now
+        self._choose_again_ms = None
+        ensemble = self.metadata.current_ensemble
+        return [ev.ChooseBookies(ledger_id=self.ledger_id, exclude=frozenset(), ensemble=ensemble,
+                                 replacing=tuple(ensemble[i] for i in self._movable()),
+                                 write_quorum=self.metadata.write_quorum)]
+
+    def _movable(self) -> list[int]:
+        """_movable lists the positions a rotation may give new bookies: all but the pinned ones.
+
+        They start at a position that moves on with every fragment, so a cluster with fewer
+        spare bookies than positions moves each position in turn, not always the first.
+        """
+        ensemble = self.metadata.current_ensemble
+        size = len(ensemble)
+        start = len(self.metadata.ensembles) % size
+        return [i for i in ((start + k) % size for k in range(size)) if not self._pinned(ensemble[i])]
+
+    def _rotate(self, event: ev.BookiesChosen) -> list:
+        """_rotate proposes the next fragment at LAFR + 1: new bookies where writable, else the same (module doc).
+
+        A pinned bookie keeps its position: its confirmed entries above the LAFR stay on Qa
+        bookies of their write sets.
+        """
+        ensemble = self.metadata.current_ensemble
+        writable = set(event.bookies)
+        fresh = [b for b in event.bookies if b not in ensemble]       # placement order, for _movable's order
+        chosen = list(ensemble)
+        disks = [self._disks.get(b, 0) for b in ensemble]
+        for i in self._movable():
+            bookie = ensemble[i]
+            if fresh:
+                chosen[i] = fresh.pop(0)
+                disks[i] = event.disks.get(chosen[i], 0)
+            elif bookie not in writable or self._renewed(bookie, event.disks.get(bookie, 0)):
+                return self._put_off_rotation()       # nothing writable for this position now
+        self._replacements = {old: new for old, new in zip(ensemble, chosen) if old != new}
+        self._in_place = set()
+        proposed = self.metadata.with_fragment(self._fragment_start(), tuple(chosen), tuple(disks))
+        self._to(CHANGING)
+        return [ev.WriteMetadata(metadata=proposed, expected_version=self.version)]
+
+    def _put_off_rotation(self) -> list:
+        """_put_off_rotation goes back to writing in the current fragment; the rotation is tried again later.
+
+        A bookie that failed while the rotation waited is replaced instead, by the ordinary change.
+        """
+        self._rotating = False
+        self._rotate_after_ms = self._now + ROTATE_RETRY_MS
+        if self._failed:
+            self._change_started_ms = self._now
+            return [self._choose()]
+        self._to(WRITING)
+        return self._complete()
+
     def _adopt(self, metadata: LedgerMetadata, version: int) -> None:
+        if metadata.last_fragment_start != self.metadata.last_fragment_start:
+            self._fragment_bytes, self._fragment_since_ms = 0, self._now      # a new fragment: rotation counts anew
         self.metadata, self.version = metadata, version
         self._write_sets = write_sets_of(metadata.current_ensemble, metadata.write_quorum)
         self._disks = _current_disks(metadata)
@@ -598,6 +762,7 @@ class LedgerWriter:
         """_finish_change re-sends what `resend_to` bookies lack, then completes or changes again."""
         self._to(WRITING)
         self._replacements = None
+        self._rotating = False
         sends: dict[str, list[Entry]] = {}
         size = len(self._write_sets)
         for pending in self._pending:
@@ -660,6 +825,7 @@ class LedgerWriter:
         self._queued.clear()
         self.bytes_in_flight = 0
         self._replacements = None
+        self._rotating = False
         self._forcing = {}
         commands: list = [ev.FailAdds(ledger_id=self.ledger_id, first_entry_id=first, error=error)]
         if self._forces:
@@ -710,6 +876,8 @@ class LedgerWriter:
         if state is CLOSED or state is FAILED or state is CLOSING:
             return []
         if state is CHOOSING:
+            if self._rotating and now - self._change_started_ms >= self.add_timeout_ms:
+                return self._put_off_rotation()      # no answer: rotation is no reason to fail
             if now - self._change_started_ms >= self.add_timeout_ms:
                 failed = ", ".join(sorted(self._failed))
                 return self._fail(NotEnoughBookies(
@@ -737,8 +905,9 @@ class LedgerWriter:
                     if bookie not in head.acked:
                         commands += self._bookie_failed(bookie, f"no answer within {self.add_timeout_ms} ms")
                 return commands
-            return []
-        return self._explicit_lac(now)
+        if self._rotates and self._rotation_due():        # by age, or a takeover in a full fragment
+            return self._rotation()
+        return [] if pending else self._explicit_lac(now)
 
     def _explicit_lac(self, now: int) -> list:
         """_explicit_lac sends the LAC to the ensemble once the writer was idle for explicit_lac_ms, if it moved."""

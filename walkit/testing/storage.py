@@ -12,10 +12,11 @@
 `storage_factory(path)` opens the storage kept at `path` (a directory path the suite picks, which
 may not exist yet); called again with the same path it must reopen the same data. The suite
 checks the EntryStorage contract of `walkit.spi`: reads, overwrites, last_entry, ledger state,
-ledgers(), deletes, payload sizes, many ledgers; and, for backends whose `durable` is True,
-that whatever `sync()` covered survives close + reopen, an abrupt exit and a SIGKILL at any
-moment (`walkit.testing.crash`), byte for byte. Backends with `durable = False` skip those
-checks only.
+ledgers(), deletes, payload sizes, many ledgers, and the optional `delete_entries` (skipped by
+a backend without it); and, for backends whose `durable` is True, that whatever `sync()`
+covered survives close + reopen, an abrupt exit and a SIGKILL at any moment
+(`walkit.testing.crash`), byte for byte, trims included. Backends with `durable = False` skip
+those checks only.
 """
 
 from __future__ import annotations
@@ -101,6 +102,46 @@ class Workload:
                     f"synced state of ledger {ledger_id} lost: {state}"
                 group = int(state.master_key[4:])
                 assert group >= set_in[-1] and state == state_of(group), f"ledger {ledger_id} state {state}"
+
+
+def trim_point(group: int) -> int:
+    """trim_point is where the trimming workload deletes ledger 1's entries up to after group `group`."""
+    return max(0, (group - 2) * 20 + group % 7)
+
+
+def trim_group(storage, group: int) -> None:
+    """trim_group writes group `group` of the trimming workload: 20 entries of ledgers 1 and 2, then a trim of 1."""
+    for entry_id in range(group * 20, (group + 1) * 20):
+        storage.put(1, entry_id, payload(1, entry_id))
+        storage.put(2, entry_id, payload(2, entry_id))
+    storage.delete_entries(1, trim_point(group))
+
+
+def check_trimmed(storage, synced_groups: int) -> None:
+    """check_trimmed asserts the trimming workload's first `synced_groups` groups: trims applied, the rest intact.
+
+    Later groups may have been synced without being reported (a kill lands anywhere): ledger
+    1's entries then start at the trim point of one of them, and every entry from there on is
+    intact.
+    """
+    synced = synced_groups * 20
+    for entry_id in range(synced + 40):
+        two = storage.get(2, entry_id)
+        if entry_id < synced:
+            assert two == payload(2, entry_id), f"synced entry 2:{entry_id} lost"
+        else:
+            assert two in (None, payload(2, entry_id)), f"entry 2:{entry_id} is garbage"
+    ones = [storage.get(1, entry_id) for entry_id in range(synced + 40)]
+    kept = next((e for e, data in enumerate(ones[:synced]) if data is not None), synced)
+    points = {trim_point(group) for group in range(synced_groups - 1, synced_groups + 1000)}
+    assert kept >= trim_point(synced_groups - 1), \
+        f"entry 1:{kept} came back after a synced delete_entries(1, {trim_point(synced_groups - 1)})"
+    assert kept == synced or kept in points, f"ledger 1 starts at entry {kept}, where no trim pointed"
+    for entry_id, data in enumerate(ones):
+        if kept <= entry_id < synced:
+            assert data == payload(1, entry_id), f"synced entry 1:{entry_id} lost (ledger 1 starts at {kept})"
+        else:
+            assert data in (None, payload(1, entry_id)), f"entry 1:{entry_id} is garbage"
 
 
 class EntryStorageConformance:
@@ -313,6 +354,137 @@ class EntryStorageConformance:
         storage.delete_ledger(99)
         storage.sync()
         assert storage.get(1, 0) == b"a" and list(storage.ledgers()) == [1]
+
+    # -- delete_entries (optional) ----------------------------------------------------------------
+    @pytest.fixture
+    def trims(self, storage):
+        """trims is the storage, or a skip for backends without the optional delete_entries."""
+        if getattr(storage, "delete_entries", None) is None:
+            pytest.skip(f"{type(storage).__name__} has no optional delete_entries")
+        return storage
+
+    @pytest.mark.parametrize("synced_first", [True, False])
+    def test_delete_entries_drops_one_ledger_s_entries_below_the_point_only(self, trims, synced_first):
+        storage = trims
+        state = LedgerState(master_key=b"k1", term=3, truncated=(3, 40))
+        storage.set_ledger_state(1, state)
+        for entry_id in range(40):
+            storage.put(1, entry_id, payload(1, entry_id))
+            storage.put(2, entry_id, payload(2, entry_id))
+        if synced_first:
+            storage.sync()
+        storage.delete_entries(1, 25)
+        for _ in range(2):                       # before and after the trim is synced
+            assert [storage.get(1, e) for e in range(25)] == [None] * 25
+            assert all(storage.get(1, e) == payload(1, e) for e in range(25, 40))
+            assert all(storage.get(2, e) == payload(2, e) for e in range(40))
+            assert storage.last_entry(1) == 39 and storage.ledger_state(1) == state
+            assert sorted(storage.ledgers()) == [1, 2]
+            storage.sync()
+
+    def test_a_trim_stays_puts_below_it_store_nothing_and_earlier_points_change_nothing(self, trims):
+        storage = trims
+        for entry_id in range(30):
+            storage.put(1, entry_id, payload(1, entry_id))
+        storage.sync()
+        storage.delete_entries(1, 10)
+        storage.put(1, 5, b"late copy")          # a late add below the point (a stale writer's)
+        storage.put(1, 30, payload(1, 30))
+        storage.delete_entries(1, 4)             # an earlier point: nothing comes back
+        storage.sync()
+        assert storage.get(1, 5) is None and storage.get(1, 9) is None and storage.get(1, 10) == payload(1, 10)
+        assert storage.get(1, 30) == payload(1, 30) and storage.last_entry(1) == 30
+        storage.delete_entries(1, 20)
+        storage.sync()
+        assert [storage.get(1, e) for e in (10, 19)] == [None, None] and storage.get(1, 20) == payload(1, 20)
+
+    def test_delete_entries_past_every_entry_leaves_the_ledger_known_and_empty(self, trims):
+        storage = trims
+        storage.set_ledger_state(1, LedgerState(master_key=b"k"))
+        for entry_id in range(5):
+            storage.put(1, entry_id, payload(1, entry_id))
+        storage.sync()
+        storage.delete_entries(1, 100)
+        storage.delete_entries(7, 10)            # an unknown ledger: harmless
+        storage.sync()
+        assert [storage.get(1, e) for e in range(5)] == [None] * 5 and storage.get(7, 0) is None
+        assert storage.last_entry(1) < 100 and list(storage.ledgers()) == [1]
+        assert storage.ledger_state(1) == LedgerState(master_key=b"k")
+        storage.put(1, 100, b"next")
+        assert storage.get(1, 100) == b"next" and storage.last_entry(1) == 100
+
+    def test_a_deleted_ledger_written_again_has_no_trim(self, trims):
+        storage = trims
+        for entry_id in range(10):
+            storage.put(1, entry_id, b"old")
+        storage.delete_entries(1, 8)
+        storage.sync()
+        storage.delete_ledger(1)
+        storage.put(1, 0, b"new")
+        storage.sync()
+        assert storage.get(1, 0) == b"new" and storage.get(1, 9) is None and storage.last_entry(1) == 0
+
+    def test_get_many_below_a_trim_matches_get(self, trims):
+        storage = trims
+        get_many = getattr(storage, "get_many", None)
+        if get_many is None:
+            pytest.skip("this backend has no optional get_many")
+        for entry_id in range(0, 60, 2):
+            storage.put(3, entry_id, payload(3, entry_id))
+        storage.sync()
+        storage.delete_entries(3, 21)
+        for ids in ([0, 20, 22, 40], [22, 24, 26], list(range(60)), [58, 2]):
+            assert get_many(3, ids) == [storage.get(3, e) for e in ids]
+        storage.sync()
+        assert get_many(3, [20, 22]) == [None, payload(3, 22)]
+
+    def test_trims_survive_close_and_reopen(self, durable_factory, path):
+        storage = durable_factory(path)
+        if getattr(storage, "delete_entries", None) is None:
+            storage.close()
+            pytest.skip(f"{type(storage).__name__} has no optional delete_entries")
+        for group in range(6):
+            trim_group(storage, group)
+            storage.sync()
+        storage.close()
+        storage = durable_factory(path)
+        try:
+            check_trimmed(storage, 6)
+            assert storage.get(1, trim_point(5)) == payload(1, trim_point(5))
+            storage.put(1, 0, b"below the trim")         # the point itself is durable
+            storage.sync()
+            assert storage.get(1, 0) is None
+        finally:
+            storage.close()
+
+    def test_synced_trims_survive_sigkill_mid_stream(self, durable_factory, path):
+        probe = durable_factory(path)
+        trimmable = getattr(probe, "delete_entries", None) is not None
+        probe.close()
+        if not trimmable:
+            pytest.skip("this backend has no optional delete_entries")
+
+        def work(report):
+            """work writes, trims and syncs groups until the parent kills it."""
+            storage = durable_factory(path)
+            group = 0
+            while True:
+                trim_group(storage, group)
+                storage.sync()
+                report(group)
+                group += 1
+        reports, how = run_in_child(work, kill_after=25)
+        assert how == "killed" and reports == list(range(len(reports))) and len(reports) >= 25
+        storage = durable_factory(path)
+        try:
+            check_trimmed(storage, len(reports))
+            top = (len(reports) + 2) * 20
+            storage.put(1, top, payload(1, top))
+            storage.put(1, 0, b"below a synced trim")        # the trim point came back with the data
+            storage.sync()
+            assert storage.get(1, top) == payload(1, top) and storage.get(1, 0) is None
+        finally:
+            storage.close()
 
     # -- durability -------------------------------------------------------------------------
     def test_identity_is_none_until_set_then_kept(self, storage):

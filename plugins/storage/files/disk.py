@@ -3,12 +3,31 @@
 Files are numbered with fixed-width hexadecimal names (``0000000000000001.journal``,
 ``00000001.log``, ``000000000000002a.idx``); `numbered_files` lists them, ignoring any other
 name. `fsync_dir` makes created, renamed and removed names durable; `fsync_all` makes files and names durable;
-`write_durably` replaces a small file whole (written beside it, fsynced, renamed over it).
+`write_durably` replaces a small file whole (written beside it, fsynced, renamed over it);
+`punch_hole` gives a range of a file back to the file system (Linux fallocate, where it can).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 1, 2
+
+
+def _fallocate():
+    """_fallocate is libc's fallocate (64-bit offsets), or None where there is none (not Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = getattr(libc, "fallocate64", None) or libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    function.restype = ctypes.c_int
+    return function
+
+
+_FALLOCATE = _fallocate()
 
 
 def numbered_files(folder: str, ext: str, digits: int) -> list[tuple[int, str]]:
@@ -52,6 +71,17 @@ def fsync_all(paths: list[str], folders: list[str]) -> None:
             os.close(fd)
     for folder in folders:
         fsync_dir(folder)
+
+
+def punch_hole(fd: int, offset: int, length: int) -> bool:
+    """punch_hole frees `length` bytes of the file at `offset` (they read as zeros; its size stays).
+
+    It returns False where the system or file system cannot (the bytes then stay as they were):
+    callers use it to give space back, never to change what the file means.
+    """
+    if _FALLOCATE is None or length <= 0:
+        return False
+    return _FALLOCATE(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0
 
 
 def write_durably(path: str, data: bytes) -> None:

@@ -17,8 +17,11 @@ active log when it is closed; after a crash, replay stops at the zero tail and `
 cuts it off (storage.py, `_repair`).
 
 `EntryLogs` also keeps, per log, the bytes written for each ledger (BookKeeper's
-EntryLogMetadata): a log whose ledgers were all deleted can be removed, and a mostly dead one
-compacted. This is one small dict per log, never one object per entry.
+EntryLogMetadata) and the highest entry id of each: a log whose ledgers were all deleted, or
+trimmed past their highest entry in it (`trim`, the files storage's `delete_entries`), can be
+removed, and a mostly dead one compacted. These are small dicts per log, never one object per
+entry. A ledger's highest entry in a log is UNKNOWN_TOP where a version 2 checkpoint did not
+record it: a trim then never finds those bytes dead.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ _COALESCE_GAP = 64 * 1024               # read_many merges records fewer than th
 _COALESCE_MAX = 4 * 1024 * 1024         # into one pread of at most this many bytes
 #: The active log grows by this much at a time, ahead of its records.
 PREALLOCATE_BYTES = 16 * 1024 * 1024
+#: A ledger's highest entry id in a log that no checkpoint recorded (storages from before version 3).
+UNKNOWN_TOP = 1 << 62
 
 
 def log_path(folder: str, log_id: int) -> str:
@@ -69,11 +74,12 @@ class EntryLogs:
         self.preallocate = preallocate  # 0: never (also set when the file system cannot)
         self.totals: dict[int, int] = {}            # log id -> bytes written
         self.usage: dict[int, dict[int, int]] = {}  # log id -> ledger id -> bytes written
+        self.tops: dict[int, dict[int, int]] = {}   # log id -> ledger id -> highest entry id written
         self._fd = -1
         self._readers: OrderedDict[int, int] = OrderedDict()
 
     # -- lifecycle ------------------------------------------------------------------------
-    def restore(self, totals: dict[int, int], usage: dict[int, dict[int, int]],
+    def restore(self, totals: dict[int, int], usage: dict[int, dict[int, int]], tops: dict[int, dict[int, int]],
                 replay_log: int, replay_offset: int) -> list[tuple[int, str, int]]:
         """restore reopens the logs as a checkpoint left them and returns what to replay.
 
@@ -81,9 +87,12 @@ class EntryLogs:
         was removed by compaction after the checkpoint (the crash came before the unlink) and is
         deleted now. Logs from `replay_log` on hold the journal written since the checkpoint:
         the returned (log id, path, offset) say where replay reads them, `replay_offset` into the
-        first. After replay, `resume` makes the last one the active log.
+        first. After replay, `resume` makes the last one the active log. A log in `usage` without
+        `tops` (a version 2 checkpoint) gets UNKNOWN_TOP for each of its ledgers.
         """
         self.totals, self.usage = dict(totals), {k: dict(v) for k, v in usage.items()}
+        self.tops = {log_id: dict(tops[log_id]) if log_id in tops else dict.fromkeys(ledgers, UNKNOWN_TOP)
+                     for log_id, ledgers in usage.items()}
         replay = []
         for log_id, path in numbered_files(self.folder, "log", 8):
             if log_id >= replay_log:
@@ -94,6 +103,7 @@ class EntryLogs:
                 replay.append((log_id, path, offset))
                 self.totals.setdefault(log_id, 0)
                 self.usage.setdefault(log_id, {})
+                self.tops.setdefault(log_id, {})
             elif log_id not in self.totals:
                 os.unlink(path)
         if replay_offset and not any(log_id == replay_log for log_id, _, _ in replay):
@@ -119,6 +129,7 @@ class EntryLogs:
         size, so replaying the old journal (`commit` of each chunk) rewrites the rest.
         """
         self.totals, self.usage = dict(totals), {k: dict(v) for k, v in usage.items()}
+        self.tops = {log_id: dict.fromkeys(ledgers, UNKNOWN_TOP) for log_id, ledgers in usage.items()}
         for log_id, path in numbered_files(self.folder, "log", 8):
             if log_id != active and log_id not in self.totals:
                 os.unlink(path)
@@ -141,6 +152,7 @@ class EntryLogs:
         self.size = self.allocated = os.fstat(fd).st_size
         self.totals[log_id] = self.size
         self.usage.setdefault(log_id, {})
+        self.tops.setdefault(log_id, {})
         fsync_dir(self.folder)
 
     def close(self) -> None:
@@ -299,6 +311,28 @@ class EntryLogs:
         """forget drops a deleted ledger from every log's accounting (its records become dead)."""
         for usage in self.usage.values():
             usage.pop(ledger_id, None)
+        for tops in self.tops.values():
+            tops.pop(ledger_id, None)
+
+    def note(self, log_id: int, ledger_id: int, size: int, top: int) -> None:
+        """note accounts for `size` more bytes of a ledger in a log, whose entries there go up to `top`."""
+        usage, tops = self.usage[log_id], self.tops[log_id]
+        usage[ledger_id] = usage.get(ledger_id, 0) + size
+        if top > tops.get(ledger_id, -1):
+            tops[ledger_id] = top
+
+    def trim(self, ledger_id: int, before: int) -> None:
+        """trim drops a ledger from the accounting of every log whose entries of it all lie below `before`.
+
+        Those bytes are dead (the ledger's entries below `before` were deleted); a log that
+        also holds later entries of the ledger counts all of them live until a later trim
+        passes them too. Applying it twice changes nothing.
+        """
+        for log_id, tops in self.tops.items():
+            top = tops.get(ledger_id)
+            if top is not None and top < before:
+                del tops[ledger_id]
+                self.usage[log_id].pop(ledger_id, None)
 
     def plan(self, ratio: float) -> tuple[list[int], list[int]]:
         """plan returns (dead logs, mostly dead logs): no live ledger left, or live/total below `ratio`.
@@ -352,4 +386,5 @@ class EntryLogs:
                 pass
             self.totals.pop(log_id, None)
             self.usage.pop(log_id, None)
+            self.tops.pop(log_id, None)
         return freed

@@ -25,7 +25,7 @@ import os
 import struct
 from collections import OrderedDict
 
-from walkit.plugins.storage.files.disk import fsync_all, numbered_files, numbered_path
+from walkit.plugins.storage.files.disk import fsync_all, numbered_files, numbered_path, punch_hole
 
 SLOT = struct.Struct("<IQI")            # log id, offset, length
 #: The highest entry id an index file holds (its slot ends at 8 TiB; ext4 stops short of 16 TiB).
@@ -200,6 +200,21 @@ class LedgerIndex:
         folders = [self.folder] if self._names_changed else []
         self._names_changed = False
         return paths, folders
+
+    def trim(self, ledger_id: int, before: int) -> None:
+        """trim drops a ledger's slots below `before`: staged ones, and written ones punched out of its file.
+
+        Where the file system cannot punch holes the written slots stay (the storage never
+        reads below a ledger's first entry); a punched file is fsynced by the next checkpoint.
+        """
+        staged = self._staged.get(ledger_id)
+        if staged:
+            for entry_id in [e for e in staged if e < before]:
+                del staged[entry_id]
+                self._staged_count -= 1
+        fd = self._fd(ledger_id, create=False)
+        if fd is not None and punch_hole(fd, 0, min(before, MAX_ENTRY_ID + 1) * SLOT.size):
+            self._dirty.add(ledger_id)
 
     def keep_only(self, ledger_ids) -> None:
         """keep_only deletes the index files of ledgers not in `ledger_ids` (left by deletes)."""

@@ -11,6 +11,7 @@ bits are all caught. Payloads:
     STATE   ledger i64 | flags u8 | explicit_lac i64 | [term i64] | [truncated i64 i64] | master_key
             (flags: 1 fenced, 2 a term follows, 4 the last truncation's term and id follow)
     DELETE  ledger i64
+    TRIM    ledger i64 | before i64      (drop the ledger's entries below `before`; storage version 3)
 
 `encode_*` append records to the in-memory group-commit buffer; `EntryLogs.commit` writes the
 buffer and calls ``os.fdatasync`` once (the group commit). `verify` checks a buffer of records
@@ -32,8 +33,8 @@ from crc32c import crc32c
 from walkit.core.bookie import LedgerState
 from walkit.plugins.storage.files.disk import numbered_files
 
-PUT, STATE, DELETE = 1, 2, 3
-KINDS = frozenset((PUT, STATE, DELETE))
+PUT, STATE, DELETE, TRIM = 1, 2, 3, 4
+KINDS = frozenset((PUT, STATE, DELETE, TRIM))
 
 HEADER = struct.Struct("<IIB")         # length, crc32c, type
 _CHECKED = struct.Struct("<IB")        # what the crc covers before the payload: length, type
@@ -43,6 +44,7 @@ _TERM = struct.Struct("<q")
 _TRUNCATED = struct.Struct("<qq")
 _FENCED, _HAS_TERM, _HAS_TRUNCATED = 1, 2, 4
 _LEDGER = struct.Struct("<q")
+_TRIM = struct.Struct("<qq")            # ledger, before
 _PUT_HEAD = struct.Struct("<IIBqq")     # HEADER and PUT_IDS in one
 _PUT_CHECKED = struct.Struct("<IBqq")   # _CHECKED and PUT_IDS in one
 
@@ -117,6 +119,16 @@ def encode_state(buffer: bytearray, ledger_id: int, state: LedgerState) -> None:
 def encode_delete(buffer: bytearray, ledger_id: int) -> None:
     """encode_delete appends a DELETE record (drop the ledger's entries and state) to `buffer`."""
     _record(buffer, DELETE, _LEDGER.pack(ledger_id))
+
+
+def encode_trim(buffer: bytearray, ledger_id: int, before: int) -> None:
+    """encode_trim appends a TRIM record (drop the ledger's entries below `before`) to `buffer`."""
+    _record(buffer, TRIM, _TRIM.pack(ledger_id, before))
+
+
+def decode_trim(payload: bytes) -> tuple[int, int]:
+    """decode_trim returns (ledger, before) of a TRIM payload."""
+    return _TRIM.unpack_from(payload)
 
 
 def decode_state(payload: bytes) -> tuple[int, LedgerState]:

@@ -7,9 +7,9 @@ The directory holds::
     logs/*.log           entry logs, which are the write-ahead journal (entrylog.py, journal.py)
     index/*.idx          one index file per ledger (index.py)
 
-Writes. `put`, `set_ledger_state` and `delete_ledger` encode a journal record into the group
-buffer and update the in-memory view (pending entries, per-ledger summary). `sync()` appends the
-buffer to the active entry log with one ``os.fdatasync`` (the group commit), and only then
+Writes. `put`, `set_ledger_state`, `delete_ledger` and `delete_entries` encode a journal record
+into the group buffer and update the in-memory view (pending entries, per-ledger summary).
+`sync()` appends the buffer to the active entry log with one ``os.fdatasync`` (the group commit), and only then
 writes each entry's slot, pointing into that log, to its ledger's index file without fsync. The
 entry logs are the journal: every byte is written to disk once, and everything the indexes say
 is already durable in the logs. A put past `write_buffer_mb` (or 65,536 unsynced entries)
@@ -17,6 +17,17 @@ syncs early, and a put that would take the buffer past `write_buffer_mb` syncs w
 buffered first: a group is at most `write_buffer_mb` or one `put_many` batch, whichever is
 larger (plus the small state and delete records put between them), which is what replay's
 torn-tail limit (twice `write_buffer_mb`) relies on.
+
+Deleting entries (`delete_entries(ledger, before)`, for unbounded ledgers: issue 39). A TRIM
+record is buffered; the ledger's summary takes `before` as its first entry at once, so reads
+below it find nothing and later puts below it store nothing (a trim stays, and the journal
+never holds a PUT below a TRIM of its ledger that came before it). Each log's accounting then
+drops the ledger where all of its entries in that log lie below `before` (entrylog.py), so
+the next `compact()` finds those logs dead or sparse and reclaims them as it does for deleted
+ledgers, after a sync made the TRIM durable. Once the TRIM is synced its index slots below
+`before` are punched out of the index file (disk.py `punch_hole`; where the file system
+cannot, they stay, unread). Replay applies a TRIM as a sync did: the summary, the accounting,
+the slots; applying it again changes nothing, and no slot below the first entry is ever read.
 
 Checkpoints. On `compact()` when an entry log can be reclaimed, on `checkpoint()` and on
 `close()`: reclaim entry logs of deleted ledgers (copying the live entries of mostly dead logs
@@ -61,8 +72,9 @@ ledgers cannot be written at a sync, `sync()` raises LedgerStorageError naming t
 making everything else durable; any other failure of a sync or checkpoint fails the storage as
 a whole (StorageError; reopen it to recover from the journal).
 
-Memory: the per-ledger summary (last entry id, state), per-log byte counts, the entries put since
-the last sync, and bounded LRUs of open files; nothing per stored entry.
+Memory: the per-ledger summary (last entry id, state, first entry), per-log byte counts and
+highest entry ids, the entries put since the last sync, and bounded LRUs of open files; nothing
+per stored entry.
 """
 
 from __future__ import annotations
@@ -80,8 +92,8 @@ from walkit.plugins.storage.files.disk import fsync_all, fsync_dir, write_durabl
 from walkit.plugins.storage.files.entrylog import PREALLOCATE_BYTES, EntryLogs, log_path
 from walkit.plugins.storage.files.index import MAX_ENTRY_ID, SLOT, LedgerIndex, index_path
 from walkit.plugins.storage.files.journal import (
-    HEADER, KINDS, MAX_RECORD, PUT, PUT_IDS, STATE, RecordFile, decode_delete, decode_state, encode_delete, encode_put,
-    encode_puts, encode_state, journal_files, verify,
+    HEADER, KINDS, MAX_RECORD, PUT, PUT_IDS, STATE, TRIM, RecordFile, decode_delete, decode_state, decode_trim,
+    encode_delete, encode_put, encode_puts, encode_state, encode_trim, journal_files, verify,
 )
 from walkit.plugins.storage.options import Option, check_options, split_uri
 
@@ -107,14 +119,16 @@ OPTIONS = {
 
 
 class _Ledger:
-    """_Ledger is the in-memory summary of one ledger: its highest entry id and its state."""
+    """_Ledger is the in-memory summary of one ledger: its highest entry id, its state, and the
+    entry below which its entries were deleted (`delete_entries`; 0: none)."""
 
-    __slots__ = ("last", "state")
+    __slots__ = ("last", "state", "first")
 
-    def __init__(self, last: int = -1, state: LedgerState = LedgerState()) -> None:
+    def __init__(self, last: int = -1, state: LedgerState = LedgerState(), first: int = 0) -> None:
         """__init__ makes a summary; a new ledger has no entries and the default state."""
         self.last = last
         self.state = state
+        self.first = first
 
 
 class FileStorage:
@@ -183,6 +197,9 @@ class FileStorage:
         data = bytes(data)
         if len(data) > MAX_RECORD - PUT_IDS.size:
             raise ValueError(f"an entry exceeds the {MAX_RECORD}-byte journal record limit")
+        summary = self._ledgers.get(ledger_id)
+        if summary is not None and entry_id < summary.first:
+            return                            # deleted by delete_entries: it stays deleted
         failures = self._room_for(HEADER.size + PUT_IDS.size + len(data))
         encode_put(self._buffer, ledger_id, entry_id, data)
         self._pending.setdefault(ledger_id, {})[entry_id] = data
@@ -204,6 +221,12 @@ class FileStorage:
         if max(map(len, datas)) > MAX_RECORD - PUT_IDS.size:     # (a TypeError for data that is not bytes)
             raise ValueError(f"an entry exceeds the {MAX_RECORD}-byte journal record limit")
         datas = list(map(bytes, datas))
+        summary = self._ledgers.get(ledger_id)
+        if summary is not None and min(ids) < summary.first:         # deleted by delete_entries: they stay so
+            kept = [(e, d) for e, d in zip(ids, datas) if e >= summary.first]
+            if not kept:
+                return
+            ids, datas = [e for e, _ in kept], [d for _, d in kept]
         failures = self._room_for(sum(map(len, datas)) + len(datas) * (HEADER.size + PUT_IDS.size))
         encode_puts(self._buffer, ledger_id, zip(ids, datas))
         self._pending.setdefault(ledger_id, {}).update(zip(ids, datas))
@@ -276,7 +299,7 @@ class FileStorage:
         if pending is not None and entry_id in pending:
             return pending[entry_id]
         summary = self._ledgers.get(ledger_id)
-        if summary is None or not 0 <= entry_id <= summary.last or ledger_id in self._shadowed:
+        if summary is None or not summary.first <= entry_id <= summary.last or ledger_id in self._shadowed:
             return None
         location = self._index.lookup(ledger_id, entry_id)
         return None if location is None else self._logs.read(*location, ledger_id, entry_id)
@@ -288,7 +311,7 @@ class FileStorage:
         pending = self._pending.get(ledger_id) or {}
         out: list[bytes | None] = [None] * len(entry_ids)
         if (not pending and entry_ids and summary is not None and ledger_id not in self._shadowed
-                and min(entry_ids) >= 0 and max(entry_ids) <= summary.last):
+                and min(entry_ids) >= summary.first and max(entry_ids) <= summary.last):
             locations = self._index.lookup_many(ledger_id, entry_ids)     # the common case: all stored
             if None not in locations:
                 return self._logs.read_many([(*location, ledger_id, entry_id)
@@ -300,7 +323,8 @@ class FileStorage:
                 data = pending.get(entry_id)
                 if data is not None:
                     out[i] = data
-                elif (summary is not None and 0 <= entry_id <= summary.last and ledger_id not in self._shadowed):
+                elif (summary is not None and summary.first <= entry_id <= summary.last
+                      and ledger_id not in self._shadowed):
                     stored.append((i, entry_id))
             if not stored:
                 return out
@@ -334,6 +358,27 @@ class FileStorage:
         self._pending_count -= len(self._pending.pop(ledger_id, ()))
         self._ledgers.pop(ledger_id, None)
         self._shadowed.add(ledger_id)
+
+    def delete_entries(self, ledger_id: int, before: int) -> None:
+        """delete_entries forgets a ledger's entries below `before` at once; their space goes at a checkpoint.
+
+        A TRIM record is buffered (durable at the next sync); the logs whose entries of the
+        ledger all lie below `before` count them dead from now on, so `compact()` sees them.
+        """
+        self._check()
+        if before < 0:
+            raise ValueError(f"delete_entries of ledger {ledger_id} before a negative entry id {before}")
+        summary = self._ledgers.get(ledger_id)
+        if summary is None or before <= summary.first:
+            return
+        encode_trim(self._buffer, ledger_id, before)
+        summary.first = before
+        pending = self._pending.get(ledger_id)
+        if pending:
+            for entry_id in [e for e in pending if e < before]:
+                del pending[entry_id]
+                self._pending_count -= 1
+        self._logs.trim(ledger_id, before)
 
     def identity(self) -> bytes | None:
         """identity returns the disk identity kept in the IDENTITY file (walkit.bookie.identity), or None."""
@@ -474,7 +519,9 @@ class FileStorage:
             replay_log=logs.active, replay_offset=logs.size,
             log_totals={k: v for k, v in logs.totals.items() if k not in dropped},
             log_usage={k: dict(v) for k, v in logs.usage.items() if k not in dropped},   # (the serving thread goes on)
-            ledgers={ledger_id: (s.last, s.state) for ledger_id, s in self._ledgers.items()})
+            log_tops={k: dict(v) for k, v in logs.tops.items() if k not in dropped},
+            ledgers={ledger_id: (s.last, s.state) for ledger_id, s in self._ledgers.items()},
+            firsts={ledger_id: s.first for ledger_id, s in self._ledgers.items() if s.first})
 
     # -- recovery -------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -484,7 +531,8 @@ class FileStorage:
         legacy = journal_files(legacy_folder) if os.path.isdir(legacy_folder) else []
         if start is None:
             start = checkpoints.Checkpoint(version=1 if legacy else checkpoints.VERSION)
-        self._ledgers = {lid: _Ledger(last, state) for lid, (last, state) in start.ledgers.items()}
+        self._ledgers = {lid: _Ledger(last, state, start.firsts.get(lid, 0))
+                         for lid, (last, state) in start.ledgers.items()}
         self._index.keep_only(self._ledgers)
         if start.version == 1:
             self._logs.restore_legacy(start.active_log, start.log_totals.get(start.active_log, 0), start.log_totals,
@@ -496,7 +544,8 @@ class FileStorage:
             # cuts the logs back to the version 1 checkpoint, and with them the compaction's copies).
             self._checkpoint(reclaim=False)
         else:
-            replayed = self._logs.restore(start.log_totals, start.log_usage, start.replay_log, start.replay_offset)
+            replayed = self._logs.restore(start.log_totals, start.log_usage, start.log_tops, start.replay_log,
+                                          start.replay_offset)
             self._replay(replayed, copy=False)
             self._logs.resume(replayed)
         self.checkpoint()
@@ -575,16 +624,18 @@ class FileStorage:
     def _apply(self, view: memoryview, log_id: int, base: int, replay: bool, where: tuple[str, int] = ("", 0)) -> int:
         """_apply carries verified journal records, which lie at `base` in entry log `log_id`, into the indexes.
 
-        It returns their count. Each PUT's slot points at its record in the log. put,
-        set_ledger_state and delete_ledger update the ledger summaries at once, so only a
-        `replay` updates them here. A `replay` raises StorageError naming the record (`where` is
-        its file and chunk offset) if a PUT's ids are out of the index's range or its slot could
-        not be written; a sync leaves index failures to `_sync`, which reports them per ledger.
+        It returns their count. Each PUT's slot points at its record in the log; a TRIM drops
+        the slots below it, staged or written. put, set_ledger_state, delete_ledger and
+        delete_entries update the ledger summaries at once, so only a `replay` updates them
+        here. A `replay` raises StorageError naming the record (`where` is its file and chunk
+        offset) if a PUT's ids are out of the index's range or its slot could not be written; a
+        sync leaves index failures to `_sync`, which reports them per ledger.
         """
         note_put, index = self._note_put, self._index
         unpack_header, unpack_ids, pack_slot, head = HEADER.unpack_from, PUT_IDS.unpack_from, SLOT.pack, HEADER.size
         # Slots and entry-log bytes per ledger, staged once per ledger at the end (a group commit
-        # carries hundreds of one ledger's entries): a DELETE drops what its ledger had so far.
+        # carries hundreds of one ledger's entries): a DELETE drops what its ledger had so far, a
+        # TRIM what it had below its point.
         slots: dict[int, dict[int, bytes]] = {}
         sizes: dict[int, int] = {}
         count, pos, end = 0, 0, len(view)
@@ -612,6 +663,18 @@ class FileStorage:
                 if replay:
                     ledger_id, state = decode_state(view[pos + head:pos + head + length])
                     self._summary(ledger_id).state = state
+            elif kind == TRIM:
+                ledger_id, before = decode_trim(view[pos + head:pos + head + length])
+                ledger_slots = slots.get(ledger_id)
+                if ledger_slots:                  # PUTs of this chunk that came before it
+                    for entry_id in [e for e in ledger_slots if e < before]:
+                        sizes[ledger_id] -= head + SLOT.unpack(ledger_slots.pop(entry_id))[2]
+                index.trim(ledger_id, before)
+                self._logs.trim(ledger_id, before)
+                if replay:
+                    summary = self._ledgers.get(ledger_id)
+                    if summary is not None and before > summary.first:
+                        summary.first = before
             else:
                 ledger_id = decode_delete(view[pos + head:pos + head + length])
                 slots.pop(ledger_id, None)
@@ -621,10 +684,11 @@ class FileStorage:
                 if replay:
                     self._ledgers.pop(ledger_id, None)
             pos += head + length
-        usage = self._logs.usage[log_id]
+        note = self._logs.note
         for ledger_id, ledger_slots in slots.items():
-            index.stage(ledger_id, ledger_slots)
-            usage[ledger_id] = usage.get(ledger_id, 0) + sizes[ledger_id]
+            if ledger_slots:
+                index.stage(ledger_id, ledger_slots)
+                note(log_id, ledger_id, sizes[ledger_id], max(ledger_slots))
         index.flush()
         if replay and index.failed:
             raise self._unindexed(index.take_failures(), slots, base, where)

@@ -8,6 +8,14 @@ may still be alive and appending, bookies crash and restart (one may be lost for
 network drops, delays and duplicates, and metadata calls fail. At the end the faults stop, a
 last writer takes over, appends and closes, and a reader reads the whole ledger.
 
+In half the seeds (drawn from a generator of their own, so the other half run as before) the
+writers rotate fragments (small fragment limits: a few entries, a few payload bytes, a few
+hundred ms; walkit.core.writer), a client truncates the ledger now and then (up to the highest
+entry any writer acknowledged), and the bookies' garbage collection drops their entries below
+the ledger's first entry, up to the last fragment's start, a little after it read the metadata
+(walkit.bookie.server; kept across crashes, as a storage keeps a trim). Entries below the
+first entry are then no longer checked, and the reader starts at it.
+
 After every event the checker verifies the invariants of Vanlightly's TLA+ specification
 (ProtocolUnboundedLedgersAndGWQ), on the bookies' durable data and the metadata in the store:
 
@@ -25,14 +33,16 @@ After every event the checker verifies the invariants of Vanlightly's TLA+ speci
   running answered each append it took, acknowledged or failed (the run waits for that).
 
 `recovery_cls` lets a test remove the truncating no-op (LedgerRecovery.TRUNCATE_ON_REOPEN) and
-watch the checker find seed 001's log divergence; `writer_cls` substitutes a broken writer.
+watch the checker find seed 001's log divergence; `writer_cls` substitutes a broken writer; a
+subclass with TRIM_UP_TO_LAST_FRAGMENT False trims up to the first entry alone, and the checker
+finds the acknowledged entries a recovery then loses.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from walkit.core import events as ev
 from walkit.core.bookie import is_tombstone, unpack_entry
@@ -49,6 +59,8 @@ from walkit.testing.sim.world import Scenario, World
 LEDGER_ID = 9
 PASSWORD = b"sim"
 SHAPES = [(3, 3, 2), (3, 2, 2), (4, 3, 2), (3, 3, 3), (3, 2, 1), (4, 2, 2)]
+#: Rotation, truncation and garbage collection are drawn from a generator of their own: seed ^ this.
+_ROTATION_SALT = 0x0F4A_6E27
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,11 @@ class UnboundedSimConfig:
     end_ms: int = 20000
     add_timeout_ms: int = 150
     request_timeout_ms: int = 100
+    fragment_max_entries: int = 0    # the writers' fragment limits (0: off)
+    fragment_max_bytes: int = 0
+    fragment_max_ms: int = 0
+    truncations: int = 0             # times a client truncates the ledger while the faults last
+    gc_period_ms: int = 0            # how often bookies drop entries below the first one (0: never)
 
     @classmethod
     def random(cls, rng: random.Random) -> "UnboundedSimConfig":
@@ -86,6 +103,15 @@ class UnboundedSimConfig:
                    duplicate_rate=rng.choice([0.0, 0.02]), max_delay_ms=rng.choice([3, 12, 30]),
                    metadata_fault_rate=rng.choice([0.0, 0.0, 0.05]), bookie_crashes=rng.randint(0, 3),
                    lost_bookies=lost, writer_crash_rate=rng.choice([0.0, 0.3, 0.6]))
+
+    def rotating(self, rng: random.Random) -> "UnboundedSimConfig":
+        """rotating adds fragment limits, truncations and garbage collection in half the draws of `rng`."""
+        if rng.random() < 0.5:
+            return self
+        entries = rng.choice([0, 2, 3, 5, 8])
+        size, age = rng.choice([0, 0, 12, 40]), rng.choice([0, 0, 150, 400])       # payloads are ~4 bytes
+        return replace(self, fragment_max_entries=entries or (0 if size or age else 3), fragment_max_bytes=size,
+                       fragment_max_ms=age, truncations=rng.randint(0, 4), gc_period_ms=rng.choice([30, 100, 300]))
 
 
 class _Owner:
@@ -120,10 +146,15 @@ class _Writer:
 class UnboundedSimulation(Scenario):
     """UnboundedSimulation is one seeded battle of writers; `run()` returns a summary or raises."""
 
+    #: Garbage collection never drops entries from the last fragment's start on (walkit.bookie.server).
+    TRIM_UP_TO_LAST_FRAGMENT = True
+
     def __init__(self, seed: int, config: UnboundedSimConfig | None = None, recovery_cls=LedgerRecovery,
                  ensemble: tuple[str, ...] | None = None, writer_cls=LedgerWriter) -> None:
         self.seed = seed
-        self.config = cfg = config or UnboundedSimConfig.random(random.Random(seed))
+        rotation_rng = random.Random(seed ^ _ROTATION_SALT)
+        self.config = cfg = config or UnboundedSimConfig.random(random.Random(seed)).rotating(rotation_rng)
+        self._rotation_rng = rotation_rng          # truncation times and points, GC delays
         self.recovery_cls = recovery_cls
         self.writer_cls = writer_cls
         self._reopened: dict[int, str] = {}            # term -> the writer whose recovery reopened in it
@@ -133,8 +164,12 @@ class UnboundedSimulation(Scenario):
             metadata_fault_rate=cfg.metadata_fault_rate, request_timeout_ms=cfg.request_timeout_ms,
             after_step=self._check)
         world.on_store_change = self._on_store_change
-        for bookie in world.bookies.values():          # bookie data changes only when it syncs
+        self._trim_points: dict[str, int] = {}         # bookie -> the entry it dropped the ledger's entries below
+        self.trims = 0
+        self.fragment_starts: set[int] = set()
+        for address, bookie in world.bookies.items():  # bookie data changes only when it syncs
             bookie.storage.sync = self._noting(bookie.storage)
+            bookie.storage.put = self._trimming(address, bookie.storage)
         self.rng = world.rng
         self.digest = Digest("crc32c", PASSWORD)
         self.master_key = master_key(PASSWORD)
@@ -168,6 +203,15 @@ class UnboundedSimulation(Scenario):
             sync()
         return synced
 
+    def _trimming(self, address: str, storage):
+        """_trimming wraps a bookie storage's put: nothing is stored below its trim point (spi delete_entries)."""
+        put = storage.put
+
+        def trimmed_put(ledger_id: int, entry_id: int, data: bytes) -> None:
+            if ledger_id != LEDGER_ID or entry_id >= self._trim_points.get(address, 0):
+                put(ledger_id, entry_id, data)
+        return trimmed_put
+
     # -- the plan -------------------------------------------------------------------------------
     def _plan(self) -> None:
         cfg, rng, world = self.config, self.rng, self.world
@@ -184,6 +228,10 @@ class UnboundedSimulation(Scenario):
             world.at(rng.randint(0, window), self._crash_bookie, rng.choice(sorted(world.bookies)), True)
         world.at(window, self._quiet)
         world.tick_every(10)
+        for _ in range(cfg.truncations):
+            world.at(self._rotation_rng.randint(100, window), self._truncate)
+        if cfg.gc_period_ms:
+            world.at(cfg.gc_period_ms, self._collect)
 
     def run(self) -> dict:
         """run plays the battle, checking invariants after every event, then the final read."""
@@ -197,9 +245,11 @@ class UnboundedSimulation(Scenario):
                              and (writer.failed_from is None or e < writer.failed_from))
             self.fail(f"{writer.name} (term {writer.term}, still running) never answered its appends of entries "
                       f"{waiting[:5]}: acknowledged up to {writer.acked_upto}, failed from {writer.failed_from}")
-        return {"seed": self.seed, "config": self.config, "acked": len(self.acked), "terms": self.metadata.term,
-                "last_entry_id": self.closed.last_entry_id, "read": len(self.read),
-                "takeovers": self.takeovers_done}
+        first = self.closed.first_entry_id
+        return {"seed": self.seed, "config": self.config, "acked": sum(1 for e in self.acked if e >= first),
+                "terms": self.metadata.term, "last_entry_id": self.closed.last_entry_id, "read": len(self.read),
+                "takeovers": self.takeovers_done, "first_entry_id": first, "fragments": len(self.fragment_starts),
+                "trims": self.trims}
 
     def _unsettled(self) -> list[_Writer]:
         """_unsettled lists the writers still running that have appends neither acknowledged nor failed."""
@@ -214,9 +264,11 @@ class UnboundedSimulation(Scenario):
 
     def _start_writer(self, writer: _Writer, metadata: LedgerMetadata, version: int, last_entry_id: int) -> None:
         writer.term = metadata.term
+        cfg = self.config
         machine = self.writer_cls(metadata, version, master_key=self.master_key, digest=self.digest,
-                               add_timeout_ms=self.config.add_timeout_ms, explicit_lac_ms=50,
-                               now_ms=self.world.now, last_entry_id=last_entry_id)
+                                  add_timeout_ms=cfg.add_timeout_ms, explicit_lac_ms=50, now_ms=self.world.now,
+                                  last_entry_id=last_entry_id, fragment_max_entries=cfg.fragment_max_entries,
+                                  fragment_max_bytes=cfg.fragment_max_bytes, fragment_max_ms=cfg.fragment_max_ms)
         writer.owner = _Owner(machine, lambda command: self._writer_outcome(writer, command))
         self.log("%s writes in term %d after entry %d", writer.name, metadata.term, last_entry_id)
         writer.process.attach(writer.owner, [])
@@ -334,11 +386,53 @@ class UnboundedSimulation(Scenario):
                 world.restart_bookie(address)
         self._take_over(final=True)
 
+    # -- truncation and garbage collection --------------------------------------------------------
+    def _truncate(self) -> None:
+        """_truncate is a client's truncate_ledger, before a point no later than the acknowledged entries."""
+        key = ledger_key(LEDGER_ID)
+        old = self.world.store.data[key]
+        metadata = LedgerMetadata.from_bytes(old[0])
+        if metadata.state == CLOSED or self.acked_upto < metadata.first_entry_id:
+            return
+        before = self._rotation_rng.randint(metadata.first_entry_id + 1, self.acked_upto + 1)
+        self.log("a client truncates the ledger before entry %d", before)
+        self.world.store.apply("put", (key, metadata.truncated(before).to_bytes(), old[1]))
+        self._on_store_change(key, old, self.world.store.data[key])
+
+    def _collect(self) -> None:
+        """_collect is a garbage collection round of every bookie: the metadata read now, the trims a little later."""
+        world = self.world
+        metadata = LedgerMetadata.from_bytes(world.store.data[ledger_key(LEDGER_ID)][0])
+        point = metadata.first_entry_id
+        if metadata.state != CLOSED and self.TRIM_UP_TO_LAST_FRAGMENT:
+            point = min(point, metadata.last_fragment_start)
+        for address, bookie in world.bookies.items():
+            if bookie.up and point > self._trim_points.get(address, 0):
+                world.at(self._rotation_rng.randint(0, 40), self._trim, address, point)
+        world.at(self.config.gc_period_ms, self._collect)
+
+    def _trim(self, address: str, point: int) -> None:
+        """_trim drops a bookie's entries of the ledger below `point`, durably (delete_entries and its sync)."""
+        bookie = self.world.bookies[address]
+        if not bookie.up or point <= self._trim_points.get(address, 0):
+            return
+        self._trim_points[address] = point
+        self.trims += 1
+        storage = bookie.storage
+        for held in (storage.durable, storage.volatile):
+            for key in [k for k in held if k[0] == LEDGER_ID and k[1] < point]:
+                del held[key]
+        self.log("bookie %s drops the ledger's entries below %d", address, point)
+
     # -- the final read -------------------------------------------------------------------------
     def _read_back(self, metadata: LedgerMetadata) -> None:
         self.closed = metadata
         process = self.world.process(f"reader{len(self.writers)}")
-        reader = _Owner(RangeReader(metadata, 0, metadata.last_entry_id, self.digest,
+        if metadata.first_entry_id > metadata.last_entry_id:
+            process.alive = False
+            self._check_read(metadata, [])
+            return
+        reader = _Owner(RangeReader(metadata, metadata.first_entry_id, metadata.last_entry_id, self.digest,
                                     timeout_ms=self.world.request_timeout_ms, now_ms=self.world.now), None)
         got: list[tuple[int, bytes]] = []
 
@@ -359,6 +453,8 @@ class UnboundedSimulation(Scenario):
         records = [(entry_id, payload) for entry_id, payload in got if payload != NOOP_PAYLOAD]
         by_id = dict(records)
         for entry_id, (payload, term) in self.acked.items():
+            if entry_id < metadata.first_entry_id:
+                continue                              # truncated away
             if by_id.get(entry_id) != payload:
                 self.fail(f"the reader read {by_id.get(entry_id)!r} at entry {entry_id}, where {payload!r} "
                           f"was acknowledged in term {term}")
@@ -381,8 +477,12 @@ class UnboundedSimulation(Scenario):
             self.fail(f"the metadata changed after CLOSED: {metadata}")
         if metadata.term < self.metadata.term:
             self.fail(f"the ledger's term went back from {self.metadata.term} to {metadata.term}")
-        self.log("metadata v%d: %s term %d fragments %s", after[1], metadata.state, metadata.term,
-                 dict(metadata.ensembles))
+        self.log("metadata v%d: %s term %d first %d fragments %s", after[1], metadata.state, metadata.term,
+                 metadata.first_entry_id, dict(metadata.ensembles))
+        if metadata.first_entry_id < self.metadata.first_entry_id:
+            self.fail(f"the ledger's first entry went back from {self.metadata.first_entry_id} to "
+                      f"{metadata.first_entry_id}")
+        self.fragment_starts.update(metadata.ensembles)
         self.metadata = metadata
         self._full = True
 
@@ -408,15 +508,16 @@ class UnboundedSimulation(Scenario):
                  if lac != self._lacs.get(address, -1)]
         self._lacs = lacs
         top = max(self.acked_upto, md.last_entry_id if md.state == CLOSED else -1)
+        first = md.first_entry_id                  # entries below it were truncated away
         if self._full:
-            ids = set(range(md.first_entry_id, top + 1))
-            acked = list(self.acked)
+            ids = set(range(first, top + 1))
+            acked = [e for e in self.acked if e >= first]
             watched = set(lacs)
         else:
-            ids = {e for e in self._changed if md.first_entry_id <= e <= top}
+            ids = {e for e in self._changed if first <= e <= top}
             for _, old, new in moved:
-                ids.update(range(max(old + 1, md.first_entry_id), min(new, top) + 1))
-            acked = [e for e in ids if e in self.acked] + self._new_acks
+                ids.update(range(max(old + 1, first), min(new, top) + 1))
+            acked = [e for e in ids if e in self.acked] + [e for e in self._new_acks if e >= first]
             watched = {address for address, _, _ in moved} | {a for a, lac in lacs.items() if lac in ids}
         self._full, self._changed, self._new_acks = False, set(), []
         qa, qw = self.config.ack_quorum, self.config.write_quorum

@@ -1,0 +1,142 @@
+"""Unbounded ledgers rotate fragments, and truncation frees disk on every bookie (issue 39, item 6).
+
+Real bookie processes: a 3-bookie cluster (no spare bookie, so every fragment names all three),
+an unbounded ledger or log written past several rotations, then truncated; each bookie's garbage
+collection drops the entries below the new first entry and its storage directory shrinks.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import walkit
+from walkit.core.messages import Status
+from walkit.errors import NoSuchEntry
+from walkit.local import LocalCluster
+
+from .helpers import RawBookie, wait_until
+
+pytestmark = pytest.mark.slow
+
+ENTRY = 4096
+GC = ("--gc-interval", "0.5", "--no-autorecovery")
+
+
+def disk_bytes(path: str) -> int:
+    """disk_bytes is the space the files under `path` take on disk (allocated blocks)."""
+    return sum(os.stat(os.path.join(root, name)).st_blocks * 512
+               for root, _, names in os.walk(path) for name in names)
+
+
+def bookie_folders(cluster: LocalCluster) -> list[str]:
+    return [os.path.join(cluster.data_dir, f"bookie-{i}") for i in range(3)]
+
+
+def payload(i: int) -> bytes:
+    return (b"%08d" % i) * (ENTRY // 8)
+
+
+STORAGES = {
+    # small entry logs, so the ~4 MB written spans many of them and whole logs can go
+    "files": "files://{data}/bookie-{{i}}?entrylog_max_mb=0.25",
+    "sqlite": "sqlite://{data}/bookie-{{i}}/entries.db",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STORAGES))
+def test_truncating_a_rotated_unbounded_ledger_shrinks_every_bookie_s_storage(tmp_path, kind):
+    data = str(tmp_path / "cluster")
+    with LocalCluster(bookies=3, data_dir=data, storage=STORAGES[kind].format(data=data), bookie_args=GC) as cluster, \
+            walkit.Client(cluster.metadata_url) as client:
+        writer = client.create_ledger(3, 3, 2, password=b"pw", unbounded=True, fragment_max_bytes=256 * 1024)
+        count, batch = 1000, 20                                       # ~4 MB: about 16 fragments
+        for start in range(0, count, batch):
+            writer.append_many([payload(i) for i in range(start, start + batch)])
+        metadata = writer.metadata
+        assert len(metadata.ensembles) >= 10, dict(metadata.ensembles)
+        assert set(metadata.ensembles.values()) == {metadata.current_ensemble}     # no spare: the same bookies
+        starts = metadata.fragment_starts          # a limit is a threshold: passed by what completes at once
+        assert all(64 <= b - a <= 64 + batch for a, b in zip(starts, starts[1:])), starts
+
+        folders = bookie_folders(cluster)
+        full = [disk_bytes(f) for f in folders]
+        assert all(size > 3 * 1024 * 1024 for size in full), full
+        truncated = client.truncate_ledger(writer.ledger_id, 900)
+        assert truncated.first_entry_id == 900 and len(truncated.ensembles) <= 3
+
+        def shrunk() -> bool:
+            return all(disk_bytes(f) < 0.35 * size for f, size in zip(folders, full))
+        wait_until(shrunk, 60, interval=0.2,
+                   message=lambda: f"bookie storage did not shrink: {full} -> {[disk_bytes(f) for f in folders]}")
+        for address in metadata.current_ensemble:                     # each bookie: nothing below 900 left
+            with RawBookie(address) as raw:
+                answer = raw.read(writer.ledger_id, [5, 899, 900])      # absent ids are left out of an answer
+                assert answer.status == Status.OK and [e.entry_id for e in answer.entries] == [900]
+                assert answer.entries[0].payload == payload(900)
+
+        for i in range(count, count + 20):                            # the writer goes on
+            writer.append(payload(i))
+        reader = client.open_ledger(writer.ledger_id, password=b"pw")
+        assert [e.payload for e in reader.read(900)] == [payload(i) for i in range(900, reader.last_add_confirmed + 1)]
+        assert reader.last_add_confirmed >= count + 18                 # (the last LAC travels with the next add)
+        with pytest.raises(NoSuchEntry):
+            list(reader.read(899, 899))
+
+
+def test_an_unbounded_log_rotates_by_its_roll_bytes_and_its_truncation_shrinks_every_bookie(tmp_path):
+    data = str(tmp_path / "cluster")
+    # A fragment ends at the first fully replicated entry past its limit: what is in flight
+    # completes together, so the window is kept small here to see fragments near the limit.
+    with LocalCluster(bookies=3, data_dir=data, storage=STORAGES["files"].format(data=data),
+                      bookie_args=GC) as cluster, \
+            walkit.Client(cluster.metadata_url, max_bytes_in_flight=64 * 1024) as client:
+        log = client.open_log("events", unbounded=True, write_quorum=3, roll_bytes=256 * 1024)
+        positions = [log.append_async(payload(i)) for i in range(800)]
+        positions = [p.result(60) for p in positions]
+        assert len(client.ledger_metadata(log.ledger_id).ensembles) >= 8
+        log.close()
+        log = client.open_log("events")                               # a takeover rotates with the log's config
+        positions += [log.append(payload(i)) for i in range(800, 900)]
+        assert max(client.ledger_metadata(log.ledger_id).ensembles) > positions[800].entry_id
+
+        folders = bookie_folders(cluster)
+        full = [disk_bytes(f) for f in folders]
+        log.truncate(positions[850])
+        wait_until(lambda: all(disk_bytes(f) < 0.4 * size for f, size in zip(folders, full)), 60, interval=0.2,
+                   message=lambda: f"bookie storage did not shrink: {full} -> {[disk_bytes(f) for f in folders]}")
+        records = [r.payload for r in client.read_log("events")]
+        assert records == [payload(i) for i in range(850, 900)]
+        log.close()
+
+
+def test_with_spare_bookies_rotation_moves_the_ledger_and_truncation_drops_it_from_the_old_ones(tmp_path):
+    """Six bookies, ensembles of three: each rotation takes the three others, so after a truncation
+    into the last fragment the old three drop the ledger and the current three their old entries."""
+    data = str(tmp_path / "cluster")
+    with LocalCluster(bookies=6, data_dir=data, storage=STORAGES["files"].format(data=data),
+                      bookie_args=GC) as cluster, walkit.Client(cluster.metadata_url) as client:
+        writer = client.create_ledger(3, 3, 2, password=b"pw", unbounded=True, fragment_max_bytes=256 * 1024)
+        for start in range(0, 600, 20):
+            writer.append_many([payload(i) for i in range(start, start + 20)])
+        metadata = writer.metadata
+        ensembles = [set(metadata.ensembles[s]) for s in metadata.fragment_starts]
+        assert len(ensembles) >= 6 and all(not a & b for a, b in zip(ensembles, ensembles[1:])), ensembles
+        current = set(metadata.current_ensemble)
+        folders = {address: os.path.join(data, f"bookie-{i}") for i, address in enumerate(cluster.addresses)}
+        full = {address: disk_bytes(folder) for address, folder in folders.items()}
+        before = metadata.last_fragment_start + 1
+        assert len(client.truncate_ledger(writer.ledger_id, before).ensembles) == 1
+
+        def gone(address: str) -> bool:
+            with RawBookie(address) as raw:
+                return raw.read_lac(writer.ledger_id).status == Status.NO_SUCH_LEDGER
+        for address in set(cluster.addresses) - current:
+            wait_until(lambda: gone(address), 60, interval=0.2,
+                       message=f"bookie {address}, outside every fragment left, kept the ledger")
+        wait_until(lambda: all(disk_bytes(folders[a]) < 0.5 * full[a] for a in current), 60, interval=0.2,
+                   message=lambda: f"{[(full[a], disk_bytes(folders[a])) for a in current]}")
+        reader = client.open_ledger(writer.ledger_id, password=b"pw")
+        assert [e.payload for e in reader.read(before)] == [payload(i)
+                                                            for i in range(before, reader.last_add_confirmed + 1)]
