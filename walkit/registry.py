@@ -104,7 +104,7 @@ class BookieRegistry:
         """
         live = self.live()
         writable = self.writable(live=live)
-        disks = {a: info.disk for a, info in live.items() if info.disk}
+        disks = {a: live[a].disk for a in writable if live[a].disk}      # a read-only bookie takes no place
         return Bookies(self._placed(kind, args, live, writable), disks)
 
     def _placed(self, kind: str, args: tuple, live: dict[str, BookieInfo], writable: list[str]) -> list[str]:

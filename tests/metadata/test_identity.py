@@ -8,6 +8,7 @@ from walkit.bookie.identity import (
     DiskIdentity, IdentityError, check_identity, cluster_id, cookie_key, read_cookie, write_cookie,
 )
 from walkit.core.metadata import LedgerMetadata, ledger_key
+from walkit.errors import ConfigError
 from walkit.plugins import open_metadata
 from walkit.plugins.storage.memory import MemoryStorage
 from walkit.plugins.storage.sqlite import SqliteStorage
@@ -124,9 +125,54 @@ def test_data_from_before_identities_is_adopted_when_the_store_knows_its_ledgers
 
 def test_data_from_before_identities_is_refused_by_a_store_that_knows_none_of_it(store, storage_at):
     storage = legacy_storage(storage_at, 7)
-    with pytest.raises(IdentityError, match="knows none of them"):
+    with pytest.raises(IdentityError, match="none of the ledgers"):
         check(storage, store)
     assert storage.identity() is None and cluster_id(store) is None and storage.get(7, 0) is not None
+
+
+def test_data_from_before_identities_is_refused_by_another_clusters_store_with_the_same_ledger_ids(
+        store, storage_at):
+    """Ledger ids are small counters: another cluster's store holds a ledger 7 too, which does not
+    name this bookie. Adopting it there would let garbage collection act on foreign metadata."""
+    store.create(ledger_key(7), LedgerMetadata(ledger_id=7, ensemble_size=1, write_quorum=1, ack_quorum=1,
+                                               ensembles={0: ("10.9.9.9:3181",)}).to_bytes())
+    storage = legacy_storage(storage_at, 7)
+    with pytest.raises(IdentityError, match="none of the ledgers"):
+        check(storage, store)
+    assert storage.identity() is None and cluster_id(store) is None
+
+
+def test_two_new_disks_starting_on_one_address_at_once_cannot_both_pass(store, storage_at):
+    """The cookie is created, not overwritten: the second start finds the first one's cookie and refuses."""
+    from walkit.bookie import identity as module
+    first, second = storage_at("a.db"), storage_at("b.db")
+    check(first, store)
+    real, calls = module.read_cookie, []
+
+    def stale_once(*args):                           # the second read "no cookie" before the first wrote it
+        calls.append(args)
+        return None if len(calls) == 1 else real(*args)
+    module.read_cookie = stale_once
+    try:
+        with pytest.raises(IdentityError, match="two disks claim this address"):
+            check(second, store)
+    finally:
+        module.read_cookie = real
+    assert len(calls) == 2                           # it found the cookie on its second look
+    assert read_cookie(store, ADDRESS) == DiskIdentity.from_bytes(first.identity(), "test")
+
+
+def test_a_storage_plugin_without_identities_and_a_foreign_cluster_key_are_clear_errors(store, storage_at):
+    class OldPlugin:
+        durable = True
+
+        def ledgers(self):
+            return []
+    with pytest.raises(ConfigError, match="keeps no disk identity"):
+        check(OldPlugin(), store)
+    store.create("cluster", b"not walkit's")
+    with pytest.raises(IdentityError, match="not a walkit cluster id"):
+        check(storage_at(), store)
 
 
 def test_a_memory_storage_is_a_new_disk_at_every_start(store):

@@ -145,3 +145,24 @@ def test_format_and_rejoin_removes_the_cookie_and_marks_the_ledgers(cluster):
     assert read_cookie(client.store, address) is None
     marks = UnderReplication(client.store)
     assert all(marks.get(i)[0].bookies == {address: NEW_DISK} for i in ledgers)
+
+
+def test_format_and_rejoin_records_the_old_disk_in_fragments_written_before_disks_were(cluster):
+    """A ledger from before disks were recorded names the bookie with no disk, and every answer would
+    count for it: format-and-rejoin records the disk that held it (from the cookie), so the new disk's
+    NO_SUCH_ENTRY answers never prove its entries absent."""
+    from dataclasses import replace
+    from walkit.core.metadata import LedgerMetadata, ledger_key
+    client = cluster.client()
+    ledger_id = closed_ledger(cluster)
+    value, version = client.store.get(ledger_key(ledger_id))
+    client.store.put(ledger_key(ledger_id), replace(LedgerMetadata.from_bytes(value), disks={}).to_bytes(), version)
+    address = cluster.addresses[1]
+    write_cookie(client.store, DiskIdentity(cluster.disks[1], "cluster", address))
+    cluster.kill(1)
+    format_and_rejoin(client, address)
+    metadata = client.ledger_metadata(ledger_id)
+    assert metadata.disk_of(0, address) == cluster.disks[1]
+    assert all(metadata.disk_of(0, b) == 0 for b in metadata.ensembles[0] if b != address)   # only its slot
+    cluster.revive(1, empty=True)
+    assert not metadata.answer_counts(0, address, cluster.disks[1])

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from walkit import security
-from walkit.bookie.access import ALLOW, DENY, NO_LEDGER, LedgerAccess
+from walkit.bookie.access import ALLOW, DENY, NO_LEDGER, UNREADABLE, LedgerAccess
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.plugins import open_metadata
 from walkit.testing.metadata import wait_until
@@ -76,3 +76,12 @@ def test_a_revoked_principal_is_refused_at_once(access, store):
     assert decided(access, ALICE, 80, "write", time.monotonic()) == ALLOW
     security.disallow(store, ALICE)
     wait_until(lambda: access.decide(ALICE, 80, "write", time.monotonic()) == DENY, 10, "revocation")
+
+
+@pytest.mark.parametrize("value", [b'{"ledger_id": 79, "from_a_newer_walkit": 1}', b"not json", b'{"disks": 5}'])
+def test_metadata_it_cannot_read_is_unreadable_not_missing(access, store, value):
+    """NO_SUCH_LEDGER would tell a recovering client this bookie holds nothing of the ledger;
+    metadata a bookie cannot decode says nothing of the kind (it answers IO_ERROR instead)."""
+    store.create(ledger_key(79), value)
+    assert decided(access, ALICE, 79, "write", time.monotonic()) == UNREADABLE
+    assert access.why_unreadable(79)

@@ -18,7 +18,7 @@ from walkit.core.metadata import CLOSED, IN_RECOVERY, LedgerMetadata
 from walkit.core.reader import RangeReader
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import LedgerWriter
-from walkit.errors import BookieError, ConfigError, LedgerFenced, NoSuchEntry
+from walkit.errors import BookieError, ConfigError, LedgerFenced, NoSuchEntry, NotEnoughBookies
 from walkit.testing.scripted import LEDGER_ID, ScriptedCluster
 
 
@@ -106,8 +106,10 @@ def test_recovery_never_counts_no_such_entry_from_an_emptied_disk():
     assert cluster.store.metadata.last_entry_id < writer.confirmed == 4   # acknowledged entries lost
 
 
-def test_fencing_never_counts_an_emptied_disk():
-    """EC = (E - Qa) + 1 = 2 fencing answers: b2's from its new disk is not one of them."""
+def test_fencing_counts_an_emptied_disk_but_absence_does_not():
+    """EC = (E - Qa) + 1 = 2 fencing answers: b2 on its new disk is fenced now (and no writer counts
+    its acknowledgements), so it is one of them; its NO_SUCH_ENTRY for e1 (write set b2, b3)
+    proves nothing, so recovery waits for b3, which holds it."""
     cluster = ScriptedCluster(bookies=3, ensemble=3, write_quorum=2, ack_quorum=2)
     writer = cluster.writer()
     writer.append(3)
@@ -118,11 +120,54 @@ def test_fencing_never_counts_an_emptied_disk():
     recovery = cluster.recovery()
     cluster.cas(recovery)
     cluster.fail(to="b3", kind="lac")                          # b3 unreachable for now
-    cluster.deliver_all(kind="lac")                            # b1 and b2 answered
-    assert cluster.queued(kind="read") == []                   # not fenced yet: b2's answer does not count
-    cluster.tick(200)                                          # both asked again
+    cluster.deliver_all(kind="lac")                            # b1 and b2 (new disk) answered: fenced
+    cluster.deliver_all(to="b1")
+    cluster.deliver_all(to="b2")
+    cluster.deliver_all(to="recovery")
+    assert recovery.result is None                             # e1 unknown: b2's answer is not absence
+    cluster.tick(200)
     cluster.settle()
     assert cluster.store.metadata.last_entry_id == 2
+
+
+def test_recovery_counts_no_such_ledger_from_an_older_bookie_only_for_ledgers_that_record_no_disks():
+    """An older secured bookie cannot read metadata that records disks and answers NO_SUCH_LEDGER
+    for a ledger it holds: from a bookie that names no disk, that is not absence."""
+    cluster = ScriptedCluster(bookies=3, ensemble=3, write_quorum=2, ack_quorum=2)
+    md = cluster.store.metadata
+    recovery = LedgerRecovery(md, 0, master_key=cluster.master_key, digest=cluster.digest)
+    recovery.start()
+    recovery.step(ev.MetadataWritten(metadata=md.in_recovery(), version=1))
+    for bookie in ("b1", "b2"):
+        recovery.step(ev.LacRead(bookie=bookie, ledger_id=LEDGER_ID, status=Status.OK, lac=-1, disk=md.disk_of(0, bookie)))
+    # e0's write set is b1, b2: b1 (no disk named) says NO_SUCH_LEDGER, b2 never answers
+    assert recovery.step(ev.ReadFailed(bookie="b1", ledger_id=LEDGER_ID, entry_ids=[0], status=Status.NO_SUCH_LEDGER,
+                                       disk=0)) == []
+    assert recovery.last_entry_id is None
+    legacy = LedgerMetadata(ledger_id=LEDGER_ID, ensemble_size=3, write_quorum=2, ack_quorum=2,
+                            ensembles={0: ("b1", "b2", "b3")})
+    recovery = LedgerRecovery(legacy, 0, master_key=cluster.master_key, digest=cluster.digest)
+    recovery.start()
+    recovery.step(ev.MetadataWritten(metadata=legacy.in_recovery(), version=1))
+    for bookie in ("b1", "b2"):
+        recovery.step(ev.LacRead(bookie=bookie, ledger_id=LEDGER_ID, status=Status.OK, lac=-1))
+    recovery.step(ev.ReadFailed(bookie="b1", ledger_id=LEDGER_ID, entry_ids=[0], status=Status.NO_SUCH_LEDGER))
+    assert recovery.last_entry_id == -1                        # no disks recorded: it counts, as before
+
+
+def test_the_lac_reader_never_counts_a_replaced_disk():
+    """Entry 5 is on b3 and b1; b3's disk was replaced (NO_SUCH_LEDGER) and b2 never held it: two
+    answers, but only b2's counts, so the reader waits for b1 instead of ending at 4."""
+    from walkit.core.reader import LacReader
+    md = LedgerMetadata(ledger_id=LEDGER_ID, ensemble_size=3, write_quorum=2, ack_quorum=2,
+                        ensembles={0: ("b1", "b2", "b3")}, disks={0: (1, 2, 3)})
+    reader = LacReader(md)
+    reader.start()
+    assert reader.step(ev.LacRead(bookie="b3", ledger_id=LEDGER_ID, status=Status.NO_SUCH_LEDGER, disk=99)) == []
+    assert reader.step(ev.LacRead(bookie="b2", ledger_id=LEDGER_ID, status=Status.OK, lac=3, last_entry_id=4,
+                                  disk=2)) == []
+    [done] = reader.step(ev.LacRead(bookie="b1", ledger_id=LEDGER_ID, status=Status.OK, lac=4, last_entry_id=5, disk=1))
+    assert done.last_entry_id == 5
 
 
 # -- the writer ---------------------------------------------------------------------------------
@@ -240,3 +285,53 @@ def test_recovery_of_a_ledger_in_recovery_starts_fencing_with_the_disks_recorded
     assert cluster.store.metadata.disks == {0: (1, 2, 3)}
     cluster.transform_metadata(lambda md: md.in_recovery())
     assert cluster.store.metadata.state == IN_RECOVERY and cluster.store.metadata.disks == {0: (1, 2, 3)}
+
+
+def test_a_pinned_bookie_back_on_a_new_disk_fails_the_writer_instead_of_renewing_in_place():
+    """Guaranteed write quorum, E3/Qw3/Qa2: e0 is confirmed by b1 and b2 but not yet on b3, so b2 is
+    pinned. b2 comes back on a new disk: a new fragment from LAFR + 1 = 0 would record the new disk
+    over e0, which it lacks. The writer fails instead; the metadata still records b2's old disk."""
+    from dataclasses import replace
+    cluster = ScriptedCluster(bookies=3, ensemble=3, write_quorum=3, ack_quorum=2)
+    cluster.store.metadata = replace(cluster.store.metadata, guaranteed_write_quorum=True)
+    writer = cluster.writer()
+    writer.append()
+    for bookie in ("b1", "b2"):
+        cluster.deliver(to=bookie, kind="add")
+        cluster.sync(bookie)
+        cluster.deliver(to="writer", from_=bookie)
+    assert writer.completions == [0]
+    cluster.crash("b2")
+    cluster.restart("b2", empty=True)
+    writer.append()                                            # e1 -> b1, b2 (new disk), b3
+    cluster.deliver(to="b2", kind="add", entry=1)
+    cluster.sync("b2")
+    cluster.deliver(to="writer", from_="b2")
+    assert [type(e) for e in writer.errors] == [NotEnoughBookies]
+    assert cluster.store.metadata.fragment_starts == [0] and cluster.store.metadata.disk_of(0, "b2") == 2
+
+
+def test_a_late_answer_from_a_replaced_disk_never_counts():
+    """b2's old disk acknowledged e0, but the answer is late; meanwhile b2 came back on a new disk and
+    its answer to e1 arrived first. The old disk's answer arrives next and counts for nothing: with
+    b1's, e0 would have reached Qa on a copy that no longer exists."""
+    cluster = ScriptedCluster(bookies=3, ensemble=3, write_quorum=3, ack_quorum=2)
+    writer = cluster.writer()
+    writer.append()                                            # e0
+    cluster.deliver(to="b2", kind="add")
+    cluster.sync("b2")                                         # b2's answer to e0 waits on the network
+    cluster.crash("b2")
+    cluster.restart("b2", empty=True)
+    writer.append()                                            # e1
+    cluster.deliver(to="b2", kind="add")
+    cluster.sync("b2")
+    cluster.deliver(to="writer", from_="b2", entry=1)          # the new disk first: b2 is renewed
+    cluster.choose()                                           # b2 takes its own place: the CAS is in flight
+    cluster.deliver(to="writer", from_="b2", entry=0)          # then the old disk's late answer
+    cluster.deliver(to="b1", kind="add", entry=0)
+    cluster.sync("b1")
+    cluster.deliver(to="writer", from_="b1", entry=0)
+    cluster.cas()                                              # the new fragment records b2's new disk
+    assert writer.completions == []                            # b1 alone: e0 is not confirmed
+    cluster.settle()
+    assert writer.completions[-1] == 1 and cluster.read(0, 1) == entries(0, 1)

@@ -21,7 +21,8 @@ from walkit import deletions
 from walkit.autorecovery.marks import DECOMMISSION, LOST, NEW_DISK, UnderReplication
 from walkit.autorecovery.replicator import Replicator
 from walkit.autorecovery.worker import ReplicationWorker
-from walkit.errors import ConfigError, NoSuchLedger, Timeout, WalkitError
+from walkit.core.metadata import LedgerMetadata, ledger_key
+from walkit.errors import BadVersion, ConfigError, NoSuchKey, NoSuchLedger, Timeout, WalkitError
 
 Progress = Callable[[str, int, int], None]
 
@@ -108,25 +109,54 @@ def _errors(marks: UnderReplication, ledgers) -> str:
 def format_and_rejoin(client, address: str, progress: Progress = _quiet) -> dict:
     """format_and_rejoin lets the stopped bookie `address` start again on an empty disk; it returns a report.
 
-    It removes the bookie's cookie (walkit.bookie.identity), so the bookie formats its storage
-    as a new disk at its next start instead of refusing, and marks every ledger with a fragment
-    on the address "new-disk": auto-recovery copies those entries back to the new disk once it
-    is registered (and records the disk in the fragments), or to other bookies while it is not.
+    It records the old disk (from the cookie; a retired id if there is none) in every fragment
+    that names the address with no disk recorded (ledgers written before disks were), marks
+    every ledger with a fragment on the address "new-disk", and removes the bookie's cookie
+    (walkit.bookie.identity), so the bookie formats its storage as a new disk at its next start
+    instead of refusing. Auto-recovery copies those entries back to the new disk once it is
+    registered (and records the disk in the fragments), or to other bookies while it is not.
     Until then clients count none of its answers for those fragments (LedgerMetadata.disks), so
     nothing it lost can look absent. A registered bookie is refused: stop it first.
     """
-    from walkit.bookie.identity import delete_cookie
+    from walkit.bookie.identity import delete_cookie, new_disk_id, read_cookie
     if client.registry.info(address) is not None:
         raise WalkitError(f"bookie {address} is registered (running); stop it first. format-and-rejoin is for a "
                           f"bookie that refuses to start because its storage was emptied or replaced")
     marks = UnderReplication(client.store)
     found = ledgers_on(client, address, progress)
+    cookie = read_cookie(client.store, address)
+    # Fragments written before disks were recorded name the address with no disk, and every answer
+    # would count for them: they record the disk that held them (a retired id if none is known).
+    old_disk = cookie.disk if cookie is not None else new_disk_id()
     for done, ledger_id in enumerate(found, 1):
+        _record_disk(client.store, ledger_id, address, old_disk)
         marks.mark(ledger_id, {address: NEW_DISK})
         progress("mark", done, len(found))
     cookie = delete_cookie(client.store, address)
     return {"bookie": address, "old_disk": f"{cookie.disk:x}" if cookie is not None else None,
             "ledgers": sorted(found), "fragments": sum(len(s) for s in found.values())}
+
+
+def _record_disk(store, ledger_id: int, address: str, disk: int, rounds: int = 20) -> None:
+    """_record_disk records `disk` for `address` in the ledger's fragments that record none (CAS, retried)."""
+    key = ledger_key(ledger_id)
+    for _ in range(rounds):
+        try:
+            value, version = store.get(key)
+        except NoSuchKey:
+            return                                 # deleted meanwhile
+        metadata = LedgerMetadata.from_bytes(value)
+        updated = metadata.with_disk_where_unknown(address, disk)
+        if updated == metadata:
+            return
+        try:
+            store.put(key, updated.to_bytes(), version)
+            return
+        except BadVersion:
+            continue                               # a writer changed it: record on top of that
+        except NoSuchKey:
+            return
+    raise WalkitError(f"ledger {ledger_id}: its metadata kept changing while the disk of {address} was recorded")
 
 
 def decommission_bookie(client, address: str, *, passwords=("",), open_grace_s: float = 30.0,
@@ -173,7 +203,7 @@ def sanity_check(client, address: str, *, entries: int = 10, size: int = 100, ti
     from walkit.autorecovery.bookieio import BookieIO
     from walkit.core.digest import Digest, master_key, password_check
     from walkit.core.messages import Entry, Status
-    from walkit.core.metadata import LEDGER_ID_COUNTER, LedgerMetadata, ledger_key
+    from walkit.core.metadata import LEDGER_ID_COUNTER
 
     store = client.store
     ledger_id = store.next_id(LEDGER_ID_COUNTER)

@@ -13,7 +13,10 @@ the metadata store, on the first request for a ledger, and caches it:
   whoever the log's ACL grants the level; a ledger created without security (no owner) is open
   to every allowed client;
 - the principal must still be on the allow-list (a revoked client is refused at once, also on
-  connections it opened before).
+  connections it opened before);
+- metadata that exists but cannot be read or decoded (a store error, or a newer walkit's field)
+  is UNREADABLE, answered IO_ERROR: never NO_SUCH_LEDGER, which a recovering client would count
+  as "this bookie holds nothing of the ledger".
 
 `decide` answers at once from the cache, or returns None after starting a lookup on a
 background thread; `resolved()` hands the serving thread the ledgers whose lookups finished, so
@@ -22,7 +25,6 @@ it can run the requests it parked for them. ACL changes are watched and drop the
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -39,7 +41,7 @@ log = logging.getLogger("walkit.bookie")
 #: How many "ledger has no metadata" answers a bookie keeps (oldest dropped first).
 MAX_MISSING = 4096
 
-ALLOW, DENY, NO_LEDGER = "allow", "deny", "no-ledger"
+ALLOW, DENY, NO_LEDGER, UNREADABLE = "allow", "deny", "no-ledger", "unreadable"
 
 
 class _Ledger:
@@ -59,6 +61,7 @@ class LedgerAccess:
         self.allow_list = allow_list
         self._ledgers: dict[int, _Ledger] = {}
         self._missing: dict[int, float] = {}
+        self._unreadable: dict[int, tuple[float, str]] = {}     # ledger -> (lookup started, why)
         self._grants: dict[str, dict[str, str]] = {}
         self._looking: set[int] = set()
         self._done: deque[int] = deque()
@@ -67,7 +70,7 @@ class LedgerAccess:
         self._watch = store.watch(ACL_PREFIX, self._acl_changed)
 
     def decide(self, principal: str | None, ledger_id: int, needed: str, arrived: float) -> str | None:
-        """decide returns ALLOW, DENY or NO_LEDGER, or None while the ledger is being looked up.
+        """decide returns ALLOW, DENY, NO_LEDGER or UNREADABLE, or None while the ledger is being looked up.
 
         `arrived` is when the request arrived (time.monotonic()): NO_LEDGER needs a lookup that
         started no earlier.
@@ -79,6 +82,9 @@ class LedgerAccess:
             missing = self._missing.get(ledger_id)
             if missing is not None and missing >= arrived:
                 return NO_LEDGER
+            unreadable = self._unreadable.get(ledger_id)
+            if unreadable is not None and unreadable[0] >= arrived:
+                return UNREADABLE
             self._look_up(ledger_id)
             return None
         if not ledger.owner or principal in (ledger.owner, ledger.log_owner):
@@ -97,6 +103,11 @@ class LedgerAccess:
         while self._done:
             done.append(self._done.popleft())
         return done
+
+    def why_unreadable(self, ledger_id: int) -> str:
+        """why_unreadable says why the ledger's metadata could not be read (for an UNREADABLE answer)."""
+        found = self._unreadable.get(ledger_id)
+        return found[1] if found is not None else "unknown"
 
     def forget(self, ledger_id: int) -> None:
         """forget drops what the bookie knew of a ledger (it was deleted)."""
@@ -130,10 +141,15 @@ class LedgerAccess:
                     pass
                 self._grants[name] = grants(self.store, name)
             self._missing.pop(ledger_id, None)
+            self._unreadable.pop(ledger_id, None)
             self._ledgers[ledger_id] = _Ledger(metadata.owner, name, log_owner)
-        except (WalkitError, ValueError, json.JSONDecodeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - unreadable, not missing; the lookup thread goes on
             log.warning("cannot read who may use ledger %d: %s", ledger_id, exc)
-            self._note_missing(ledger_id, started)
+            with self._lock:
+                self._unreadable.pop(ledger_id, None)
+                self._unreadable[ledger_id] = (started, f"{type(exc).__name__}: {exc}")
+                while len(self._unreadable) > MAX_MISSING:
+                    del self._unreadable[next(iter(self._unreadable))]
         finally:
             with self._lock:
                 self._looking.discard(ledger_id)

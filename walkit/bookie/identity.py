@@ -24,7 +24,7 @@ anything, and refuses to start (IdentityError, with what to do) rather than gues
 | nothing, and no data     | present                 | refuse: the disk was emptied or replaced; its  |
 |                          |                         | acknowledged entries are gone (see below)      |
 | data but no identity     | missing                 | a bookie from before identities: adopted, if   |
-|                          |                         | the store knows one of its ledgers             |
+|                          |                         | one of its ledgers in the store names it       |
 
 A storage that keeps nothing across restarts (``memory://``, `durable` False) is a new disk at
 every start: it takes a new disk id and replaces the cookie, and clients treat it as new.
@@ -35,8 +35,11 @@ died could be closed before an acknowledged entry; it has also forgotten the fen
 put on it. Clients therefore record each fragment's disks in the ledger metadata and never
 count an answer from another disk (walkit.core.metadata.LedgerMetadata.disks), and the bookie
 refuses to start until the operator says the disk is new: `walkit bookies format-and-rejoin
-ADDRESS` removes the cookie and marks every ledger that names the address for re-replication
-(auto-recovery copies the entries back to the new disk, or to another bookie).
+ADDRESS` records the old disk in every fragment that names the address without one (ledgers
+written before disks were recorded), removes the cookie, and marks those ledgers for
+re-replication (auto-recovery copies the entries back to the new disk, or to another bookie).
+Cookies are created, never overwritten, except by a memory bookie's new disk: two bookies
+starting on one address at once cannot both pass.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass
 
-from walkit.core.metadata import ledger_key
+from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import ConfigError, NodeExists, NoSuchKey
 
 log = logging.getLogger("walkit.bookie")
@@ -102,7 +105,11 @@ def cluster_id(store) -> str | None:
         value, _ = store.get(CLUSTER_KEY)
     except NoSuchKey:
         return None
-    return json.loads(value)["id"]
+    try:
+        return str(json.loads(value)["id"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise IdentityError(f"the metadata store's {CLUSTER_KEY!r} key is not a walkit cluster id ({exc}): is this "
+                            f"store (its address and root) walkit's?") from None
 
 
 def ensure_cluster(store) -> str:
@@ -129,13 +136,18 @@ def read_cookie(store, address: str) -> DiskIdentity | None:
 
 
 def write_cookie(store, identity: DiskIdentity) -> None:
-    """write_cookie records `identity` as the disk serving its address (replacing any other)."""
+    """write_cookie records `identity` as the disk serving its address, replacing any other (a new memory disk)."""
     key = cookie_key(identity.address)
     try:
         store.create(key, identity.to_bytes())
     except NodeExists:
         _, version = store.get(key)
         store.put(key, identity.to_bytes(), version)
+
+
+def create_cookie(store, identity: DiskIdentity) -> None:
+    """create_cookie records `identity` as the disk serving its address; NodeExists if one is recorded already."""
+    store.create(cookie_key(identity.address), identity.to_bytes())
 
 
 def delete_cookie(store, address: str) -> DiskIdentity | None:
@@ -156,12 +168,22 @@ def check_identity(storage, store, address: str, storage_uri: str, metadata_uri:
     or raises IdentityError. Nothing is deleted either way.
     """
     where = f"storage {storage_uri}"
+    if not callable(getattr(storage, "identity", None)) or not callable(getattr(storage, "set_identity", None)):
+        raise ConfigError(f"{where}: the storage plugin {type(storage).__name__} keeps no disk identity "
+                          f"(identity() and set_identity(), walkit.spi.EntryStorage): upgrade it")
+    try:
+        return _check(storage, store, address, where, metadata_uri)
+    except NodeExists:                  # another process wrote the cookie meanwhile: decide again
+        return _check(storage, store, address, where, metadata_uri)
+
+
+def _check(storage, store, address: str, where: str, metadata_uri: str) -> DiskIdentity:
     if not getattr(storage, "durable", True):
         identity = DiskIdentity(new_disk_id(), ensure_cluster(store), address, int(time.time() * 1000))
         storage.set_identity(identity.to_bytes())
         write_cookie(store, identity)
         log.info("bookie %s: %s keeps nothing across restarts; it serves as a new disk (%x)",
-                 address, storage_uri, identity.disk)
+                 address, where, identity.disk)
         return identity
     raw = storage.identity()
     cookie = read_cookie(store, address)
@@ -182,7 +204,7 @@ def check_identity(storage, store, address: str, storage_uri: str, metadata_uri:
                 f"{where} was formatted for bookie {identity.address}, not {address}: start it as "
                 f"{identity.address}, or give this address its own storage")
         if cookie is None:
-            write_cookie(store, identity)
+            create_cookie(store, identity)
             log.warning("bookie %s: its cookie was missing from the metadata store; written again from the "
                         "identity of %s (disk %x)", address, where, identity.disk)
         elif cookie.disk != identity.disk:
@@ -198,17 +220,17 @@ def check_identity(storage, store, address: str, storage_uri: str, metadata_uri:
             f"bookie {address}: {where} {what}, yet the cluster knows {address} as disk {cookie.disk:x}: its "
             f"data is gone (a replaced or wiped disk, a container started without its volume, a wrong path?). "
             f"Refusing to start: entries it acknowledged would look absent to recovery. If the old disk "
-            f"can come back, start with it. Otherwise run `walkit bookies format-and-rejoin {address}` (its "
-            f"ledgers are re-replicated, and it starts as a new disk), or let auto-recovery re-replicate "
-            f"{address} as a lost bookie first")
-    if held and not _knows_any(store, held):
+            f"can come back, start with it. Otherwise run `walkit bookies format-and-rejoin {address}`, "
+            f"then start it: it serves as a new disk and auto-recovery copies its ledgers' entries back "
+            f"(to keep it out of them instead, run `walkit recover {address}` first)")
+    if held and not _names_address(store, held, address):
         raise IdentityError(
-            f"{where} holds {len(held)} ledger(s) written before disk identities, but the metadata store "
-            f"{metadata_uri} knows none of them: is --metadata (its address or root) the one this bookie ran "
-            f"with? Refusing to start, and deleting nothing")
+            f"{where} holds {len(held)} ledger(s) written before disk identities, but none of the ledgers the "
+            f"metadata store {metadata_uri} holds under those ids names {address}: is --metadata (its address "
+            f"or root) the one this bookie ran with? Refusing to start, and deleting nothing")
     identity = DiskIdentity(new_disk_id(), ensure_cluster(store), address, int(time.time() * 1000))
     storage.set_identity(identity.to_bytes())          # durable before the cluster hears of it
-    write_cookie(store, identity)
+    create_cookie(store, identity)
     if held:
         log.warning("bookie %s: %s holds %d ledger(s) from before disk identities; adopted as disk %x",
                     address, where, len(held), identity.disk)
@@ -218,12 +240,15 @@ def check_identity(storage, store, address: str, storage_uri: str, metadata_uri:
     return identity
 
 
-def _knows_any(store, ledger_ids: list[int], sample: int = 50) -> bool:
-    """_knows_any tells whether the store holds the metadata of any of (up to `sample` of) `ledger_ids`."""
+def _names_address(store, ledger_ids: list[int], address: str, sample: int = 50) -> bool:
+    """_names_address tells whether the store holds, under one of (up to `sample` of) `ledger_ids`, a
+    ledger whose fragments name `address`: a positive sign the store is the one the data was written for
+    (another cluster's store may well hold ledgers with the same small ids)."""
     for ledger_id in ledger_ids[-sample:]:
         try:
-            store.get(ledger_key(ledger_id))
-            return True
-        except NoSuchKey:
+            value, _ = store.get(ledger_key(ledger_id))
+            if address in LedgerMetadata.from_bytes(value).bookies:
+                return True
+        except (NoSuchKey, ConfigError, ValueError, TypeError, KeyError):
             continue
     return False

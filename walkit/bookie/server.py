@@ -252,7 +252,8 @@ class BookieServer:
                     if writes is not None and service.writes.get(ledger_id, 0) != writes:
                         continue                  # an add arrived since: a writer uses this bookie again
                     log.info("garbage collection: deleting ledger %d (%s)", ledger_id,
-                             "no metadata" if lock is None and writes is None else "not in its ensembles any more")
+                             "its deletion marker" if lock is None and writes is None
+                             else "not in its ensembles any more")
                     service.delete_ledger(ledger_id)
                     if lock is not None:
                         held.append(lock)

@@ -194,6 +194,9 @@ class BookieService:
             self._step(peer, request)
         elif verdict == "no-ledger":
             self._refuse(peer, request, Status.NO_SUCH_LEDGER, f"ledger {ledger_id} does not exist")
+        elif verdict == "unreadable":
+            self._refuse(peer, request, Status.IO_ERROR, f"cannot read who may use ledger {ledger_id}: "
+                                                         f"{self.access.why_unreadable(ledger_id)}")
         else:
             self._refuse(peer, request, Status.UNAUTHORIZED,
                          f"this client may not {_needed(request)} ledger {ledger_id}")

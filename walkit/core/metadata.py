@@ -130,6 +130,8 @@ class LedgerMetadata:
         for first, disks in self.disks.items():
             if first not in self.ensembles or len(disks) != self.ensemble_size:
                 raise ConfigError(f"the disks at entry {first} must match a fragment of {self.ensemble_size} bookies")
+            if not all(type(d) is int and 0 <= d < 1 << 64 for d in disks):
+                raise ConfigError(f"the disks at entry {first} must be integers from 0 to 2**64 - 1, got {list(disks)}")
 
     # -- queries --------------------------------------------------------------------------
     @property
@@ -179,6 +181,15 @@ class LedgerMetadata:
         recorded = self.disk_of(entry_id, bookie)
         return recorded == 0 or disk == recorded
 
+    def holds_nothing_counts(self, disk: int) -> bool:
+        """holds_nothing_counts tells whether a NO_SUCH_LEDGER answer from `disk` may count as absence at all.
+
+        Not from a bookie that names no disk (an older walkit) when this ledger records disks:
+        an older secured bookie cannot read such metadata and answers NO_SUCH_LEDGER for a
+        ledger it holds. Each entry's answer must also pass `answer_counts`.
+        """
+        return disk != 0 or not self.disks
+
     @property
     def bookies(self) -> set[str]:
         """bookies is every bookie address named by any fragment."""
@@ -198,6 +209,19 @@ class LedgerMetadata:
         ensembles = dict(self.ensembles)
         ensembles[first_entry_id] = tuple(ensemble)
         return replace(self, ensembles=ensembles, disks=_with_disks(self.disks, first_entry_id, disks))
+
+    def with_disk_where_unknown(self, bookie: str, disk: int) -> "LedgerMetadata":
+        """with_disk_where_unknown returns metadata recording `disk` for `bookie` in every fragment that names it
+        with no disk recorded (ledgers written before disks were: `walkit bookies format-and-rejoin`
+        records the disk that held them, so the new disk's answers never count for them)."""
+        disks = dict(self.disks)
+        for first, ensemble in self.ensembles.items():
+            if bookie in ensemble:
+                recorded = list(disks.get(first, (0,) * self.ensemble_size))
+                if recorded[ensemble.index(bookie)] == 0:
+                    recorded[ensemble.index(bookie)] = disk
+                    disks[first] = tuple(recorded)
+        return replace(self, disks=disks)
 
     def with_fragments(self, fragments: Mapping[int, tuple[str, ...]],
                        disks: Mapping[int, tuple[int, ...] | None] | None = None) -> "LedgerMetadata":
@@ -282,7 +306,15 @@ class LedgerMetadata:
         2026-11's unbounded-ledger fix) is refused with ConfigError rather than dropped: a
         client that rewrote the record without it could undo what it guards.
         """
-        doc = json.loads(data)
+        try:
+            return cls._decode(json.loads(data))
+        except ConfigError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise ConfigError(f"ledger metadata does not decode: {type(exc).__name__}: {exc}") from None
+
+    @classmethod
+    def _decode(cls, doc) -> "LedgerMetadata":
         unknown = sorted(set(doc) - set(cls.__dataclass_fields__) - {"bookies"})
         if unknown:
             raise ConfigError(f"ledger metadata has fields this walkit does not know ({', '.join(unknown)}): "

@@ -205,9 +205,9 @@ class RangeReader:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         if event.status == Status.UNREACHABLE:     # asked last from now on; its other asks keep their timeouts
             self._mark_slow({event.bookie})
-        if event.status == Status.NO_SUCH_LEDGER:           # holds nothing of it: as NO_SUCH_ENTRY for each
+        if event.status == Status.NO_SUCH_LEDGER and self.metadata.holds_nothing_counts(event.disk):
             return self._on_read(ev.EntriesRead(bookie=event.bookie, ledger_id=event.ledger_id, entries=[],
-                                                missing=event.entry_ids, lac=-1, disk=event.disk))
+                                                missing=event.entry_ids, lac=-1, disk=event.disk))   # as NO_SUCH_ENTRY each
         return self._retry([(e, event.bookie, event.status.name) for e in event.entry_ids]) + self._deliver()
 
     def _unresponsive(self, bookies: set[str]) -> list:
@@ -374,7 +374,14 @@ class LacReader:
         """step takes LacRead answers; other events are ignored."""
         if self.done or type(event) is not ev.LacRead or event.bookie not in self._bookies:
             return []
-        if event.status == Status.OK:
+        md = self.metadata
+        if event.status in (Status.OK, Status.NO_SUCH_LEDGER) and not (
+                md.answer_counts(md.last_fragment_start, event.bookie, event.disk)
+                and (event.status == Status.OK or md.holds_nothing_counts(event.disk))):
+            # A replaced disk knows nothing of what its predecessor acknowledged: its LAC (or its
+            # NO_SUCH_LEDGER) would make the end look earlier than it is.
+            self._errors[event.bookie] = f"answered from disk {event.disk:x}, not the one the fragment records"
+        elif event.status == Status.OK:
             self._answers[event.bookie] = event.lac
             self._last_entry = max(self._last_entry, event.last_entry_id)
         elif event.status == Status.NO_SUCH_LEDGER:

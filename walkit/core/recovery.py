@@ -23,12 +23,16 @@ Opening a ledger with recovery (seed 004, "Fencing internals"; DESIGN.md §3) go
 5. close: CAS to CLOSED with last entry = (first absent entry) - 1. On a conflict with a CLOSED
    ledger the recoverer adopts that close, so concurrent recoverers converge on one last entry.
 
-Answers from a replaced disk never count (`LedgerMetadata.answer_counts`): a bookie whose
+Absence is never proven by a replaced disk (`LedgerMetadata.answer_counts`): a bookie whose
 storage was emptied and formatted since the fragment was written answers NO_SUCH_ENTRY for
-entries it acknowledged, and LAC -1 from a fence it does not remember. So a fencing answer
-counts toward EC, and a NO_SUCH_ENTRY (or NO_SUCH_LEDGER) toward QC, only from the disk the
-fragment records for that bookie; from another disk they are treated as errors and asked
-again. An entry such a bookie returns is still present (its digest proves it).
+entries it acknowledged. So a NO_SUCH_ENTRY (or NO_SUCH_LEDGER) counts toward QC only from the
+disk the fragment records for that bookie; from another disk it is treated as an error and
+asked again. NO_SUCH_LEDGER from a bookie that names no disk does not count either when the
+ledger records disks (`holds_nothing_counts`: an older secured bookie says it for ledgers whose
+metadata it cannot read). An entry such a bookie returns is still present (its digest proves
+it). A fencing answer counts toward EC from any disk: the replaced disk is fenced now, and a
+writer never counts its acknowledgements (walkit.core.writer), so with EC fenced no writer can
+gather Qa acknowledgements; its low LAC only makes recovery read from earlier.
 
 With guaranteed write quorum (`metadata.guaranteed_write_quorum`, see walkit.core.writer) step
 3 starts after the highest LAFR the fencing answers report instead of the LAC (entries between
@@ -287,8 +291,8 @@ class LedgerRecovery:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         if event.status == Status.INVALID_TERM:
             return self._fail(self._taken())
-        if event.status != Status.OK or not self._counts(self.metadata.last_fragment_start, event.bookie, event.disk):
-            self._fence_failed[event.bookie] = self._now + RETRY_MS      # a replaced disk's fence proves nothing
+        if event.status != Status.OK:
+            self._fence_failed[event.bookie] = self._now + RETRY_MS
             return []
         self._fence_answers[event.bookie] = event.lafr if self.metadata.guaranteed_write_quorum else event.lac
         self._fenced_lac = max(self._fenced_lac, event.lac)
@@ -388,7 +392,8 @@ class LedgerRecovery:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         if event.status == Status.INVALID_TERM:
             return self._fail(self._taken())
-        if event.status == Status.NO_SUCH_LEDGER:   # the bookie holds nothing of the ledger
+        if event.status == Status.NO_SUCH_LEDGER and (not self.CHECK_DISKS
+                                                      or self.metadata.holds_nothing_counts(event.disk)):
             return self._on_read(ev.EntriesRead(bookie=event.bookie, ledger_id=event.ledger_id, entries=[],
                                                 missing=event.entry_ids, lac=-1, disk=event.disk))
         for entry_id in event.entry_ids:

@@ -269,6 +269,7 @@ class LedgerWriter:
         self.bytes_in_flight = 0                    # payload bytes of _pending
         self._write_sets = write_sets_of(metadata.current_ensemble, metadata.write_quorum)
         self._disks = _current_disks(metadata)      # bookie -> the disk the current fragment records
+        self._gone: dict[str, set[int]] = {}        # bookie -> its disks known replaced (late acks ignored)
         self._failed: dict[str, str] = {}           # bookie -> why, awaiting replacement
         self._unreachable_since: dict[str, int] = {}  # bookie -> when it first became unreachable
         self._replacements: dict[str, str] | None = None   # old -> new, while CHANGING
@@ -384,8 +385,11 @@ class LedgerWriter:
 
     def _on_acked(self, event: ev.AddsAcked) -> list:
         pending, bookie = self._pending, event.bookie
-        if self._disks and self.CHECK_DISKS and self._disks.get(bookie, 0) not in (0, event.disk):
-            return [] if self.error is not None else self._disk_replaced(bookie, event.disk)
+        if self._disks and self.CHECK_DISKS:
+            if event.disk in self._gone.get(bookie, ()):
+                return []               # a late answer from a disk known replaced: it holds nothing now
+            if self._disks.get(bookie, 0) not in (0, event.disk):
+                return [] if self.error is not None else self._disk_replaced(bookie, event.disk)
         if not pending or self.error is not None:
             return []
         head = pending[0].entry.entry_id
@@ -543,10 +547,31 @@ class LedgerWriter:
             if pending.rounds is not None:
                 pending.rounds.pop(bookie, None)
 
+    def _renew(self, bookie: str) -> list:
+        """_renew forgets what `bookie`'s recorded disk acknowledged: that disk is gone (replaced).
+
+        With guaranteed write quorum a pinned bookie (it acknowledged a confirmed entry above the
+        LAFR) cannot be renewed: that entry is now on fewer than Qa bookies of its write set, and
+        a new fragment from LAFR + 1 would record the new disk over it. The writer fails
+        (NotEnoughBookies); recovery, which counts no answer of the new disk for the old
+        fragment, finishes the ledger from the other replicas.
+        """
+        pinned = self._pinned(bookie)
+        self._gone.setdefault(bookie, set()).add(self._disks.get(bookie, 0))
+        self._forget_acks(bookie)
+        if pinned:
+            return self._fail(NotEnoughBookies(
+                f"bookie {bookie} of ledger {self.ledger_id} came back on a new disk while it held confirmed entries "
+                f"that are not on Qw={self.metadata.write_quorum} bookies yet; recover the ledger"))
+        return []
+
     def _disk_replaced(self, bookie: str, disk: int) -> list:
         """_disk_replaced handles an answer from a disk other than the one the fragment records."""
-        self._forget_acks(bookie)
-        return self._bookie_failed(bookie, f"answered from disk {disk:x}, not disk {self._disks[bookie]:x} that the "
+        commands = self._renew(bookie)
+        if self.error is not None:
+            return commands
+        named = f"disk {disk:x}" if disk else "no disk (an older walkit?)"
+        return self._bookie_failed(bookie, f"answered from {named}, not disk {self._disks[bookie]:x} that the "
                                            f"fragment records: its storage was replaced")
 
     def _on_rejected(self, event: ev.AddsRejected) -> list:
@@ -620,8 +645,10 @@ class LedgerWriter:
         ensemble = self.metadata.current_ensemble
         to_replace = [b for b in ensemble if b in self._failed]
         renewed = {b for b in to_replace if self._renewed(b, event.disks.get(b, 0))}
-        for bookie in renewed:
-            self._forget_acks(bookie)
+        for bookie in sorted(renewed):
+            commands = self._renew(bookie)
+            if self.error is not None:
+                return commands
         pinned = {b for b in to_replace if b not in renewed and self._pinned(b)}
         if pinned:
             for bookie in sorted(pinned):
