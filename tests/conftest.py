@@ -23,6 +23,8 @@ def pytest_addoption(parser) -> None:
     parser.addoption("--seed", type=int, default=None, help="simulate only this seed (tests/sim)")
     parser.addoption("--seeds", type=int, default=4000,
                      help="number of random seeds to simulate per scenario (default 4000)")
+    parser.addoption("--replica-seeds", type=int, default=2000,
+                     help="number of random seeds of walkit.replicate nodes under faults (default 2000)")
     parser.addoption("--unbounded-seeds", type=int, default=5000,
                      help="number of random seeds of writers battling for an unbounded ledger (default 5000)")
 

@@ -500,13 +500,20 @@ def test_idle_writer_sends_its_lac_after_explicit_lac_ms():
         ev.SendWriteLac(bookie=b, ledger_id=LEDGER_ID, master_key=MASTER_KEY, lac=0) for b in bookies(3)]
 
 
-def test_idle_writer_sends_each_lac_once():
+def test_idle_writer_sends_each_lac_until_each_bookie_acknowledged_it():
+    """A lost WriteLac would leave tailing readers an entry behind until the next append: the LAC
+    goes again, every explicit_lac_ms while idle, to the bookies that did not acknowledge it."""
     writer = make_writer(3, 3, 2, explicit_lac_ms=100)
     append(writer)
     ack(writer, "B1", 0)
     ack(writer, "B2", 0)
-    writer.step(ev.Ticked(now_ms=100))
-    assert writer.step(ev.Ticked(now_ms=500)) == []
+    assert sorted(c.bookie for c in writer.step(ev.Ticked(now_ms=100))) == ["B1", "B2", "B3"]
+    assert writer.step(ev.Ticked(now_ms=150)) == []                 # not again before explicit_lac_ms
+    for bookie in ("B1", "B2"):
+        writer.step(ev.LacWritten(bookie=bookie, ledger_id=LEDGER_ID, lac=0))
+    assert [c.bookie for c in writer.step(ev.Ticked(now_ms=500))] == ["B3"]
+    writer.step(ev.LacWritten(bookie="B3", ledger_id=LEDGER_ID, lac=0))
+    assert writer.step(ev.Ticked(now_ms=900)) == []
 
 
 def test_writer_with_nothing_confirmed_sends_no_lac():

@@ -463,7 +463,7 @@ def response_event(bookie: str, request, response):
                           last_entry_id=response.last_entry_id, lafr=response.lafr, disk=response.disk)
     if kind is ForceRequest:
         return ev.ForceAcked(bookie=bookie, ledger_id=request.ledger_id, instance=response.instance)
-    return None       # WriteLac: nothing waits for it
+    return ev.LacWritten(bookie=bookie, ledger_id=request.ledger_id, lac=request.lac)
 
 
 def failure_event(bookie: str, request, status: Status, message: str, disk: int = 0):

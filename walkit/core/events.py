@@ -56,6 +56,15 @@ class AddsAcked:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LacWritten:
+    """LacWritten reports that `bookie` made the explicit LAC `lac` durable (a WriteLac's answer)."""
+
+    bookie: str
+    ledger_id: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ForceRequested:
     """ForceRequested asks the writer to make every entry appended so far durable; `token` names the request."""
 

@@ -82,7 +82,7 @@ _TRANSITIONS = {
 
 # Events whose ledger is named by `.ledger_id`, or by `.metadata.ledger_id`.
 _BY_LEDGER_ID = (ev.AddsAcked, ev.AddsRejected, ev.BookiesChosen, ev.MetadataFailed, ev.EntriesRead,
-                 ev.ReadFailed, ev.LacRead)
+                 ev.ReadFailed, ev.LacRead, ev.LacWritten)
 _BY_METADATA = (ev.MetadataWritten, ev.MetadataConflict)
 
 

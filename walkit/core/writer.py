@@ -29,7 +29,8 @@ and completes adds strictly in entry order (seed 000, "Writing to ledgers"):
 - a metadata write whose outcome is unknown never ends the writer: the dispatcher re-reads and
   reports what the store holds (walkit.core.dispatch); MetadataFailed means the ledger is gone.
 
-An idle writer sends its LAC explicitly (WriteLac) so tailing readers are not one entry behind.
+An idle writer sends its LAC explicitly (WriteLac) so tailing readers are not one entry behind,
+and again, to the bookies that did not acknowledge it, every explicit_lac_ms while it stays idle.
 
 Backpressure: at most `max_bytes_in_flight` payload bytes are sent and not yet confirmed (with
 guaranteed write quorum: not yet fully replicated); later appends wait in the writer, in order,
@@ -278,13 +279,15 @@ class LedgerWriter:
         self._now = now_ms
         self._last_add_ms = now_ms
         self._lac_sent = last_entry_id
+        self._lac_sent_ms = now_ms
+        self._lac_written: dict[str, int] = {}      # bookie -> the highest explicit LAC it acknowledged
         self._handlers = {
             ev.AppendRequested: self._on_append, ev.AddsAcked: self._on_acked,
             ev.AddsRejected: self._on_rejected, ev.BookiesChosen: self._on_bookies_chosen,
             ev.MetadataWritten: self._on_metadata_written, ev.MetadataConflict: self._on_conflict,
             ev.MetadataFailed: self._on_metadata_failed, ev.CloseRequested: self._on_close,
             ev.Ticked: self._on_tick, ev.ForceRequested: self._on_force, ev.ForceAcked: self._on_force_acked,
-            ev.LedgerMetadataRead: self._on_metadata_read,
+            ev.LedgerMetadataRead: self._on_metadata_read, ev.LacWritten: self._on_lac_written,
         }
 
     # -- public ---------------------------------------------------------------------------
@@ -937,13 +940,28 @@ class LedgerWriter:
         return [] if pending else self._explicit_lac(now)
 
     def _explicit_lac(self, now: int) -> list:
-        """_explicit_lac sends the LAC to the ensemble once the writer was idle for explicit_lac_ms, if it moved."""
-        if (self.last_add_confirmed > self._lac_sent and not self.close_requested
-                and now - self._last_add_ms >= self.explicit_lac_ms):
-            self._lac_sent = self.last_add_confirmed
-            return [ev.SendWriteLac(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key,
-                                    lac=self.last_add_confirmed)
-                    for b in self.metadata.current_ensemble if b not in self._failed]
+        """_explicit_lac sends the LAC to the ensemble once the writer was idle for explicit_lac_ms, if it moved.
+
+        It is sent again, every explicit_lac_ms while the writer stays idle, to each bookie that
+        has not acknowledged it (LacWritten): a lost WriteLac would otherwise leave tailing
+        readers one entry behind until the next append.
+        """
+        lac = self.last_add_confirmed
+        if lac < 0 or self.close_requested or now - self._last_add_ms < self.explicit_lac_ms:
+            return []
+        if lac <= self._lac_sent and now - self._lac_sent_ms < self.explicit_lac_ms:
+            return []
+        targets = [b for b in self.metadata.current_ensemble
+                   if b not in self._failed and self._lac_written.get(b, -1) < lac]
+        if not targets:
+            return []
+        self._lac_sent, self._lac_sent_ms = lac, now
+        return [ev.SendWriteLac(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key, lac=lac)
+                for b in targets]
+
+    def _on_lac_written(self, event: ev.LacWritten) -> list:
+        if event.lac > self._lac_written.get(event.bookie, -1):
+            self._lac_written[event.bookie] = event.lac
         return []
 
 

@@ -8,7 +8,10 @@ store and client processes, all driven by a seed):
 - `LogSimulation` (walkit.testing.sim.log): a log with several writers that open, append, roll,
   truncate, close and crash (also at the named failpoints), and followers tailing it;
 - `UnboundedSimulation` (walkit.testing.sim.unbounded): writers battling for one unbounded
-  ledger across terms (seed 001), and `seed_001_counterexample`, its divergence scripted.
+  ledger across terms (seed 001), and `seed_001_counterexample`, its divergence scripted;
+- `ReplicaSimulation` (walkit.testing.sim.replica): walkit.replicate nodes (ReplicaMachine)
+  under partitions, session expiry, clock drift, crashes and snapshots, with clients that retry
+  exactly-once submits and read; and `partitioned_leader`, issue 40's partition scripted.
 
 A failing seed is a one-line reproduction: ``pytest tests/sim --seed N`` or
 ``python -m walkit.testing.sim --seed N [--log | --unbounded]``.
@@ -16,8 +19,10 @@ A failing seed is a one-line reproduction: ``pytest tests/sim --seed N`` or
 
 from walkit.testing.sim.ledger import SHAPES, SimConfig, Simulation
 from walkit.testing.sim.log import LogSimConfig, LogSimulation
+from walkit.testing.sim.replica import ReplicaSimConfig, ReplicaSimulation, partitioned_leader
 from walkit.testing.sim.unbounded import UnboundedSimConfig, UnboundedSimulation, seed_001_counterexample
 from walkit.testing.sim.world import InvariantViolation, VolatileStorage, World
 
-__all__ = ["InvariantViolation", "LogSimConfig", "LogSimulation", "SHAPES", "SimConfig", "Simulation",
+__all__ = ["InvariantViolation", "LogSimConfig", "LogSimulation", "ReplicaSimConfig", "ReplicaSimulation", "SHAPES",
+           "SimConfig", "Simulation", "partitioned_leader",
            "UnboundedSimConfig", "UnboundedSimulation", "VolatileStorage", "World", "seed_001_counterexample"]

@@ -1,0 +1,220 @@
+"""walkit.core.replicaevents defines what goes into and comes out of a walkit.replicate node's machine.
+
+The machine (walkit.core.replica.ReplicaMachine) runs a log writer while it leads and a log
+reader while it follows (walkit.core.log, walkit.core.logreader). Their I/O leaves it wrapped in
+`Via(key, commands)`, and their answers come back wrapped in `From(key, event)`: the shell hands
+each Via's commands to the dispatcher under an owner of its own (so the answers of a reader that
+was stopped can never reach a writer that runs later on the same ledger), and wraps what comes
+back. Everything else here is the node's own: the election and the metadata session (events
+the shell reports, so the simulator decides when a session is suspended or lost, per node),
+the application's submits and reads, and the application of entries, which the shell performs
+(the state machine is the application's code) and reports back, one entry at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from walkit.core.batch import Session
+from walkit.core.loglist import Position
+
+# ---------------------------------------------------------------------------------------------
+# events
+
+
+@dataclass(frozen=True, slots=True)
+class From:
+    """From wraps an answer for the sub-machine `key` (a log writer or reader the node runs)."""
+
+    key: str
+    event: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Elected:
+    """Elected reports that this node won the election, in `epoch` (larger for every new leadership)."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectionLost:
+    """ElectionLost reports that this node no longer holds the election (its registration is gone)."""
+
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionChanged:
+    """SessionChanged reports the metadata session's state: "CONNECTED", "SUSPENDED" or "LOST"."""
+
+    state: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitRequested:
+    """SubmitRequested asks the leader to append `record` and apply it; `token` names the submit.
+
+    `session` (a client id and seq) makes it exactly-once (walkit.core.sessions); `submitter`
+    names who submits, for linger (see ReplicaConfig.linger_ms); None: the token itself.
+    """
+
+    token: int
+    record: bytes
+    session: Session | None = None
+    submitter: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadRequested:
+    """ReadRequested asks for a linearizable read: ReadReady once this node applied every record
+    acknowledged before the request (on the leader, once it proved it still leads)."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EntryApplied:
+    """EntryApplied reports that the shell applied ApplyEntry's records: `results`, one per record.
+
+    A result is what apply returned, or the exception it raised. With `snapshot` the shell wants
+    to snapshot the state as it is now, between this entry and the next: the machine answers
+    with SnapshotState (the client sessions as of this entry) before the next ApplyEntry.
+    """
+
+    position: Position
+    results: list
+    snapshot: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Restored:
+    """Restored reports that the shell loaded a snapshot taken at `position`, with its client `sessions`."""
+
+    position: Position
+    sessions: bytes = b""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RestoreFailed:
+    """RestoreFailed reports that loading the latest snapshot failed (the machine asks again later)."""
+
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TruncateRequested:
+    """TruncateRequested asks the leader to truncate the log before `before` (a snapshot covers it)."""
+
+    before: Position
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepDownRequested:
+    """StepDownRequested asks a leader to give up its leadership (cleanly) and follow."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopRequested:
+    """StopRequested asks the node to stop: a leader closes its log writer first; then Stopped."""
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+@dataclass(frozen=True, slots=True)
+class Via:
+    """Via carries a sub-machine's I/O: the shell runs `commands` for owner `key` and wraps the answers in From."""
+
+    key: str
+    commands: list
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Campaign:
+    """Campaign asks the shell to campaign for leadership (answered by Elected, whenever it wins)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resign:
+    """Resign asks the shell to give the election up (this node stopped leading)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplyEntry:
+    """ApplyEntry asks the shell to apply `records` (of the entry at `position`), in order; EntryApplied answers.
+
+    Duplicates of records applied before (client sessions) are not among them: each record here
+    is applied exactly once on every node.
+    """
+
+    position: Position
+    records: list[bytes]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotState:
+    """SnapshotState answers EntryApplied(snapshot=True): the client sessions as of `position`, for the snapshot."""
+
+    position: Position
+    sessions: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadSnapshot:
+    """LoadSnapshot asks the shell to load the latest snapshot (answered by Restored or RestoreFailed):
+    the log was truncated past what this node applied."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteSubmit:
+    """CompleteSubmit answers a submit with its record's `result` (apply's, or the first application's)."""
+
+    token: int
+    result: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailSubmit:
+    """FailSubmit fails a submit: NotLeader (not appended), or the writer's error (it may be in the log)."""
+
+    token: int
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadReady:
+    """ReadReady answers ReadRequested: this node applied every record acknowledged before it, up to `applied`."""
+
+    token: int
+    applied: Position | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleChanged:
+    """RoleChanged tells the shell the node's role (ReplicaMachine's Role value) and the leader it knows of."""
+
+    role: str
+    epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wake:
+    """Wake asks the shell for a Ticked at `at_ms` (the node's clock) or earlier: a linger or a wait ends then."""
+
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stopped:
+    """Stopped reports that the node stopped (after StopRequested): nothing more will come out of it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unhealthy:
+    """Unhealthy reports that the node cannot go on as it is (`why`); it stays up, and says so in its status."""
+
+    why: str
+    details: dict = field(default_factory=dict)
