@@ -38,7 +38,7 @@ def cluster(tmp_path_factory):
 def leadership(conn) -> tuple:
     """leadership is what a change of leadership would change: who leads, the election's epoch, the log's ledgers."""
     node = conn._database.node
-    return node.leader, node.election.epoch, node._writer.ledger_id, tuple(
+    return node.leader, node.election.epoch, node.ledger_id, tuple(
         node.client.log_metadata(node.log_name).ledger_ids)
 
 

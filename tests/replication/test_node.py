@@ -12,7 +12,9 @@ import pytest
 
 import walkit
 from walkit.errors import ConfigError, NotLeader
+from walkit.core.messages import AddRequest, AddResponse
 from walkit.replication import batch
+from walkit.wire.codec import decode_requests, decode_responses
 
 from .machines import Counter
 
@@ -236,56 +238,98 @@ def test_roll_age_s_rolls_the_log_by_age(cluster, nodes):
 
 
 class HeldAcks:
-    """HeldAcks stands between a leader and its log writer: each entry is appended, but its
-    acknowledgement reaches the leader only once the test calls `release()`."""
+    """HeldAcks stands between a leader's client and the in-memory bookies: each entry the leader
+    appends reaches the bookies, but their acknowledgements reach the leader only once the test
+    calls `release()`, one entry at a time, in order. `sent` lists (when, the entry's records)."""
 
-    def __init__(self, writer) -> None:
-        self.writer = writer
-        self.sent: list[tuple[float, list[bytes]]] = []     # (when, the entry's records), in order
-        self._held: list[tuple[concurrent.futures.Future, concurrent.futures.Future]] = []
+    def __init__(self, network, peer: bytes) -> None:
+        self.network, self.peer = network, peer
+        self.sent: list[tuple[float, list[bytes]]] = []
+        self._seen: set[tuple[int, int]] = set()
+        self._frames: list[tuple[str, tuple[int, int], bytes]] = []     # (bookie, first add answered, frame)
+        self._released: set[tuple[int, int]] = set()
+        self._order: list[tuple[int, int]] = []
         self._lock = threading.Lock()
+        self._send, self._deliver = network._send, network._deliver
+        network._send, network._deliver = self._on_send, self._on_deliver
 
-    def append_async(self, data: bytes) -> concurrent.futures.Future:
-        appended = self.writer.append_async(data)
-        held: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            self.sent.append((time.monotonic(), batch.decode(data)))
-            self._held.append((appended, held))
-        return held
+    def _on_send(self, peer: bytes, address: str, frame: bytes) -> bool:
+        if peer == self.peer:
+            for request in decode_requests(frame):
+                if isinstance(request, AddRequest) and not request.recovery:
+                    for entry in request.entries:
+                        key = (request.ledger_id, entry.entry_id)
+                        with self._lock:
+                            if key not in self._seen:
+                                self._seen.add(key)
+                                self._order.append(key)
+                                self.sent.append((time.monotonic(), batch.decode(entry.payload)))
+        return self._send(peer, address, frame)
+
+    def _on_deliver(self, address: str, replies: list) -> None:
+        passed = []
+        for peer, frame in replies:
+            adds = [r for r in decode_responses(frame) if isinstance(r, AddResponse)] if peer == self.peer else []
+            keys = [(r.ledger_id, e) for r in adds for e in r.entry_ids]
+            with self._lock:
+                if keys and not all(k in self._released for k in keys):
+                    self._frames.append((address, min(keys), frame))
+                    continue
+            passed.append((peer, frame))
+        self._deliver(address, passed)
 
     def release(self) -> None:
-        """release passes the oldest held acknowledgement on (on this thread), once it came."""
+        """release passes the acknowledgements of the oldest entry not released yet on."""
         with self._lock:
-            appended, held = self._held.pop(0)
-        held.set_result(appended.result(20))
+            key = next(k for k in self._order if k not in self._released)
+            self._released.add(key)
+            ready = [f for f in self._frames if f[1] in self._released]
+            self._frames = [f for f in self._frames if f[1] not in self._released]
+        for address, _, frame in ready:
+            with self.network._lock:
+                self._deliver(address, [(self.peer, frame)])
 
-    def __getattr__(self, name):
-        return getattr(self.writer, name)
+    def stop(self) -> None:
+        """stop passes every held acknowledgement on, and holds nothing from now on."""
+        with self._lock:
+            self._released.update(self._order)
+            self._order.clear()
+            ready, self._frames = self._frames, []
+            self.network._send, self.network._deliver = self._send, self._deliver
+        for address, _, frame in ready:
+            with self.network._lock:
+                self._deliver(address, [(self.peer, frame)])
+
+    def appended(self, count: int) -> list[list[bytes]]:
+        """appended waits until `count` entries were sent and returns their records."""
+        wait_for(lambda: len(self.sent) >= count, message=f"{count} entries were never appended")
+        return [records for _, records in self.sent]
 
 
-def held_leader(nodes, **options):
-    leader = leader_of(nodes(1, max_entries_in_flight=1, **options))
-    leader._writer = held = HeldAcks(leader._writer)
-    return leader, held
+def held_leader(nodes, cluster, **options):
+    (leader,) = nodes(1, max_entries_in_flight=1, **options)
+    leader = leader_of([leader])
+    return leader, HeldAcks(cluster.network, leader.client._loop.transport.peer)
 
 
-def test_linger_holds_the_next_entry_until_the_submitters_the_last_one_answered_are_back(nodes):
-    leader, held = held_leader(nodes, linger_ms=60_000)
+def test_linger_holds_the_next_entry_until_the_submitters_the_last_one_answered_are_back(nodes, cluster):
+    leader, held = held_leader(nodes, cluster, linger_ms=60_000)
     a = leader.submit_async(b"a:1")                         # nothing to wait for: it leaves at once
+    assert held.appended(1) == [[b"a:1"]]
     b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
-    assert [records for _, records in held.sent] == [[b"a:1"]]
     held.release()                                          # a's entry answered 1, 2 were queued: wait for 3
-    assert a.result(20) == 1
+    assert a.result(20) == 1                                # (the linger was decided with the answer)
     assert len(held.sent) == 1 and not b.done()
     d = leader.submit_async(b"d:1")
-    assert [records for _, records in held.sent] == [[b"a:1"], [b"b:1", b"c:1", b"d:1"]]
+    assert held.appended(2) == [[b"a:1"], [b"b:1", b"c:1", b"d:1"]]
     held.release()
     assert [f.result(20) for f in (b, c, d)] == [2, 3, 4]
 
 
-def test_a_lingering_batch_leaves_when_linger_ms_is_up(nodes):
-    leader, held = held_leader(nodes, linger_ms=300)
+def test_a_lingering_batch_leaves_when_linger_ms_is_up(nodes, cluster):
+    leader, held = held_leader(nodes, cluster, linger_ms=300)
     leader.submit_async(b"a:1")
+    held.appended(1)
     b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
     released = time.monotonic()
     held.release()                                          # waits for a third record that never comes
@@ -297,20 +341,21 @@ def test_a_lingering_batch_leaves_when_linger_ms_is_up(nodes):
     assert [f.result(20) for f in (b, c)] == [2, 3]
 
 
-def test_without_linger_ms_the_next_entry_leaves_at_once_and_no_linger_thread_runs(nodes):
-    leader, held = held_leader(nodes)
+def test_without_linger_ms_the_next_entry_leaves_at_once(nodes, cluster):
+    leader, held = held_leader(nodes, cluster)
     a = leader.submit_async(b"a:1")
+    held.appended(1)
     b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
     held.release()                                          # the queued two leave on this acknowledgement
-    assert [records for _, records in held.sent] == [[b"a:1"], [b"b:1", b"c:1"]]
+    assert held.appended(2) == [[b"a:1"], [b"b:1", b"c:1"]]
     held.release()
     assert [f.result(20) for f in (a, b, c)] == [1, 2, 3]
-    assert not [t.name for t in threading.enumerate() if t.name.startswith(f"walkit-linger-{leader.name}")]
 
 
-def test_a_lingering_batch_fails_with_not_leader_at_a_step_down_and_is_never_appended(nodes):
-    leader, held = held_leader(nodes, linger_ms=60_000)
+def test_a_lingering_batch_fails_with_not_leader_at_a_step_down_and_is_never_appended(nodes, cluster):
+    leader, held = held_leader(nodes, cluster, linger_ms=60_000)
     a = leader.submit_async(b"a:1")
+    held.appended(1)
     b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
     held.release()                                          # b and c wait for a's submitter
     assert a.result(20) == 1
@@ -321,15 +366,18 @@ def test_a_lingering_batch_fails_with_not_leader_at_a_step_down_and_is_never_app
             future.result(20)
     assert time.monotonic() - stepped_down < 30             # told at the step-down, not when linger_ms ran out
     assert [records for _, records in held.sent] == [[b"a:1"]]
+    held.stop()
     wait_for(lambda: leader.is_leader, timeout=30, message="the node did not lead again")
     assert leader.submit(b"d:1") == 2                       # b and c were never applied
 
 
-def test_close_while_a_batch_lingers_fails_it_at_once(nodes):
-    leader, held = held_leader(nodes, linger_ms=60_000)
-    leader.submit_async(b"a:1")
+def test_close_while_a_batch_lingers_fails_it_at_once(nodes, cluster):
+    leader, held = held_leader(nodes, cluster, linger_ms=60_000)
+    a = leader.submit_async(b"a:1")
+    held.appended(1)
     b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
     held.release()
+    assert a.result(20) == 1
     closing = time.monotonic()
     leader.close()
     assert time.monotonic() - closing < 30
@@ -337,14 +385,13 @@ def test_close_while_a_batch_lingers_fails_it_at_once(nodes):
         with pytest.raises(NotLeader):
             future.result(0)
     assert [records for _, records in held.sent] == [[b"a:1"]]
-    assert not [t.name for t in threading.enumerate() if t.name.startswith(f"walkit-linger-{leader.name}")]
 
 
-def test_linger_never_holds_a_lone_submitter(nodes):
-    leader, held = held_leader(nodes, linger_ms=60_000)
+def test_linger_never_holds_a_lone_submitter(nodes, cluster):
+    leader, held = held_leader(nodes, cluster, linger_ms=60_000)
     for i in range(1, 4):
         future = leader.submit_async(f"r{i}:1".encode())
-        assert len(held.sent) == i                          # appended at once, every time
+        assert len(held.appended(i)) == i                   # appended at once, every time
         held.release()
         assert future.result(20) == i
 
@@ -381,21 +428,23 @@ def test_a_negative_or_endless_linger_ms_is_refused(cluster):
         walkit.replicate(Counter(), client=cluster.client(), name="counter", node_id="n", linger_ms=float("inf"))
 
 
-def test_linger_counts_a_submitter_of_many_records_once(nodes):
-    leader, held = held_leader(nodes, linger_ms=60_000)
-    first = [leader.submit_async(f"p{i}:1".encode(), submitter="conn") for i in range(4)]
-    assert [len(records) for _, records in held.sent] == [1]
+def test_linger_counts_a_submitter_of_many_records_once(nodes, cluster):
+    leader, held = held_leader(nodes, cluster, linger_ms=60_000)
+    first = [leader.submit_async(b"p0:1", submitter="conn")]
+    assert [len(records) for records in held.appended(1)] == [1]
+    first += [leader.submit_async(f"p{i}:1".encode(), submitter="conn") for i in range(1, 4)]
     held.release()                       # it answered "conn", and "conn" is queued: nothing to wait for
-    assert [len(records) for _, records in held.sent] == [1, 3]
+    assert [len(records) for records in held.appended(2)] == [1, 3]
     held.release()
     assert [f.result(20) for f in first] == [1, 2, 3, 4]
 
 
-def test_a_lingering_batch_that_fills_an_entry_leaves_at_once(nodes):
-    leader, held = held_leader(nodes, linger_ms=60_000, max_batch_records=2)
+def test_a_lingering_batch_that_fills_an_entry_leaves_at_once(nodes, cluster):
+    leader, held = held_leader(nodes, cluster, linger_ms=60_000, max_batch_records=2)
     a = leader.submit_async(b"a:1")
+    held.appended(1)
     waiting = [leader.submit_async(f"r{i}:1".encode()) for i in range(3)]
     held.release()                       # 3 queued of 4 awaited, but 2 fill an entry
-    assert [records for _, records in held.sent] == [[b"a:1"], [b"r0:1", b"r1:1"]]
+    assert held.appended(2) == [[b"a:1"], [b"r0:1", b"r1:1"]]
     held.release()
     assert a.result(20) == 1 and [f.result(20) for f in waiting[:2]] == [2, 3]

@@ -98,6 +98,7 @@ class ClientLoop:
         self.tick_ms = tick_ms
         self.dispatcher = Dispatcher(request_timeout_ms)
         self._inbox: deque[Callable[[], None]] = deque()
+        self._next_tick = 0
         self._drivers: set[Driver] = set()
         self._stopping = False
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="walkit-meta")
@@ -215,11 +216,15 @@ class ClientLoop:
             self.transport.wake()
 
     # -- the loop ----------------------------------------------------------------------------
+    def tick_at(self, at_ms: int) -> None:
+        """tick_at (on the I/O thread) makes the next tick come at `at_ms` at the latest (a machine's Wake)."""
+        self._next_tick = min(self._next_tick, at_ms)
+
     def _run(self) -> None:
-        next_tick = 0
+        self._next_tick = 0
         while not self._stopping:
             try:
-                wait = max(0, next_tick - now_ms()) if not self._inbox else 0
+                wait = max(0, self._next_tick - now_ms()) if not self._inbox else 0
                 frames, down = self.transport.poll(wait)
                 while self._inbox:
                     self._inbox.popleft()()
@@ -231,8 +236,8 @@ class ClientLoop:
                     else:
                         self._deliver(self.dispatcher.bookie_down(bookie, f"lost the connection to bookie {bookie}"))
                 now = now_ms()
-                if now >= next_tick:
-                    next_tick = now + self.tick_ms
+                if now >= self._next_tick:
+                    self._next_tick = now + self.tick_ms
                     self._tick(now)
                 self._flush()
             except Exception:  # noqa: BLE001 - the I/O thread must survive a bug in one machine

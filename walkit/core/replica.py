@@ -230,7 +230,7 @@ class ReplicaMachine:
         self._keys = itertools.count(1)
         self._queue: deque[_Queued] = deque()
         self._applying: _Applying | None = None
-        self._snapshot_after: Position | None = None     # SnapshotState due once this entry is applied
+        self._snapshot_requested = False            # SnapshotState due once the entry being applied is done
         # sub-machines, by key; answers for a key that is gone are dropped
         self._subs: dict[str, object] = {}
         self._reader_key: str | None = None
@@ -251,6 +251,7 @@ class ReplicaMachine:
         self._linger_target = 0
         self._linger_until: int | None = None
         self._campaigning = False
+        self._truncations: dict[int, int] = {}           # the writer's truncate token -> the shell's
         # reads
         self._reads: dict[int, Position | None] = {}     # token -> target (None: nothing to wait for)
         self._read_started: dict[int, int] = {}          # token -> when its target was found (follower)
@@ -271,15 +272,23 @@ class ReplicaMachine:
             return False
         return self.session_state == "CONNECTED" or not self.SUSPENDED_STOPS_LEASE
 
-    def _to(self, role: Role) -> list:
+    def _to(self, role: Role, why: str = "") -> list:
         assert role in _TRANSITIONS[self.role], f"{self.node_id}: a node cannot go {self.role.name} -> {role.name}"
         self.role = role
-        return [rev.RoleChanged(role=role.value, epoch=self.epoch)]
+        return [rev.RoleChanged(role=role.value, epoch=self.epoch, why=why)]
 
     # -- entry points --------------------------------------------------------------------------
     def start(self) -> list:
         """start follows the log from what the node restored, and campaigns."""
         return self._follow() + self._campaign()
+
+    def at(self, now_ms: int, wall_ms: int) -> None:
+        """at sets the node's clock without ticking anything (the shell calls it before an event, so lingers
+        and lease starts are measured from when the event came, not from the last tick)."""
+        if now_ms > self._now:
+            self._now = now_ms
+        if wall_ms > self._wall:
+            self._wall = wall_ms
 
     def step(self, event) -> list:
         """step applies one event and returns commands."""
@@ -426,7 +435,8 @@ class ReplicaMachine:
             plan, handed, records = self._plan(entry)
             self._applying = _Applying(queued, plan, handed)
             if records:
-                commands.append(rev.ApplyEntry(position=queued.position, records=records))
+                tokens = None if queued.tokens is None else [queued.tokens[i] for i in handed]
+                commands.append(rev.ApplyEntry(position=queued.position, records=records, tokens=tokens))
                 return commands
             commands += self._finish(queued.position, [], False)      # all duplicates: nothing to apply
         return commands
@@ -489,13 +499,13 @@ class ReplicaMachine:
         self.applied = position
         self.records_applied += len(results)
         commands: list = []
-        if queued.tokens is not None:
-            for token, result in zip(queued.tokens, outcomes):
-                if token is not None:
+        if queued.tokens is not None:                # applied records were answered by the shell as it applied them
+            for (kind, _), token, result in zip(applying.plan, queued.tokens, outcomes):
+                if token is not None and kind != "apply":
                     commands.append(rev.CompleteSubmit(token=token, result=result))
-        if snapshot:
-            sessions = self.sessions.to_bytes() if self.SNAPSHOT_SESSIONS else b""
-            commands.append(rev.SnapshotState(position=position, sessions=sessions))
+        if snapshot or self._snapshot_requested:
+            self._snapshot_requested = False
+            commands.append(self._snapshot_state())
         commands += self._consumed(position)
         commands += self._release_reads()
         if self.role is REPLAYING:
@@ -568,7 +578,14 @@ class ReplicaMachine:
             return self._writer_failed(command.error)
         if kind is lev.LogClosed or kind is lev.LogCloseFailed:
             return self._writer_closed()
-        return []                                     # truncations, rolls: nothing waits for them here
+        if kind is lev.TruncateCompleted or kind is lev.TruncateFailed:
+            token = self._truncations.pop(command.token, None)
+            if token is None:
+                return []
+            if kind is lev.TruncateFailed:
+                return [rev.Truncated(token=token, error=command.error)]
+            return [rev.Truncated(token=token, ledger_ids=command.ledger_ids)]
+        return []                                     # rolls: nothing waits for them here
 
     def _maybe_lead(self) -> list:
         """_maybe_lead starts leading once the replay is applied and earlier leases ran out."""
@@ -587,7 +604,7 @@ class ReplicaMachine:
         """_step_down stops accepting at once; appends in flight end with the writer's close."""
         if self.role not in (OPENING, REPLAYING, LEADING):
             return []
-        commands = self._to(STEPPING_DOWN)
+        commands = self._to(STEPPING_DOWN, why)
         error = NotLeader(f"node {self.node_id} of {self.name!r} stopped leading before the record was appended "
                           f"({why})", None)
         commands += self._fail_pending(error)
@@ -602,6 +619,9 @@ class ReplicaMachine:
         if self.role is not STEPPING_DOWN:
             return []
         commands: list = []
+        for token in self._truncations.values():      # the writer ended before it answered them
+            commands.append(rev.Truncated(token=token, error=NotLeader(f"node {self.node_id} stopped leading", None)))
+        self._truncations.clear()
         for item in self._in_flight:                  # the writer ended: these may or may not be in the log
             for token in item.tokens:
                 if token is not None:
@@ -620,18 +640,28 @@ class ReplicaMachine:
         return commands + self._campaign()
 
     def _writer_failed(self, error: Exception) -> list:
-        return self._step_down(f"an append failed: {type(error).__name__}: {error}")
+        """_writer_failed: the appends in flight fail with the writer's error (they may be in the log), then step down."""
+        commands = [rev.FailSubmit(token=token, error=error)
+                    for item in self._in_flight for token in item.tokens if token is not None]
+        if self._in_flight:
+            commands.append(rev.AppendsDone(failed=len(self._in_flight)))
+        self._in_flight.clear()
+        return commands + self._step_down(f"an append failed: {type(error).__name__}: {error}")
 
     # -- submits -------------------------------------------------------------------------------------
     def _on_submit(self, event: rev.SubmitRequested) -> list:
+        return self._on_submits(rev.SubmitsRequested(submits=[event]))
+
+    def _on_submits(self, event: rev.SubmitsRequested) -> list:
         if self.role is not LEADING:
-            return [rev.FailSubmit(token=event.token, error=NotLeader(
-                f"node {self.node_id} of {self.name!r} is not the leader", None))]
-        key = event.token if event.submitter is None else event.submitter
-        self._pending.append((event.record, event.token, key, event.session))
-        self._pending_bytes += len(event.record)
-        if self.config.linger_ms:
-            self._queued_by[key] = self._queued_by.get(key, 0) + 1
+            return [rev.FailSubmit(token=submit.token, error=NotLeader(
+                f"node {self.node_id} of {self.name!r} is not the leader", None)) for submit in event.submits]
+        for submit in event.submits:
+            key = submit.token if submit.submitter is None else submit.submitter
+            self._pending.append((submit.record, submit.token, key, submit.session))
+            self._pending_bytes += len(submit.record)
+            if self.config.linger_ms:
+                self._queued_by[key] = self._queued_by.get(key, 0) + 1
         return self._flush()
 
     def _lingering(self) -> bool:
@@ -669,9 +699,11 @@ class ReplicaMachine:
         return commands
 
     def _on_acked(self, command: lev.CompleteAppends) -> list:
+        sent: list[int] = []
         commands: list = []
         for entry_id in range(command.first_entry_id, command.last_entry_id + 1):
             item = self._in_flight.popleft()
+            sent.append(item.sent_ms)
             position = Position(command.ledger_id, entry_id)
             self.last_acked = position
             started = item.sent_ms if self.LEASE_FROM_SEND else self._now
@@ -684,6 +716,7 @@ class ReplicaMachine:
                 elif self._linger_until is None:
                     self._linger_until = self._now + int(self.config.linger_ms)
             self._queue_entry(position, item.entry, item.tokens)
+        commands.append(rev.AppendsDone(sent_ms=tuple(sent)))
         commands += self._next_apply()
         commands += self._release_reads()
         return commands + self._flush()
@@ -806,12 +839,24 @@ class ReplicaMachine:
         self._reader_retry_at = self._now + RETRY_MS
         return [rev.Wake(at_ms=self._reader_retry_at)] + self._next_apply()
 
+    def _snapshot_state(self) -> rev.SnapshotState:
+        sessions = self.sessions.to_bytes() if self.SNAPSHOT_SESSIONS else b""
+        return rev.SnapshotState(position=self.applied, sessions=sessions)
+
+    def _on_snapshot_requested(self, event: rev.SnapshotRequested) -> list:
+        if self._applying is not None:
+            self._snapshot_requested = True          # answered between this entry and the next
+            return []
+        return [self._snapshot_state()]
+
     def _on_truncate(self, event: rev.TruncateRequested) -> list:
         writer = self._subs.get(self._writer_key)
         if self.role is not LEADING or writer is None:
-            return []
-        return self._via(self._writer_key, writer.step(lev.TruncateRequested(token=next(self._keys),
-                                                                             before=event.before)))
+            return [rev.Truncated(token=event.token, error=NotLeader(
+                f"node {self.node_id} of {self.name!r} is not the leader: the log is truncated there", None))]
+        token = next(self._keys)
+        self._truncations[token] = event.token
+        return self._via(self._writer_key, writer.step(lev.TruncateRequested(token=token, before=event.before)))
 
     # -- stepping down, stopping, time -----------------------------------------------------------------
     def _on_step_down(self, event: rev.StepDownRequested) -> list:
@@ -874,11 +919,13 @@ _HANDLERS = {
     rev.ElectionLost: ReplicaMachine._on_election_lost,
     rev.SessionChanged: ReplicaMachine._on_session,
     rev.SubmitRequested: ReplicaMachine._on_submit,
+    rev.SubmitsRequested: ReplicaMachine._on_submits,
     rev.ReadRequested: ReplicaMachine._on_read,
     rev.EntryApplied: ReplicaMachine._on_applied,
     rev.Restored: ReplicaMachine._on_restored,
     rev.RestoreFailed: ReplicaMachine._on_restore_failed,
     rev.TruncateRequested: ReplicaMachine._on_truncate,
+    rev.SnapshotRequested: ReplicaMachine._on_snapshot_requested,
     rev.StepDownRequested: ReplicaMachine._on_step_down,
     rev.StopRequested: ReplicaMachine._on_stop,
     ev.Ticked: ReplicaMachine._on_tick,

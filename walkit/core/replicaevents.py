@@ -67,6 +67,14 @@ class SubmitRequested:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitsRequested:
+    """SubmitsRequested hands the leader several submits at once (those the shell collected in one round):
+    they share entries (group commit) as if requested one by one, but are appended together."""
+
+    submits: list[SubmitRequested]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReadRequested:
     """ReadRequested asks for a linearizable read: ReadReady once this node applied every record
     acknowledged before the request (on the leader, once it proved it still leads)."""
@@ -89,6 +97,11 @@ class EntryApplied:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotRequested:
+    """SnapshotRequested asks for SnapshotState between two entries, now or once the entry being applied is done."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Restored:
     """Restored reports that the shell loaded a snapshot taken at `position`, with its client `sessions`."""
 
@@ -105,9 +118,11 @@ class RestoreFailed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TruncateRequested:
-    """TruncateRequested asks the leader to truncate the log before `before` (a snapshot covers it)."""
+    """TruncateRequested asks the leader to truncate the log before `before` (a snapshot covers it);
+    Truncated answers `token`."""
 
     before: Position
+    token: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,19 +162,33 @@ class ApplyEntry:
     """ApplyEntry asks the shell to apply `records` (of the entry at `position`), in order; EntryApplied answers.
 
     Duplicates of records applied before (client sessions) are not among them: each record here
-    is applied exactly once on every node.
+    is applied exactly once on every node. `tokens` (the leader's; None elsewhere) names the
+    submit each record answers: the shell answers it with the record's result right after
+    applying it and before the next record (so a reader chained to that submit sees exactly the
+    state up to it); duplicates are answered by the machine with CompleteSubmit.
     """
 
     position: Position
     records: list[bytes]
+    tokens: list[int | None] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotState:
-    """SnapshotState answers EntryApplied(snapshot=True): the client sessions as of `position`, for the snapshot."""
+    """SnapshotState answers EntryApplied(snapshot=True) or SnapshotRequested: the client sessions as of
+    `position` (the last entry applied; None if none), for the snapshot the shell takes now."""
 
-    position: Position
+    position: Position | None
     sessions: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Truncated:
+    """Truncated answers TruncateRequested: the ledgers the log dropped, or why it did not (`error`)."""
+
+    token: int
+    ledger_ids: tuple[int, ...] = ()
+    error: Exception | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,6 +227,16 @@ class RoleChanged:
 
     role: str
     epoch: int | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendsDone:
+    """AppendsDone reports entries the leader appended: `sent_ms` (when each acknowledged one was sent),
+    and `failed`, how many failed; for the shell's metrics (walkit.metrics.ClientMetrics)."""
+
+    sent_ms: tuple[int, ...] = ()
+    failed: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -79,11 +79,11 @@ def spool() -> BinaryIO:
 
 
 def write_snapshot(client, name: str, state: BinaryIO, position: Position, *, ensemble: int, write_quorum: int,
-                   ack_quorum: int, password: bytes = b"") -> SnapshotPointer:
+                   ack_quorum: int, password: bytes = b"", sessions: bytes = b"") -> SnapshotPointer:
     """write_snapshot copies `state` (a local buffer, read from its start) into a new closed ledger.
 
     It returns the pointer to publish. The state is read twice: once for the header's size and
-    crc32c, once to write it.
+    crc32c, once to write it. `sessions` (walkit.core.sessions, as of `position`) go in the header.
     """
     state.seek(0)
     size = crc = 0
@@ -95,6 +95,8 @@ def write_snapshot(client, name: str, state: BinaryIO, position: Position, *, en
     writer = client.create_ledger(ensemble, write_quorum, ack_quorum, password=password,
                                   custom={"replication": name, "snapshot": str(position), "created_ms": str(created_ms)})
     header = {"format": FORMAT, "name": name, "position": str(position), "size": size, "crc32c": crc}
+    if sessions:
+        header["sessions"] = sessions.decode()
     pending = [writer.append_async(json.dumps(header).encode())]
     while chunk := state.read(CHUNK_BYTES):
         pending.append(writer.append_async(chunk))
@@ -128,7 +130,13 @@ def publish(store, name: str, pointer: SnapshotPointer) -> SnapshotPointer | Non
 
 
 def load_snapshot(client, pointer: SnapshotPointer, password: bytes = b"") -> BinaryIO:
-    """load_snapshot reads the ledger a pointer names into a buffer positioned at its start.
+    """load_snapshot is `load_snapshot_and_sessions` without the sessions: the state, positioned at its start."""
+    return load_snapshot_and_sessions(client, pointer, password)[0]
+
+
+def load_snapshot_and_sessions(client, pointer: SnapshotPointer, password: bytes = b"") -> tuple[BinaryIO, bytes]:
+    """load_snapshot_and_sessions reads the ledger a pointer names into a buffer positioned at its start,
+    and returns it with the client sessions the header carries (b"" if none).
 
     The chunks are read _IN_FLIGHT at a time (16 MiB), each range streamed into the buffer
     (a temporary file past SPOOL_BYTES) before the next is asked for, so a snapshot of any
@@ -153,7 +161,7 @@ def load_snapshot(client, pointer: SnapshotPointer, password: bytes = b"") -> Bi
         raise SnapshotError(f"snapshot ledger {pointer.ledger_id} holds {size} bytes (crc {crc:#x}), its header "
                             f"says {header['size']} (crc {header['crc32c']:#x})")
     out.seek(0)
-    return out
+    return out, header.get("sessions", "").encode()
 
 
 def list_snapshots(client, name: str) -> list[SnapshotPointer]:

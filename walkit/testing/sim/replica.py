@@ -315,7 +315,7 @@ class ReplicaSimulation(Scenario):
             self.log("node %s is %s (epoch %s)", node.name, command.role, command.epoch)
         elif kind is rev.Unhealthy:
             self.fail(f"node {node.name} is unhealthy: {command.why}")
-        elif kind is rev.Stopped:
+        elif kind is rev.Stopped or kind is rev.Truncated or kind is rev.AppendsDone:
             pass
         else:
             self.fail(f"node {node.name}: unexpected command {command!r}")
@@ -525,6 +525,9 @@ class ReplicaSimulation(Scenario):
         elif expected != ids or self.reference_value[position] != node.value:
             self.fail(f"node {node.name} applied {ids} at {position} (value {node.value}); the first node applied "
                       f"{expected} there (value {self.reference_value[position]})")
+        for token, result in zip(command.tokens or (), results):
+            if token is not None and token in node.submits:    # answered as applied, as the shell does
+                self._submit_answered(node, token, result, None)
         snapshot = self.world.faults and self.rng.random() < self.config.snapshot_rate
         self.log("node %s applied %s at %s -> %d%s", node.name, ids, position, node.value,
                  " (snapshot)" if snapshot else "")
