@@ -153,3 +153,22 @@ class RecordTooLarge(WalkitError, ValueError):
         self.size = size
         self.limit = limit
         self.setting = setting
+
+
+class StaleSubmit(WalkitError):
+    """StaleSubmit answers a sessioned submit whose seq is below one its client had applied already.
+
+    The record was not applied: the client moved on past it (walkit.core.sessions).
+    """
+
+
+class DuplicateError(WalkitError):
+    """DuplicateError answers the retry of a sessioned submit whose first application raised.
+
+    The record was applied once, and raised then; `kind` is the name of that exception's type
+    and the message is its message (the exception itself is not kept, only its text).
+    """
+
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind

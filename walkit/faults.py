@@ -21,6 +21,7 @@ FAILPOINTS = (
     "log.open.after_create",     # a ledger was created for the log, the list CAS not done yet
     "log.roll.after_create",     # rolling: new ledger created, not yet in the list
     "log.roll.after_cas",        # rolling: new ledger in the list, previous one not closed yet
+    "replicate.acked",           # a leader's entry was acknowledged, not applied or answered yet
 )
 
 _enabled: dict[str, Callable[[], None]] = {}

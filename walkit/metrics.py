@@ -22,6 +22,7 @@ import bisect
 import logging
 import threading
 import time
+import weakref
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Iterable
 
@@ -31,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from walkit.errors import ConfigError
 from walkit.futures import LightFuture
 
-__all__ = ["Collector", "HttpEndpoint", "Histogram", "REGISTRY", "client_metrics", "LATENCY_BUCKETS"]
+__all__ = ["Collector", "HttpEndpoint", "Histogram", "REGISTRY", "client_metrics", "replica_metrics", "LATENCY_BUCKETS"]
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,12 @@ class Collector:
     def __init__(self) -> None:
         self._metrics: list[tuple[str, str, str, object]] = []
 
-    def counter(self, name: str, documentation: str, value: Callable[[], float]) -> None:
-        """counter declares a monotonically growing value (name without the _total suffix)."""
-        self._metrics.append(("counter", name, documentation, value))
+    def counter(self, name: str, documentation: str, value: Callable[[], float], labels: tuple[str, ...] = ()) -> None:
+        """counter declares a monotonically growing value (name without the _total suffix).
+
+        With `labels`, `value` returns {label values (a tuple): value} instead of a number.
+        """
+        self._metrics.append(("counter", name, documentation, (value, labels)))
 
     def gauge(self, name: str, documentation: str, value: Callable[[], float], labels: tuple[str, ...] = ()) -> None:
         """gauge declares a value that goes up and down.
@@ -109,7 +113,7 @@ class Collector:
             if kind == "histogram":
                 yield source.family(name, documentation)
                 continue
-            source, labels = source if kind == "gauge" else (source, ())
+            source, labels = source
             try:
                 value = source()
             except Exception as exc:  # noqa: BLE001 - a broken metric must not break the scrape
@@ -117,10 +121,11 @@ class Collector:
                 continue
             if value is None:
                 continue
-            if kind == "counter":
+            if kind == "counter" and not labels:
                 yield CounterMetricFamily(name, documentation, value=value)
             elif labels:
-                family = GaugeMetricFamily(name, documentation, labels=labels)
+                family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, documentation,
+                                                                                          labels=labels)
                 for label_values, v in value.items():
                     family.add_metric(list(label_values), v)
                 yield family
@@ -178,6 +183,52 @@ class TimedFuture(LightFuture):
     def set_exception(self, exception) -> None:
         super().set_exception(exception)
         self._metrics.failures += 1
+
+
+class ReplicaMetrics(Collector):
+    """ReplicaMetrics reports every walkit.replicate node of this process, labelled by machine name and node id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: weakref.WeakSet = weakref.WeakSet()
+        labels = ("name", "node")
+
+        def each(value: Callable) -> Callable[[], dict]:
+            return lambda: {(node.name, node.node_id): value(node) for node in list(self.nodes)}
+        self.gauge("walkit_replicate_healthy", "1 while the node can go on (0: see its status for why)",
+                   each(lambda node: int(node.health[0])), labels)
+        self.gauge("walkit_replicate_leading", "1 while the node leads and takes submits",
+                   each(lambda node: int(node.is_leader)), labels)
+        self.gauge("walkit_replicate_in_trouble", "1 while the node retries a failure (its status says which)",
+                   each(lambda node: int(node.trouble is not None)), labels)
+        self.counter("walkit_replicate_troubles", "Failures the node retried (reading the log, appending)",
+                     each(lambda node: node.troubles), labels)
+        self.counter("walkit_replicate_records_applied", "Records applied to the state machine",
+                     each(lambda node: node.records_applied), labels)
+
+
+_replica_metrics: ReplicaMetrics | None = None
+
+
+def replica_metrics() -> ReplicaMetrics:
+    """replica_metrics returns the process's ReplicaMetrics, registered in the default REGISTRY."""
+    global _replica_metrics
+    if _replica_metrics is None:
+        with _client_lock:
+            if _replica_metrics is None:
+                metrics = ReplicaMetrics()
+                REGISTRY.register(metrics)
+                _replica_metrics = metrics
+    return _replica_metrics
+
+
+def replicas_health() -> tuple[bool, str]:
+    """replicas_health is an HttpEndpoint check: (False, why) if a walkit.replicate node of this process cannot go on."""
+    for node in list(replica_metrics().nodes):
+        healthy, why = node.health
+        if not healthy:
+            return False, f"replicated machine {node.name!r} (node {node.node_id}): {why}"
+    return True, "ok"
 
 
 _client_metrics: ClientMetrics | None = None

@@ -420,6 +420,36 @@ def command_(server, conn, args):
     raise ReplyError(f"ERR unknown subcommand '{args[1].decode('utf-8', 'replace')}'. Try COMMAND HELP.")
 
 
+SESSION = b"SESSION"
+#: The longest client name of a SESSION (walkit.replicate's limit on a session's client id).
+MAX_SESSION_CLIENT = 256
+
+
+@command("SESSION", -4, OTHER)
+def session(server, conn, args):
+    """session is ``SESSION <client> <seq> <write command> [args...]``; connection.py runs it (session_args)."""
+    raise ReplyError("ERR SESSION is run by the connection")
+
+
+def session_args(args: list[bytes]) -> tuple[str, int, list[bytes]]:
+    """session_args checks ``SESSION <client> <seq> <command> ...`` and returns (client, seq, the command's args).
+
+    `client` names the client (1 to 256 bytes of UTF-8) and `seq` numbers its writes from 1; a
+    retry reuses the seq and is answered with the first reply without being applied again.
+    """
+    check_arity(COMMANDS[SESSION], args)
+    try:
+        client = args[1].decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReplyError("ERR SESSION's client name is UTF-8 text") from None
+    if not 1 <= len(args[1]) <= MAX_SESSION_CLIENT:
+        raise ReplyError(f"ERR SESSION's client name is 1 to {MAX_SESSION_CLIENT} bytes")
+    seq = parse_int(args[2])
+    if seq is None or not 1 <= seq <= INT64_MAX:
+        raise ReplyError("ERR SESSION's seq is an integer from 1 (a retry reuses its write's seq)")
+    return client, seq, args[3:]
+
+
 def check_arity(spec: Command, args: list[bytes]) -> None:
     """check_arity raises Redis' error for a wrong number of arguments."""
     n = len(args)

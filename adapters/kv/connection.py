@@ -34,7 +34,7 @@ import itertools
 
 from walkit.adapters.kv.auth import FAILED_AUTH_DELAY_S
 from walkit.adapters.kv.commands import (
-    COMMANDS, NO_AUTH, NOAUTH, READ, WHILE_LOADING, WRITE, AuthFailed, check_arity, unknown,
+    COMMANDS, NO_AUTH, NOAUTH, READ, SESSION, WHILE_LOADING, WRITE, AuthFailed, check_arity, session_args, unknown,
 )
 from walkit.adapters.kv.resp import ProtocolError, ReplyError, RespParser, encode
 from walkit.errors import NotLeader
@@ -150,6 +150,9 @@ class Connection(asyncio.Protocol):
         if self.user is None and name not in NO_AUTH:
             self._reply(ReplyError(NOAUTH))
             return
+        if name == SESSION:
+            self._session_write(args)
+            return
         spec = COMMANDS.get(name)
         if spec is None:
             self._reply(unknown(args))
@@ -170,6 +173,26 @@ class Connection(asyncio.Protocol):
         except ReplyError as exc:
             self._reply(exc)
 
+    def _session_write(self, args: list[bytes]) -> None:
+        """_session_write runs ``SESSION <client> <seq> <write command> [args...]``: the write applies once.
+
+        A client that names itself and numbers its writes (seq 1, 2, 3, ...; a retry reuses the
+        number, on any server) gets, for a retry of a write that was applied, the first reply,
+        and the write is not applied again (walkit.replicate's client sessions).
+        """
+        try:
+            client, seq, inner = session_args(args)
+            spec = COMMANDS.get(inner[0].upper())
+            if spec is None or spec.kind is not WRITE:
+                raise ReplyError(f"ERR SESSION runs a write command (SET, INCR, DEL, ...), not "
+                                 f"'{inner[0].decode('utf-8', 'replace')[:64]}'")
+            check_arity(spec, inner)
+            if not self.server.ready:
+                raise ReplyError(LOADING)
+            self._write(spec.handler(self.server, self, inner), (client, seq))
+        except ReplyError as exc:
+            self._reply(exc)
+
     def _hold(self, error: AuthFailed) -> None:
         """_hold answers a failed AUTH after FAILED_AUTH_DELAY_S; until then no later command of this connection runs."""
         slot = self._new_slot()
@@ -180,10 +203,10 @@ class Connection(asyncio.Protocol):
         self._held = self.server.loop.call_later(FAILED_AUTH_DELAY_S, release)
         self._update_reading()
 
-    def _write(self, change) -> None:
+    def _write(self, change, session: tuple[str, int] | None = None) -> None:
         slot = self._new_slot()
         try:
-            future = self.server.submit(change, self)
+            future = self.server.submit(change, self, session)
         except NotLeader as exc:
             self._fill(slot, self.server.not_leader_error(exc.leader))
             return

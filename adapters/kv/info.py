@@ -2,7 +2,7 @@
 
 The fields follow Redis where Redis has one (role, master_host, loading, db0...), so tools
 that read them work; walkit's own are added beside them (walkit_role, leader, epoch,
-applied_position, applied_records, lag_entries, snapshot_position...).
+applied_position, applied_records, lag_entries, snapshot_position, walkit_health, walkit_trouble...).
 """
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ def walkit_role(server) -> str:
     if node.is_leader:
         return "leader"
     return "promoting" if node.election.is_leader else "follower"
+
+
+def health(node) -> str:
+    """health is "ok" or why the node cannot go on (walkit.replicate's status); INFO's walkit_health."""
+    if node is None:
+        return "ok"
+    healthy, why = node.health
+    return "ok" if healthy else why.replace("\r", " ").replace("\n", " ")
 
 
 def _leader_address(server) -> tuple[str, str]:
@@ -78,6 +86,7 @@ def info_text(server, sections: list[str]) -> str:
             f"last_apply_seconds_ago:{time.monotonic() - machine.last_apply:.3f}",
             f"lease_valid:{int(node is not None and node.lease_valid)}",
             f"read_barriers:{server.reads.barriers}",
+            f"walkit_health:{health(node)}", f"walkit_trouble:{(node.trouble if node is not None else None) or ''}",
             *([] if leading else [f"master_host:{host}", f"master_port:{port}",
                                   f"master_link_status:{'up' if host and server.ready else 'down'}"]),
             f"master_repl_offset:{machine.index}", f"cluster:{server.cluster}"],

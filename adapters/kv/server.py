@@ -23,8 +23,8 @@ from walkit.adapters.kv.connection import LOADING, Connection
 from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.reads import ReadGate
 from walkit.adapters.kv.records import encode as encode_record
-from walkit.adapters.kv.resp import ReplyError
-from walkit.errors import NotLeader, WalkitError
+from walkit.adapters.kv.resp import ReplyError, Simple
+from walkit.errors import DuplicateError, NotLeader, StaleSubmit, WalkitError
 
 log = logging.getLogger("walkit.adapters.kv")
 
@@ -171,17 +171,19 @@ class KVServer:
             self.inbox.put(self.reads.saw_leader)
 
     # -- writes and reads -------------------------------------------------------------------------
-    def submit(self, change, submitter=None):
+    def submit(self, change, submitter=None, session: tuple[str, int] | None = None):
         """submit stamps `change` and submits it to the node; the Future resolves to its reply value.
 
         `submitter` is the connection (the node's linger waits for connections, not records).
+        `session` is (client, seq) for a SESSION command: applied once however often it is retried.
         It raises NotLeader unless this server leads now.
         """
         node = self.node
         if node is None or self.stopping:
             raise NotLeader("this server does not serve writes now", None)
         stamp = self.now_ms()
-        future = node.submit_async(encode_record(stamp, change), submitter)
+        client, seq = session if session is not None else (None, None)
+        future = node.submit_async(encode_record(stamp, change), submitter, client=client, seq=seq)
         self._stamped = stamp                   # later records are stamped no earlier than this one
         self.reads.saw_leader()
         return future
@@ -190,7 +192,13 @@ class KVServer:
         """write_reply is the reply to a write whose Future is done: apply's result, or why it failed."""
         error = future.exception()
         if error is None:
-            return future.result()
+            result = future.result()
+            # A SESSION retry's reply is the first one's, kept as text: a str is a status (+OK).
+            return Simple(result) if type(result) is str else result
+        if isinstance(error, DuplicateError):       # the first application's error reply
+            return ReplyError(str(error) if error.kind == "ReplyError" else f"ERR {error.kind}: {error}")
+        if isinstance(error, StaleSubmit):
+            return ReplyError(f"ERR {error}; this write was not applied (a SESSION seq is used once, in order)")
         if isinstance(error, NotLeader):
             return self.not_leader_error(error.leader)
         if isinstance(error, WalkitError):

@@ -448,3 +448,74 @@ def test_a_lingering_batch_that_fills_an_entry_leaves_at_once(nodes, cluster):
     assert held.appended(2) == [[b"a:1"], [b"r0:1", b"r1:1"]]
     held.release()
     assert a.result(20) == 1 and [f.result(20) for f in waiting[:2]] == [2, 3]
+
+
+def scrape_replicas() -> dict:
+    """scrape_replicas is the walkit_replicate_* samples of this process: {(metric, name, node): value}."""
+    from prometheus_client import REGISTRY
+    from walkit.metrics import replica_metrics
+    replica_metrics()
+    return {(s.name, s.labels.get("name"), s.labels.get("node")): s.value for family in REGISTRY.collect()
+            if family.name.startswith("walkit_replicate") for s in family.samples}
+
+
+def test_an_entry_that_does_not_decode_makes_the_node_unhealthy_and_it_says_why_everywhere(cluster, nodes):
+    (first,) = nodes(1, name="garbled")
+    leader_of([first]).submit(b"a:1")
+    first.close()
+    with cluster.client().open_log("replicated-garbled") as log:      # fences the old leader's ledger
+        log.append(b"\xffnot an entry walkit.replicate wrote")
+    (node,) = nodes(1, name="garbled")
+    wait_for(lambda: not node.health[0], message="the node noticed the entry")
+    healthy, why = node.health
+    assert "decode" in why or "entry" in why, why
+    status = node.status
+    assert status["healthy"] is False and status["why"] == why and status["role"] == "FOLLOWING"
+    assert node.machine.value == 1                   # applied up to the bad entry, never past it
+    assert scrape_replicas()[("walkit_replicate_healthy", "garbled", node.node_id)] == 0
+    from walkit.metrics import replicas_health
+    ok, text = replicas_health()
+    assert not ok and "garbled" in text and why in text
+    with pytest.raises(NotLeader):                   # it does not campaign: it cannot lead what it cannot apply
+        node.submit(b"b:1")
+
+
+def test_a_follower_that_cannot_read_the_log_reports_the_trouble_until_it_can(cluster, nodes):
+    group = nodes(2, poll_s=0.05)
+    leader = leader_of(group)
+    follower = next(n for n in group if n is not leader)
+    leader.submit(b"a:1")
+    wait_for(lambda: follower.machine.value == 1)
+    assert follower.trouble is None
+    for i in range(len(cluster.addresses)):
+        cluster.kill(i)
+    try:
+        wait_for(lambda: follower.trouble is not None, message="the follower noticed it cannot read the log")
+        assert follower.trouble.startswith("cannot read the log"), follower.trouble
+        assert follower.health == (True, "ok")       # it retries on its own: healthy, but it says what is wrong
+        assert follower.status["trouble"] == follower.trouble
+        assert scrape_replicas()[("walkit_replicate_in_trouble", "counter", follower.node_id)] == 1
+    finally:
+        for i in range(len(cluster.addresses)):
+            cluster.revive(i)
+    wait_for(lambda: follower.trouble is None, message="the trouble is over once the bookies are back")
+    assert follower.troubles >= 1
+    assert scrape_replicas()[("walkit_replicate_troubles_total", "counter", follower.node_id)] >= 1
+    leader = leader_of(group)
+    leader.submit(b"b:1")
+    wait_for(lambda: all(n.machine.value == 2 for n in group))
+
+
+def test_submit_with_timeout_zero_does_not_wait(cluster, nodes):
+    (leader,) = nodes(1, max_entries_in_flight=1)
+    leader = leader_of([leader])
+    held = HeldAcks(cluster.network, leader.client._loop.transport.peer)
+    try:
+        started = time.monotonic()
+        with pytest.raises(walkit.errors.Timeout):
+            leader.submit(b"a:1", timeout=0)
+        assert time.monotonic() - started < 1.0
+        held.appended(1)
+    finally:
+        held.stop()
+    wait_for(lambda: leader.machine.value == 1)       # not waited for, but not dropped either

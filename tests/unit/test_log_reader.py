@@ -45,7 +45,8 @@ def test_a_ledger_a_new_writer_dropped_empty_is_passed_over():
     # Writer A died with ledger 11 empty; writer B's open recovered it empty, dropped it from the
     # list and deleted it. Nothing was lost, so the follower goes on to B's ledger 12.
     reader = following(11)
-    assert lac(reader, 11, -1) == [ev.ReadLedgerMetadata(ledger_id=11)]    # nothing new: is it closed?
+    assert lac(reader, 11, -1) == [lev.ReaderCaughtUp(position=None),
+                                   ev.ReadLedgerMetadata(ledger_id=11)]    # nothing new: is it closed?
     assert reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=None, version=-1)) == [
         lev.ReadLogMetadata(name=NAME)]
     assert reader.step(listed(12)) == [ev.ReadLedgerMetadata(ledger_id=12)]
@@ -71,6 +72,35 @@ def test_a_deleted_ledger_records_of_which_were_delivered_is_log_truncated():
     reader.step(ev.EntriesConsumed(upto=0, ledger_id=11))
     assert reader.delivered is not None and reader.delivered.ledger_id == 11
     commands = lac(reader, 11, 0)                                           # nothing new: is it closed?
-    assert commands == [ev.ReadLedgerMetadata(ledger_id=11)]
+    assert commands == [lev.ReaderCaughtUp(position=reader.delivered), ev.ReadLedgerMetadata(ledger_id=11)]
     failed = only(reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=None, version=-1)), ev.FailRead)
     assert isinstance(failed.error, LogTruncated)
+
+
+def test_an_idle_follower_long_polls_and_a_log_change_makes_it_look_at_once():
+    reader = LogReader(NAME, follow=True, poll_ms=100, long_poll_ms=30_000)
+    reader.start()
+    reader.step(listed(11))
+    polls = reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=0))
+    assert [(p.previous_lac, p.timeout_ms) for p in polls] == [(-1, 30_000)] * 3     # held until something new
+    assert reader.step(lev.LogChanged()) == [ev.ReadLedgerMetadata(ledger_id=11)]  # a watch fired: look now
+    again = reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=1))
+    assert [(p.previous_lac, p.timeout_ms) for p in again] == [(-1, 30_000)] * 3   # still open: held again
+
+
+def test_after_a_failed_read_the_follower_asks_the_lac_plainly_before_it_long_polls_again():
+    reader = LogReader(NAME, follow=True, poll_ms=100, long_poll_ms=30_000)
+    reader.start()
+    reader.step(listed(11))
+    reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=0))
+    out: list = []
+    for bookie in B:
+        out += reader.step(ev.LacRead(bookie=bookie, ledger_id=11, status=Status.UNREACHABLE, lac=-1))
+    retrying = only(out, lev.ReaderRetrying)
+    assert retrying.failures == 1
+    reader.step(ev.Ticked(now_ms=200, wall_ms=200))
+    plain = reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=0))
+    assert {p.timeout_ms for p in plain} == {0}                  # its answer says the bookies are back
+    assert lac(reader, 11, -1)[0] == lev.ReaderCaughtUp(position=None)
+    again = reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=0))
+    assert {p.timeout_ms for p in again} == {30_000}

@@ -182,8 +182,8 @@ def serve(http_port, **options) -> None:
     endpoint = None
     try:
         if http_port is not None:
-            from walkit.metrics import REGISTRY, HttpEndpoint
-            endpoint = HttpEndpoint(options["host"], http_port, [REGISTRY])
+            from walkit.metrics import REGISTRY, HttpEndpoint, replicas_health
+            endpoint = HttpEndpoint(options["host"], http_port, [REGISTRY], health=replicas_health)
             click.echo(f"metrics on http://{endpoint.address}/metrics", err=True)
         status = run(ServeOptions(**options), echo=lambda line: click.echo(line, err=True))
     except BadUsers as exc:

@@ -401,6 +401,8 @@ class _ReaderDriver(Driver):
             self.finished = True
         elif kind is lev.ReaderCaughtUp:
             self.caught_up = command.position
+        elif kind is lev.ReaderRetrying:
+            pass                                # retried by the reader; the iterator just waits longer
         else:
             raise TypeError(f"log reader cannot handle {command!r}")
 

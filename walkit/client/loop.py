@@ -58,6 +58,9 @@ class Driver:
 
     machine: object
     finished = False
+    #: The loop does not tick the driver before this time (ms; 0: every tick). A driver whose machine
+    #: needs no time to pass for a while sets it, and lowers it for a timer (walkit.replication's nodes).
+    quiet_until = 0
 
     def handle(self, command) -> None:
         raise NotImplementedError
@@ -252,4 +255,5 @@ class ClientLoop:
         self._deliver(self.dispatcher.tick(now, wall))
         tick = ev.Ticked(now_ms=now, wall_ms=wall)
         for driver in list(self._drivers):
-            self.step(driver, tick)
+            if driver.quiet_until <= now:
+                self.step(driver, tick)

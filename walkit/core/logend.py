@@ -4,8 +4,9 @@ A follower's linearizable read waits until it applied this far. The finder reads
 list, then walks its ledgers from the last: a closed ledger ends at its last entry; an unclosed
 one at the highest entry its last fragment's bookies store (LacReader's last entry, which bounds
 every entry a writer was told was acknowledged: an acknowledged entry is on Qa bookies of its
-write set, and EC answers include one of them). A ledger without entries sends it to the one
-before. No log, or no entry anywhere: the end is None.
+write set, and EC answers include one of them). Fewer than EC answers (the other bookies failed
+to answer) bound nothing, and the finder asks again later. A ledger without entries sends it to
+the one before. No log, or no entry anywhere: the end is None.
 
 The end found may be an entry that was stored but never acknowledged, and that recovery later
 drops (the ledger closes before it); a reader waiting for it would wait for nothing, so it asks
@@ -91,9 +92,9 @@ class LogEndFinder:
         out: list = []
         for command in commands:
             kind = type(command)
-            if kind is ev.CompleteRead:
+            if kind is ev.CompleteRead and self._lac.covered:
                 return self._ended(command.last_entry_id)
-            if kind is ev.FailRead:              # no bookie answered: ask again in a while
+            if kind is ev.CompleteRead or kind is ev.FailRead:   # too few bookies answered: ask again in a while
                 self._lac = None
                 self._retry_at = self._now + RETRY_MS
                 return []

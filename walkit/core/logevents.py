@@ -188,6 +188,20 @@ class DeliverRecords:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LogChanged:
+    """LogChanged tells a following reader that the log's metadata changed (a watch fired): look again now."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReaderRetrying:
+    """ReaderRetrying tells a reader's caller that a read failed (`error`; `failures` in a row) and is tried
+    again after `poll_ms`; records delivered next (or ReaderCaughtUp) say it went through."""
+
+    error: Exception
+    failures: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReaderCaughtUp:
     """ReaderCaughtUp tells a following reader's caller that it read everything confirmed so far."""
 

@@ -7,9 +7,12 @@ not closed: the writer may still complete entries there (a roll closes the previ
 after its pending adds), and recovery decides its end. So:
 
 - without `follow` the read ends at the first unclosed ledger's LAC (or at the end of the list);
-- with `follow` it long-polls the LAC (`poll_ms`), re-reads the ledger's metadata when nothing
-  new came, and moves to the next ledger of the list once the ledger is closed and read to its
-  end: across rolls and writer handovers (the new writer closes the old ledger at its true end).
+- with `follow` it long-polls the LAC (for `long_poll_ms`, default `poll_ms`), re-reads the
+  ledger's metadata when nothing new came, and moves to the next ledger of the list once the
+  ledger is closed and read to its end: across rolls and writer handovers (the new writer closes
+  the old ledger at its true end). An idle follower so costs one metadata read and one LAC
+  request per bookie every `long_poll_ms`; LogChanged (the caller saw the log's metadata change,
+  say through a watch) makes it look again at once instead of at the end of the long poll.
 
 Truncation: if truncation or retention removed a ledger holding records at or after the
 reader's next position (LogMetadata.truncated_to), records it has not read are gone, and the
@@ -24,9 +27,9 @@ what the caller consumed (EntriesConsumed), and the reader moves on from a ledge
 one, or to long-polling) only once the caller consumed every record delivered so far.
 
 Events: LogMetadataRead, LedgerMetadataRead, the ledger-level events of its LacReader and
-RangeReader, EntriesConsumed (the caller's progress) and Ticked. Outcomes:
+RangeReader, EntriesConsumed (the caller's progress), LogChanged and Ticked. Outcomes:
 DeliverRecords, ReaderCaughtUp (following: everything confirmed so far was delivered),
-CompleteRead (the end, without `follow`), FailRead.
+ReaderRetrying (a read failed and is tried again), CompleteRead (the end, without `follow`), FailRead.
 """
 
 from __future__ import annotations
@@ -49,11 +52,12 @@ class LogReader:
 
     def __init__(self, name: str, *, password: bytes = b"", start: Position | None = None, follow: bool = False,
                  poll_ms: int = 1000, read_timeout_ms: int = 10_000, window: int = 4096, attempts: int = 5,
-                 now_ms: int = 0, speculative_ms: int = 0) -> None:
+                 now_ms: int = 0, speculative_ms: int = 0, long_poll_ms: int | None = None) -> None:
         self.name = name
         self.password = password
         self.follow = follow
         self.poll_ms = poll_ms
+        self.long_poll_ms = poll_ms if long_poll_ms is None else long_poll_ms
         self.read_timeout_ms = read_timeout_ms
         self.speculative_ms = speculative_ms
         self.window = window
@@ -105,6 +109,18 @@ class LogReader:
             return self._on_consumed(event)
         if kind is ev.Ticked:
             return self._on_tick(event)
+        if kind is lev.LogChanged:
+            return self._on_changed()
+        return []
+
+    def _on_changed(self) -> list:
+        """_on_changed (LogChanged) looks again now instead of at the end of a long poll or a wait."""
+        if isinstance(self._sub, LacReader) and self._sub.timeout_ms > 0 and self._ledger is not None:
+            self._sub = None                  # its late answers still tell a true LAC to the next LacReader
+            return [ev.ReadLedgerMetadata(ledger_id=self._ledger.ledger_id)]
+        if self._wake_at is not None:
+            action, self._wake_at, self._wake_action = self._wake_action, None, None
+            return action()
         return []
 
     # -- the list ----------------------------------------------------------------------------------
@@ -152,7 +168,12 @@ class LogReader:
             self.next = Position(md.ledger_id, md.first_entry_id)
         if md.state == LEDGER_CLOSED:
             return self._read_to(md.last_entry_id, final=True)
-        self._sub = LacReader(md)
+        if self.follow and not self._failures and md.last_fragment_start - 1 < self.next.entry_id:
+            # Answered at once if there is something new; otherwise held until there is. (After a
+            # failure the LAC is asked plainly first: its answer says the bookies are back.)
+            self._sub = LacReader(md, previous_lac=self.next.entry_id - 1, timeout_ms=self.long_poll_ms)
+        else:
+            self._sub = LacReader(md)
         return self._handle(self._sub.start())
 
     def _ledger_gone(self, ledger_id: int) -> list:
@@ -209,7 +230,7 @@ class LogReader:
         if not self.follow:
             return self._complete()           # an unclosed ledger's end is not known yet
         md = self._ledger
-        self._sub = LacReader(md, previous_lac=self.next.entry_id - 1, timeout_ms=self.poll_ms)
+        self._sub = LacReader(md, previous_lac=self.next.entry_id - 1, timeout_ms=self.long_poll_ms)
         return self._caught_up() + self._handle(self._sub.start())
 
     def _handle(self, commands: list) -> list:
@@ -234,10 +255,11 @@ class LogReader:
 
     def _on_lac(self, lac: int) -> list:
         self._sub = None
+        self._failures = 0
         if lac >= self.next.entry_id:
             return self._read_to(lac, final=False)
         if self.follow:          # nothing new: the ledger may be closed by now
-            return [ev.ReadLedgerMetadata(ledger_id=self._ledger.ledger_id)]
+            return self._caught_up() + [ev.ReadLedgerMetadata(ledger_id=self._ledger.ledger_id)]
         return self._complete()
 
     # -- outcomes, retries and time -------------------------------------------------------------------
@@ -251,7 +273,8 @@ class LogReader:
         if not self.follow and self._failures >= self.attempts:
             return self._fail(error)
         ledger_id = self._segment.ledger_id
-        return self._wait(lambda: [ev.ReadLedgerMetadata(ledger_id=ledger_id)])
+        return [lev.ReaderRetrying(error=error, failures=self._failures)] + self._wait(
+            lambda: [ev.ReadLedgerMetadata(ledger_id=ledger_id)])
 
     def _wait(self, action) -> list:
         self._wake_at = self._now + self.poll_ms

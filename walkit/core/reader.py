@@ -365,6 +365,16 @@ class LacReader:
         self._refused: dict[str, str] = {}         # UNAUTHORIZED answers
         self._last_entry = -1
 
+    @property
+    def covered(self) -> bool:
+        """covered is True once EC = (E - Qa) + 1 bookies answered: then `last_entry_id` bounds every acknowledged entry.
+
+        A read that completed because the other bookies failed to answer is not covered: the
+        entries it did not hear of may have been acknowledged.
+        """
+        md = self.metadata
+        return len(self._answers) >= ensemble_coverage(md.ensemble_size, md.ack_quorum)
+
     def start(self) -> list:
         """start sends the LAC requests."""
         return [ev.SendReadLac(bookie=b, ledger_id=self.ledger_id, previous_lac=self.previous_lac,

@@ -60,7 +60,9 @@ log's end (walkit.core.logend) and answers once it applied that far, finding it 
 Errors: an entry that does not decode (not written by walkit.replicate, or by a newer one) stops
 the node's applying: Unhealthy says why, the node stops campaigning and a leader steps down;
 it never skips an entry. A reader that fails with LogTruncated (a snapshot covers what it
-needs) asks for the latest snapshot (LoadSnapshot); any other reader failure is retried.
+needs) asks for the latest snapshot (LoadSnapshot); any other reader failure is retried, and
+Trouble names it until the reader delivers again (a failed append too, until the node leads
+again): the node is healthy but says what it is retrying.
 """
 
 from __future__ import annotations
@@ -82,12 +84,17 @@ from walkit.core.loglist import LogConfig, Position
 from walkit.core.logreader import LogReader
 from walkit.core.metadata import OPEN as LEDGER_OPEN
 from walkit.core.sessions import DEFAULT_TTL_MS, SessionTable
-from walkit.errors import ConfigError, LogTruncated, NotLeader, WalkitError
+from walkit.errors import ConfigError, LogTruncated, NoSuchLog, NotLeader, WalkitError
 
 #: The position a node that applied nothing reads from: before any ledger, so truncation shows.
 START = Position(0, 0)
 #: How long a failed reader or log open waits before it is started again.
 RETRY_MS = 500
+#: How long after its last event (other than a tick) a node stays ticked at the shell's pace: the
+#: writer's explicit LAC, a reader's retries and the like run on ticks in that time.
+QUIET_MS = 1000
+#: How often the shell ticks a quiet node (see ReplicaMachine.quiet).
+IDLE_TICK_MS = 1000
 
 
 def after(position: Position | None) -> Position:
@@ -127,7 +134,9 @@ class ReplicaConfig:
     be from real time (the lease wait grows with it). `max_batch_records`, `max_batch_bytes`,
     `max_entries_in_flight` and `linger_ms` shape group commit; `max_entry_bytes` is the client's
     entry limit. `session_ttl_ms` is how long an idle client session is remembered. `poll_ms`
-    paces the follower's reader and retried reads.
+    paces retried reads and reads of the log's list; `tail_poll_ms` is how long the follower's
+    reader long-polls the LAC before it reads the ledger's metadata again (LogChanged, from the
+    shell's watch of the log's metadata, cuts that short).
     """
 
     log: LogConfig
@@ -140,6 +149,7 @@ class ReplicaConfig:
     max_entry_bytes: int = 60 * 1024 * 1024
     session_ttl_ms: int = DEFAULT_TTL_MS
     poll_ms: int = 200
+    tail_poll_ms: int = 30_000
     add_timeout_ms: int = 5000
     recovery_timeout_ms: int = 30_000
     read_timeout_ms: int = 10_000
@@ -221,6 +231,7 @@ class ReplicaMachine:
         self.session_state = "CONNECTED"
         self.healthy = True
         self.why_unhealthy = ""
+        self.trouble: str | None = None                     # a failure being retried (Trouble)
         self.applied = applied                      # the last entry applied
         self._queued_upto = applied                 # the last entry queued for apply (or applied)
         self.sessions = SessionTable.from_bytes(sessions, config.session_ttl_ms) if sessions \
@@ -241,6 +252,7 @@ class ReplicaMachine:
         self._stopping = False
         # leadership
         self._writes_from_ms = 0                    # no submit is appended before (the lease wait)
+        self._active_ms = now_ms                    # when the last event other than a tick came (quiet)
         self._replayed = False
         self.lease_until = 0
         self.last_acked: Position | None = None
@@ -290,11 +302,25 @@ class ReplicaMachine:
         if wall_ms > self._wall:
             self._wall = wall_ms
 
+    def quiet(self) -> bool:
+        """quiet is True while nothing here needs time to pass soon: a follower long-polling the log, a leader
+        with nothing in flight, both idle for QUIET_MS. The shell may then tick it rarely (IDLE_TICK_MS);
+        timers it sets meanwhile come as Wake."""
+        if self.role is not FOLLOWING and self.role is not LEADING:
+            return False
+        if (self._reads or self._pending or self._in_flight or self._queue or self._applying is not None
+                or self._reader_retry_at is not None or self._finders or self._proofs or self._truncations
+                or self._restoring or self._linger_until is not None or self._parked_reads):
+            return False
+        return self._now - self._active_ms >= QUIET_MS
+
     def step(self, event) -> list:
         """step applies one event and returns commands."""
         if self.role is STOPPED:
             return []
         kind = type(event)
+        if kind is not ev.Ticked:
+            self._active_ms = self._now
         if kind is rev.From:
             return self._from(event.key, event.event)
         handler = _HANDLERS.get(kind)
@@ -349,9 +375,17 @@ class ReplicaMachine:
         """_follow starts a reader that tails the log after the last entry queued."""
         self._reader_retry_at = None
         reader = LogReader(self.log_name, password=self.password, start=after(self._queued_upto), follow=True,
-                           poll_ms=self.config.poll_ms, read_timeout_ms=self.config.read_timeout_ms, now_ms=self._now)
+                           poll_ms=self.config.poll_ms, long_poll_ms=self.config.tail_poll_ms,
+                           read_timeout_ms=self.config.read_timeout_ms, now_ms=self._now)
         self._reader_key, commands = self._new_sub("r", reader, reader.start())
         return commands
+
+    def _on_log_changed(self, event: rev.LogChanged) -> list:
+        """_on_log_changed: the log's metadata changed (a roll, a new leader); the follower's reader looks now."""
+        reader = self._subs.get(self._reader_key) if self._reader_key else None
+        if reader is None or self.role is not FOLLOWING:
+            return []
+        return self._via(self._reader_key, reader.step(lev.LogChanged()))
 
     def _replay(self) -> list:
         """_replay reads what the log holds before this leader's ledger (not following)."""
@@ -374,9 +408,11 @@ class ReplicaMachine:
                 if self._queued_upto is not None and position <= self._queued_upto:
                     continue                         # restored past it already
                 self._queue_entry(position, entry.payload, None)
-            return self._next_apply()
+            return self._troubled(None) + self._next_apply()
         if kind is lev.ReaderCaughtUp:
-            return []
+            return self._troubled(None)
+        if kind is lev.ReaderRetrying:
+            return self._troubled(f"cannot read the log: {type(command.error).__name__}: {command.error}")
         if kind is ev.CompleteRead:                  # the replay read everything
             self._stop_reader()
             self._replayed = True
@@ -388,9 +424,18 @@ class ReplicaMachine:
                 return self._ask_restore()
             if self.role is FOLLOWING or self.role is REPLAYING:
                 self._reader_retry_at = self._now + RETRY_MS
-                return [rev.Wake(at_ms=self._reader_retry_at)]
+                why = (None if isinstance(command.error, NoSuchLog)          # no leader made it yet
+                       else f"cannot read the log: {type(command.error).__name__}: {command.error}")
+                return self._troubled(why) + [rev.Wake(at_ms=self._reader_retry_at)]
             return []
         return []
+
+    def _troubled(self, why: str | None) -> list:
+        """_troubled notes a failure being retried (None: it is over); Trouble tells the shell when that changes."""
+        if why == self.trouble:
+            return []
+        self.trouble = why
+        return [rev.Trouble(why=why)]
 
     def _ask_restore(self) -> list:
         """_ask_restore asks for the latest snapshot, between two entries (none is being applied)."""
@@ -592,7 +637,7 @@ class ReplicaMachine:
         if (self.role is not REPLAYING or not self._replayed or self._queue or self._applying is not None
                 or self._now < self._writes_from_ms):
             return []
-        commands = self._to(LEADING)
+        commands = self._to(LEADING) + self._troubled(None)
         self.last_acked = self.applied
         # No lease yet: one must start before any later leader's fence, and only the send time of
         # an acknowledged append (or of a proof) is known to. The first read proves leadership.
@@ -646,7 +691,8 @@ class ReplicaMachine:
         if self._in_flight:
             commands.append(rev.AppendsDone(failed=len(self._in_flight)))
         self._in_flight.clear()
-        return commands + self._step_down(f"an append failed: {type(error).__name__}: {error}")
+        why = f"an append failed: {type(error).__name__}: {error}"
+        return commands + self._troubled(why) + self._step_down(why)
 
     # -- submits -------------------------------------------------------------------------------------
     def _on_submit(self, event: rev.SubmitRequested) -> list:
@@ -700,7 +746,7 @@ class ReplicaMachine:
 
     def _on_acked(self, command: lev.CompleteAppends) -> list:
         sent: list[int] = []
-        commands: list = []
+        commands: list = [ev.Failpoint(name="replicate.acked")]      # in the log; nobody was answered yet
         for entry_id in range(command.first_entry_id, command.last_entry_id + 1):
             item = self._in_flight.popleft()
             sent.append(item.sent_ms)
@@ -911,8 +957,8 @@ class _Proof:
 
 _OUTCOMES = (lev.LogOpened, lev.LogOpenFailed, lev.CompleteAppends, lev.FailAppends, lev.RefuseAppends,
              lev.RollCompleted, lev.RollFailed, lev.TruncateCompleted, lev.TruncateFailed, lev.LogClosed,
-             lev.LogCloseFailed, lev.DeliverRecords, lev.ReaderCaughtUp, ev.CompleteRead, ev.FailRead,
-             FoundLogEnd)
+             lev.LogCloseFailed, lev.DeliverRecords, lev.ReaderCaughtUp, lev.ReaderRetrying, ev.CompleteRead,
+             ev.FailRead, FoundLogEnd)
 
 _HANDLERS = {
     rev.Elected: ReplicaMachine._on_elected,
@@ -928,5 +974,6 @@ _HANDLERS = {
     rev.SnapshotRequested: ReplicaMachine._on_snapshot_requested,
     rev.StepDownRequested: ReplicaMachine._on_step_down,
     rev.StopRequested: ReplicaMachine._on_stop,
+    rev.LogChanged: ReplicaMachine._on_log_changed,
     ev.Ticked: ReplicaMachine._on_tick,
 }

@@ -126,6 +126,11 @@ class TruncateRequested:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LogChanged:
+    """LogChanged: the log's metadata changed (the shell watches it); a follower's reader looks again at once."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepDownRequested:
     """StepDownRequested asks a leader to give up its leadership (cleanly) and follow."""
 
@@ -249,6 +254,14 @@ class Wake:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Stopped:
     """Stopped reports that the node stopped (after StopRequested): nothing more will come out of it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trouble:
+    """Trouble reports a failure the node retries on its own (`why`; None once it is over): a tail
+    that cannot read the log, an append that failed. The node stays healthy; its status says so."""
+
+    why: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,22 +27,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from walkit.errors import ConfigError, WalkitError
+from walkit.errors import ConfigError, DuplicateError, StaleSubmit
+
+__all__ = ["DEFAULT_TTL_MS", "DuplicateError", "SessionTable", "StaleSubmit", "decode_result", "encode_result"]
 
 #: How long a client session lives without a record by default: a day.
 DEFAULT_TTL_MS = 24 * 3600 * 1000
-
-
-class StaleSubmit(WalkitError):
-    """StaleSubmit is the result of a submit whose seq is below one its client had applied already."""
-
-
-class DuplicateError(WalkitError):
-    """DuplicateError answers a duplicate of a submit whose first application raised: `kind` and the message."""
-
-    def __init__(self, message: str, kind: str = "") -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 def _pack(value):

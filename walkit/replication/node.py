@@ -33,7 +33,9 @@ is safe under partitions given clocks whose rates stay within `max_clock_drift` 
 a new leader writes only after any earlier leader's lease ran out (see walkit.core.replica).
 
 Health: a node whose apply thread failed, or whose machine found an entry it cannot apply,
-reports it in `failed` / `health` and stops leading; it never skips an entry.
+reports it in `failed` / `health` and stops leading; it never skips an entry. A failure the
+node retries on its own (the log cannot be read, an append failed) is its `trouble` until it is
+over. `status` reports all of it; walkit.metrics.replica_metrics exports it to Prometheus.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ from walkit.core import events as ev
 from walkit.core import replicaevents as rev
 from walkit.core.batch import MAX_CLIENT_ID, Session
 from walkit.core.digest import Digest, master_key, password_check
-from walkit.core.loglist import LogConfig, Position
-from walkit.core.replica import LEADING, ReplicaConfig, ReplicaMachine, Role
+from walkit.core.loglist import LogConfig, Position, log_key
+from walkit.core.replica import IDLE_TICK_MS, LEADING, ReplicaConfig, ReplicaMachine, Role
 from walkit.core.sessions import DEFAULT_TTL_MS
 from walkit.election import LeaderElection
 from walkit.errors import (
@@ -62,6 +64,7 @@ from walkit.errors import (
 )
 from walkit.faults import failpoint
 from walkit.futures import LightFuture
+from walkit.metrics import replica_metrics
 from walkit.replication.machine import StateMachine
 from walkit.replication.snapshots import (
     SnapshotPointer, collect_garbage, list_snapshots, load_snapshot_and_sessions, publish, read_pointer, retained,
@@ -91,8 +94,11 @@ class _Sub(Driver):
 
     def step(self, event) -> list:
         core = self.node.core
-        core.at(now_ms(), wall_ms())
-        return core.step(rev.From(self.key, event))
+        now = now_ms()
+        core.at(now, wall_ms())
+        commands = core.step(rev.From(self.key, event))
+        self.node._driver.quiet_until = now + IDLE_TICK_MS if core.quiet() else 0
+        return commands
 
     def handle(self, command) -> None:
         self.node._handle(command)
@@ -106,7 +112,14 @@ class _Driver(Driver):
 
     def __init__(self, node: "ReplicatedNode") -> None:
         self.node = node
-        self.machine = node.core
+        self.machine = self
+
+    def step(self, event) -> list:
+        """step feeds the node's machine; a quiet machine is ticked only every IDLE_TICK_MS (or at its Wake)."""
+        core = self.node.core
+        commands = core.step(event)
+        self.quiet_until = core._now + IDLE_TICK_MS if core.quiet() else 0
+        return commands
 
     def handle(self, command) -> None:
         self.node._handle(command)
@@ -131,7 +144,7 @@ class ReplicatedNode:
                  snapshot_every_bytes: int = 0, snapshot_every_s: float = 0.0, retention_s: float = 0.0,
                  lease_ms: int = 1000, max_clock_drift: float = 0.05, max_batch_records: int = 4096,
                  max_batch_bytes: int = 1 << 20, max_entries_in_flight: int = 8, linger_ms: float = 0.0,
-                 poll_s: float = 0.2, max_record_bytes: int | None = None, session_ttl_s: float = DEFAULT_TTL_MS / 1000,
+                 poll_s: float = 0.2, tail_poll_s: float = 30.0, max_record_bytes: int | None = None, session_ttl_s: float = DEFAULT_TTL_MS / 1000,
                  on_role: Callable[[str], None] | None = None, campaign_when: Callable[[], bool] | None = None,
                  keep_log_from: Callable[[], Position | None] | None = None) -> None:
         if not isinstance(machine, StateMachine):
@@ -177,7 +190,7 @@ class ReplicatedNode:
             lease_ms=int(lease_ms), max_clock_drift=max_clock_drift, max_batch_records=max_batch_records,
             max_batch_bytes=max_batch_bytes, max_entries_in_flight=max_entries_in_flight, linger_ms=linger_ms,
             max_entry_bytes=client.max_entry_bytes, session_ttl_ms=int(session_ttl_s * 1000),
-            poll_ms=max(1, int(poll_s * 1000)), add_timeout_ms=int(client.add_timeout * 1000),
+            poll_ms=max(1, int(poll_s * 1000)), tail_poll_ms=max(1, int(tail_poll_s * 1000)), add_timeout_ms=int(client.add_timeout * 1000),
             read_timeout_ms=int(client.timeout * 1000))
         self.election = LeaderElection(client.store, f"replication/{name}", node_id, on_lost=self._election_lost)
         self.core: ReplicaMachine | None = None      # created at start, once the snapshot is loaded
@@ -190,6 +203,7 @@ class ReplicatedNode:
         self._reads: dict[int, Future] = {}
         self._truncations: dict[int, Future] = {}
         self._subs: dict[str, _Sub] = {}
+        self._log_watch = None
         self._role = Role.FOLLOWING
         self._leader_cache: tuple[float, str | None] = (0.0, None)
         self._ready = threading.Event()
@@ -198,6 +212,8 @@ class ReplicatedNode:
         self._stopped = threading.Event()
         self.failed: BaseException | None = None
         self.unhealthy: str | None = None
+        self.trouble: str | None = None           # a failure the node retries now (walkit.core.replica's Trouble)
+        self.troubles = 0                         # such failures so far
         # applied state (written by the apply thread)
         self._applied: Position | None = None
         self.snapshot_position: Position | None = None
@@ -218,6 +234,7 @@ class ReplicatedNode:
         self._start_thread = threading.Thread(target=self._start, name=f"walkit-start-{name}", daemon=True)
         self._role_calls = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"walkit-role-{name}")
         client.store.add_state_listener(self._session_changed)
+        replica_metrics().nodes.add(self)
 
     def start(self) -> "ReplicatedNode":
         """start starts the node's threads; it returns at once (see `wait_ready`)."""
@@ -276,6 +293,21 @@ class ReplicatedNode:
         if self.unhealthy is not None:
             return False, self.unhealthy
         return True, "ok"
+
+    @property
+    def status(self) -> dict:
+        """status says what the node does and whether it can: what INFO, /health and `walkit` tools report.
+
+        `healthy` False (with `why`) means the node cannot go on as it is and needs an operator;
+        `trouble` names a failure it retries on its own now (the log unreadable, an append that
+        failed), None when there is none.
+        """
+        healthy, why = self.health
+        return {"name": self.name, "node_id": self.node_id, "role": self.role, "leader": self.leader,
+                "ready": self.ready, "applied": None if self._applied is None else str(self._applied),
+                "records_applied": self.records_applied, "healthy": healthy, "why": None if healthy else why,
+                "trouble": self.trouble, "troubles": self.troubles,
+                "snapshot": None if self.snapshot_position is None else str(self.snapshot_position)}
 
     @property
     def ledger_id(self) -> int | None:
@@ -488,10 +520,18 @@ class ReplicatedNode:
             for sent in command.sent_ms:
                 metrics.append_latency.observe(max(0, now - sent) / 1000)
         elif kind is rev.Wake:
+            self._driver.quiet_until = min(self._driver.quiet_until, command.at_ms)
             self._loop.tick_at(command.at_ms)
         elif kind is rev.Unhealthy:
             log.error("%s: %s", self.node_id, command.why)
             self.unhealthy = command.why
+        elif kind is rev.Trouble:
+            if command.why is None:
+                log.info("%s: %s is over (%s)", self.node_id, self.trouble, self.name)
+            else:
+                self.troubles += 1
+                log.warning("%s: %s: %s; retrying", self.node_id, self.name, command.why)
+            self.trouble = command.why
         elif kind is rev.Stopped:
             self._driver.finished = True
             self._stopped.set()
@@ -568,6 +608,12 @@ class ReplicatedNode:
             self._loop.call(attach)
         except ClientClosed as exc:
             self.failed = exc
+            return
+        try:          # a roll or a new leader changes the log's metadata: the follower looks at once
+            self._log_watch = self.client.store.watch(log_key(self.log_name), lambda key: self._post(rev.LogChanged()))
+        except WalkitError as exc:    # the reader still looks every tail_poll_s
+            log.warning("%s: cannot watch the log's metadata (%s: %s); the follower looks every %g s", self.node_id,
+                        type(exc).__name__, exc, self.config.tail_poll_ms / 1000)
 
     def _campaign_loop(self) -> None:
         """_campaign_loop campaigns whenever the machine asks (Campaign) and reports a win (Elected)."""
@@ -861,6 +907,9 @@ class ReplicatedNode:
             return
         self._stopping.set()
         self._campaign_wanted.clear()
+        replica_metrics().nodes.discard(self)
+        if self._log_watch is not None:
+            self._log_watch.cancel()
         if self.core is not None:
             self._post(rev.StopRequested())
             self._stopped.wait(timeout)

@@ -44,7 +44,7 @@ from walkit.core import events as ev
 from walkit.core import replicaevents as rev
 from walkit.core.batch import Session
 from walkit.core.digest import Digest, master_key, password_check
-from walkit.core.loglist import LogConfig, Position
+from walkit.core.loglist import LogConfig, Position, log_key
 from walkit.core.replica import LEADING, ReplicaConfig, ReplicaMachine
 from walkit.errors import MetadataError, NotLeader
 from walkit.testing.sim.world import Scenario, World
@@ -88,6 +88,7 @@ class ReplicaSimConfig:
     end_ms: int = 40_000
     request_timeout_ms: int = 100
     add_timeout_ms: int = 150
+    tail_poll_ms: int = 300           # the follower's long poll (watches of the log cut it short)
 
     @classmethod
     def random(cls, rng: random.Random) -> "ReplicaSimConfig":
@@ -102,7 +103,7 @@ class ReplicaSimConfig:
                    session_blips=rng.randint(0, 2), session_timeout_ms=rng.choice([200, 400]),
                    lease_ms=rng.choice([0, 60, 150]), max_clock_drift=rng.choice([0.0, 0.05, 0.2]),
                    roll_entries=rng.choice([2, 4, 50]), snapshot_rate=rng.choice([0.0, 0.05, 0.3]),
-                   linger_ms=rng.choice([0, 0, 5]))
+                   linger_ms=rng.choice([0, 0, 5]), tail_poll_ms=rng.choice([100, 500, 3000]))
 
 
 class _Node:
@@ -174,8 +175,10 @@ class ReplicaSimulation(Scenario):
             log=LogConfig(ensemble=cfg.ensemble, write_quorum=cfg.write_quorum, ack_quorum=cfg.ack_quorum,
                           roll_entries=cfg.roll_entries),
             lease_ms=cfg.lease_ms, max_clock_drift=cfg.max_clock_drift, max_entries_in_flight=3,
-            linger_ms=cfg.linger_ms, poll_ms=50, add_timeout_ms=max(cfg.add_timeout_ms, world.request_timeout_ms),
+            linger_ms=cfg.linger_ms, poll_ms=50, tail_poll_ms=cfg.tail_poll_ms,
+            add_timeout_ms=max(cfg.add_timeout_ms, world.request_timeout_ms),
             recovery_timeout_ms=3000, read_timeout_ms=world.request_timeout_ms)
+        world.on_store_change = self._on_store_change
         self.digests = {kind: Digest(kind, PASSWORD) for kind in ("crc32c",)}
         self.nodes: dict[str, _Node] = {}
         self.generation = 0
@@ -315,7 +318,7 @@ class ReplicaSimulation(Scenario):
             self.log("node %s is %s (epoch %s)", node.name, command.role, command.epoch)
         elif kind is rev.Unhealthy:
             self.fail(f"node {node.name} is unhealthy: {command.why}")
-        elif kind is rev.Stopped or kind is rev.Truncated or kind is rev.AppendsDone:
+        elif kind is rev.Stopped or kind is rev.Truncated or kind is rev.AppendsDone or kind is rev.Trouble:
             pass
         else:
             self.fail(f"node {node.name}: unexpected command {command!r}")
@@ -669,6 +672,18 @@ class ReplicaSimulation(Scenario):
     def _check(self) -> None:
         """_check: the invariants not checked where they happen (see the module doc)."""
 
+    def _on_store_change(self, key: str, before, after) -> None:
+        """_on_store_change plays the nodes' watches of the log's metadata: late, and sometimes lost."""
+        if key != log_key(f"replicated-{NAME}"):
+            return
+        for node in self.nodes.values():
+            if node.process.alive and not node.metadata_cut and self.rng.random() < 0.8:
+                self.world.at(self.rng.randint(1, 30), self._log_changed, node, node.process)
+
+    def _log_changed(self, node: "_Node", process) -> None:
+        if node.process is process and process.alive:
+            process.deliver(node, rev.LogChanged())
+
     def _guarded_send(self, process, address: str, request) -> None:
         """_guarded_send checks that each ledger takes appends (not recovery's) from one process: one writer."""
         if type(request).__name__ == "AddRequest" and not request.recovery:
@@ -682,8 +697,9 @@ class ReplicaSimulation(Scenario):
         if self.world.faults or self.finished:
             return
         clients_done = all(s["pending"] is None and s["acked"] == self.config.submits for s in self.clients.values())
-        leader = self.holder
-        if not clients_done or leader is None or leader.machine.role is not LEADING:
+        leader = self.holder             # a crashed holder keeps the key until its session expires: not a leader
+        if (not clients_done or leader is None or self.nodes.get(leader.name) is not leader
+                or not leader.process.alive or leader.machine.role is not LEADING):
             return
         positions = {n.position for n in self.nodes.values() if n.process.alive}
         if len(positions) == 1 and not any(n.reads for n in self.nodes.values() if n.process.alive):
