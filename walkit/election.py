@@ -83,8 +83,15 @@ class LeaderElection:
             return None
         return json.loads(value)["candidate"]
 
-    def campaign(self, timeout: float) -> int:
-        """campaign blocks until this candidate leads and returns its epoch; Timeout after `timeout` s."""
+    def campaign(self, timeout: float, *, recheck_s: float = RECHECK_S, wake: threading.Event | None = None,
+                 give_up: Callable[[], bool] | None = None) -> int:
+        """campaign blocks until this candidate leads and returns its epoch; Timeout after `timeout` s.
+
+        While another candidate leads it waits for the watch of the election to fire, and tries
+        again every `recheck_s` even without one. `wake`, if given, is the event it waits on (set
+        it to make the candidate look now); `give_up()`, asked at each look, ends the campaign
+        with Timeout when it returns True.
+        """
         if self.is_leader:
             return self._epoch
         slot = (id(self.store), self.name)
@@ -94,18 +101,21 @@ class LeaderElection:
                                   f"give each candidate its own store")
             _campaigning.add(slot)
         try:
-            return self._campaign(time.monotonic() + timeout, timeout)
+            return self._campaign(time.monotonic() + timeout, timeout, recheck_s, wake, give_up)
         except BaseException:
             with _campaigning_lock:
                 _campaigning.discard(slot)
             raise
 
-    def _campaign(self, deadline: float, timeout: float) -> int:
-        changed = threading.Event()
+    def _campaign(self, deadline: float, timeout: float, recheck_s: float, wake: threading.Event | None,
+                  give_up: Callable[[], bool] | None) -> int:
+        changed = wake if wake is not None else threading.Event()
         watch = self.store.watch(self.prefix, lambda key: changed.set())
         try:
             while True:
                 changed.clear()
+                if give_up is not None and give_up():
+                    raise Timeout(f"{self.candidate!r} stopped campaigning for {self.name!r}")
                 losses = self._losses
                 nonce = uuid.uuid4().hex
                 try:
@@ -115,7 +125,7 @@ class LeaderElection:
                     if remaining <= 0:
                         raise Timeout(f"{self.candidate!r} did not become leader of {self.name!r} "
                                       f"within {timeout:g} s (leader: {self.leader()!r})") from None
-                    changed.wait(min(remaining, RECHECK_S))
+                    changed.wait(min(remaining, recheck_s))
                     continue
                 epoch = self.store.next_id(self.prefix)
                 session.update(self._value(nonce, epoch))

@@ -14,10 +14,12 @@ the session's TTL). This module only decides where leadership should be:
   second) from the slots it leads whose preferred broker is another live one, so a broker that
   joins, or comes back, takes its share of the partitions and groups.
 
-The ownership thread, every REFRESH_S or sooner when the metadata changes, reads the live
-brokers and the topics, opens nodes for new slots and closes those of deleted topics (through
-the broker's `open_slot` and `close_slot`), and hands a ClusterView (brokers, topics, each
-slot's leader) to the event loop.
+The ownership thread, every REFRESH_S or sooner when the metadata changes, opens nodes for new
+slots and closes those of deleted topics (through the broker's `open_slot` and `close_slot`),
+and hands a ClusterView (brokers, topics, each slot's leader) to the event loop when it changed.
+It reads the live brokers and the topics when their watch fired, and a slot's leader when the
+watch of the elections named it; everything again every FULL_REFRESH_S. So an idle broker with
+a thousand partitions makes almost no metadata requests.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ from walkit.errors import WalkitError
 log = logging.getLogger("walkit.adapters.topics")
 
 REFRESH_S = 0.5
+#: How often the brokers, topics and every slot's leader are read even though no watch fired.
+FULL_REFRESH_S = 30.0
 ORPHAN_S = 1.5
+#: The metadata prefix of walkit.replicate's elections (watched: a slot's leader is read when its key changes).
+ELECTIONS = "elections/replication"
 #: How long the set of live brokers must stay the same before slots move to their preferred broker.
 HANDOVER_S = 10.0
 #: Most slots handed over per second, so clients move a few partitions at a time.
@@ -109,11 +115,21 @@ class Ownership:
         self._thread = threading.Thread(target=self._run, name="walkit-topics-ownership", daemon=True)
         self._watches = []
         self.view = ClusterView()
+        self._published: ClusterView | None = None
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._topics: dict[str, Topic] = {}
+        self._catalog_dirty = True
+        self._next_full = 0.0
+        self._known: dict[Slot, int | None] = {}      # each slot's leader as last read
+        self._dirty: set[str] = set()                 # election keys changed since they were read
+        self._dirty_lock = threading.Lock()
+        self._may: dict[Slot, bool] = {}
 
     def start(self) -> "Ownership":
         """start starts the ownership thread."""
         for prefix in (f"{PREFIX}/topics", f"{PREFIX}/brokers"):
-            self._watches.append(self.store.watch(prefix, lambda key: self._changed.set()))
+            self._watches.append(self.store.watch(prefix, self._catalog_changed))
+        self._watches.append(self.store.watch(ELECTIONS, self._election_changed))
         self._thread.start()
         return self
 
@@ -159,23 +175,39 @@ class Ownership:
             self._changed.clear()
 
     def _round(self) -> None:
-        brokers = self.catalog.brokers()
-        topics = self.catalog.topics()
+        now = time.monotonic()
+        full = now >= self._next_full
+        if full:
+            self._next_full = now + FULL_REFRESH_S
+        if full or self._catalog_dirty:
+            self._catalog_dirty = False              # a change during the reads sets it again
+            try:
+                self._brokers, self._topics = self.catalog.brokers(), self.catalog.topics()
+            except WalkitError:
+                self._catalog_dirty = True
+                raise
+        brokers, topics = self._brokers, self._topics
         wanted: dict[Slot, Topic | None] = {Slot(None, b): None for b in range(GROUP_BUCKETS)}
         wanted.update({Slot(t.name, p): t for t in topics.values() for p in range(t.partitions)})
         for slot in list(self.nodes):
             topic = wanted.get(slot)
             if slot not in wanted or (topic is not None and topic.id != self._topic_ids[slot]):
                 self._close(slot)
-        leaders = self._leaders()
-        now = time.monotonic()
+        leaders = self._leaders(full)
         for slot in wanted:
             if leaders.get(slot) in brokers:
                 self._orphaned_since.pop(slot, None)
             else:
                 self._orphaned_since.setdefault(slot, now)
         self.view = view = ClusterView(brokers, topics, leaders)
-        self._publish(view)
+        if view != self._published:
+            self._published = view
+            self._publish(view)
+        for slot, node in list(self.nodes.items()):  # a node held back by may_campaign looks again at once
+            may = self.may_campaign(slot, self._topic_ids.get(slot))
+            if self._may.get(slot) != may:
+                self._may[slot] = may
+                node.recheck_campaign()
         for slot, topic in wanted.items():
             if slot not in self.nodes and not self._stop.is_set():
                 self._topic_ids[slot] = topic.id if topic is not None else None
@@ -186,19 +218,41 @@ class Ownership:
         elif now - self._live_since >= HANDOVER_S:
             self._hand_over(sorted(live))
 
-    def _leaders(self) -> dict[Slot, int]:
-        """_leaders reads the leader of every slot this broker runs a node of."""
+    def _leaders(self, full: bool) -> dict[Slot, int]:
+        """_leaders is the leader of every slot this broker runs a node of.
+
+        A slot's leader is read again only when the watch of the elections named its key (or a
+        parent of it), in a full round (every FULL_REFRESH_S), or when it was never read.
+        """
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, set()
+        everything = full or ELECTIONS in dirty or any(not key.endswith("/leader") for key in dirty)
         leaders = {}
         for slot, node in list(self.nodes.items()):
-            leader = node.node_id if node.is_leader else node.election.leader()
-            if leader is not None:
-                leaders[slot] = int(leader)
+            if node.is_leader:
+                self._known[slot] = int(node.node_id)
+            elif everything or slot not in self._known or node.election.leader_key in dirty:
+                leader = node.election.leader()
+                self._known[slot] = None if leader is None else int(leader)
+            if self._known.get(slot) is not None:
+                leaders[slot] = self._known[slot]
         return leaders
+
+    def _election_changed(self, key: str) -> None:
+        with self._dirty_lock:
+            self._dirty.add(key)
+        self._changed.set()
+
+    def _catalog_changed(self, key: str) -> None:
+        self._catalog_dirty = True
+        self._changed.set()
 
     def _close(self, slot: Slot) -> None:
         node = self.nodes.pop(slot)
         self._topic_ids.pop(slot, None)
         self._orphaned_since.pop(slot, None)
+        self._known.pop(slot, None)
+        self._may.pop(slot, None)
         try:
             self._closing.submit(self._close_slot, slot, node)
         except RuntimeError:

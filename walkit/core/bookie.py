@@ -17,7 +17,8 @@ Rules applied here (DESIGN.md §3):
   ledger even if the bookie never saw it, so an add from the old writer arriving later is
   refused too;
 - the bookie's LAC of a ledger is the highest LAC carried by its entries or sent explicitly;
-  long-poll requests wait until it passes their `previous_lac` or their timeout expires;
+  long-poll requests wait until it passes their `previous_lac` or their timeout expires (also
+  for a ledger the bookie holds nothing of yet: then NO_SUCH_LEDGER at the timeout);
 - unbounded ledgers fence by term instead of the flag (seed 001): adds, fencing reads and LAC
   reads carry the writer's or recoverer's term; a request from a lower term than the ledger's
   gets INVALID_TERM, one from a higher term moves the ledger to it (durably, before the answer).
@@ -459,6 +460,12 @@ class BookieHandler:
             return [Reply(peer, ReadLacResponse(txn=request.txn, status=status, ledger_id=request.ledger_id,
                                                 message=message), False)]
 
+        if (not request.fence and request.previous_lac != NO_LONG_POLL and request.timeout_ms > 0
+                and self._ledger(request.ledger_id) is None):
+            # A long poll of a ledger this bookie holds nothing of yet (a new writer's, with no entry
+            # here so far) waits like any other: answered by its first confirmed entries, or at its
+            # timeout with NO_SUCH_LEDGER. Answering at once would make a follower poll in a loop.
+            return self._park(peer, request)
         ledger, commands, failure = self._fence_or_find(peer, request, error)
         if failure is not None:
             return failure

@@ -6,7 +6,9 @@ one at the highest entry its last fragment's bookies store (LacReader's last ent
 every entry a writer was told was acknowledged: an acknowledged entry is on Qa bookies of its
 write set, and EC answers include one of them). Fewer than EC answers (the other bookies failed
 to answer) bound nothing, and the finder asks again later. A ledger without entries sends it to
-the one before. No log, or no entry anywhere: the end is None.
+the one before; a ledger deleted meanwhile (a snapshot truncated the log, or a new writer dropped
+it empty) sends it back to the log's list, which has moved on. No log, or no entry anywhere: the
+end is None.
 
 The end found may be an entry that was stored but never acknowledged, and that recovery later
 drops (the ledger closes before it); a reader waiting for it would wait for nothing, so it asks
@@ -51,8 +53,8 @@ class LogEndFinder:
         if kind is lev.LogMetadataRead:
             return self._on_list(event.metadata)
         if kind is ev.LedgerMetadataRead and event.ledger_id == self._ledger_id and self._lac is None:
-            if event.metadata is None:             # deleted meanwhile: the ledger before it
-                return self._previous()
+            if event.metadata is None:             # deleted meanwhile (truncated, or dropped empty): the list again
+                return self.start()
             if event.metadata.is_closed:
                 return self._ended(event.metadata.last_entry_id)
             self._lac = LacReader(event.metadata)

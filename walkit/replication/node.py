@@ -76,10 +76,14 @@ log = logging.getLogger("walkit.replication")
 
 #: How long a failed campaign, snapshot load or start-up step waits before it is tried again.
 RETRY_S = 0.5
-#: How long a campaign round waits before the gate (`campaign_when`) is asked again.
+#: How long a step_down holds this node back from campaigning again.
 CAMPAIGN_SLICE_S = 1.0
-#: How often a follower that `campaign_when` holds back asks it again.
-GATE_S = 0.2
+#: How long one campaign call lasts before it is started again (with a new watch).
+CAMPAIGN_WAIT_S = 300.0
+#: How often a waiting campaign tries again without a watch event (the watch is the usual wake-up).
+CAMPAIGN_RECHECK_S = 30.0
+#: How often `campaign_when` is asked while it holds the node back (recheck_campaign asks at once).
+GATE_S = 1.0
 #: The longest `linger_ms` (a minute: a wait is meant to be a fraction of a log round trip).
 MAX_LINGER_MS = 60_000
 #: How long the name of the leader a follower reports is reused before it is read again.
@@ -229,6 +233,7 @@ class ReplicatedNode:
         self._apply_queue: queue.Queue = queue.Queue()
         self._apply_thread = threading.Thread(target=self._apply_loop, name=f"walkit-apply-{name}", daemon=True)
         self._campaign_wanted = threading.Event()
+        self._campaign_nudge = threading.Event()      # wakes a waiting campaign: look again now
         self._campaign_thread = threading.Thread(target=self._campaign_loop, name=f"walkit-campaign-{name}",
                                                  daemon=True)
         self._start_thread = threading.Thread(target=self._start, name=f"walkit-start-{name}", daemon=True)
@@ -506,6 +511,7 @@ class ReplicatedNode:
             self._campaign_wanted.set()
         elif kind is rev.Resign:
             self._campaign_wanted.clear()
+            self._campaign_nudge.set()
             self._role_calls.submit(self.election.resign)
         elif kind is rev.RoleChanged:
             if command.why:
@@ -616,15 +622,23 @@ class ReplicatedNode:
                         type(exc).__name__, exc, self.config.tail_poll_ms / 1000)
 
     def _campaign_loop(self) -> None:
-        """_campaign_loop campaigns whenever the machine asks (Campaign) and reports a win (Elected)."""
+        """_campaign_loop campaigns whenever the machine asks (Campaign) and reports a win (Elected).
+
+        While another node leads, the campaign waits for the election's watch (trying again every
+        CAMPAIGN_RECHECK_S without one); `campaign_when` is asked every GATE_S, or at once after
+        `recheck_campaign()`. An idle follower so costs no metadata requests.
+        """
         while not self._stopping.is_set():
-            if not self._campaign_wanted.wait(GATE_S):
-                continue
-            if time.monotonic() < self._hold_campaign_until or not self._may_campaign():
-                self._stopping.wait(GATE_S)
+            self._campaign_wanted.wait()
+            if self._stopping.is_set():
+                return
+            self._campaign_nudge.clear()
+            if self._campaign_over():
+                self._campaign_nudge.wait(GATE_S)
                 continue
             try:
-                epoch = self.election.campaign(timeout=CAMPAIGN_SLICE_S)
+                epoch = self.election.campaign(timeout=CAMPAIGN_WAIT_S, recheck_s=CAMPAIGN_RECHECK_S,
+                                               wake=self._campaign_nudge, give_up=self._campaign_over)
             except Timeout:
                 continue
             except WalkitError as exc:
@@ -636,6 +650,15 @@ class ReplicatedNode:
                 continue
             self._campaign_wanted.clear()
             self._post(rev.Elected(epoch=epoch), lambda error: self.election.resign())
+
+    def recheck_campaign(self) -> None:
+        """recheck_campaign makes a follower ask `campaign_when` again now (its answer may have changed)."""
+        self._campaign_nudge.set()
+
+    def _campaign_over(self) -> bool:
+        """_campaign_over is True when this node should not campaign now (stopping, told not to, or held back)."""
+        return (self._stopping.is_set() or not self._campaign_wanted.is_set()
+                or time.monotonic() < self._hold_campaign_until or not self._may_campaign())
 
     def _may_campaign(self) -> bool:
         """_may_campaign asks the application's `campaign_when` (if any) whether this node may campaign now."""
@@ -906,7 +929,8 @@ class ReplicatedNode:
         if self._stopping.is_set() and self._stopped.is_set():
             return
         self._stopping.set()
-        self._campaign_wanted.clear()
+        self._campaign_wanted.set()                   # wakes the campaign thread, which sees _stopping
+        self._campaign_nudge.set()
         replica_metrics().nodes.discard(self)
         if self._log_watch is not None:
             self._log_watch.cancel()
