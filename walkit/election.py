@@ -34,6 +34,7 @@ from typing import Callable
 from walkit.errors import ConfigError, NodeExists, NoSuchKey, Timeout
 from walkit.plugins.metadata import check_key
 from walkit.spi import SessionState
+from walkit.watchhub import watch_shared
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class LeaderElection:
     def _campaign(self, deadline: float, timeout: float, recheck_s: float, wake: threading.Event | None,
                   give_up: Callable[[], bool] | None) -> int:
         changed = wake if wake is not None else threading.Event()
-        watch = self.store.watch(self.prefix, lambda key: changed.set())
+        watch = None                             # set only once another candidate is found leading
         try:
             while True:
                 changed.clear()
@@ -121,6 +122,9 @@ class LeaderElection:
                 try:
                     session = self.store.register(self.leader_key, self._value(nonce, None))
                 except NodeExists:
+                    if watch is None:            # the key may have gone before the watch was set: try again now
+                        watch = watch_shared(self.store, ELECTIONS_PREFIX, self.prefix, lambda key: changed.set())
+                        continue
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise Timeout(f"{self.candidate!r} did not become leader of {self.name!r} "
@@ -136,7 +140,8 @@ class LeaderElection:
                         return epoch
                 session.close()                  # the session was lost while we won: try again
         finally:
-            watch.cancel()
+            if watch is not None:
+                watch.cancel()
 
     def resign(self) -> None:
         """resign gives up leadership (the key goes at once); on_lost is not called."""

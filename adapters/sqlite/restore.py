@@ -97,7 +97,7 @@ def restore(name: str, out: str, *, position=None, time=None, client=None, metad
 
 
 def _rebuild(client, name: str, path: str, target: Position | None, until_ms: int | None, password: bytes):
-    snapshots = list_snapshots(client, name)
+    snapshots = list_snapshots(client, name, scan=True)    # also those written before the index
     if target is not None:
         usable = [s for s in snapshots if s.position <= target]
     elif until_ms is not None:

@@ -32,7 +32,9 @@ import zlib
 from dataclasses import dataclass, field
 
 from walkit.adapters.topics.catalog import PREFIX, GROUP_BUCKETS, BrokerInfo, Catalog, Topic, bucket_name
+from walkit.election import ELECTIONS_PREFIX
 from walkit.errors import WalkitError
+from walkit.watchhub import watch_shared
 
 log = logging.getLogger("walkit.adapters.topics")
 
@@ -129,7 +131,7 @@ class Ownership:
         """start starts the ownership thread."""
         for prefix in (f"{PREFIX}/topics", f"{PREFIX}/brokers"):
             self._watches.append(self.store.watch(prefix, self._catalog_changed))
-        self._watches.append(self.store.watch(ELECTIONS, self._election_changed))
+        self._watches.append(watch_shared(self.store, ELECTIONS_PREFIX, ELECTIONS, self._election_changed))
         self._thread.start()
         return self
 

@@ -27,6 +27,7 @@ users or passwords: whoever can open it can change the cluster's metadata.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import sqlite3
@@ -157,6 +158,9 @@ class SqliteMetadataStore:
         self._registrations: dict[str, _Registration] = {}
         self._values: dict[str, bytes] = {}       # registered values, to register again in a new session
         self._watches: set[_PollingWatch] = set()
+        self._watched_version = -1                # PRAGMA data_version when the watches were last compared
+        self._watched_count = 0
+        self._next_lapse = 0                      # when the next live registration lapses (ms)
         self._listeners: list[Callable[[SessionState], None]] = []
         self._closed = threading.Event()
         self._session = uuid.uuid4().hex      # owner of this store's ephemeral rows; renewed when lost
@@ -495,8 +499,30 @@ class SqliteMetadataStore:
             listener(SessionState.CONNECTED)
 
     def _poll_watches(self) -> None:
-        for watch in list(self._watches):
-            current = self._versions_under(watch.prefix)
+        """_poll_watches reports what changed under each watch: one read of the table per round, only when
+        something may have changed (another connection committed, or a registration may have lapsed)."""
+        watches = list(self._watches)
+        now = self._now_ms()
+
+        def changed_since(c: sqlite3.Cursor):
+            version = c.execute("PRAGMA data_version").fetchone()[0]
+            if version == self._watched_version and now < self._next_lapse and len(watches) == self._watched_count:
+                return version, None
+            return version, c.execute("SELECT key, version, expires_ms FROM nodes WHERE expires_ms IS NULL "
+                                      "OR expires_ms >= ? ORDER BY key", (now,)).fetchall()
+        version, rows = self._run(changed_since, write=False)
+        if rows is None:
+            return
+        self._watched_version, self._watched_count = version, len(watches)
+        self._next_lapse = min((r[2] for r in rows if r[2] is not None), default=1 << 62) + 1
+        keys = [r[0] for r in rows]
+        for watch in watches:
+            prefix = watch.prefix
+            low, high = bisect.bisect_left(keys, prefix + "/"), bisect.bisect_left(keys, prefix + "0")
+            current = {keys[i]: rows[i][1] for i in range(low, high)}
+            exact = bisect.bisect_left(keys, prefix)
+            if exact < len(keys) and keys[exact] == prefix:
+                current[prefix] = rows[exact][1]
             if current == watch.snapshot:
                 continue
             changed = {k for k in current.keys() | watch.snapshot.keys()

@@ -135,6 +135,23 @@ def test_read_barrier_on_the_leader_proves_leadership_once_its_lease_expired(nod
     assert leader.lease_valid                               # proving it renewed the lease
 
 
+def test_a_leader_whose_machine_heard_nothing_past_its_lease_does_not_claim_it(nodes):
+    """The machine's clock moves only with events (once a second while quiet); lease_valid is asked between
+    them (a KV read right after SIGCONT). Stalling the I/O loop stops the machine's clock: the lease must
+    still end on time."""
+    (leader,) = nodes(1, lease_ms=300)
+    leader = leader_of([leader])
+    stalled, release = threading.Event(), threading.Event()
+    leader.submit(b"x:1")                                  # an acknowledged append: the lease runs
+    assert leader.lease_valid
+    leader._loop.call(lambda: (stalled.set(), release.wait(10)))
+    try:
+        assert stalled.wait(10)
+        assert wait_for(lambda: not leader.lease_valid, timeout=5)
+    finally:
+        release.set()
+
+
 def test_a_failing_apply_is_the_records_result_on_every_node(nodes):
     group = nodes(2)
     leader = leader_of(group)
@@ -519,3 +536,52 @@ def test_submit_with_timeout_zero_does_not_wait(cluster, nodes):
     finally:
         held.stop()
     wait_for(lambda: leader.machine.value == 1)       # not waited for, but not dropped either
+
+
+def test_a_snapshot_reads_the_metadata_of_its_own_snapshot_ledgers_not_the_clusters(cluster, nodes):
+    other = cluster.client()
+    for _ in range(60):                              # ledgers of someone else: a snapshot has no business with them
+        other.create_ledger(3, 2, 2).close()
+    (node,) = nodes(1)
+    leader = leader_of([node])
+    leader.submit(b"a:1")
+    assert leader.snapshot_now(timeout=30) is not None      # the first one also indexes what nobody indexed
+    store = leader.client.store
+    reads: list[str] = []
+    get = store.get
+
+    def counting_get(key: str):
+        reads.append(key)
+        return get(key)
+    store.get = counting_get
+    try:
+        for i in range(3):
+            leader.submit(b"b:1")
+            assert leader.snapshot_now(timeout=30) is not None
+    finally:
+        store.get = get
+    ledger_reads = [k for k in reads if k.startswith("ledgers/")]
+    assert len(ledger_reads) < 30, f"{len(ledger_reads)} ledger metadata reads for 3 snapshots: {ledger_reads[:10]}"
+    from walkit.replication.snapshots import index_prefix, list_snapshots
+    assert len(list_snapshots(leader.client, "counter")) == 1
+    assert len(store.children(index_prefix("counter"))) == 1      # the replaced ones were deleted with their keys
+
+
+def test_snapshot_ledgers_nobody_indexed_are_adopted_and_collected(cluster, nodes):
+    from walkit.replication.snapshots import index_key, index_prefix, list_snapshots
+    (node,) = nodes(1)
+    leader = leader_of([node])
+    leader.submit(b"a:1")
+    first = leader.snapshot_now(timeout=30)
+    store = leader.client.store
+    store.delete(index_key("counter", first.ledger_id))       # as a walkit from before the index left it
+    leader.submit(b"b:1")
+    second = leader.snapshot_now(timeout=30)
+    node.close()
+    (again,) = nodes(1)                                  # a new start adopts it, and the next snapshot collects it
+    leader = leader_of([again])
+    leader.submit(b"c:1")
+    third = leader.snapshot_now(timeout=30)
+    ids = [s.ledger_id for s in list_snapshots(leader.client, "counter", scan=True)]
+    assert ids == [third.ledger_id] and first.ledger_id != third.ledger_id and second.ledger_id != third.ledger_id
+    assert [k.rsplit("/", 1)[-1] for k in store.children(index_prefix("counter"))] == [f"{third.ledger_id:020d}"]

@@ -35,6 +35,20 @@ class NewLeaderThatDoesNotWait(ReplicaMachine):
     NEW_LEADER_WAITS = False
 
 
+class LeaseBySuspendedOnly(ReplicaMachine):
+    """The issue's other design, alone: lease reads stop at SUSPENDED, and a new leader writes at once.
+
+    Safe only if a leader always hears of a lost link before the server expires its session."""
+
+    NEW_LEADER_WAITS = False
+
+
+class LeaseIgnoringSuspended(LeaseBySuspendedOnly):
+    """That design with the rule broken: a SUSPENDED leader goes on answering reads from its lease."""
+
+    SUSPENDED_STOPS_LEASE = False
+
+
 class SnapshotWithoutSessions(ReplicaMachine):
     """Snapshots that leave the client sessions out: a node restored from one forgets them."""
 
@@ -60,6 +74,21 @@ def test_the_checker_catches_a_new_leader_that_does_not_wait_out_the_lease() -> 
     assert violation is not None, "a new leader that does not wait broke no read in 40 seeds"
     assert "missing the submit acknowledged" in violation.message
     partitioned_leader(violation.seed)               # the correct machine passes the very same run
+
+
+def test_the_checker_catches_a_lease_that_ignores_suspended() -> None:
+    """Where the leader hears of the cut before its session expires (prompt_notice), stopping lease reads at
+    SUSPENDED is what keeps them linearizable in a design without the new leader's wait: the checker
+    catches the lease that ignores SUSPENDED, and the same design with the rule passes the same run.
+    walkit's machine waits as well, so it holds also when the leader hears of the cut late."""
+    def broken(seed: int) -> dict:
+        return partitioned_leader(seed, LeaseIgnoringSuspended, prompt_notice=True)
+    violation = first_violation(broken, range(40))
+    assert violation is not None, "a lease that ignores SUSPENDED broke no read in 40 seeds"
+    assert "missing the submit acknowledged" in violation.message
+    partitioned_leader(violation.seed, LeaseBySuspendedOnly, prompt_notice=True)
+    partitioned_leader(violation.seed, prompt_notice=True)
+    partitioned_leader(violation.seed)
 
 
 def test_the_checker_catches_sessions_forgotten_across_snapshots() -> None:

@@ -279,8 +279,15 @@ class ReplicaMachine:
 
     @property
     def lease_valid(self) -> bool:
-        """lease_valid is True while this leader may answer reads from its own state (the module doc's rule)."""
-        if self.role is not LEADING or self._now >= self.lease_until:
+        """lease_valid is True while this leader may answer reads from its own state (the module doc's rule),
+        as of the last time the node was told (`at`)."""
+        return self.lease_valid_at(self._now)
+
+    def lease_valid_at(self, now_ms: int) -> bool:
+        """lease_valid_at is lease_valid as of `now_ms`. A shell that answers reads between events asks with
+        its clock read now: the node's own clock stops between events (it ticks once a second while quiet),
+        and a process paused past its lease must not answer from the time it was paused."""
+        if self.role is not LEADING or max(now_ms, self._now) >= self.lease_until:
             return False
         return self.session_state == "CONNECTED" or not self.SUSPENDED_STOPS_LEASE
 

@@ -55,7 +55,7 @@ from walkit.core import events as ev
 from walkit.core import replicaevents as rev
 from walkit.core.batch import MAX_CLIENT_ID, Session
 from walkit.core.digest import Digest, master_key, password_check
-from walkit.core.loglist import LogConfig, Position, log_key
+from walkit.core.loglist import LOG_PREFIX, LogConfig, Position, log_key
 from walkit.core.replica import IDLE_TICK_MS, LEADING, ReplicaConfig, ReplicaMachine, Role
 from walkit.core.sessions import DEFAULT_TTL_MS
 from walkit.election import LeaderElection
@@ -67,10 +67,11 @@ from walkit.futures import LightFuture
 from walkit.metrics import replica_metrics
 from walkit.replication.machine import StateMachine
 from walkit.replication.snapshots import (
-    SnapshotPointer, collect_garbage, list_snapshots, load_snapshot_and_sessions, publish, read_pointer, retained,
-    spool, write_snapshot,
+    SnapshotPointer, adopt_unindexed, collect_garbage, list_snapshots, load_snapshot_and_sessions, publish,
+    read_pointer, retained, spool, write_snapshot,
 )
 from walkit.spi import SessionState
+from walkit.watchhub import watch_shared
 
 log = logging.getLogger("walkit.replication")
 
@@ -227,6 +228,7 @@ class ReplicatedNode:
         self._since_time = time.monotonic()
         self._snapshotting = False
         self._snapshot_wanted = False
+        self._adopted = False                     # adopt_unindexed ran since this node started
         self._snapshot_waiters: list[Future] = []
         self._snapshots = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"walkit-snapshot-{name}")
         # threads
@@ -288,7 +290,7 @@ class ReplicatedNode:
     def lease_valid(self) -> bool:
         """lease_valid is True on a leader whose lease runs: its state answers reads (walkit.core.replica)."""
         core = self.core
-        return core is not None and core.lease_valid
+        return core is not None and core.lease_valid_at(now_ms())    # the clock now, not the machine's last tick
 
     @property
     def health(self) -> tuple[bool, str]:
@@ -616,7 +618,8 @@ class ReplicatedNode:
             self.failed = exc
             return
         try:          # a roll or a new leader changes the log's metadata: the follower looks at once
-            self._log_watch = self.client.store.watch(log_key(self.log_name), lambda key: self._post(rev.LogChanged()))
+            self._log_watch = watch_shared(self.client.store, LOG_PREFIX, log_key(self.log_name),
+                                           lambda key: self._post(rev.LogChanged()))
         except WalkitError as exc:    # the reader still looks every tail_poll_s
             log.warning("%s: cannot watch the log's metadata (%s: %s); the follower looks every %g s", self.node_id,
                         type(exc).__name__, exc, self.config.tail_poll_ms / 1000)
@@ -793,6 +796,9 @@ class ReplicatedNode:
             out.close()
         if pointer is not None:
             try:
+                if not self._adopted:              # once per start: snapshots nobody indexed (see snapshots.py)
+                    adopt_unindexed(self.client, self.name)
+                    self._adopted = True
                 keep = retained(list_snapshots(self.client, self.name), pointer, self.retention_ms, wall_ms())
                 collect_garbage(self.client, self.name, keep, pointer)
                 before = self._truncation_point(keep.position)

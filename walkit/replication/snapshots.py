@@ -9,6 +9,10 @@ Order (walkit.replication.node): take the state at position P between two entrie
 close the ledger in the background, CAS the pointer to {ledger, P}, delete the snapshot
 ledgers it replaced, then truncate the log before P. The pointer moves only forward and only
 to closed ledgers, so whoever follows it finds a whole snapshot and the log from P on.
+
+Cost: the keys under ``replication/<name>/snapshots`` index the machine's snapshot ledgers, so
+listing and collecting them reads those ledgers' metadata only, however many ledgers the
+cluster holds (a node reads every ledger once, when it starts: `adopt_unindexed`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,21 @@ class SnapshotError(WalkitError):
 def pointer_key(name: str) -> str:
     """pointer_key is the metadata key naming the current snapshot of replicated machine `name`."""
     return f"replication/{name}/snapshot"
+
+
+def index_prefix(name: str) -> str:
+    """index_prefix holds one key per snapshot ledger of `name` (see `index_key`)."""
+    return f"replication/{name}/snapshots"
+
+
+def index_key(name: str, ledger_id: int) -> str:
+    """index_key names snapshot ledger `ledger_id` of `name` in the index, so listing them reads only them.
+
+    The key is created right after the ledger and deleted right after it. A ledger whose
+    writer died between the two is found by `adopt_unindexed`, which a node runs once when it
+    starts taking snapshots (it also indexes snapshots written by walkit before the index).
+    """
+    return f"{index_prefix(name)}/{ledger_id:020d}"
 
 
 @dataclass(frozen=True)
@@ -94,6 +113,7 @@ def write_snapshot(client, name: str, state: BinaryIO, position: Position, *, en
     created_ms = int(time.time() * 1000)
     writer = client.create_ledger(ensemble, write_quorum, ack_quorum, password=password,
                                   custom={"replication": name, "snapshot": str(position), "created_ms": str(created_ms)})
+    _index(client.store, name, writer.ledger_id)
     header = {"format": FORMAT, "name": name, "position": str(position), "size": size, "crc32c": crc}
     if sessions:
         header["sessions"] = sessions.decode()
@@ -164,24 +184,68 @@ def load_snapshot_and_sessions(client, pointer: SnapshotPointer, password: bytes
     return out, header.get("sessions", "").encode()
 
 
-def list_snapshots(client, name: str) -> list[SnapshotPointer]:
+def list_snapshots(client, name: str, *, scan: bool = False) -> list[SnapshotPointer]:
     """list_snapshots lists the closed snapshot ledgers of `name`, oldest position first.
 
     Each comes back as the pointer that would name it (sizes are 0: only the header knows them).
-    Point-in-time restores pick their starting snapshot here.
+    Point-in-time restores pick their starting snapshot here. It reads the index of `name`'s
+    snapshots and their ledgers' metadata, not the cluster's; `scan` reads every ledger's
+    metadata instead (snapshots written before the index, by a walkit that had none).
     """
+    return [p for p, closed in _snapshots(client, name, scan) if closed]
+
+
+def _snapshots(client, name: str, scan: bool = False) -> list[tuple[SnapshotPointer, bool]]:
+    """_snapshots lists (pointer, closed) for every snapshot ledger of `name`, oldest position first."""
+    if scan:
+        ledger_ids = client.list_ledgers()
+    else:
+        ledger_ids = [int(key.rsplit("/", 1)[-1]) for key in client.store.children(index_prefix(name))]
     found = []
-    for ledger_id in client.list_ledgers():
+    for ledger_id in ledger_ids:
         try:
             metadata = client.ledger_metadata(ledger_id)
         except NoSuchLedger:
+            if not scan:
+                _unindex(client.store, name, ledger_id)   # deleted before its key was
             continue
         custom = metadata.custom
-        if custom.get("replication") != name or "snapshot" not in custom or metadata.state != "CLOSED":
+        if custom.get("replication") != name or "snapshot" not in custom:
             continue
-        found.append(SnapshotPointer(ledger_id, Position.parse(custom["snapshot"]), 0,
-                                     created_ms=int(custom.get("created_ms", metadata.created_ms))))
-    return sorted(found, key=lambda p: p.position)
+        found.append((SnapshotPointer(ledger_id, Position.parse(custom["snapshot"]), 0,
+                                      created_ms=int(custom.get("created_ms", metadata.created_ms))),
+                      metadata.state == "CLOSED"))
+    return sorted(found, key=lambda item: item[0].position)
+
+
+def adopt_unindexed(client, name: str) -> list[int]:
+    """adopt_unindexed indexes the snapshot ledgers of `name` the index does not name; it returns their ids.
+
+    It reads every ledger's metadata once: a node runs it when it starts taking snapshots, to
+    find ledgers of a snapshot whose writer died before indexing it, and snapshots written
+    before the index existed. Garbage collection then deletes those no longer needed.
+    """
+    known = {int(key.rsplit("/", 1)[-1]) for key in client.store.children(index_prefix(name))}
+    adopted = []
+    for pointer, _ in _snapshots(client, name, scan=True):
+        if pointer.ledger_id not in known:
+            _index(client.store, name, pointer.ledger_id)
+            adopted.append(pointer.ledger_id)
+    return adopted
+
+
+def _index(store, name: str, ledger_id: int) -> None:
+    try:
+        store.create(index_key(name, ledger_id), b"")
+    except NodeExists:
+        pass
+
+
+def _unindex(store, name: str, ledger_id: int) -> None:
+    try:
+        store.delete(index_key(name, ledger_id))
+    except NoSuchKey:
+        pass
 
 
 def retained(snapshots: list[SnapshotPointer], pointer: SnapshotPointer, retention_ms: int,
@@ -208,10 +272,11 @@ def collect_garbage(client, name: str, keep_from: SnapshotPointer, current: Snap
     Snapshots from `keep_from` on (up to and including the current pointer) are kept: a
     retention window needs them for point-in-time restores. Ledgers of snapshots past the
     pointer are left alone (their writer may still publish them); ledgers before `keep_from`
-    can never be published again (the pointer only moves forward). Returns the deleted ids.
+    can never be published again (the pointer only moves forward), closed or not (a writer that
+    died). Only the index of `name`'s snapshots is read. Returns the deleted ids.
     """
     deleted = []
-    for snapshot in list_snapshots(client, name) + _unclosed_snapshots(client, name):
+    for snapshot, _ in _snapshots(client, name):
         if snapshot.ledger_id in (current.ledger_id, keep_from.ledger_id) or snapshot.position >= keep_from.position:
             continue
         try:
@@ -219,18 +284,5 @@ def collect_garbage(client, name: str, keep_from: SnapshotPointer, current: Snap
             deleted.append(snapshot.ledger_id)
         except NoSuchLedger:
             pass
+        _unindex(client.store, name, snapshot.ledger_id)
     return deleted
-
-
-def _unclosed_snapshots(client, name: str) -> list[SnapshotPointer]:
-    """_unclosed_snapshots lists snapshot ledgers whose writer died before closing them."""
-    found = []
-    for ledger_id in client.list_ledgers():
-        try:
-            metadata = client.ledger_metadata(ledger_id)
-        except NoSuchLedger:
-            continue
-        custom = metadata.custom
-        if custom.get("replication") == name and "snapshot" in custom and metadata.state != "CLOSED":
-            found.append(SnapshotPointer(ledger_id, Position.parse(custom["snapshot"]), 0))
-    return found

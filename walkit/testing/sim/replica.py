@@ -408,7 +408,8 @@ class ReplicaSimulation(Scenario):
         self.world.at(self.rng.randint(timeout // 2, 3 * timeout), self._heal_metadata, node)
 
     def _cut_leader(self) -> None:
-        """_cut_leader cuts the first leader off from the metadata store only, for good, and it notices late."""
+        """_cut_leader cuts the first leader off from the metadata store only, for good; it notices late (after
+        the server expired its session) unless `late_notice` is 0 (then at half the session timeout)."""
         node = self.first_leader
         if node is None or not node.process.alive:
             return
@@ -416,7 +417,7 @@ class ReplicaSimulation(Scenario):
         timeout = self.config.session_timeout_ms
         self.log("the leader %s is CUT OFF from the metadata store (it still reaches the bookies)", node.name)
         self.world.at(timeout, self._expire_session, node)
-        self.world.at(2 * timeout, self._suspend, node)
+        self.world.at(2 * timeout if self.config.late_notice else timeout // 2, self._suspend, node)
 
     def _suspend(self, node: _Node, blip: bool = False) -> None:
         if not blip and not node.metadata_cut:
@@ -716,9 +717,10 @@ class ReplicaSimulation(Scenario):
             self.fail(f"the nodes ended with different values: {values}")
 
 
-def partitioned_leader(seed: int, machine_cls=ReplicaMachine) -> dict:
+def partitioned_leader(seed: int, machine_cls=ReplicaMachine, *, prompt_notice: bool = False) -> dict:
     """partitioned_leader is issue 40's partition, scripted: a leader cut off from the metadata store but not
-    from the bookies, which hears of it only after its session expired on the server.
+    from the bookies, which hears of it only after its session expired on the server (with
+    `prompt_notice`, before: as a ZooKeeper client that is not paused notices a lost link).
 
     One client keeps reading from that node; the others follow the election and write to the
     new leader. A lease that lasted past the new leader's first write would answer that client
@@ -727,5 +729,6 @@ def partitioned_leader(seed: int, machine_cls=ReplicaMachine) -> dict:
     config = ReplicaSimConfig(nodes=2, clients=3, submits=12, reads=80, lease_ms=300, metadata_cuts=0, bookie_cuts=0,
                               node_crashes=0, bookie_crashes=0, session_blips=0, snapshot_rate=0.0, drop_rate=0.0,
                               duplicate_rate=0.0, max_delay_ms=4, session_timeout_ms=200, max_clock_drift=0.05,
-                              roll_entries=1000, script="partitioned-leader", fault_window_ms=2000)
+                              roll_entries=1000, script="partitioned-leader", fault_window_ms=2000,
+                              late_notice=0.0 if prompt_notice else 1.0)
     return ReplicaSimulation(seed, config, machine_cls=machine_cls).run()
