@@ -22,4 +22,4 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[all,test]'
-python3 -m pytest -q --durations=30 "$@"
+python3 -m pytest -q --durations=30 -n 2 --dist loadgroup "$@"

@@ -29,6 +29,27 @@ def pytest_addoption(parser) -> None:
                      help="number of random seeds of writers battling for an unbounded ledger (default 5000)")
 
 
+#: Tests of one file run on one xdist worker (their module fixtures start once); files of more
+#: tests than this (the simulator's seeds) are cut into groups of this many, spread over workers.
+GROUP_SIZE = 1000
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under `-n N --dist loadgroup` (scripts/test.sh), each test file is one group: tests that share a
+    module's cluster run on the same worker, and the simulator's long seed lists are cut in chunks."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    by_file: dict[str, list] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    for path, tests in by_file.items():
+        for index, item in enumerate(tests):
+            chunk = f"#{index // GROUP_SIZE}" if len(tests) > GROUP_SIZE else ""
+            if item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(path + chunk))
+
+
 @pytest.fixture(autouse=True)
 def _collector_thresholds():
     """Tests that run a walkit command in process (click's CliRunner) raise the collector's
