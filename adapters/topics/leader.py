@@ -316,8 +316,9 @@ class PartitionLeader:
 
     async def _retain(self, retention_ms: int, retention_bytes: int) -> int:
         loop = self.loop
-        metadata = await loop.run_in_executor(None, self.client.log_metadata, self.log_name)
-        current = metadata.ledger_ids[-1]
+        current = self.node.ledger_id             # the ledger this leader appends to: never removed
+        if current is None:
+            return 0
         now = int(time.time() * 1000)
         with self.machine.lock:
             state = self.state

@@ -18,8 +18,8 @@ The ownership thread, every REFRESH_S or sooner when the metadata changes, opens
 slots and closes those of deleted topics (through the broker's `open_slot` and `close_slot`),
 and hands a ClusterView (brokers, topics, each slot's leader) to the event loop when it changed.
 It reads the live brokers and the topics when their watch fired, and a slot's leader when the
-watch of the elections named it; everything again every FULL_REFRESH_S. So an idle broker with
-a thousand partitions makes almost no metadata requests.
+watch of the elections named it; the brokers and topics again every FULL_REFRESH_S, every leader
+every LEADERS_REFRESH_S. So an idle broker with a thousand partitions makes few metadata requests.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ log = logging.getLogger("walkit.adapters.topics")
 REFRESH_S = 0.5
 #: How often the brokers, topics and every slot's leader are read even though no watch fired.
 FULL_REFRESH_S = 30.0
+#: How often every slot's leader is read again although no watch named it (the watch of the elections
+#: tells of each change; this only bounds how long a lost watch event could leave a leader unknown).
+LEADERS_REFRESH_S = 300.0
 ORPHAN_S = 1.5
 #: The metadata prefix of walkit.replicate's elections (watched: a slot's leader is read when its key changes).
 ELECTIONS = "elections/replication"
@@ -121,7 +124,7 @@ class Ownership:
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, Topic] = {}
         self._catalog_dirty = True
-        self._next_full = 0.0
+        self._next_full = self._next_leaders = 0.0
         self._known: dict[Slot, int | None] = {}      # each slot's leader as last read
         self._dirty: set[str] = set()                 # election keys changed since they were read
         self._dirty_lock = threading.Lock()
@@ -195,7 +198,10 @@ class Ownership:
             topic = wanted.get(slot)
             if slot not in wanted or (topic is not None and topic.id != self._topic_ids[slot]):
                 self._close(slot)
-        leaders = self._leaders(full)
+        all_leaders = now >= self._next_leaders
+        if all_leaders:
+            self._next_leaders = now + LEADERS_REFRESH_S
+        leaders = self._leaders(all_leaders)
         for slot in wanted:
             if leaders.get(slot) in brokers:
                 self._orphaned_since.pop(slot, None)
@@ -224,7 +230,7 @@ class Ownership:
         """_leaders is the leader of every slot this broker runs a node of.
 
         A slot's leader is read again only when the watch of the elections named its key (or a
-        parent of it), in a full round (every FULL_REFRESH_S), or when it was never read.
+        parent of it), every LEADERS_REFRESH_S (`full`), or when it was never read.
         """
         with self._dirty_lock:
             dirty, self._dirty = self._dirty, set()

@@ -211,15 +211,21 @@ def test_a_retention_window_keeps_older_snapshots_and_the_log_after_the_oldest(c
 
 def test_campaign_when_holds_a_node_back_until_it_may_lead(nodes):
     allowed = {"node0": False, "node1": True}
+    asked: list[str] = []
     group = nodes(2, campaign_when=lambda: False)
+
+    def may(node) -> bool:
+        asked.append(node.node_id)
+        return allowed[node.node_id]
     for node in group:
-        node.campaign_when = lambda node=node: allowed[node.node_id]
+        node.campaign_when = lambda node=node: may(node)
     held, free = group
     assert leader_of(group) is free
     free.submit(b"one:1")
-    free.close()                                           # resigns: nobody else may campaign yet
-    time.sleep(1.5)
-    assert not held.is_leader
+    before = asked.count("node0")
+    free.close()                                           # resigns: the watch wakes node0, which may not lead
+    assert wait_for(lambda: asked.count("node0") > before, message="node0 asked again after the resignation")
+    assert not held.is_leader and held.role == "FOLLOWING"
     allowed["node0"] = True
     assert leader_of([held]) is held
     assert held.submit(b"two:1") == 2

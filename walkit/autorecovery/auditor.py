@@ -50,6 +50,8 @@ log = logging.getLogger("walkit.autorecovery")
 ELECTION = "auditor"
 #: How often the auditor forgets old ledger deletion markers (walkit.deletions).
 PRUNE_INTERVAL_S = 3600.0
+#: How long one campaign of a standby auditor lasts before it starts another (it wakes on the watch).
+CAMPAIGN_S = 3600.0
 
 
 class Throttle:
@@ -135,6 +137,7 @@ class Auditor:
         self.marks = UnderReplication(store)
         self.rng = rng or random.Random()
         self._stop = threading.Event()
+        self._wake = threading.Event()                 # set to make a waiting campaign look now
         self._lost_leadership = threading.Event()
         self.election = LeaderElection(store, ELECTION, candidate, on_lost=self._lost_leadership.set)
         self.io = io
@@ -172,6 +175,7 @@ class Auditor:
     def stop(self, timeout: float = 30.0) -> None:
         """stop ends the thread and resigns the leadership."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
         self.election.resign()
@@ -179,7 +183,9 @@ class Auditor:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.election.campaign(timeout=self.config.tick_s)
+                # one campaign waits on the election's watch (and looks again every 30 s) until it leads or
+                # the auditor stops: a standby auditor costs no metadata requests while nothing changes
+                self.election.campaign(timeout=CAMPAIGN_S, wake=self._wake, give_up=self._stop.is_set)
             except Timeout:
                 continue
             except WalkitError as exc:
