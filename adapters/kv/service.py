@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 from dataclasses import dataclass, field
 
 import walkit
@@ -20,6 +19,7 @@ from walkit.adapters.kv import info
 from walkit.adapters.kv.auth import Users
 from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.server import KVServer
+from walkit.advertise import advertised_address
 from walkit.errors import WalkitError
 
 
@@ -78,6 +78,8 @@ def run(options: ServeOptions, echo=print) -> int:
     """run serves until SIGTERM/SIGINT and returns the exit status (1 if the node failed)."""
     cluster = None
     metadata = options.metadata
+    if metadata is not None:                        # an address nobody could dial stops it before anything starts
+        _advertised(options, options.port or 1, metadata)
     if metadata is None:
         cluster = walkit.LocalCluster(bookies=options.bookies, data_dir=options.data_dir)
         metadata = cluster.metadata_url
@@ -92,13 +94,9 @@ def run(options: ServeOptions, echo=print) -> int:
             cluster.close()
 
 
-def _advertised(options: ServeOptions, port: int) -> str:
-    if options.advertise:
-        return options.advertise
-    host = options.host
-    if host in ("0.0.0.0", "::", ""):
-        host = socket.gethostname()
-    return f"{host}:{port}"
+def _advertised(options: ServeOptions, port: int, metadata: str) -> str:
+    """_advertised is the address other servers and clients are told (walkit.advertise's rules)."""
+    return advertised_address(options.host, port, options.advertise, metadata, what="the KV server")
 
 
 def start_node(server: KVServer, client, *, name: str, node_id: str, **options):
@@ -118,7 +116,7 @@ async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
     server = KVServer(KVMachine(), loop, host=options.host, port=options.port, cluster=metadata,
                       snapshot_every=options.snapshot_every, users=options.users)
     await server.start()
-    address = _advertised(options, server.port)
+    address = _advertised(options, server.port, metadata)
     client = await loop.run_in_executor(None, walkit.Client, metadata)
     _warn_about_old_log(client, options.name, echo)
     node = start_node(server, client, name=options.name, node_id=address, **options.node_options())

@@ -43,7 +43,7 @@ REFRESH_S = 0.5
 FULL_REFRESH_S = 30.0
 #: How often every slot's leader is read again although no watch named it (the watch of the elections
 #: tells of each change; this only bounds how long a lost watch event could leave a leader unknown).
-LEADERS_REFRESH_S = 300.0
+LEADERS_REFRESH_S = 30.0
 ORPHAN_S = 1.5
 #: The metadata prefix of walkit.replicate's elections (watched: a slot's leader is read when its key changes).
 ELECTIONS = "elections/replication"
@@ -237,9 +237,13 @@ class Ownership:
         everything = full or ELECTIONS in dirty or any(not key.endswith("/leader") for key in dirty)
         leaders = {}
         for slot, node in list(self.nodes.items()):
+            me = int(node.node_id)
             if node.is_leader:
-                self._known[slot] = int(node.node_id)
-            elif everything or slot not in self._known or node.election.leader_key in dirty:
+                self._known[slot] = me
+            elif (everything or slot not in self._known or node.election.leader_key in dirty
+                  or self._known[slot] == me):
+                # the last entry: this node led and no longer does; the change of key that told of its
+                # successor may have come while it still led (and been taken then), so read it again
                 leader = node.election.leader()
                 self._known[slot] = None if leader is None else int(leader)
             if self._known.get(slot) is not None:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import socket
 from dataclasses import dataclass, field
 
 import walkit
 from walkit.adapters.topics.broker import Broker, BrokerSettings
+from walkit.advertise import advertised_address, split_host_port
 from walkit.adapters.topics.catalog import BrokerInfo, Catalog
 from walkit.adapters.topics.sasl import Users, file_is_private
 from walkit.adapters.topics.server import KafkaServer
@@ -80,6 +80,8 @@ def run(options: ServeOptions, echo=print) -> int:
     users = options.users()                         # a bad users file stops here, before any bookie starts
     cluster = None
     metadata = options.metadata
+    if metadata is not None:                        # an address nobody could dial stops it before anything starts
+        _advertised(options, options.port or 1, metadata)
     if metadata is None:
         cluster = walkit.LocalCluster(bookies=options.bookies, data_dir=options.data_dir)
         metadata = cluster.metadata_url
@@ -94,14 +96,11 @@ def run(options: ServeOptions, echo=print) -> int:
             cluster.close()
 
 
-def _advertised(options: ServeOptions, port: int) -> tuple[str, int]:
-    if options.advertise:
-        host, _, advertised_port = options.advertise.rpartition(":")
-        return host, int(advertised_port)
-    host = options.host
-    if host in ("0.0.0.0", "::", ""):
-        host = socket.gethostname()
-    return host, port
+def _advertised(options: ServeOptions, port: int, metadata: str) -> tuple[str, int]:
+    """_advertised is the (host, port) clients are told in metadata answers (walkit.advertise's rules)."""
+    host, advertised_port = split_host_port(
+        advertised_address(options.host, port, options.advertise, metadata, what="the topics broker"))
+    return host, advertised_port
 
 
 async def start_broker(options: ServeOptions, client, users: Users | None = None) -> tuple[Broker, KafkaServer]:
@@ -114,7 +113,7 @@ async def start_broker(options: ServeOptions, client, users: Users | None = None
     broker_id = options.broker_id
     if broker_id is None:
         broker_id = await loop.run_in_executor(None, Catalog(client.store).new_broker_id)
-    host, port = _advertised(options, server.port)
+    host, port = _advertised(options, server.port, client.metadata_url)
     broker = Broker(loop, client, BrokerInfo(broker_id, host, port), settings, password=options.password.encode())
     await broker.start()
     server.broker = broker

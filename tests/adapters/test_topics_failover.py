@@ -34,6 +34,7 @@ pytestmark = pytest.mark.slow
 RECORDS = 4000
 PARTITIONS = 9          # with broker ids 1-3, the partitions' preferred leaders cover all three brokers
 LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS}
 OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
 
 
@@ -81,10 +82,22 @@ def broker_ids(bootstrap: str) -> dict[int, int]:
     return {b.id: b.port for b in metadata.brokers.values()}
 
 
-def coordinator(bootstrap: str, group: str) -> int:
-    """coordinator is the id of the broker coordinating `group` (asked afresh, no cached answer)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})       # kept alive until the answer is in
-    return admin.describe_consumer_groups([group])[group].result(10).coordinator.id
+def coordinator(bootstrap: str, group: str, timeout: float = 60) -> int:
+    """coordinator is the id of the broker coordinating `group` (asked afresh, no cached answer).
+
+    A broker named coordinator that is still loading the group's bucket, or one that has just
+    handed it over, answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS, which Kafka clients
+    answer by finding the coordinator again: so does this, until `timeout`; other errors fail.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        admin = AdminClient({"bootstrap.servers": bootstrap})   # kept alive until the answer is in
+        try:
+            return admin.describe_consumer_groups([group])[group].result(10).coordinator.id
+        except KafkaException as exc:
+            if exc.args[0].code() not in COORDINATOR_MOVING or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.2)                           # paces the retries; the answer is what is waited for
 
 
 def settled(bootstrap: str, topic: str, group: str) -> bool:

@@ -193,3 +193,41 @@ def test_disk_rules_twice_the_free_minimum_to_write_again_and_a_decommission_end
             full._shutdown()
     finally:
         server._shutdown()
+
+
+def test_a_bookie_on_every_interface_registers_the_advertised_address_and_clients_use_it(metadata_url, servers):
+    """--host 0.0.0.0 --advertise 127.0.0.1: the socket listens everywhere, the registry names the
+    dialable address, and a client writes and reads through it."""
+    bookies = [servers(host="0.0.0.0", advertise="127.0.0.1") for _ in range(3)]
+    addresses = [b.address for b in bookies]
+    assert all(a.startswith("127.0.0.1:") for a in addresses), addresses
+    assert _live(metadata_url) == set(addresses)
+    with walkit.Client(metadata_url) as client:
+        writer = client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+        for i in range(20):
+            writer.append(b"entry %d" % i)
+        writer.close()
+        assert [e.payload for e in client.open_ledger(writer.ledger_id, password=b"pw").read(0, 19)] == \
+            [b"entry %d" % i for i in range(20)]
+
+
+def test_a_bookie_on_every_interface_with_a_local_store_registers_loopback(metadata_url, servers):
+    bookie = servers(host="0.0.0.0")
+    assert bookie.address.startswith("127.0.0.1:") and _live(metadata_url) == {bookie.address}
+
+
+@pytest.mark.parametrize("host, advertise, metadata, says", [
+    ("0.0.0.0", "", "zk://192.0.2.1:2181/walkit", "set --advertise"),
+    ("127.0.0.1", "", "etcd://192.0.2.1:2379/walkit", "only this machine can dial"),
+    ("0.0.0.0", "0.0.0.0:3181", "sqlite:///unused.db", "not a wildcard"),
+])
+def test_an_address_nobody_could_dial_is_refused_before_the_bookie_touches_anything(tmp_path, host, advertise,
+                                                                                   metadata, says):
+    storage = tmp_path / "storage"
+    result = subprocess.run([sys.executable, "-m", "walkit", "bookie", "--metadata", metadata, "--host", host,
+                             "--port", "0", "--storage", f"files://{storage}", "--no-autorecovery",
+                             *(["--advertise", advertise] if advertise else [])],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode != 0
+    assert says in result.stderr, result.stderr
+    assert not storage.exists(), "the refused bookie created its storage"

@@ -35,6 +35,7 @@ _RULES = {
     "storage": (str, lambda v: "://" in v, "a storage URI such as files:///dir"),
     "host": (str, bool, "an interface address such as 127.0.0.1"),
     "port": (int, lambda v: 0 <= v <= 65535, "a TCP port in 0..65535"),
+    "advertise": (str, lambda v: True, "HOST or HOST:PORT, the address clients dial"),
     "max_frame_bytes": (int, lambda v: v >= 1024, "at least 1024"),
     "max_requests_per_frame": (int, _positive, "a positive number of requests"),
     "max_long_poll_ms": (int, _positive, "a positive number of milliseconds"),
@@ -70,6 +71,9 @@ class BookieConfig:
 
     - `metadata`, `storage`: backend URIs (storage defaults to files under ./walkit-data);
     - `host`, `port`: where the ROUTER socket listens (port 0 picks a free port);
+    - `advertise`: HOST or HOST:PORT the bookie registers, the address clients dial (default:
+      host:port; listening on 0.0.0.0 without it registers 127.0.0.1 if the metadata store is
+      local and refuses to start otherwise: walkit.advertise);
     - `max_frame_bytes`: larger request frames get BAD_REQUEST; no answer frame is larger
       either (nor larger than the 64 MiB a client takes): a read's answer stops 64 KiB below
       it whatever the read asks, and a round's answers to one client go in as many frames as
@@ -111,6 +115,7 @@ class BookieConfig:
     storage: str = ""
     host: str = "127.0.0.1"
     port: int = 3181
+    advertise: str = ""
     max_frame_bytes: int = DEFAULT_MAX_FRAME
     max_requests_per_frame: int = DEFAULT_MAX_REQUESTS
     max_long_poll_ms: int = 60_000

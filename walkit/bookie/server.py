@@ -64,6 +64,7 @@ from walkit.bookie.identity import check_identity, cluster_id
 from walkit.bookie.service import BookieService
 from walkit.core.messages import ErrorResponse, Status
 from walkit.core.metadata import CLOSED, LedgerMetadata, ledger_key
+from walkit.advertise import advertised_address, join_host_port, split_host_port
 from walkit.errors import ConfigError, MetadataError, NodeExists, NoSuchKey, StorageError, WalkitError
 from walkit.metrics import BookieMetrics, HttpEndpoint
 from walkit.plugins import open_metadata, open_storage
@@ -98,7 +99,8 @@ class BookieServer:
 
     def __init__(self, config: BookieConfig) -> None:
         config.validate()
-        self.config = config
+        advertised_address(config.host, config.port or 1, config.advertise, config.metadata, what="the bookie")
+        self.config = config                    # ^ refuses an address nobody could dial before touching anything
         self._stopping = threading.Event()
         self.recovery = None
         self._draining = self._want_draining = False
@@ -143,7 +145,8 @@ class BookieServer:
                     port = self.socket.bind_to_random_port(f"tcp://{config.host}")
             except zmq.ZMQError as exc:
                 raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from None
-            self.address = f"{config.host}:{port}"
+            self.address = advertised_address(config.host, port, config.advertise, config.metadata,
+                                              what="the bookie")
             # Which disk and cluster this storage is, proven before anything is served, fenced
             # or deleted (walkit.bookie.identity); IdentityError stops the bookie here.
             self.identity = check_identity(self.storage, self.metadata, self.address, config.storage,
@@ -192,7 +195,13 @@ class BookieServer:
         public = self._security.keys[0].decode() if self._security else ""
         return BookieInfo(self.address, read_only=read_only, storage=self.config.storage, public_key=public,
                           rack=self.config.rack, draining=self._draining,
-                          http=self.http.address if self.http is not None else "", disk=self.identity.disk)
+                          http=self._http_address(), disk=self.identity.disk)
+
+    def _http_address(self) -> str:
+        """_http_address is the metrics endpoint as clients dial it: the advertised host, the port it listens on."""
+        if self.http is None:
+            return ""
+        return join_host_port(split_host_port(self.address)[0], split_host_port(self.http.address)[1])
 
     def _register(self, info: BookieInfo):
         """_register registers this bookie, first waiting out a registration left by a dead one.

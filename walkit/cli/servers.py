@@ -23,6 +23,10 @@ from walkit.cli.common import DEFAULT_DATA_DIR, client_for, default_metadata, fr
                    "[default: files under ./walkit-data/bookie-PORT].")
 @click.option("--host", default=None, help="Interface to listen on [default: 127.0.0.1].")
 @click.option("--port", type=int, default=None, help="TCP port; 0 picks a free one [default: 3181].")
+@click.option("--advertise", default=None, metavar="HOST[:PORT]",
+              help="Address registered for clients to dial, when it is not --host:--port (--host 0.0.0.0, "
+                   "containers, NAT); the port defaults to --port [default: --host:--port; with --host 0.0.0.0, "
+                   "127.0.0.1 if the metadata store is local, else the bookie refuses to start].")
 @click.option("--max-frame-bytes", type=int, default=None,
               help="Largest request frame accepted; larger ones get BAD_REQUEST [default: 64 MiB].")
 @click.option("--max-requests-per-frame", type=int, default=None,
