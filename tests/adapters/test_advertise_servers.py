@@ -36,33 +36,21 @@ def test_a_server_whose_address_nobody_could_dial_refuses_to_start(tmp_path, com
     assert says in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
-def test_kv_servers_on_every_interface_tell_followers_the_loopback_address_of_a_local_store(tmp_path):
-    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
-        a = KVProcess(tmp_path, metadata=cluster.metadata_url, args=("--host", "0.0.0.0")).start()
-        b = KVProcess(tmp_path, metadata=cluster.metadata_url, args=("--host", "0.0.0.0"))
-        try:
-            a.wait_role(b"master")
-            b.start()
-            wait_until(lambda: b.role()[0] == b"slave" and b.role()[3] == b"connected", 60,
-                       message=lambda: b.log_tail())
-            assert b.role()[1:3] == [b"127.0.0.1", a.port]
-        finally:
-            a.stop()
-            b.stop()
-
-
-def test_kv_servers_tell_followers_the_advertised_address(tmp_path):
+@pytest.mark.parametrize("args, published", [
+    (("--host", "0.0.0.0"), "127.0.0.1"),                            # a local store: loopback
+    (("--host", "0.0.0.0", "--advertise", "localhost:{port}"), "localhost"),
+])
+def test_kv_servers_tell_followers_the_address_the_leader_publishes(tmp_path, args, published):
     with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
         a = KVProcess(tmp_path, metadata=cluster.metadata_url)
-        a.args = ("--host", "0.0.0.0", "--advertise", f"localhost:{a.port}")
-        a.start()
+        a.args = tuple(arg.format(port=a.port) for arg in args)
         b = KVProcess(tmp_path, metadata=cluster.metadata_url)
         try:
-            a.wait_role(b"master")
+            a.start().wait_role(b"master")
             b.start()
             wait_until(lambda: b.role()[0] == b"slave" and b.role()[3] == b"connected", 60,
                        message=lambda: b.log_tail())
-            assert b.role()[1:3] == [b"localhost", a.port]
+            assert b.role()[1:3] == [published.encode(), a.port]
         finally:
             a.stop()
             b.stop()
