@@ -14,6 +14,8 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)      # the KV ser
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)                   # the topics broker's tests use kcat
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)       # the metrics tests scrape with a real Prometheus
 command -v sqlite3 >/dev/null 2>&1 || missing+=(sqlite3)             # the SQLite replicator's tests read replicas with it
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)                 # walkit.testing.network makes namespaces, veths and tbf with ip and tc
+command -v nft >/dev/null 2>&1 || missing+=(nftables)                # walkit.testing.network cuts links with nftables rules
 dpkg -s openjdk-17-jre-headless >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)  # Spark 4 runs on Java 17
 if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
