@@ -1,16 +1,23 @@
 """walkit.registry keeps the list of live bookies in the metadata store.
 
-Each running bookie holds an ephemeral registration under ``bookies/<address>`` whose value is
-a small JSON document (`BookieInfo`). The key disappears when the bookie stops (at once) or dies
-(when its session or heartbeat expires), so `live()` is the set of bookies a new ledger may use.
-Read-only bookies stay registered, flagged, and are never chosen for writes; so do bookies
-being decommissioned (`draining`). Each bookie names its rack (or zone); `writable()` lists
-candidates rack by rack and `choose()` places ensembles with walkit.placement.
+Each running bookie holds an ephemeral registration under ``bookies/<id>`` whose value is a
+small JSON document (`BookieInfo`). The id is the name ledger metadata gives the bookie
+(BookKeeper's BP-41 bookie id); the registration maps it to the address clients dial
+(`BookieInfo.endpoint`), so a bookie whose address changes keeps its ledgers. An id defaults
+to the bookie's first advertised address, which is all a bookie was called before ids existed:
+registrations without an endpoint are dialled at their id.
+
+The key disappears when the bookie stops (at once) or dies (when its session or heartbeat
+expires), so `live()` is the set of bookies a new ledger may use. Read-only bookies stay
+registered, flagged, and are never chosen for writes; so do bookies being decommissioned
+(`draining`). Each bookie names its rack (or zone); `writable()` lists candidates rack by
+rack and `choose()` places ensembles with walkit.placement.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 
 from walkit.core.dispatch import Bookies
@@ -19,12 +26,20 @@ from walkit.placement import choose_ensemble, choose_replacement, spread_order
 
 BOOKIES_PREFIX = "bookies"
 
+_BOOKIE_ID = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}")
+
+
+def valid_bookie_id(name: str) -> bool:
+    """valid_bookie_id tells whether `name` may be a bookie id: it becomes part of metadata keys, so
+    letters, digits and . _ - : [ ] only (an address such as 10.0.0.5:3181 or [::1]:3181 is one)."""
+    return bool(_BOOKIE_ID.fullmatch(name)) and name not in (".", "..")
+
 
 @dataclass(frozen=True, slots=True)
 class BookieInfo:
     """BookieInfo is what a bookie publishes about itself."""
 
-    address: str
+    address: str                # the bookie's id: what ledger metadata names (by default its first address)
     read_only: bool = False
     storage: str = ""
     public_key: str = ""        # the bookie's CurveZMQ public key (Z85) when it runs secured
@@ -32,6 +47,12 @@ class BookieInfo:
     draining: bool = False      # being decommissioned: read-only until its data moved away
     http: str = ""              # host:port of its metrics and health endpoint, if any
     disk: int = 0               # the identity of its storage (walkit.bookie.identity); 0: unknown
+    endpoint: str = ""          # host:port clients dial now; "" (a bookie from before ids): the id itself
+
+    @property
+    def dial(self) -> str:
+        """dial is the host:port to connect to: the registered endpoint, or the id for older bookies."""
+        return self.endpoint or self.address
 
     def to_bytes(self) -> bytes:
         """to_bytes encodes the info for the metadata store."""
@@ -64,7 +85,7 @@ class BookieRegistry:
         return self.store.register(bookie_key(info.address), info.to_bytes())
 
     def info(self, address: str) -> BookieInfo | None:
-        """info returns what the bookie at `address` registered, or None if it is not registered."""
+        """info returns what the bookie with id `address` registered, or None if it is not registered."""
         try:
             value, _ = self.store.get(bookie_key(address))
         except NoSuchKey:
@@ -72,7 +93,7 @@ class BookieRegistry:
         return BookieInfo.from_bytes(value)
 
     def live(self) -> dict[str, BookieInfo]:
-        """live maps the address of every registered bookie to its info."""
+        """live maps the id of every registered bookie to its info."""
         found: dict[str, BookieInfo] = {}
         for name in self.store.children(BOOKIES_PREFIX):
             try:

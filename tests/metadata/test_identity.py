@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from walkit.bookie.identity import (
-    DiskIdentity, IdentityError, check_identity, cluster_id, cookie_key, read_cookie, write_cookie,
+    DiskIdentity, IdentityError, bookie_id, check_identity, cluster_id, cookie_key, read_cookie, write_cookie,
 )
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import ConfigError
@@ -96,10 +96,18 @@ def test_two_disks_for_one_address_are_refused(store, storage_at):
         check(storage_at(), store)
 
 
-def test_a_disk_formatted_for_another_address_is_refused(store, storage_at):
+def test_a_disk_formatted_for_another_bookie_id_is_refused(store, storage_at):
     check(storage_at(), store)
-    with pytest.raises(IdentityError, match=f"formatted for bookie {ADDRESS}"):
+    with pytest.raises(IdentityError, match=f"formatted for bookie id {ADDRESS}, not 127.0.0.1:3999: start it "
+                                            f"with --bookie-id {ADDRESS}"):
         check(storage_at(), store, "127.0.0.1:3999")
+
+
+def test_a_bookie_keeps_the_id_its_storage_was_formatted_with_unless_one_is_configured(store, storage_at):
+    assert bookie_id(storage_at(), "", "10.0.0.5:3181") == "10.0.0.5:3181"       # a new storage: its address
+    check(storage_at(), store)
+    assert bookie_id(storage_at(), "", "10.0.0.9:3181") == ADDRESS               # formatted: the id it has
+    assert bookie_id(storage_at(), "bookie-7", "10.0.0.9:3181") == "bookie-7"    # configured: checked later
 
 
 def test_a_missing_cookie_is_written_again_from_the_disk(store, storage_at):

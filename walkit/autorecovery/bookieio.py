@@ -35,7 +35,7 @@ def unreachable(request, why: str):
     return ReadResponse(txn=request.txn, status=Status.UNREACHABLE, ledger_id=request.ledger_id, message=why)
 
 
-def _zmq_transport(key: str | None, server_key):
+def _zmq_transport(key: str | None, server_key, lookup):
     """_zmq_transport is a ZeroMQ client transport, a CurveZMQ one when a key pair is given or in WALKIT_KEY."""
     import os
 
@@ -45,21 +45,23 @@ def _zmq_transport(key: str | None, server_key):
     if key is not None:
         from walkit.security import load_keys
         curve = load_keys(key)
-    return ZmqTransport(curve=curve, server_key=server_key)
+    return ZmqTransport(curve=curve, server_key=server_key, lookup=lookup)
 
 
 class BookieIO:
     """BookieIO exchanges requests with bookies for one thread; `close()` releases its sockets.
 
     `key` is a client key pair file (as walkit.Client takes; default WALKIT_KEY) for secured
-    clusters; `server_key(address)` returns a bookie's registered public key. `transport` is
+    clusters; `lookup(id)` returns a bookie's registration (walkit.registry.BookieInfo: the
+    endpoint to dial and the public key; BookieRegistry.info), `server_key(id)` only its public
+    key (without either, bookie ids are dialled as addresses). `transport` is
     another client transport to use instead (the in-memory one of walkit.testing.memory).
     """
 
     def __init__(self, *, key: str | None = None, server_key=None, timeout: float = 10.0, transport=None,
-                 max_read_bytes: int = DEFAULT_MAX_READ_BYTES) -> None:
+                 max_read_bytes: int = DEFAULT_MAX_READ_BYTES, lookup=None) -> None:
         if transport is None:
-            transport = _zmq_transport(key, server_key)
+            transport = _zmq_transport(key, server_key, lookup)
         self.transport = transport
         self.timeout = timeout
         self.max_read_bytes = max_read_bytes

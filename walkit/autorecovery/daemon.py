@@ -19,6 +19,7 @@ from walkit.autorecovery.worker import ReplicationWorker
 from walkit.errors import ConfigError
 from walkit.deletions import DEFAULT_RETENTION_S
 from walkit.metrics import Collector
+from walkit.registry import BookieRegistry
 
 log = logging.getLogger("walkit.autorecovery")
 
@@ -102,9 +103,10 @@ class AutoRecovery:
                 self.worker = ReplicationWorker(UnderReplication(store), self.replicator, name,
                                                 poll_s=self.config.worker_poll_s)
             if self.config.auditor:
-                io = BookieIO(key=key)
+                store = self._open(open_metadata, metadata)
+                io = BookieIO(key=key, lookup=BookieRegistry(store).info)
                 self._ios.append(io)
-                self.auditor = Auditor(self._open(open_metadata, metadata), name, self.config, io=io)
+                self.auditor = Auditor(store, name, self.config, io=io)
         except BaseException:
             self.close()
             raise

@@ -212,7 +212,7 @@ def sanity_check(client, address: str, *, entries: int = 10, size: int = 100, ti
                               created_ms=int(time.time() * 1000), custom={"walkit": "bookie sanity"},
                               owner=client.principal)
     store.create(ledger_key(ledger_id), metadata.to_bytes())
-    io = BookieIO(server_key=lambda a: getattr(client.registry.info(a), "public_key", None), timeout=timeout)
+    io = BookieIO(lookup=client.registry.info, timeout=timeout)
     report = {"bookie": address, "ledger": ledger_id, "entries": entries, "ok": False}
     try:
         digest = Digest("crc32c")

@@ -118,13 +118,9 @@ class Replicator:
         self.batch_entries = batch_entries
         self.rng = rng or random.Random()
         self.stats = stats or ReplicationStats()
-        self.io = io or BookieIO(server_key=self._server_key)
+        self.io = io or BookieIO(lookup=self.client.registry.info)
         self._owns_io = io is None
         self.stopping = threading.Event()        # set by a stopping worker: copies end at the next batch
-
-    def _server_key(self, address: str) -> str | None:
-        info = self.client.registry.info(address)
-        return info.public_key if info is not None else None
 
     def close(self) -> None:
         """close releases the sockets this replicator opened."""

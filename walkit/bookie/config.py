@@ -17,7 +17,9 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields
 
+from walkit.advertise import split_host_port
 from walkit.errors import ConfigError
+from walkit.registry import valid_bookie_id
 from walkit.wire.codec import DEFAULT_MAX_FRAME, DEFAULT_MAX_REQUESTS
 
 
@@ -36,6 +38,9 @@ _RULES = {
     "host": (str, bool, "an interface address such as 127.0.0.1"),
     "port": (int, lambda v: 0 <= v <= 65535, "a TCP port in 0..65535"),
     "advertise": (str, lambda v: True, "HOST or HOST:PORT, the address clients dial"),
+    "listen": (str, lambda v: True, "HOST:PORT, the interface and port to listen on"),
+    "bookie_id": (str, lambda v: not v or valid_bookie_id(v),
+                  "letters, digits and . _ - : [ ] only, at most 255 characters (or empty: the advertised address)"),
     "max_frame_bytes": (int, lambda v: v >= 1024, "at least 1024"),
     "max_requests_per_frame": (int, _positive, "a positive number of requests"),
     "max_long_poll_ms": (int, _positive, "a positive number of milliseconds"),
@@ -71,9 +76,16 @@ class BookieConfig:
 
     - `metadata`, `storage`: backend URIs (storage defaults to files under ./walkit-data);
     - `host`, `port`: where the ROUTER socket listens (port 0 picks a free port);
+    - `listen`: HOST:PORT, the same as `host` and `port` in one value (it wins over them);
     - `advertise`: HOST or HOST:PORT the bookie registers, the address clients dial (default:
       host:port; listening on 0.0.0.0 without it registers 127.0.0.1 if the metadata store is
       local and refuses to start otherwise: walkit.advertise);
+    - `bookie_id`: the name ledger metadata gives this bookie (BookKeeper's BP-41 bookie id),
+      mapped to the advertised address by its registration, so a bookie whose address changes
+      keeps its ledgers. Default: the id its storage was formatted with, or on a new storage the
+      advertised address (what every bookie was called before ids existed). Set it to a name
+      (`bookie-1`) where addresses are not stable, such as containers; a storage formatted for
+      another id is refused (walkit.bookie.identity);
     - `max_frame_bytes`: larger request frames get BAD_REQUEST; no answer frame is larger
       either (nor larger than the 64 MiB a client takes): a read's answer stops 64 KiB below
       it whatever the read asks, and a round's answers to one client go in as many frames as
@@ -116,6 +128,8 @@ class BookieConfig:
     host: str = "127.0.0.1"
     port: int = 3181
     advertise: str = ""
+    listen: str = ""
+    bookie_id: str = ""
     max_frame_bytes: int = DEFAULT_MAX_FRAME
     max_requests_per_frame: int = DEFAULT_MAX_REQUESTS
     max_long_poll_ms: int = 60_000
@@ -145,6 +159,9 @@ class BookieConfig:
     parent_pid: int | None = None
 
     def __post_init__(self) -> None:
+        if self.listen:
+            host, port = split_host_port(self.listen)
+            self.host, self.port = host.strip("[]"), self.port if port is None else port
         if not self.storage:
             self.storage = f"files://{os.path.abspath(os.path.join('walkit-data', f'bookie-{self.port}'))}"
 

@@ -6,9 +6,11 @@ This is BookKeeper's cookie, in walkit's terms. Three records take part:
   first bookie that starts on an empty store (or by `walkit bookies format-and-rejoin`);
 - the storage's identity (`DiskIdentity`), kept by the storage itself (EntryStorage's
   `identity()` / `set_identity()`): a random disk id drawn when the storage was first used,
-  the cluster id, and the bookie address it was formatted for;
-- the cookie, under ``cookies/<address>`` in the metadata store: the cluster's copy of the
-  identity of the disk that serves that address.
+  the cluster id, and the bookie id it was formatted for (`address`: by default the address
+  the bookie advertised then; a bookie restarted on another address keeps this id, see
+  `bookie_id`);
+- the cookie, under ``cookies/<id>`` in the metadata store: the cluster's copy of the
+  identity of the disk that serves that bookie id.
 
 `check_identity` runs at start, before the bookie registers, serves, fences or deletes
 anything, and refuses to start (IdentityError, with what to do) rather than guess:
@@ -19,7 +21,7 @@ anything, and refuses to start (IdentityError, with what to do) rather than gues
 | its identity             | missing                 | start; the cookie is written again             |
 | its identity             | another disk            | refuse: two disks claim the address            |
 | identity of another      | any                     | refuse: the storage was formatted for another  |
-| cluster or address       |                         | cluster or bookie (wrong --metadata or root?)   |
+| cluster or --bookie-id   |                         | cluster or bookie (wrong --metadata or root?)   |
 | nothing, and no data     | missing                 | a new bookie: identity and cookie are written  |
 | nothing, and no data     | present                 | refuse: the disk was emptied or replaced; its  |
 |                          |                         | acknowledged entries are gone (see below)      |
@@ -161,6 +163,22 @@ def delete_cookie(store, address: str) -> DiskIdentity | None:
     return cookie
 
 
+def bookie_id(storage, configured: str, endpoint: str) -> str:
+    """bookie_id is the id a bookie serves as (BP-41): `configured` if set, else the id its storage
+    was formatted with, else (a new storage, or one that keeps nothing) the address it advertises.
+
+    So a bookie keeps its id, and its ledgers, when it restarts on another address with its
+    storage. A configured id that differs from the storage's is refused by `check_identity`.
+    """
+    if configured:
+        return configured
+    if getattr(storage, "durable", True) and callable(getattr(storage, "identity", None)):
+        raw = storage.identity()
+        if raw is not None:
+            return DiskIdentity.from_bytes(raw, "the storage").address
+    return endpoint
+
+
 def check_identity(storage, store, address: str, storage_uri: str, metadata_uri: str) -> DiskIdentity:
     """check_identity decides whether `storage` may serve `address` in the store's cluster (see the module doc).
 
@@ -201,8 +219,8 @@ def _check(storage, store, address: str, where: str, metadata_uri: str) -> DiskI
                 f"{cluster}: wrong --metadata (address or root)? Refusing to start, and deleting nothing")
         if identity.address != address:
             raise IdentityError(
-                f"{where} was formatted for bookie {identity.address}, not {address}: start it as "
-                f"{identity.address}, or give this address its own storage")
+                f"{where} was formatted for bookie id {identity.address}, not {address}: start it with "
+                f"--bookie-id {identity.address} (or without --bookie-id), or give bookie {address} its own storage")
         if cookie is None:
             create_cookie(store, identity)
             log.warning("bookie %s: its cookie was missing from the metadata store; written again from the "

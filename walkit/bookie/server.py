@@ -60,7 +60,7 @@ from zmq.utils.monitor import recv_monitor_message
 from walkit.autorecovery.marks import DECOMMISSION_PREFIX, UnderReplication
 from walkit.bookie.config import BookieConfig
 from walkit import deletions
-from walkit.bookie.identity import check_identity, cluster_id
+from walkit.bookie.identity import DiskIdentity, bookie_id, check_identity, cluster_id
 from walkit.bookie.service import BookieService
 from walkit.core.messages import ErrorResponse, Status
 from walkit.core.metadata import CLOSED, LedgerMetadata, ledger_key
@@ -145,8 +145,12 @@ class BookieServer:
                     port = self.socket.bind_to_random_port(f"tcp://{config.host}")
             except zmq.ZMQError as exc:
                 raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from None
-            self.address = advertised_address(config.host, port, config.advertise, config.metadata,
-                                              what="the bookie")
+            self.endpoint = advertised_address(config.host, port, config.advertise, config.metadata,
+                                               what="the bookie")
+            # The name ledgers know it by (BP-41): the configured id, the one its storage was
+            # formatted with, or on a new storage the address it advertises now.
+            self.address = bookie_id(self.storage, config.bookie_id, self.endpoint)
+            self._refuse_a_taken_id()
             # Which disk and cluster this storage is, proven before anything is served, fenced
             # or deleted (walkit.bookie.identity); IdentityError stops the bookie here.
             self.identity = check_identity(self.storage, self.metadata, self.address, config.storage,
@@ -174,6 +178,24 @@ class BookieServer:
         self._next_gc = self._next_disk_check = self._next_parent_check = self._next_count = 0.0
         self.failed: StorageError | None = None
 
+    def _refuse_a_taken_id(self) -> None:
+        """_refuse_a_taken_id stops a bookie whose id another disk holds a registration for.
+
+        Two bookies must not share an id (ledgers would count one's answers as the other's).
+        A registration at this same address (no two processes listen on one) or by this same
+        disk is a dead predecessor's, waited out by `_register`.
+        """
+        holder = BookieRegistry(self.metadata).info(self.address)
+        if holder is None or holder.disk == 0 or holder.dial == self.endpoint:
+            return
+        raw = self.storage.identity() if getattr(self.storage, "durable", True) else None
+        if raw is not None and DiskIdentity.from_bytes(raw, "the storage").disk == holder.disk:
+            return
+        raise ConfigError(
+            f"bookie id {self.address} is registered by another bookie, at {holder.dial} with disk {holder.disk:x} "
+            f"(a running bookie, or one that died less than a session ago): two bookies cannot share an id. Give "
+            f"this one its own --bookie-id (and storage); refusing to start")
+
     def _secure(self, config: BookieConfig) -> "_Security":
         """_secure loads the bookie's keys and starts the ZAP handler that checks the allow-list."""
         from zmq.auth.thread import ThreadAuthenticator
@@ -195,13 +217,13 @@ class BookieServer:
         public = self._security.keys[0].decode() if self._security else ""
         return BookieInfo(self.address, read_only=read_only, storage=self.config.storage, public_key=public,
                           rack=self.config.rack, draining=self._draining,
-                          http=self._http_address(), disk=self.identity.disk)
+                          http=self._http_address(), disk=self.identity.disk, endpoint=self.endpoint)
 
     def _http_address(self) -> str:
         """_http_address is the metrics endpoint as clients dial it: the advertised host, the port it listens on."""
         if self.http is None:
             return ""
-        return join_host_port(split_host_port(self.address)[0], split_host_port(self.http.address)[1])
+        return join_host_port(split_host_port(self.endpoint)[0], split_host_port(self.http.address)[1])
 
     def _register(self, info: BookieInfo):
         """_register registers this bookie, first waiting out a registration left by a dead one.
@@ -218,7 +240,12 @@ class BookieServer:
                 return registry.register(info)
             except NodeExists:
                 if time.monotonic() >= deadline:
-                    raise
+                    holder = registry.info(info.address)
+                    raise ConfigError(
+                        f"bookie id {info.address} is registered by another process"
+                        f"{f' at {holder.dial}' if holder is not None else ''}, still there after "
+                        f"{self.config.register_timeout_s:g} s: is it still running, or do two bookies share one "
+                        f"--bookie-id (or one storage)? Refusing to start") from None
                 if not waiting:
                     waiting = True
                     log.info("bookie %s is still registered by a previous process; waiting for it to expire",
@@ -233,8 +260,8 @@ class BookieServer:
 
     def serve(self) -> None:
         """serve runs the request loop on this thread until `stop()`."""
-        log.info("bookie %s serving (storage %s, metadata %s)", self.address, self.config.storage,
-                 redact(self.config.metadata))
+        log.info("bookie %s serving at %s (storage %s, metadata %s)", self.address, self.endpoint,
+                 self.config.storage, redact(self.config.metadata))
         self._gc_thread.start()
         if self.config.autorecovery:
             self._start_recovery()

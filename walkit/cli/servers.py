@@ -23,10 +23,19 @@ from walkit.cli.common import DEFAULT_DATA_DIR, client_for, default_metadata, fr
                    "[default: files under ./walkit-data/bookie-PORT].")
 @click.option("--host", default=None, help="Interface to listen on [default: 127.0.0.1].")
 @click.option("--port", type=int, default=None, help="TCP port; 0 picks a free one [default: 3181].")
+@click.option("--listen", default=None, metavar="HOST:PORT",
+              help="Interface and port to listen on in one value (--host and --port; it wins over them); "
+                   "0.0.0.0:3181 listens on every interface (with --advertise when the metadata store is on "
+                   "another machine).")
 @click.option("--advertise", default=None, metavar="HOST[:PORT]",
               help="Address registered for clients to dial, when it is not --host:--port (--host 0.0.0.0, "
                    "containers, NAT); the port defaults to --port [default: --host:--port; with --host 0.0.0.0, "
                    "127.0.0.1 if the metadata store is local, else the bookie refuses to start].")
+@click.option("--bookie-id", default=None, metavar="ID",
+              help="The name ledgers know this bookie by (BookKeeper's bookie id): letters, digits and . _ - : "
+                   "only. It stays when the address changes, so a bookie restarted elsewhere with its storage "
+                   "keeps its ledgers [default: the id its storage was formatted with; on a new storage, the "
+                   "advertised address].")
 @click.option("--max-frame-bytes", type=int, default=None,
               help="Largest request frame accepted; larger ones get BAD_REQUEST [default: 64 MiB].")
 @click.option("--max-requests-per-frame", type=int, default=None,
@@ -182,7 +191,11 @@ def bookie_mode(info) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of text.")
 @friendly
 def list_bookies(metadata, as_json) -> None:
-    """List live bookies: address, mode, storage and rack."""
+    """List live bookies: id, mode, storage, rack and the address clients dial.
+
+    A bookie's id is what ledgers name it by (by default the address it first advertised); the
+    last column is where it listens now (`walkit bookie --advertise`).
+    """
     with client_for(metadata) as client:
         live = client.bookies()
         if as_json:
@@ -191,7 +204,7 @@ def list_bookies(metadata, as_json) -> None:
         if not live:
             click.echo("no live bookies (start some with `walkit local` or `walkit bookie`)", err=True)
         for address, info in sorted(live.items()):
-            click.echo(f"{address}\t{bookie_mode(info)}\t{info.storage}\t{info.rack or '-'}")
+            click.echo(f"{address}\t{bookie_mode(info)}\t{info.storage}\t{info.rack or '-'}\t{info.dial}")
 
 
 @main.command()

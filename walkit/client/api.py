@@ -178,7 +178,7 @@ class Client:
         self.registry = BookieRegistry(self.store)
         if transport is None:
             from walkit.transport.zmq import ZmqTransport
-            transport = ZmqTransport(curve=curve, server_key=self._server_key)
+            transport = ZmqTransport(curve=curve, lookup=self.registry.info)   # ids to endpoints and keys
         self._loop = ClientLoop(transport, self.store, request_timeout_ms=int(request_timeout * 1000))
         self._loop.dispatcher.max_read_bytes = max_read_bytes      # every ReadRequest's max_bytes
         self._closed = False
@@ -193,11 +193,6 @@ class Client:
                                  f"(walkit.Client's max_entry_bytes, at most {MAX_ENTRY_BYTES}: a bookie frame "
                                  f"carries {DEFAULT_MAX_FRAME}); it was refused, not sent, and not split",
                                  size, self.max_entry_bytes, "walkit.Client(max_entry_bytes=...)")
-
-    def _server_key(self, address: str) -> str | None:
-        """_server_key is the public key a secured bookie registered (None if it is not registered)."""
-        info = self.registry.info(address)
-        return info.public_key if info is not None else None
 
     # -- ledgers ----------------------------------------------------------------------------
     def create_ledger(self, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2, *,
