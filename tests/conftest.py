@@ -25,6 +25,11 @@ def pytest_addoption(parser) -> None:
                      help="number of random seeds to simulate per scenario (default 4000)")
     parser.addoption("--replica-seeds", type=int, default=2000,
                      help="number of random seeds of walkit.replicate nodes under faults (default 2000)")
+    parser.addoption("--nemesis-seeds", type=int, default=1,
+                     help="seeds of each nemesis test across network namespaces (tests/network; default 1)")
+    parser.addoption("--nemesis-seed", type=int, default=None, help="replay only this nemesis seed (tests/network)")
+    parser.addoption("--nemesis-seconds", type=float, default=30.0,
+                     help="seconds of faults per nemesis run (tests/network; default 30)")
     parser.addoption("--unbounded-seeds", type=int, default=5000,
                      help="number of random seeds of writers battling for an unbounded ledger (default 5000)")
 

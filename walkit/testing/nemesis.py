@@ -1,0 +1,190 @@
+"""walkit.testing.nemesis breaks a multi-host deployment on a seeded schedule, Jepsen style.
+
+    schedule = Schedule.random(seed, duration_s=60)        # the same seed, the same faults
+    nemesis = Nemesis(net, schedule, servers=..., bookies=..., meta=meta_host, clients=client_hosts,
+                      leader=find_leader)
+    nemesis.run()                                          # applies, holds and heals each fault
+    nemesis.log                                            # what was done, with monotonic times
+
+Fault kinds (`FAULTS`), each held for a few seconds, healed, then followed by a quiet spell:
+
+- `halves`: the hosts split in two, the leader's side the smaller one (a minority partition);
+- `isolate-leader`: the leader's host cut from every other host (processes on it still reach it);
+- `leader-from-metadata`: the leader's host cut from the metadata store's host, nothing else;
+- `leader-from-clients`: the leader's host cut from every client host, nothing else;
+- `bookie-from-leader`: one bookie's host cut from the leader's host only;
+- `one-way`: the leader's packets to the metadata store dropped, the other direction kept;
+- `kill`: the leader's process SIGKILLed, started again when the fault ends;
+- `pause`: the leader's process SIGSTOPped, SIGCONTed when the fault ends.
+
+The schedule is drawn from the seed alone (kinds, holds, quiet spells); which host is the leader
+is found when a fault starts (`leader()`), so a run replays its schedule, and the cluster's own
+reactions differ only by timing. Monotonic times are the machine's (shared by every namespace),
+so the log lines up with the histories clients record.
+
+`unavailability(log, ops)` measures each fault from a history: the longest time in the fault's
+window (from its start to the end of the quiet spell after it) without an acknowledged write.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+FAULTS = ("halves", "isolate-leader", "leader-from-metadata", "leader-from-clients", "bookie-from-leader", "one-way", "kill", "pause")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Fault is one planned fault: its kind, how long it holds and the quiet spell after it."""
+
+    kind: str
+    hold_s: float
+    quiet_s: float
+    pick: int                 # a seeded choice the fault uses (which bookie, which side)
+
+
+@dataclass
+class Schedule:
+    """Schedule is the seeded list of faults of one run."""
+
+    seed: int
+    faults: list[Fault]
+    settle_s: float = 5.0     # quiet time before the first fault
+
+    @classmethod
+    def random(cls, seed: int, duration_s: float, kinds: tuple[str, ...] = FAULTS,
+               hold_s: tuple[float, float] = (3.0, 8.0), quiet_s: tuple[float, float] = (4.0, 7.0)) -> "Schedule":
+        """random draws faults from `kinds` until they fill `duration_s` (every kind once before any twice)."""
+        rng = random.Random(seed)
+        faults: list[Fault] = []
+        spent = 0.0
+        bag: list[str] = []
+        while spent < duration_s:
+            if not bag:
+                bag = list(kinds)
+                rng.shuffle(bag)
+            fault = Fault(bag.pop(), round(rng.uniform(*hold_s), 2), round(rng.uniform(*quiet_s), 2),
+                          rng.randrange(1 << 30))
+            faults.append(fault)
+            spent += fault.hold_s + fault.quiet_s
+        return cls(seed, faults)
+
+    @property
+    def duration_s(self) -> float:
+        return self.settle_s + sum(f.hold_s + f.quiet_s for f in self.faults)
+
+
+@dataclass
+class Applied:
+    """Applied is a fault as it happened: kind, detail, and monotonic start, heal and quiet-end times."""
+
+    kind: str
+    detail: str
+    start: float
+    healed: float = 0.0
+    end: float = 0.0
+
+
+@dataclass
+class Nemesis:
+    """Nemesis applies a Schedule to a deployment (see the module doc).
+
+    `servers` and `bookies` are walkit.testing.multihost Services; `leader()` returns the
+    server Service leading now, or None when none does (the fault then targets a random server).
+    """
+
+    network: object
+    schedule: Schedule
+    servers: list
+    bookies: list
+    meta: object
+    clients: list
+    leader: Callable[[], object]
+    log: list[Applied] = field(default_factory=list)
+
+    def run(self, stop: Callable[[], bool] = lambda: False) -> list[Applied]:
+        """run applies every fault in turn (blocking), healing each before the next; returns the log."""
+        rng = random.Random(self.schedule.seed)
+        time.sleep(self.schedule.settle_s)
+        for fault in self.schedule.faults:
+            if stop():
+                break
+            target = self.leader() or self.servers[rng.randrange(len(self.servers))]
+            applied = Applied(fault.kind, "", time.monotonic())
+            undo = self._apply(fault, target, applied)
+            log.info("nemesis: %s %s for %.1f s", fault.kind, applied.detail, fault.hold_s)
+            time.sleep(fault.hold_s)
+            undo()
+            applied.healed = time.monotonic()
+            time.sleep(fault.quiet_s)
+            applied.end = time.monotonic()
+            self.log.append(applied)
+        return self.log
+
+    def _apply(self, fault: Fault, target, applied: Applied) -> Callable[[], None]:
+        net, host = self.network, target.host
+        if fault.kind == "halves":
+            others = [s.host for s in self.servers if s.host is not host] + [b.host for b in self.bookies]
+            others += [self.meta] + list(self.clients)
+            random.Random(fault.pick).shuffle(others)
+            minority = [host] + others[:max(0, (len(others) + 1) // 2 - 1)]
+            majority = [h for h in others if h not in minority]
+            for a in minority:
+                for b in majority:
+                    net.cut(a, b)
+            applied.detail = f"minority {sorted(h.name for h in minority)}"
+            return lambda: net.heal()
+        if fault.kind == "isolate-leader":
+            net.isolate(host)
+            applied.detail = f"{host.name} alone"
+            return lambda: net.heal(host)
+        if fault.kind == "leader-from-metadata":
+            net.cut(host, self.meta)
+            applied.detail = f"{host.name} | {self.meta.name}"
+            return lambda: net.heal(host, self.meta)
+        if fault.kind == "leader-from-clients":
+            for client in self.clients:
+                net.cut(host, client)
+            applied.detail = f"{host.name} | clients"
+            return lambda: net.heal()
+        if fault.kind == "bookie-from-leader":
+            bookie = self.bookies[fault.pick % len(self.bookies)].host
+            net.cut(host, bookie)
+            applied.detail = f"{host.name} | {bookie.name}"
+            return lambda: net.heal(host, bookie)
+        if fault.kind == "one-way":
+            net.cut(host, self.meta, one_way=True)
+            applied.detail = f"{host.name} -> {self.meta.name}"
+            return lambda: net.heal(host, self.meta)
+        if fault.kind == "kill":
+            target.kill()
+            applied.detail = f"{host.name} {target.what}"
+            return target.start
+        if fault.kind == "pause":
+            target.process.send_signal(signal.SIGSTOP)
+            applied.detail = f"{host.name} {target.what}"
+            return lambda: target.process.send_signal(signal.SIGCONT)
+        raise ValueError(f"unknown fault kind {fault.kind!r}; known: {', '.join(FAULTS)}")
+
+
+def unavailability(applied: list[Applied], ops) -> dict[str, list[float]]:
+    """unavailability maps each fault kind to the seconds without an acknowledged write in each of its windows.
+
+    The window runs from the fault's start to the end of its quiet spell; the gap is measured
+    between acknowledgements (the window's edges count as acknowledgements only if writes were
+    acknowledged just before the fault, so a fault that stopped everything to its end counts whole).
+    """
+    acked = sorted(op.complete_time for op in ops if op.f == "write" and op.outcome == "ok")
+    found: dict[str, list[float]] = {}
+    for fault in applied:
+        inside = [t for t in acked if fault.start <= t <= fault.end]
+        points = [fault.start, *inside, fault.end]
+        found.setdefault(fault.kind, []).append(round(max(b - a for a, b in zip(points, points[1:])), 2))
+    return found
