@@ -174,14 +174,15 @@ class Nemesis:
         raise ValueError(f"unknown fault kind {fault.kind!r}; known: {', '.join(FAULTS)}")
 
 
-def unavailability(applied: list[Applied], ops) -> dict[str, list[float]]:
+def unavailability(applied: list[Applied], ops, f: str = "write") -> dict[str, list[float]]:
     """unavailability maps each fault kind to the seconds without an acknowledged write in each of its windows.
 
-    The window runs from the fault's start to the end of its quiet spell; the gap is measured
-    between acknowledgements (the window's edges count as acknowledgements only if writes were
-    acknowledged just before the fault, so a fault that stopped everything to its end counts whole).
+    A window runs from the fault's start to the end of the quiet spell after it; its unavailability
+    is the longest stretch between two acknowledgements inside it, or between an edge of the
+    window and the acknowledgement nearest that edge. The writes are the ops named `f` ("send"
+    for a queue's history).
     """
-    acked = sorted(op.complete_time for op in ops if op.f == "write" and op.outcome == "ok")
+    acked = sorted(op.complete_time for op in ops if op.f == f and op.outcome == "ok")
     found: dict[str, list[float]] = {}
     for fault in applied:
         inside = [t for t in acked if fault.start <= t <= fault.end]
