@@ -10,6 +10,7 @@ move a bookie to another address: tests/network does the same across network nam
   shows where it listens; restarted elsewhere with the same storage it serves its entries.
 - A `--bookie-id` other than the one its storage was formatted with is refused, and so is a
   second bookie that claims the id of a live one.
+- A lookup held up by the metadata store never holds up the client's I/O thread.
 """
 
 from __future__ import annotations
@@ -17,12 +18,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 import walkit
+from walkit.core.messages import ReadLacRequest, Status
 from walkit.local import LocalCluster, free_port
 from walkit.registry import BookieRegistry
+from walkit.transport.zmq import ZmqTransport
+from walkit.wire.codec import decode_responses, encode_requests
 
 from .helpers import wait_until
 
@@ -145,3 +151,35 @@ def test_a_bookie_id_other_than_its_storages_and_a_second_claim_of_a_live_id_are
         assert f"bookie id {cluster.addresses[0]} is registered by another bookie, at {cluster.addresses[0]}" \
             in claim.stderr
         assert registered(cluster, cluster.addresses[0]).dial == cluster.addresses[0]   # the live one is untouched
+
+
+def test_a_lookup_held_up_by_the_metadata_store_never_holds_up_the_io_thread(cluster):
+    """A client dials a bookie id at the address its registration names, looked up on a thread of
+    its own: while the lookup hangs (a metadata store cut off), poll() keeps returning, and the
+    frame sent meanwhile waits and then reaches the bookie."""
+    bookie_id = cluster.addresses[0]
+    release = threading.Event()
+    with walkit.Client(cluster.metadata_url) as client:
+        registry = BookieRegistry(client.store)
+
+        def lookup(bookie):
+            release.wait(30)
+            return registry.info(bookie)
+        transport = ZmqTransport(lookup=lookup)
+        try:
+            assert transport.send(bookie_id, encode_requests([ReadLacRequest(txn=7, ledger_id=12345)]))
+            for _ in range(5):
+                started = time.monotonic()
+                assert transport.poll(20) == ([], [])
+                assert time.monotonic() - started < 2, "poll waited for the lookup"
+            release.set()
+            answers = []
+            deadline = time.monotonic() + 30
+            while not answers and time.monotonic() < deadline:
+                frames, down = transport.poll(100)
+                assert down == []
+                answers += [r for _, frame in frames for r in decode_responses(frame)]
+            assert [(a.txn, a.status) for a in answers] == [(7, Status.NO_SUCH_LEDGER)]
+        finally:
+            transport.close()
+        transport.wake()                # after close: a no-op, never a write to a reused descriptor

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -95,6 +96,7 @@ class ZmqTransport:
         self._by_socket: dict[object, _Channel] = {}
         self._poller = zmq.Poller()
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._wake_lock = threading.Lock()
         self._poller.register(self._wake_fd, zmq.POLLIN)
         self._down: list[str] = []
 
@@ -133,7 +135,7 @@ class ZmqTransport:
         except Exception as exc:  # noqa: BLE001 - a failing store: dial the id, look again later
             log.debug("cannot look up bookie %s: %s", bookie, exc)
         self._resolved.append((bookie, endpoint, key))
-        self.wake()
+        self.wake()                     # (a no-op once closed: the answer is dropped with the transport)
 
     def _on_resolved(self) -> None:
         while self._resolved:
@@ -306,8 +308,10 @@ class ZmqTransport:
         return channel is not None and channel.state == "up"
 
     def wake(self) -> None:
-        """wake interrupts a `poll` in progress; any thread may call it."""
-        os.eventfd_write(self._wake_fd, 1)
+        """wake interrupts a `poll` in progress; any thread may call it, also after `close()` (then it does nothing)."""
+        with self._wake_lock:
+            if self._wake_fd >= 0:       # never write to a closed descriptor: its number may be reused
+                os.eventfd_write(self._wake_fd, 1)
 
     def close(self) -> None:
         """close closes every socket."""
@@ -315,4 +319,6 @@ class ZmqTransport:
             self._close_channel(channel)
         if self._resolver is not None:
             self._resolver.shutdown(wait=False, cancel_futures=True)
-        os.close(self._wake_fd)
+        with self._wake_lock:
+            os.close(self._wake_fd)
+            self._wake_fd = -1
