@@ -74,12 +74,15 @@ class _Bars:
 # -- bookies info | decommission --------------------------------------------------------------
 @bookies.command(name="info")
 @metadata_option
-@click.argument("address")
+@click.argument("address", metavar="BOOKIE")
 @click.option("--no-ledgers", is_flag=True, help="Do not scan the ledgers for fragments on the bookie.")
 @json_option
 @friendly
 def bookie_info(metadata, address, no_ledgers, as_json) -> None:
-    """Show a bookie: registration, rack, mode, endpoint, and the ledgers with fragments on it."""
+    """Show a bookie: registration, rack, mode, endpoint, and the ledgers with fragments on it.
+
+    BOOKIE is a bookie id, as ledgers and `walkit bookies list` name it (its address, unless it was
+    started with --bookie-id)."""
     from walkit.autorecovery import UnderReplication
     from walkit.autorecovery.operations import ledgers_on
     with client_for(metadata) as client, _Bars(not as_json) as bars:
@@ -114,7 +117,7 @@ def bookie_info(metadata, address, no_ledgers, as_json) -> None:
 
 @bookies.command(name="decommission")
 @metadata_option
-@click.argument("address")
+@click.argument("address", metavar="BOOKIE")
 @passwords_option
 @click.option("--open-grace", type=float, default=30.0, show_default=True, metavar="SECONDS",
               help="How long writers of open ledgers get to move off the bookie before those ledgers are recovered.")
@@ -124,7 +127,7 @@ def bookie_info(metadata, address, no_ledgers, as_json) -> None:
 @json_option
 @friendly
 def decommission(metadata, address, passwords, open_grace, timeout, cancel, as_json) -> None:
-    """Move every fragment off the running bookie ADDRESS, then say it can be stopped.
+    """Move every fragment off the running bookie BOOKIE, then say it can be stopped.
 
     The bookie turns draining at once: new ledgers avoid it and writers replace it at their
     next add. Its fragments are copied to other bookies (placement rules kept) and the ledgers'
@@ -148,16 +151,16 @@ def decommission(metadata, address, passwords, open_grace, timeout, cancel, as_j
 
 @bookies.command(name="format-and-rejoin")
 @metadata_option
-@click.argument("address")
+@click.argument("address", metavar="BOOKIE")
 @json_option
 @friendly
 def format_and_rejoin(metadata, address, as_json) -> None:
-    """Let the stopped bookie ADDRESS start again on an empty (replaced or wiped) disk.
+    """Let the stopped bookie BOOKIE start again on an empty (replaced or wiped) disk.
 
     A bookie whose storage was emptied refuses to start: it would answer "no such entry" for
     entries it had acknowledged. This removes its cookie (the cluster's record of its disk), so
     its next start formats the storage as a new disk, and marks every ledger with a fragment on
-    ADDRESS for re-replication: auto-recovery copies the entries back to the new disk once it
+    BOOKIE for re-replication: auto-recovery copies the entries back to the new disk once it
     runs (or to other bookies). Clients never count the new disk's answers for fragments it
     joined with its old disk. Start the bookie once this returns.
     """
@@ -173,7 +176,7 @@ def format_and_rejoin(metadata, address, as_json) -> None:
 # -- recover ---------------------------------------------------------------------------------
 @main.command()
 @metadata_option
-@click.argument("address")
+@click.argument("address", metavar="BOOKIE")
 @passwords_option
 @click.option("--skip-open", is_flag=True,
               help="Leave unclosed ledgers whose last fragment is on the bookie to their writers "
@@ -183,9 +186,9 @@ def format_and_rejoin(metadata, address, as_json) -> None:
 @json_option
 @friendly
 def recover(metadata, address, passwords, skip_open, timeout, as_json) -> None:
-    """Re-replicate the data of the dead bookie ADDRESS now (without waiting for the auditor).
+    """Re-replicate the data of the dead bookie BOOKIE now (without waiting for the auditor).
 
-    Every ledger with a fragment on ADDRESS is marked and repaired in this process: entries are
+    Every ledger with a fragment on BOOKIE is marked and repaired in this process: entries are
     copied from surviving replicas to bookies chosen by the placement policy and the ledgers'
     metadata rewritten. Works while auto-recovery is disabled.
     """
@@ -361,7 +364,7 @@ def simpletest(metadata, ensemble, write_quorum, ack_quorum, entries, size, as_j
 
 @bookie.command(name="sanity")
 @metadata_option
-@click.argument("addresses", nargs=-1, metavar="[ADDRESS]...")
+@click.argument("addresses", nargs=-1, metavar="[BOOKIE]...")
 @click.option("--entries", "-n", type=click.IntRange(min=1, max=10000), default=10, show_default=True,
               help="Entries to write and read back.")
 @json_option
