@@ -74,7 +74,8 @@ _RULES = {
 class BookieConfig:
     """BookieConfig is everything a bookie process needs.
 
-    - `metadata`, `storage`: backend URIs (storage defaults to files under ./walkit-data);
+    - `metadata`, `storage`: backend URIs (`walkit bookie` defaults to the embedded metadata
+      store; storage defaults to files:// under ./walkit-data/bookie-PORT);
     - `host`, `port`: where the ROUTER socket listens (port 0 picks a free port);
     - `listen`: HOST:PORT, the same as `host` and `port` in one value (it wins over them);
     - `advertise`: HOST or HOST:PORT the bookie registers, the address clients dial (default:
@@ -90,7 +91,8 @@ class BookieConfig:
       either (nor larger than the 64 MiB a client takes): a read's answer stops 64 KiB below
       it whatever the read asks, and a round's answers to one client go in as many frames as
       they need (walkit.bookie.service);
-    - `max_requests_per_frame`: frames with more requests get TOO_MANY_REQUESTS;
+    - `max_requests_per_frame`: frames with more requests get TOO_MANY_REQUESTS (clients split
+      what they send below it);
     - `max_long_poll_ms`: longer long-poll timeouts are shortened to this;
     - `max_long_polls`: long polls waiting at once; one more gets TOO_MANY_REQUESTS;
     - group commit (BookKeeper's journalMaxGroupWaitMSec / journalBufferedWritesThreshold):
@@ -104,8 +106,13 @@ class BookieConfig:
     - read-only mode: past `disk_usage_threshold` of its disk in use, or with less than
       `disk_min_free_mb` free, the bookie refuses adds (READ_ONLY) and registers as read-only;
       below `disk_usage_lwm` with twice `disk_min_free_mb` free it is writable again; checked
-      at start (before it registers) and every `disk_check_interval_s`;
+      at start (before it registers) and every `disk_check_interval_s`. A bookie restarted on a
+      full disk registers read-only (the files storage needs a little room to open: it writes a
+      checkpoint). A disk that fills between two checks fails the journal's write: the bookie
+      stops (a storage failure), with no acknowledged entry lost;
     - `register_timeout_s`: how long start-up waits for a dead predecessor's registration;
+    - `tick_ms`: the longest the serving loop waits for requests before it runs its timers
+      (long-poll deadlines, the next garbage collection);
     - `curve_key`: this bookie's CurveZMQ key pair (a NAME.key_secret file): the bookie then
       accepts only clients on the allow-list, authenticated, and checks their rights per ledger
       (walkit.security); empty: no security;
