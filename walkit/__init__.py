@@ -5,7 +5,8 @@
         w = client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=b"pw")
         w.append(b"hello")
 
-See README.md for concepts, configuration and the command line.
+See the documentation site in docs/ (docs/index.md; `mkdocs serve` to browse it) for concepts,
+configuration and the command line.
 
 The names below are imported on first use (PEP 562), so `import walkit.core.writer` loads the
 sans-IO core alone, without ZeroMQ, Cap'n Proto or threads.

@@ -13,7 +13,7 @@ observations), exported as a Prometheus histogram.
 
 Client metrics (`client_metrics()`) are process-wide and live in prometheus_client's default
 registry, so any server built on walkit.Client exports them by serving `REGISTRY`.
-The metric names are listed in README.md ("Metrics").
+The metric names are listed in docs/operations/metrics.md.
 """
 
 from __future__ import annotations

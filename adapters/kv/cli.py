@@ -54,8 +54,8 @@ def kv() -> None:
               help="A user who may log in with AUTH NAME PASSWORD, repeatable. With users and no requirepass, "
                    "connections without credentials are refused.")
 @click.option("--acl-file", envvar="WALKIT_KV_ACL_FILE", type=click.Path(exists=True, dir_okay=False), default=None,
-              metavar="FILE", help="Users from a Redis ACL file: lines 'user NAME on >PASSWORD' (README lists the "
-                                   "rules taken) [env WALKIT_KV_ACL_FILE].")
+              metavar="FILE", help="Users from a Redis ACL file: lines 'user NAME on >PASSWORD' (docs/operations/"
+                                   "security.md lists the rules taken) [env WALKIT_KV_ACL_FILE].")
 def serve(http_port, requirepass, requirepass_file, users, acl_file, **options) -> None:
     """Serve a replicated key-value store over RESP, the Redis protocol, until Ctrl-C.
 

@@ -1,6 +1,6 @@
 """walkit.adapters.kv.reads decides when a read may look at this server's state: now, or after a read barrier.
 
-Rules (README, "The key-value server"):
+Rules (docs/guides/kv.md#semantics):
 
 - A leader whose lease runs (`node.lease_valid`: an append was acknowledged or its leadership
   proved less than `lease_ms` ago) reads its own state at once: no other server can have

@@ -29,7 +29,7 @@ class WalkitDataSource(DataSource):
     Reads go from the executors to the bookies directly, one Spark partition per topic
     partition (or ledger range of a log), more for large ranges; streaming offsets live in the
     query's checkpoint. Writes publish each micro-batch exactly once per query and batch id.
-    See README.md, "Spark", for the options and the guarantees.
+    See docs/guides/spark.md for the options and the guarantees.
     """
 
     @classmethod

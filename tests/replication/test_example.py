@@ -1,4 +1,5 @@
-"""The README's replicated counter runs as printed (examples/replicated_counter.py)."""
+"""The replicated counter of the docs runs as printed (examples/replicated_counter.py, included by
+docs/getting-started.md and docs/guides/replicate.md)."""
 
 from __future__ import annotations
 

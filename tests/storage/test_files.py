@@ -1464,7 +1464,7 @@ def _record_spans(log: str) -> list[tuple[int, int, bytes]]:
 def test_a_power_cut_tearing_a_truncating_adds_tombstone_group_lets_the_bookie_start(tmp_path, caplog):
     """A truncating add writes one tombstone per dropped entry (up to MAX_TRUNCATE_SPAN, 4M of them) as
     ONE put_many batch: one group, made on the bookie, not bounded by max_frame_bytes. Here the frames
-    obey the README's advice (write_buffer_mb >= max_frame_bytes / 2) and the group is still > 2 x
+    obey the docs' advice (write_buffer_mb >= max_frame_bytes / 2) and the group is still > 2 x
     write_buffer_mb. A power cut that leaves one page of it unwritten (zeros) while later pages reached
     the disk is an ordinary crash of a never-acknowledged group: it must be cut, not refused (the bookie
     would not start). A scan for records past a damaged length field (tried, reverted) refused it."""

@@ -26,7 +26,8 @@ log = logging.getLogger("walkit.autorecovery")
 
 @dataclass
 class RecoveryConfig:
-    """RecoveryConfig tunes auto-recovery (the bookie config keys of the same names, see README).
+    """RecoveryConfig tunes auto-recovery (the bookie config keys of the same names, see
+    docs/operations/configuration.md).
 
     - `lost_bookie_delay_s`: a bookie unregistered this long is lost (BookKeeper's
       lostBookieRecoveryDelay); a restart within it costs no copying;

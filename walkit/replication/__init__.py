@@ -13,8 +13,8 @@
 
 Each node runs an election, the single log writer on the leader (opening the log fences the
 previous leader), followers that tail the log, snapshots kept in ledgers with the log truncated
-behind them, and linearizable reads. See walkit.replication.node for how, and README.md
-"Replicated state machines" for the guarantees.
+behind them, and linearizable reads. See walkit.replication.node for how, and
+docs/guides/replicate.md#guarantees for the guarantees.
 """
 
 from __future__ import annotations
