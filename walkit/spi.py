@@ -58,13 +58,13 @@ class EntryStorage(Protocol):
     # Likewise put_many(ledger_id, entries) stores [(entry_id, data), ...] as `put` would each,
     # all or none (a bad id raises before anything is stored); bookies use it for every add batch.
     #
-    # Optional, for unbounded ledgers: delete_entries(ledger_id, before) drops the ledger's
-    # entries below `before` and gives their space back (at once, or at the backend's next
-    # compaction), as delete_ledger does for a whole ledger (seed 001: "delete fragments,
-    # rather than ledgers"). It is buffered like delete_ledger: durable after the next sync()
-    # (a crash before it may leave any of them). From the call on, `get` of such an entry is
-    # None and a `put` below the ledger's highest `before` stores nothing: a trim stays. The
-    # ledger stays known with its state; `before` at or below an earlier trim, or a ledger not
+    # Optional, for unbounded ledgers: delete_entries(ledger_id, before) drops the ledger's entries
+    # below `before` and gives their space back (at once, or at the backend's next compaction), as
+    # delete_ledger does for a whole ledger (fragments, not ledgers:
+    # docs/internals/protocol.md#truncation). It is buffered like delete_ledger: durable after the
+    # next sync() (a crash before it may leave any of them). From the call on, `get` of such an
+    # entry is None and a `put` below the ledger's highest `before` stores nothing: a trim stays.
+    # The ledger stays known with its state; `before` at or below an earlier trim, or a ledger not
     # known here, changes nothing.
     # `last_entry` is the highest id still stored, or, if none is, -1 or an id below `before`
     # (a backend may remember the ledger's last id). Bookies call it from garbage collection
@@ -130,7 +130,7 @@ class Watch(Protocol):
 
 @runtime_checkable
 class MetadataStore(Protocol):
-    """MetadataStore is a versioned key space with compare-and-swap (DESIGN.md §4).
+    """MetadataStore is a versioned key space with compare-and-swap (docs/guides/plugins.md#metadata-store).
 
     Keys are ``/``-separated paths without a leading slash; values are bytes; every key has a
     version that changes on each write. Ledger, log and bookie-registry logic are built on top,

@@ -1,4 +1,4 @@
-"""walkit.adapters.spark.source is the "walkit" PySpark data source (DESIGN.md §8).
+"""walkit.adapters.spark.source is the "walkit" PySpark data source (docs/guides/spark.md).
 
     spark.dataSource.register(WalkitDataSource)
     spark.read.format("walkit").option("metadata", uri).option("topic", "orders").load()

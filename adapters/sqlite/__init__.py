@@ -6,7 +6,7 @@
         conn.execute("INSERT INTO accounts VALUES (?, ?)", (1, 100))
 
 Every committed transaction is a record in the log `replicated-<name>`, acknowledged by the
-bookies before COMMIT returns (DESIGN.md §8). Processes that connect to the same name on one
+bookies before COMMIT returns (docs/guides/sqlite.md#guarantees). Processes that connect to the same name on one
 cluster are nodes of walkit.replicate: one leads and takes writes, the others apply the log to
 their own file and serve reads; when the leader dies another is elected. Modules:
 

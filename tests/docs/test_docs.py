@@ -57,20 +57,50 @@ def _cases() -> list:
     return cases
 
 
-def test_the_site_builds_strict(tmp_path, monkeypatch):
-    """mkdocs build --strict succeeds (a broken link or anchor fails it) and the references are generated."""
+CITATION = re.compile(r"\b(docs/[\w./-]+\.md)(?:#([\w-]+))?")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """site is the documentation built once with `mkdocs build --strict` (a broken link or anchor fails it)."""
     from mkdocs.commands.build import build
     from mkdocs.config import load_config
 
-    monkeypatch.chdir(ROOT)             # pymdownx.snippets resolves includes from the working directory
-    site = tmp_path / "site"
-    build(load_config(config_file=str(ROOT / "mkdocs.yml"), strict=True, site_dir=str(site)))
+    path = tmp_path_factory.mktemp("site")
+    cwd = os.getcwd()
+    os.chdir(ROOT)                      # pymdownx.snippets resolves includes from the working directory
+    try:
+        build(load_config(config_file=str(ROOT / "mkdocs.yml"), strict=True, site_dir=str(path)))
+    finally:
+        os.chdir(cwd)
+    return path
+
+
+def test_the_site_builds_strict(site):
+    """The strict build succeeded and the generated references are in it."""
     cli = (site / "operations" / "cli" / "index.html").read_text()
     assert "walkit kv serve" in cli and "--snapshot-every" in cli
     config = (site / "operations" / "configuration" / "index.html").read_text()
     assert 'id="group_wait_ms"' in config and "journalMaxGroupWaitMSec" in config
     for page in site.rglob("*.html"):
         assert "<!-- walkit:" not in page.read_text(), f"{page}: a generated part was left unreplaced"
+
+
+def test_the_code_cites_pages_and_anchors_that_exist(site):
+    """Every `docs/<page>.md#<anchor>` in a comment or docstring names a page of the site and an anchor on it."""
+    cited = 0
+    for folder in ("walkit", "adapters", "plugins", "tests", "benchmarks", "examples"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                for page, anchor in CITATION.findall(line):
+                    where = f"{path.relative_to(ROOT)}:{number}"
+                    source = ROOT / page
+                    assert source.is_file(), f"{where} cites {page}, which does not exist"
+                    if anchor:
+                        built = site / Path(page).relative_to("docs").with_suffix("") / "index.html"
+                        assert f'id="{anchor}"' in built.read_text(), f"{where} cites {page}#{anchor}: no such anchor"
+                    cited += 1
+    assert cited >= 50
 
 
 def test_runnable_markers_mark_code_blocks():

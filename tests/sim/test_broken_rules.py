@@ -102,7 +102,7 @@ def test_correct_recovery_passes_the_provoking_configurations(config) -> None:
     assert first_violation(config, LedgerRecovery, range(1000)) is None
 
 
-# -- log rules (DESIGN.md §6; seed 000 "Ledgers to logs") ------------------------------------------
+# -- log rules (docs/internals/protocol.md#log-invariants) -----------------------------------
 class RollWithoutWaitingForTheClose(LogMachine):
     """A roll starts while the previous ledger is still closing (three unclosed ledgers can follow)."""
 

@@ -1,4 +1,5 @@
-"""Unbounded ledgers (seed 001) in the simulator: seed 001's counterexample scripted, and battles.
+"""Unbounded ledgers (docs/internals/protocol.md#unbounded-ledgers) in the simulator: the
+log-divergence counterexample (docs/internals/protocol.md#log-divergence) scripted, and battles.
 
 The scripted run is Vanlightly's log-divergence counterexample (walkit.testing.sim.unbounded
 `seed_001_counterexample`): without the truncating no-op that ends a new term's recovery the
@@ -21,7 +22,8 @@ from walkit.testing.sim.unbounded import UnboundedSimulation, seed_001_counterex
 
 
 class RecoveryWithoutTheTruncatingNoop(LedgerRecovery):
-    """A reopen that goes back to OPEN right after the last entry present, as seed 001 first had it."""
+    """A reopen that goes back to OPEN right after the last entry present, as the first design had it
+    (docs/internals/protocol.md#log-divergence)."""
 
     TRUNCATE_ON_REOPEN = False
 

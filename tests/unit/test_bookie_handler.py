@@ -1,4 +1,7 @@
-"""BookieHandler: how a bookie answers adds, reads, fences and LAC requests (DESIGN.md §3)."""
+"""BookieHandler: how a bookie answers adds, reads, fences and LAC requests.
+
+The rules: docs/internals/protocol.md#sync-before-ack, #fencing and #bookie-statuses.
+"""
 
 from __future__ import annotations
 
@@ -474,7 +477,7 @@ def test_a_negative_lafr_below_minus_one_is_a_bad_request():
     assert reply.response.status == Status.BAD_REQUEST and "LAFR" in reply.response.message
 
 
-# -- unbounded ledgers: terms and truncation (seed 001) ---------------------------------------------
+# -- unbounded ledgers: terms and truncation (docs/internals/protocol.md#unbounded-ledgers) ---------
 def term_add(bookie: "Bookie", *entry_ids: int, term: int = 0, truncate: bool = False, recovery: bool = False,
         payload: bytes | None = None):
     entries = [make_entry(i, payload, lac=i - 1) for i in entry_ids]

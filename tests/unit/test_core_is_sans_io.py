@@ -1,4 +1,7 @@
-"""walkit.core imports no I/O, concurrency, clock or randomness module (DESIGN.md §2), directly or transitively."""
+"""walkit.core imports no I/O, concurrency, clock or randomness module, directly or transitively.
+
+Why: docs/internals/sans-io.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Entry digests and master keys (DESIGN.md §3; walkit.core.digest)."""
+"""Entry digests and master keys (docs/internals/protocol.md#entries-and-digests; walkit.core.digest)."""
 
 from __future__ import annotations
 

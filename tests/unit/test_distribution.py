@@ -1,4 +1,4 @@
-"""Quorum arithmetic of walkit.core.distribution (seed 003, "Write quorums"; DESIGN.md §3)."""
+"""Quorum arithmetic of walkit.core.distribution (docs/internals/protocol.md#write-sets)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from walkit.core.distribution import (
 
 from .helpers import bookies
 
-ENSEMBLE = bookies(4)   # B1..B4, seed 003's example with E=4, Qw=3
+ENSEMBLE = bookies(4)   # B1..B4, the example with E=4, Qw=3 of docs/internals/protocol.md#write-sets
 
 SEED_003_WRITE_SETS = {
     0: ("B1", "B2", "B3"),

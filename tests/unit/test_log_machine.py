@@ -1,4 +1,4 @@
-"""LogMachine: the log writer's rules, one event at a time (seed 000 "Ledgers to logs"; DESIGN.md §6)."""
+"""LogMachine: the log writer's rules, one event at a time (docs/internals/protocol.md#logs)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""LedgerMetadata: quorum rules, fragments, state changes and encoding (seed 000, "Ledger metadata")."""
+"""LedgerMetadata: quorum rules, fragments, state changes and encoding.
+
+The rules: docs/internals/protocol.md#ledger-metadata.
+"""
 
 from __future__ import annotations
 

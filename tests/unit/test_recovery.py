@@ -1,4 +1,4 @@
-"""LedgerRecovery: mark, fence, read forward, write back, close (seed 004; DESIGN.md §3)."""
+"""LedgerRecovery: mark, fence, read forward, write back, close (docs/internals/protocol.md#recovery)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ real BookieHandler instances over walkit.testing.scripted, where nothing moves u
 says so: it delivers, drops or fails each request, syncs each bookie and runs each metadata
 compare-and-swap in the order that provokes the bug. The BookKeeper counterparts live in
 LedgerRecovery2Test, TestFencing, BookieWriteLedgerTest and the issues the names cite
-(apache/bookkeeper 2614, 2615); the rules are in seeds 000 and 004 and DESIGN.md §3.
+(apache/bookkeeper 2614, 2615); the rules are in docs/internals/protocol.md#known-bugs.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def closes(cluster: ScriptedCluster) -> list:
 # -- fencing the old writer ---------------------------------------------------------------------
 def test_first_writer_cannot_commit_after_second_writer_closed():
     """A writer fenced by a recovery completes no add afterwards; each of its adds fails with
-    LedgerFenced, and every entry it had acknowledged is within the closed ledger (seed 004)."""
+    LedgerFenced, and every entry it had acknowledged is within the closed ledger
+    (docs/internals/protocol.md#fencing)."""
     cluster = ScriptedCluster(bookies=3, ensemble=3, write_quorum=3, ack_quorum=2)
     writer = writer_with_confirmed(cluster, 2)               # e0, e1 acknowledged
     writer.append()                                          # e2 -> b1, b2, b3
@@ -195,8 +196,9 @@ def test_new_ensemble_added_during_recovery():
 
 
 def test_new_ensemble_refused_once_recovery_started():
-    """The recovery marks the ledger IN_RECOVERY first: the writer's ensemble change conflicts,
-    it sees IN_RECOVERY and fails its pending adds with LedgerFenced (seed 000, seed 004 step 1)."""
+    """The recovery marks the ledger IN_RECOVERY first: the writer's ensemble change conflicts, it
+    sees IN_RECOVERY and fails its pending adds with LedgerFenced
+    (docs/internals/protocol.md#recovery, step 1)."""
     cluster = ScriptedCluster(bookies=4, ensemble=3, write_quorum=3, ack_quorum=2)
     writer = writer_with_confirmed(cluster, 2)
     writer.append()                                          # e2 -> b1, b2, b3
@@ -290,7 +292,8 @@ def test_no_adds_complete_while_failure_handling_is_in_progress():
         assert cluster.deliver(to="writer", from_=bookie) == []
     assert writer.machine.changing_ensemble
     assert writer.confirmed == 0
-    assert cluster.queued(to="b4") == []                     # DESIGN.md §2: not before the CAS
+    # Not before the CAS (docs/internals/protocol.md#ensemble-change):
+    assert cluster.queued(to="b4") == []
 
     assert cluster.cas(writer) == [ev.CompleteAdds(ledger_id=LEDGER_ID, last_entry_id=2)]
     assert [m.entry_ids for m in cluster.queued(to="b4")] == [[1, 2]]
@@ -402,7 +405,7 @@ def test_concurrent_recoverers_converge(winner, loser):
 
 # -- the writer's close -------------------------------------------------------------------------
 def test_close_conflict_rules_seed_000():
-    """A writer's close whose CAS conflicts follows seed 000 ("Closing a ledger as a writer"):
+    """A writer's close whose CAS conflicts follows docs/internals/protocol.md#closing:
     IN_RECOVERY is an error, CLOSED at the writer's LAC is success, CLOSED elsewhere is an error,
     and a ledger still OPEN is closed again on the new version."""
     # IN_RECOVERY: a recovery marked the ledger before the writer's close landed.

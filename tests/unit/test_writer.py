@@ -1,4 +1,7 @@
-"""LedgerWriter: ordered completion, LAC, failures, ensemble changes and close (seed 000; DESIGN.md §3)."""
+"""LedgerWriter: ordered completion, LAC, failures, ensemble changes and close.
+
+The rules: docs/internals/protocol.md#writing, #ensemble-change and #closing.
+"""
 
 from __future__ import annotations
 

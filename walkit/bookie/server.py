@@ -13,8 +13,8 @@ add that arrived while the previous sync ran), then sends the replies. Around th
   skipped whole while the store does not hold this bookie's cluster id; a ledger whose
   metadata cannot be read or decoded is kept; an error is logged and the thread goes on.
   Storage is compacted after each round. An unbounded ledger this bookie still holds loses
-  its entries below its first entry (truncation moved it; seed 001's fragment-level
-  deletion), up to the start of its last fragment, through the storage's optional
+  its entries below its first entry (truncation moved it; fragment-level deletion,
+  docs/internals/protocol.md#truncation), up to the start of its last fragment, through the storage's optional
   `delete_entries` on the serving thread, and the storage is compacted at once;
 - read-only mode: past `disk_usage_threshold` of the storage's disk in use, or with less than
   `disk_min_free_mb` free, adds get READ_ONLY and the registration says read-only (new ledgers

@@ -9,7 +9,7 @@ a bookie sends is over `reply_frame_bytes`, so no client drops one for its size;
 answer fits one frame on its own, see BookieLimits.max_read_bytes). Once the read answers of a
 round hold `read_bytes_per_round` bytes, the requests after them wait, in order, for the next
 rounds, so a frame of many large reads costs a bounded amount of memory at a time. A reply is
-never returned before the sync that covers it (DESIGN.md §2); if the
+never returned before the sync that covers it (docs/internals/protocol.md#sync-before-ack); if the
 sync fails, the replies that needed it become IO_ERROR instead. Entries of deferred-sync adds
 alone do not make a flush sync: their replies go out at once, and they become durable with the
 next sync another request needs (a force, say), or after DEFERRED_SYNC_MS at the latest.

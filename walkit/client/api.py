@@ -1,4 +1,4 @@
-"""walkit.client.api is the public client: Client, WriteHandle and ReadHandle (DESIGN.md §5).
+"""walkit.client.api is the public client: Client, WriteHandle and ReadHandle (docs/guides/ledgers-and-logs.md).
 
     client = walkit.Client("sqlite:///walkit-data/metadata.db")
     w = client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=b"pw")
@@ -205,10 +205,10 @@ class Client:
                       fragment_max_age_s: float = 0) -> "WriteHandle":
         """create_ledger makes a new ledger on `ensemble` random live bookies and opens it for writing.
 
-        An `unbounded` ledger (seed 001) has no end: any client may take it over with
-        `reopen_ledger`, which fences the current writer by moving the ledger to a new term,
-        and `truncate_ledger` deletes its oldest entries with the fragments that held them.
-        Unbounded ledgers always use guaranteed write quorum. Readers never see the no-op
+        An `unbounded` ledger (docs/internals/protocol.md#unbounded-ledgers) has no end: any client
+        may take it over with `reopen_ledger`, which fences the current writer by moving the ledger
+        to a new term, and `truncate_ledger` deletes its oldest entries with the fragments that held
+        them. Unbounded ledgers always use guaranteed write quorum. Readers never see the no-op
         entries that end each takeover's recovery; appending the no-op payload itself
         (walkit.core.messages.NOOP_PAYLOAD) is refused.
 

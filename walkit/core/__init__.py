@@ -1,4 +1,4 @@
-"""walkit.core is the BookKeeper protocol as sans-IO state machines (DESIGN.md §2).
+"""walkit.core is the BookKeeper protocol as sans-IO state machines (docs/internals/sans-io.md).
 
 It contains no networking, threads, clocks, randomness or file access: machines take events
 through `step(event)` and return commands; the shell (walkit.client, walkit.bookie) performs

@@ -4,12 +4,12 @@
 
 - `StoreEntries` and `StoreLedgerState` change storage (buffered `put`s);
 - `Reply(durable=True)` may be sent only after the storage `sync()` that covers every store
-  command returned before it: a bookie acknowledges an add only once it is durable (seed 000,
-  "Writing to ledgers"), and a fence, master key or explicit LAC only once they are durable
-  (BP-46: a bookie that forgets a fence lets a closed ledger take writes);
+  command returned before it: a bookie acknowledges an add only once it is durable, and a
+  fence, master key or explicit LAC only once they are durable (docs/internals/protocol.md#sync-before-ack;
+  BP-46: a bookie that forgets a fence lets a closed ledger take writes);
 - `Reply(durable=False)` may be sent at once (errors, plain reads).
 
-Rules applied here (DESIGN.md §3):
+Rules applied here (docs/internals/protocol.md#bookie-statuses and #fencing):
 
 - the first add (or fence) of a ledger records its master key; later adds and fences with a
   different key get UNAUTHORIZED;
@@ -19,9 +19,10 @@ Rules applied here (DESIGN.md §3):
 - the bookie's LAC of a ledger is the highest LAC carried by its entries or sent explicitly;
   long-poll requests wait until it passes their `previous_lac` or their timeout expires (also
   for a ledger the bookie holds nothing of yet: then NO_SUCH_LEDGER at the timeout);
-- unbounded ledgers fence by term instead of the flag (seed 001): adds, fencing reads and LAC
-  reads carry the writer's or recoverer's term; a request from a lower term than the ledger's
-  gets INVALID_TERM, one from a higher term moves the ledger to it (durably, before the answer).
+- unbounded ledgers fence by term instead of the flag
+  (docs/internals/protocol.md#unbounded-ledgers): adds, fencing reads and LAC reads carry the
+  writer's or recoverer's term; a request from a lower term than the ledger's gets INVALID_TERM, one
+  from a higher term moves the ledger to it (durably, before the answer).
   An add with `truncate` drops every entry above its highest one, unless a truncation at a
   later (term, id) was applied already (so reordered or duplicated truncating adds are safe):
   the bookie overwrites them with tombstones, which reads treat as absent (no storage backend

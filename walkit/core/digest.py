@@ -1,8 +1,8 @@
 """walkit.core.digest computes entry digests and ledger master keys.
 
-An entry's digest covers its ledger id, entry id, LAC and payload (DESIGN.md §3; seed 002's
-"authentication code"), so a replica that returns the right payload under the wrong id is caught
-too. Three digest types exist:
+An entry's digest covers its ledger id, entry id, LAC and payload
+(docs/internals/protocol.md#entries-and-digests), so a replica that returns the right payload under the
+wrong id is caught too. Three digest types exist:
 
 - ``crc32c`` (default): 4 bytes, from the C-backed `crc32c` package (SSE4.2 where available);
 - ``hmac-sha256``: 32 bytes, keyed from the ledger password, so only password holders can

@@ -29,8 +29,8 @@ replaced bookies, Qw); its answer may be a `Bookies` list that also names each b
 which a new ledger's metadata records). A call whose outcome
 is unknown (MetadataError: a timeout, a lost answer, a lost session) is never reported as a
 failure: the key is read again and the machine is told what the store holds, a write that
-took effect as MetadataWritten and one that did not as MetadataConflict (DESIGN.md §6: "re-read
-before any decision"). Reads that fail are retried every RETRY_MS until they succeed.
+took effect as MetadataWritten and one that did not as MetadataConflict
+(docs/internals/protocol.md#unknown-outcomes). Reads that fail are retried every RETRY_MS until they succeed.
 
 Commands the dispatcher does not know (CompleteAdds, DeliverEntries, ...) are returned to the
 shell as the owner's outcomes.

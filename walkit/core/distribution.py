@@ -3,15 +3,15 @@
 This is walkit's counterpart of BookKeeper's DistributionSchedule and etcd raft's `quorum/`:
 
 - the write set of entry e in an ensemble of E bookies is ensemble[(e + i) % E] for i < Qw
-  (seed 003, "Write quorums"); there are E distinct write sets, one if Qw == E;
-- an entry is replicated once Qa bookies of its write set acknowledged it (seed 003, "Ack
-  quorums");
+  (docs/internals/protocol.md#write-sets); there are E distinct write sets, one if Qw == E;
+- an entry is replicated once Qa bookies of its write set acknowledged it 
+  (docs/internals/protocol.md#ack-quorum);
 - a ledger is fenced once EC = (E - Qa) + 1 bookies of its last ensemble answered a fencing
   request: at most Qa - 1 bookies can then still accept the old writer's adds, too few for any
-  write set to reach Qa (DESIGN.md §3);
+  write set to reach Qa (docs/internals/protocol.md#fencing);
 - during recovery an entry is absent only when QC = (Qw - Qa) + 1 bookies of its write set said
   NO_SUCH_ENTRY: an entry acknowledged to a client sits on Qa of its Qw bookies, so at most
-  Qw - Qa of them can lack it (DESIGN.md §3).
+  Qw - Qa of them can lack it (docs/internals/protocol.md#recovery).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""walkit.core.log is the sans-IO machine of a log's single writer (seed 000 "Ledgers to logs"; DESIGN.md §6).
+"""walkit.core.log is the sans-IO machine of a log's single writer (docs/internals/protocol.md#logs).
 
 A log is an ordered list of ledgers kept in one metadata record (walkit.core.loglist). Its writer
 runs the LedgerWriter and LedgerRecovery machines of the ledgers it touches, routes their
@@ -231,7 +231,7 @@ class LogMachine:
         return self._recover_tail(event.metadata, event.version)
 
     def _recover_tail(self, metadata: LogMetadata, version: int) -> list:
-        """_recover_tail fences and recovers the list's unclosed ledgers (seed 000; DESIGN.md §6)."""
+        """_recover_tail fences and recovers the list's unclosed ledgers (docs/internals/protocol.md#logs)."""
         self.metadata, self.version = metadata, version
         unclosed = [s.ledger_id for s in metadata.segments if not s.is_closed]
         if not self.RECOVER_EVERY_UNCLOSED:
@@ -445,7 +445,10 @@ class LogMachine:
         return [ev.Failpoint(name="log.roll.after_create")] + self._update(lambda m: m.with_segment(segment), switched)
 
     def _switch(self, created: ev.LedgerCreated) -> list:
-        """_switch sends appends to the new ledger and closes the previous one (seed 000 "Rolling ledgers")."""
+        """_switch sends appends to the new ledger and closes the previous one.
+
+        The rule: docs/internals/protocol.md#rolling.
+        """
         self._roll_token = None
         if self.state is FAILED:            # listed after the writer failed: the next open recovers it
             return []

@@ -1,4 +1,4 @@
-"""walkit.core.loglist defines a log's metadata: an ordered list of ledgers (seed 000, "Ledgers to logs").
+"""walkit.core.loglist defines a log's metadata: an ordered list of ledgers (docs/internals/protocol.md#logs).
 
 A log has a single writer. Its metadata lists its ledgers in order; at most the last two may be
 unclosed (the last being written, the one before it closing after a roll), all others are
@@ -85,9 +85,10 @@ class LogConfig:
     `retention_age_s` and the oldest closed ledgers while the log exceeds `retention_bytes`
     (0 disables each); the open ledger is never deleted.
 
-    With `unbounded` the log is one unbounded ledger (seed 001) instead of a list of ledgers: a
-    new writer takes it over in a new term rather than recovering it and starting another
-    ledger, it never rolls, and truncation drops fragments (walkit.client.log.UnboundedLogWriter).
+    With `unbounded` the log is one unbounded ledger (docs/internals/protocol.md#unbounded-ledgers)
+    instead of a list of ledgers: a new writer takes it over in a new term rather than recovering it
+    and starting another ledger, it never rolls, and truncation drops fragments
+    (walkit.client.log.UnboundedLogWriter).
     Its `roll_*` settings rotate the ledger's fragments instead (walkit.core.writer), which
     bounds what truncation leaves on the bookies' disks as rolling does for a list of ledgers.
     """

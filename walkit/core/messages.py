@@ -56,7 +56,7 @@ def entries_size(entries) -> int:
 
 
 class Status(enum.IntEnum):
-    """Status is the outcome of one request at a bookie (DESIGN.md §3)."""
+    """Status is the outcome of one request at a bookie (docs/internals/protocol.md#bookie-statuses)."""
 
     OK = 0
     NO_SUCH_ENTRY = 1

@@ -1,6 +1,6 @@
 """walkit.core.metadata defines LedgerMetadata, the record a ledger keeps in the metadata store.
 
-A ledger's metadata (seed 000, "Ledger metadata") holds its quorum sizes, its state (OPEN,
+A ledger's metadata (docs/internals/protocol.md#ledger-metadata) holds its quorum sizes, its state (OPEN,
 IN_RECOVERY or CLOSED), the last entry once closed, and its fragments: ensembles keyed by the
 first entry they hold. Metadata values are immutable; every change returns a new value that the
 shell writes with compare-and-swap.
@@ -51,7 +51,7 @@ def ledger_id_of(key: str) -> int:
 
 
 def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
-    """check_quorums raises ConfigError unless E >= Qw >= Qa >= 1 (seed 000, "Ledger metadata")."""
+    """check_quorums raises ConfigError unless E >= Qw >= Qa >= 1 (docs/internals/protocol.md#ledger-metadata)."""
     for name, value in (("ensemble", ensemble_size), ("write_quorum", write_quorum), ("ack_quorum", ack_quorum)):
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{name} must be an integer, got {value!r}")
@@ -71,17 +71,18 @@ class LedgerMetadata:
     before it reads (see walkit.core.digest.password_check). `custom` holds string pairs for
     applications. `owner` is the principal that created it (secured clusters).
 
-    With `guaranteed_write_quorum` (seed 001's companion change, walkit.core.writer) every entry
-    of a closed ledger, and every entry of all but the last fragment, is on Qw bookies.
+    With `guaranteed_write_quorum` (docs/internals/protocol.md#guaranteed-write-quorum;
+    walkit.core.writer) every entry of a closed ledger, and every entry of all but the last
+    fragment, is on Qw bookies.
 
-    An `unbounded` ledger (seed 001) is written by one writer at a time over many terms: `term`
-    is the current one (its writer's adds carry it; bookies refuse lower terms), a new writer
-    takes over by recovering into the next term (IN_RECOVERY at term + 1, then OPEN again), and
-    entries below `first_entry_id` were truncated away with the fragments that held only them.
-    `term_holder` names the recovery that took `term` (a random token it drew): two recoveries
-    that take the next term from the same metadata write different bytes, so a put whose
-    outcome was unknown and is settled by reading the key back tells whose write landed.
-    Unbounded ledgers always use guaranteed write quorum (the protocol is only safe with it).
+    An `unbounded` ledger (docs/internals/protocol.md#unbounded-ledgers) is written by one writer at
+    a time over many terms: `term` is the current one (its writer's adds carry it; bookies refuse
+    lower terms), a new writer takes over by recovering into the next term (IN_RECOVERY at term + 1,
+    then OPEN again), and entries below `first_entry_id` were truncated away with the fragments that
+    held only them. `term_holder` names the recovery that took `term` (a random token it drew): two
+    recoveries that take the next term from the same metadata write different bytes, so a put whose
+    outcome was unknown and is settled by reading the key back tells whose write landed. Unbounded
+    ledgers always use guaranteed write quorum (the protocol is only safe with it).
 
     `disks` maps a fragment's first entry id to the disk identity of each of its bookies, in
     ensemble order (walkit.bookie.identity: random per formatted storage; 0 where unknown), as
@@ -238,7 +239,7 @@ class LedgerMetadata:
         return replace(self, ensembles=ensembles, disks=recorded)
 
     def in_recovery(self, holder: str = "") -> "LedgerMetadata":
-        """in_recovery returns the metadata marked IN_RECOVERY (seed 004, fencing step 1).
+        """in_recovery returns the metadata marked IN_RECOVERY (docs/internals/protocol.md#recovery, step 1).
 
         An unbounded ledger moves to the next term as well: the recoverer's own, held by
         `holder` (its token; see `term_holder`).

@@ -1,6 +1,6 @@
 """walkit.core.recovery is the state machine that fences a ledger and closes it at its true end.
 
-Opening a ledger with recovery (seed 004, "Fencing internals"; DESIGN.md §3) goes:
+Opening a ledger with recovery (docs/internals/protocol.md#recovery) goes:
 
 1. mark: CAS the metadata state to IN_RECOVERY, so the old writer can no longer change the
    ensemble (its CAS fails, it re-reads, sees IN_RECOVERY and stops);
@@ -39,7 +39,8 @@ With guaranteed write quorum (`metadata.guaranteed_write_quorum`, see walkit.cor
 them may be on fewer than Qw bookies), and step 4 counts a write-back only once all Qw bookies
 of its write set acknowledged it, so the closed ledger has every entry on Qw bookies.
 
-Unbounded ledgers (seed 001; TLA+ ProtocolUnboundedLedgersAndGWQ) fence by term: step 1 moves
+Unbounded ledgers (docs/internals/protocol.md#unbounded-ledgers;
+TLA+ ProtocolUnboundedLedgersAndGWQ) fence by term: step 1 moves
 the ledger to the next term (always, even if it is IN_RECOVERY already: each recoverer needs a
 term of its own), and every fencing read, recovery read and write-back carries that term; an
 INVALID_TERM answer means another client took a higher term, and this recovery fails with
@@ -53,7 +54,7 @@ written back, a no-op entry with the truncate flag is written at that id to ever
 of the last fragment (each drops the dirty entries it holds above it), and when all of them
 acknowledged it the metadata goes back to OPEN in the new term, for a writer that starts after
 the no-op. Without the truncation an entry written by the old term to one bookie only could
-live on there under an id the new term reuses (seed 001's log-divergence counterexample).
+live on there under an id the new term reuses (docs/internals/protocol.md#log-divergence).
 
 States (`RecoveryState`, transitions in `_TRANSITIONS`, each one asserted): MARKING (the CAS to
 IN_RECOVERY), FENCING, RECOVERING (reading and writing back), TRUNCATING (the no-op, reopen
@@ -138,7 +139,8 @@ class LedgerRecovery:
 
     #: Recovery reads carry the fence flag (BookKeeper issue 2614).
     FENCE_RECOVERY_READS = True
-    #: A reopen writes the truncating no-op before the ledger is OPEN again (seed 001).
+    #: A reopen writes the truncating no-op before the ledger is OPEN again
+    #: (docs/internals/protocol.md#log-divergence).
     TRUNCATE_ON_REOPEN = True
     #: Fencing and absence count only answers from the disk a fragment records (metadata.disks).
     CHECK_DISKS = True

@@ -1,7 +1,7 @@
 """walkit.core.replica is the sans-IO machine of one walkit.replicate node: its role, lease, sessions and apply order.
 
-A replicated state machine (DESIGN.md §7) runs one node per process; one of them leads. The
-machine decides everything a node decides, fed with events and returning commands
+A replicated state machine (docs/internals/protocol.md#replicated-state-machines) runs one node per
+process; one of them leads. The machine decides everything a node decides, fed with events and returning commands
 (walkit.core.replicaevents), as the ledger and log machines do; the shell (walkit.replication.node)
 runs the election, the metadata session, the application's state machine and snapshots, and
 hands the I/O of the log writer and reader this machine runs to the dispatcher.

@@ -1,7 +1,7 @@
 """walkit.core.writer is the state machine of a ledger's single writer.
 
 The writer assigns entry ids, signs entries, tracks which bookies acknowledged each pending add
-and completes adds strictly in entry order (seed 000, "Writing to ledgers"):
+and completes adds strictly in entry order (docs/internals/protocol.md#ack-quorum):
 
 - an add completes once Qa bookies of its write set acknowledged it AND every lower entry
   completed; the LAC is the highest completed entry and travels with every add;
@@ -9,14 +9,14 @@ and completes adds strictly in entry order (seed 000, "Writing to ledgers"):
   answer within `add_timeout_ms` is replaced by a live bookie outside the ensemble: the new
   fragment starts at LAC + 1 and is written by compare-and-swap; while that change is in flight
   no add completes, and unacknowledged adds are re-sent to the replacement only after the CAS
-  succeeded (DESIGN.md §2, ordering contract);
+  succeeded (ordering contract: docs/internals/protocol.md#ensemble-change);
 - when no bookie outside the ensemble is free, a bookie that failed by being unreachable (its
   connection closed: a restart) and is registered again within `add_timeout_ms` of that is
   used again in place: its unacknowledged adds are re-sent to it, and the metadata does not
   change. A bookie that stopped answering on a live connection is never retried in place;
 - on a CAS conflict the writer re-reads: if the ledger is no longer OPEN (someone is recovering
   it) every pending add fails with LedgerFenced, otherwise the change is retried on the new
-  metadata (seed 000);
+  metadata (docs/internals/protocol.md#ensemble-change);
 - an acknowledgement counts only from the disk the current fragment records for the bookie
   (`metadata.disks`): a bookie that answers from another disk had its storage emptied and
   formatted since (it lost what it acknowledged, and the fences recovery put on it, so a
@@ -24,8 +24,9 @@ and completes adds strictly in entry order (seed 000, "Writing to ledgers"):
   acknowledgements of pending adds are forgotten and it is replaced like a failed bookie; it
   may take its own place again, in a new fragment that records its new disk;
 - FENCED from any bookie ends the writer: pending and later adds fail with LedgerFenced;
-- closing waits for pending adds, then writes CLOSED with the LAC; a conflict follows seed 000:
-  IN_RECOVERY is an error, CLOSED at the same last entry is success, any other is an error;
+- closing waits for pending adds, then writes CLOSED with the LAC; a conflict follows
+  docs/internals/protocol.md#closing: IN_RECOVERY is an error, CLOSED at the same last entry is
+  success, any other is an error;
 - a metadata write whose outcome is unknown never ends the writer: the dispatcher re-reads and
   reports what the store holds (walkit.core.dispatch); MetadataFailed means the ledger is gone.
 
@@ -77,19 +78,20 @@ separates the two:
   entries) ends the writer with NotEnoughBookies. Recovery then closes the ledger with every
   forced entry, and possibly some unforced ones that survived.
 
-Unbounded ledgers (`metadata.unbounded`, seed 001): the writer writes in the metadata's term
-(every add carries it; a bookie in a higher term answers INVALID_TERM and the writer stops with
-LedgerFenced), starts after `last_entry_id` (the no-op its recovery wrote), and treats metadata
-of another term as fenced. A bookie that joins through an ensemble change may hold dirty
-entries of an earlier term above the entries it gets, so every add of an unbounded ledger has
-the truncate flag: the bookie drops what it holds above the add, unless it applied a later
-truncation already, so reordered or duplicated adds never drop what later ones wrote.
+Unbounded ledgers (`metadata.unbounded`, docs/internals/protocol.md#unbounded-ledgers): the writer
+writes in the metadata's term (every add carries it; a bookie in a higher term answers INVALID_TERM
+and the writer stops with LedgerFenced), starts after `last_entry_id` (the no-op its recovery
+wrote), and treats metadata of another term as fenced. A bookie that joins through an ensemble
+change may hold dirty entries of an earlier term above the entries it gets, so every add of an
+unbounded ledger has the truncate flag: the bookie drops what it holds above the add, unless it
+applied a later truncation already, so reordered or duplicated adds never drop what later ones
+wrote.
 
-Rotation (unbounded ledgers only; seed 001: "a maximum size per fragment which would trigger an
-ensemble change once the current fragment has reached capacity"). A bookie gives back the
-space of entries below `metadata.first_entry_id` only up to the start of the last fragment
-(walkit.bookie.server: recovery reads from there), so a fragment that never ends bounds
-nothing truncation can free. With `fragment_max_entries`, `fragment_max_bytes` or
+Rotation (unbounded ledgers only; docs/internals/protocol.md#truncation: "a maximum size per
+fragment which would trigger an ensemble change once the current fragment has reached capacity"). A
+bookie gives back the space of entries below `metadata.first_entry_id` only up to the start of the
+last fragment (walkit.bookie.server: recovery reads from there), so a fragment that never ends
+bounds nothing truncation can free. With `fragment_max_entries`, `fragment_max_bytes` or
 `fragment_max_ms` (0 turns each off) the writer starts a new fragment once the current one
 holds that many entries on all Qw bookies (counted by entry id, so a takeover sees its
 predecessors' entries), that many payload bytes of this writer's fully replicated entries, or
@@ -884,7 +886,10 @@ class LedgerWriter:
         return ev.WriteMetadata(metadata=proposed, expected_version=self.version)
 
     def _close_conflict(self, current: LedgerMetadata, version: int) -> list:
-        """_close_conflict applies seed 000's rules for a failed CAS of a writer's close."""
+        """_close_conflict applies the rules for a failed CAS of a writer's close.
+
+        The rules: docs/internals/protocol.md#closing.
+        """
         if current.state == ledger_states.OPEN and current.term == self.metadata.term:
             self.metadata, self.version = current, version
             return [self._write_close()]

@@ -1,4 +1,6 @@
-"""walkit.replication is the WAL a database embeds: a replicated state machine on a walkit log (DESIGN.md §7).
+"""walkit.replication is the WAL a database embeds: a replicated state machine on a walkit log.
+
+The pattern: docs/internals/protocol.md#replicated-state-machines.
 
     class Counter(walkit.StateMachine):
         def __init__(self): self.value = 0

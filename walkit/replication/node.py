@@ -22,9 +22,9 @@ entries (walkit.core.batch; `max_batch_records`, `max_batch_bytes`, at most
 `max_entries_in_flight` appended and not yet acknowledged, `linger_ms`: see walkit.replicate)
 and applies each entry once the log acknowledged it, in log order. A record over
 `max_record_bytes` is refused at once with RecordTooLarge: never split, never appended, and the
-leadership is untouched (DESIGN.md §9). A submit may name a client session (`client`, `seq`):
-a retry with the same seq is answered with the first application's result and never applied
-again (walkit.core.sessions), across leader changes, restarts and snapshots.
+leadership is untouched (docs/internals/protocol.md#bounded-requests). A submit may name a client
+session (`client`, `seq`): a retry with the same seq is answered with the first application's result
+and never applied again (walkit.core.sessions), across leader changes, restarts and snapshots.
 
 Reads: `read_barrier()` returns once this node applied every record acknowledged before the
 call (walkit.core.replica: the leader within its lease at once, otherwise after proving it

@@ -4,8 +4,8 @@ ScriptedCluster is the deterministic counterpart of walkit.testing.sim: the same
 (LedgerWriter, LedgerRecovery, RangeReader) talk to real BookieHandler instances, but nothing
 moves unless the test says so. Every request a machine sends waits in a queue until the test
 delivers, fails or drops it; a bookie's durable answers wait for `sync(bookie)` (a bookie
-answers an add only after the sync that covers it, DESIGN.md §2); every metadata write waits
-for `cas()` and every request for bookies waits for `choose()`. A scenario therefore reads as
+answers an add only after the sync that covers it, docs/internals/protocol.md#sync-before-ack); every
+metadata write waits for `cas()` and every request for bookies waits for `choose()`. A scenario therefore reads as
 a script, in the spirit of etcd raft's interaction tests:
 
     cluster = ScriptedCluster(bookies=3, ensemble=3, write_quorum=3, ack_quorum=2)

@@ -1,4 +1,6 @@
-"""A writer process that takes an unbounded ledger over on command (tests of seed 001's protocol).
+"""A writer process that takes an unbounded ledger over on command (tests of unbounded ledgers).
+
+The rules: docs/internals/protocol.md#unbounded-ledgers.
 
     python -m walkit.testing.unbounded_writer METADATA LEDGER_ID NAME
 

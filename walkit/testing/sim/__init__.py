@@ -8,7 +8,8 @@ store and client processes, all driven by a seed):
 - `LogSimulation` (walkit.testing.sim.log): a log with several writers that open, append, roll,
   truncate, close and crash (also at the named failpoints), and followers tailing it;
 - `UnboundedSimulation` (walkit.testing.sim.unbounded): writers battling for one unbounded
-  ledger across terms (seed 001), and `seed_001_counterexample`, its divergence scripted;
+  ledger across terms (docs/internals/protocol.md#unbounded-ledgers), and `seed_001_counterexample`,
+  the log divergence of docs/internals/protocol.md#log-divergence scripted;
 - `ReplicaSimulation` (walkit.testing.sim.replica): walkit.replicate nodes (ReplicaMachine)
   under partitions, session expiry, clock drift, crashes and snapshots, with clients that retry
   exactly-once submits and read; and `partitioned_leader`, issue 40's partition scripted.

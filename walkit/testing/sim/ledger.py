@@ -6,8 +6,8 @@ midway), LAC readers (LacReader, with and without long poll, while the ledger is
 IN_RECOVERY) and readers of the closed ledger (RangeReader). Bookies crash and restart, one may
 be lost for good or restart on an empty disk (a new disk id: the formatted disk a real bookie
 gets after `walkit bookies format-and-rejoin`), the network drops, delays and duplicates,
-metadata calls fail or lose their answers, and sessions are lost. After every event the checker verifies (DESIGN.md §3, seed 000
-"Guarantees"; TLA+'s AllCommittedEntriesReachAckQuorum):
+metadata calls fail or lose their answers, and sessions are lost. After every event the checker
+verifies (docs/internals/protocol.md#ack-quorum; TLA+'s AllCommittedEntriesReachAckQuorum):
 
 - every entry acknowledged to the writer is durable on at least Qa bookies of its write set,
   under the metadata currently in the store, with its original payload (a copy a lost or

@@ -11,7 +11,7 @@ appends a few records and closes it, perhaps in the middle of a roll, and a last
 the whole log. Each earlier writer still running then either stops, or keeps running and is
 asked to close amid whatever it is doing (often while the last writer fences it).
 
-Checked after every event (DESIGN.md §6; Vanlightly's LedgerChaining.tla):
+Checked after every event (docs/internals/protocol.md#log-invariants; Vanlightly's LedgerChaining.tla):
 
 - OnlyOneLedgerOpenAtATime: at most two ledgers of the list are not CLOSED, and only the last
   two; every listed ledger exists;

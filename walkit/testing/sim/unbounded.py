@@ -1,4 +1,6 @@
-"""walkit.testing.sim.unbounded: writers battle for one unbounded ledger across terms (seed 001).
+"""walkit.testing.sim.unbounded: writers battle for one unbounded ledger across terms.
+
+The rules: docs/internals/protocol.md#unbounded-ledgers.
 
 One `UnboundedSimulation(seed)` runs in the simulated World: an unbounded ledger (guaranteed
 write quorum, terms instead of the fence flag) written by a writer in term 1, then taken over
@@ -32,10 +34,10 @@ After every event the checker verifies the invariants of Vanlightly's TLA+ speci
   no no-op entries, and nothing but payloads some writer appended; and every writer still
   running answered each append it took, acknowledged or failed (the run waits for that).
 
-`recovery_cls` lets a test remove the truncating no-op (LedgerRecovery.TRUNCATE_ON_REOPEN) and
-watch the checker find seed 001's log divergence; `writer_cls` substitutes a broken writer; a
-subclass with TRIM_UP_TO_LAST_FRAGMENT False trims up to the first entry alone, and the checker
-finds the acknowledged entries a recovery then loses.
+`recovery_cls` lets a test remove the truncating no-op (LedgerRecovery.TRUNCATE_ON_REOPEN) and watch
+the checker find the log divergence (docs/internals/protocol.md#log-divergence); `writer_cls`
+substitutes a broken writer; a subclass with TRIM_UP_TO_LAST_FRAGMENT False trims up to the first
+entry alone, and the checker finds the acknowledged entries a recovery then loses.
 """
 
 from __future__ import annotations
@@ -550,14 +552,15 @@ class UnboundedSimulation(Scenario):
                           f"Qa={qa} bookies of its write set")
 
 
-# -- seed 001's counterexample, scripted -----------------------------------------------------------
+# -- the log-divergence counterexample, scripted (docs/internals/protocol.md#log-divergence) -----
 SEED_001 = UnboundedSimConfig(bookies=4, ensemble=3, write_quorum=3, ack_quorum=2, appends=0, takeovers=0,
                               drop_rate=0.0, duplicate_rate=0.0, max_delay_ms=2, bookie_crashes=0,
                               writer_crash_rate=0.0, fault_window_ms=1000)
 
 
 def seed_001_counterexample(recovery_cls=LedgerRecovery) -> UnboundedSimulation:
-    """seed_001_counterexample scripts the log divergence Vanlightly's model checker found (seed 001).
+    """seed_001_counterexample scripts the log divergence Vanlightly's model checker found
+    (docs/internals/protocol.md#log-divergence).
 
     On bookies b0, b1, b2 (Qw 3, Qa 2): w1 writes A as entry 0 to all three, then B as entry 1,
     which reaches b0 only, and crashes. w2 takes over: b0's answers to its recovery reads are
