@@ -52,8 +52,17 @@ def escape(text: str) -> str:
 
 
 def cell(text: str) -> str:
-    """cell is text escaped for one table cell (no line breaks)."""
-    return escape(" ".join(text.split()))
+    """cell is text escaped for one table cell (no line breaks).
+
+    A `code span` holding `|` becomes HTML: a table would split it, and an escaped pipe shows its
+    backslash inside backticks.
+    """
+    def code(match: re.Match) -> str:
+        inner = match.group(1).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return "<code>" + inner.replace("|", "&#124;") + "</code>"
+    text = re.sub(r"`([^`]*\|[^`]*)`", code, " ".join(text.split()))
+    parts = re.split(r"(<code>.*?</code>)", text)
+    return "".join(part if i % 2 else escape(part) for i, part in enumerate(parts))
 
 
 def paragraphs(doc: str) -> str:
@@ -81,7 +90,7 @@ def _default(field: dataclasses.Field) -> str:
     if isinstance(value, int) and value >= MIB and value % MIB == 0:
         return f"`{value}` ({value // MIB} MiB)"
     if value == "":
-        return "none"
+        return '`""` (see below)'
     return f"`{value!r}`" if isinstance(value, list) else f"`{value}`"
 
 
@@ -119,8 +128,6 @@ def bookie_config() -> str:
             lines.append("  " + line.strip())
     return "\n".join([
         "### Keys", "",
-        "Generated from `walkit.bookie.config` (`_RULES` and the `BookieConfig` fields) and the "
-        "options of `walkit bookie`.", "",
         *rows, "",
         "### What each key does", "",
         "From the docstring of `BookieConfig`: " + escape(summary.split(" is ", 1)[-1]), "",
@@ -133,8 +140,8 @@ def bookie_config() -> str:
 def _option_row(param: click.Parameter, ctx: click.Context) -> str | None:
     if getattr(param, "hidden", False):
         return None
-    if isinstance(param, click.Argument):
-        return None
+    if isinstance(param, click.Argument) or param.name == "help":
+        return None                     # every command has --help; the page says so once
     names = ", ".join(f"`{opt}`" for opt in param.opts + param.secondary_opts)
     record = param.get_help_record(ctx)
     what = record[1] if record else ""
@@ -170,7 +177,7 @@ def cli() -> str:
     """cli is every `walkit` command, depth first, in the order `walkit --help` lists them."""
     from walkit.cli import main
 
-    out: list[str] = ["Generated from the click commands of `walkit.cli:main`.", ""]
+    out: list[str] = []
     _command(main, "walkit", None, out)
     return "\n".join(out)
 
