@@ -147,7 +147,10 @@ def _option_row(param: click.Parameter, ctx: click.Context) -> str | None:
     what = record[1] if record else ""
     metavar = ""
     if not (isinstance(param, click.Option) and param.is_flag):
-        metavar = param.make_metavar(ctx) if hasattr(param, "make_metavar") else ""
+        try:
+            metavar = param.make_metavar(ctx)       # click 8.2 and later
+        except TypeError:
+            metavar = param.make_metavar()          # click 8.1
     return f"| {names} | {cell(metavar)} | {cell(what)} |"
 
 
