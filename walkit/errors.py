@@ -127,12 +127,16 @@ class LogContention(WalkitError):
 class NotLeader(WalkitError):
     """NotLeader is raised by a replicated node that is not the leader: submit there instead.
 
-    `leader` is the node id of the leader as last known (None while unknown).
+    `leader` is the node id of the leader as last known (None while unknown). `maybe_in_log` is
+    True when the record had been sent to the log before the node stopped leading: it may be in
+    the log (then every node applies it), so it must be treated as an unknown outcome, not a
+    refusal. False means the record was never appended.
     """
 
-    def __init__(self, message: str, leader: str | None = None) -> None:
+    def __init__(self, message: str, leader: str | None = None, *, maybe_in_log: bool = False) -> None:
         super().__init__(message)
         self.leader = leader
+        self.maybe_in_log = maybe_in_log
 
 
 class LogTruncated(WalkitError):

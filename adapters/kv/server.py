@@ -199,8 +199,8 @@ class KVServer:
             return ReplyError(str(error) if error.kind == "ReplyError" else f"ERR {error.kind}: {error}")
         if isinstance(error, StaleSubmit):
             return ReplyError(f"ERR {error}; this write was not applied (a SESSION seq is used once, in order)")
-        if isinstance(error, NotLeader):
-            return self.not_leader_error(error.leader)
+        if isinstance(error, NotLeader) and not error.maybe_in_log:
+            return self.not_leader_error(error.leader)      # READONLY: it was never appended
         if isinstance(error, WalkitError):
             return ReplyError(f"ERR the log refused the write ({type(error).__name__}: {error}); this server "
                               f"stepped down as leader, and the write may or may not have taken effect")

@@ -145,8 +145,13 @@ class Database:
                 self.check()
                 continue
             except WalkitNotLeader as exc:
-                raise NotLeader(f"COMMIT failed: node {self.node_id!r} stopped leading {self.name!r} before the "
-                                f"transaction reached the log; it was rolled back", exc.leader) from None
+                if not exc.maybe_in_log:
+                    raise NotLeader(f"COMMIT failed: node {self.node_id!r} stopped leading {self.name!r} before the "
+                                    f"transaction reached the log; it was rolled back", exc.leader) from None
+                self.check()
+                raise CommitFailed(f"COMMIT failed on node {self.node_id!r}: it stopped leading {self.name!r} while the "
+                                   f"transaction was on its way to the log; it was rolled back here, and if the log "
+                                   f"kept it every node applies it", exc.leader) from None
             except WalkitError as exc:
                 self.check()
                 raise CommitFailed(f"COMMIT failed on node {self.node_id!r}: the log did not confirm the transaction "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import random
 import socket
@@ -10,7 +11,7 @@ import threading
 import pytest
 
 from walkit import Position
-from walkit.errors import LogTruncated
+from walkit.errors import LogTruncated, NotLeader
 from walkit.replication.snapshots import read_pointer, write_snapshot
 
 from ..integration.helpers import wait_until
@@ -201,3 +202,18 @@ def test_bad_input_gets_errors_and_the_server_carries_on(kv_nodes):
     assert lines[6:11] == [b"+OK", b"-ERR value is not an integer or out of range", b"$1", b"v", b"+PONG"]
     assert exchange(b"*1\r\n$x\r\n", 1).startswith(b"-ERR Protocol error")    # then the server closes it
     assert node.redis().ping()
+
+
+def test_a_write_that_may_be_in_the_log_is_never_answered_readonly(kv_nodes):
+    """READONLY tells a Redis client its write did not happen. A write sent to the log before the leader
+    stepped down may be in it (walkit.errors.NotLeader.maybe_in_log): its answer says the outcome is
+    unknown; a write that was never appended is still answered as not led here (READONLY naming the leader,
+    or LOADING on a leader still replaying)."""
+    node = kv_nodes()
+    wait_until(lambda: node.node.is_leader, 30)
+    unknown, refused = concurrent.futures.Future(), concurrent.futures.Future()
+    unknown.set_exception(NotLeader("node a stopped leading; the record may be in the log", "b", maybe_in_log=True))
+    refused.set_exception(NotLeader("node a is not the leader", "b"))
+    answer = node.server.write_reply(unknown)
+    assert str(answer).startswith("ERR ") and "may or may not have taken effect" in str(answer)
+    assert str(node.server.write_reply(refused)) == str(node.server.not_leader_error("b"))   # READONLY (LOADING here)

@@ -385,8 +385,9 @@ def test_a_lingering_batch_fails_with_not_leader_at_a_step_down_and_is_never_app
     stepped_down = time.monotonic()
     leader.step_down()
     for future in (b, c):
-        with pytest.raises(NotLeader):
+        with pytest.raises(NotLeader) as caught:
             future.result(20)
+        assert not caught.value.maybe_in_log                # never sent: a refusal, not an unknown outcome
     assert time.monotonic() - stepped_down < 30             # told at the step-down, not when linger_ms ran out
     assert [records for _, records in held.sent] == [[b"a:1"]]
     held.stop()

@@ -678,7 +678,8 @@ class ReplicaMachine:
             for token in item.tokens:
                 if token is not None:
                     commands.append(rev.FailSubmit(token=token, error=NotLeader(
-                        f"node {self.node_id} stopped leading {self.name!r}; the record may be in the log", None)))
+                        f"node {self.node_id} stopped leading {self.name!r}; the record may be in the log", None,
+                        maybe_in_log=True)))
         self._in_flight.clear()
         self._drop(self._writer_key)
         self._writer_key = None

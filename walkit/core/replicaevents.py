@@ -212,7 +212,8 @@ class CompleteSubmit:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailSubmit:
-    """FailSubmit fails a submit: NotLeader (not appended), or the writer's error (it may be in the log)."""
+    """FailSubmit fails a submit: NotLeader (never appended, unless its `maybe_in_log`: sent before the
+    node stopped leading), or the writer's error (it may be in the log)."""
 
     token: int
     error: Exception

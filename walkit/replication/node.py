@@ -489,7 +489,7 @@ class ReplicatedNode:
             if future is not None:
                 error = command.error
                 if isinstance(error, NotLeader) and error.leader is None:
-                    error = NotLeader(str(error), self._leader_cache[1])
+                    error = NotLeader(str(error), self._leader_cache[1], maybe_in_log=error.maybe_in_log)
                 future.set_exception(error)
         elif kind is rev.ReadReady:
             if command.token == self._ready_token:
