@@ -6,7 +6,7 @@ Cluster: 3 bookie processes (files storage, fsync), SQLite metadata; a replicate
 nodes (E3/Qw2/Qa2). Throughput: 1, 8 and 64 threads each submitting records of 16 bytes to the
 leader and waiting for each result (group commit shares log entries between them); records/s
 and the records per log entry, medians of `--runs`. Failover: three node processes
-(walkit.testing.counter_node) with 1 s metadata sessions; the leader is SIGKILLed while a
+(tests/support/counter_node.py) with 1 s metadata sessions; the leader is SIGKILLed while a
 thread submits; the time from the kill to the first record acknowledged by the new leader,
 median of `--runs`.
 """
@@ -24,8 +24,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import walkit
+
+#: The counter node process the failover runs three of (a test harness shared with tests/replication).
+COUNTER_NODE = str(Path(__file__).resolve().parent.parent / "tests" / "support" / "counter_node.py")
 
 
 class Counter(walkit.StateMachine):
@@ -84,7 +88,7 @@ def throughput(url: str, submitters: int, records: int, run: int) -> tuple[float
 def failover(url: str, workdir: str) -> float:
     processes, bases = [], []
     for i in range(3):
-        process = subprocess.Popen([sys.executable, "-m", "walkit.testing.counter_node", url + "?ttl=1", f"n{i}",
+        process = subprocess.Popen([sys.executable, COUNTER_NODE, url + "?ttl=1", f"n{i}",
                                     f"{workdir}/applied-{i}"], stdout=subprocess.PIPE, text=True)
         processes.append(process)
         bases.append(f"http://127.0.0.1:{int(process.stdout.readline().split()[1])}")

@@ -19,7 +19,7 @@ import redis
 from walkit.adapters.kv import auth
 from walkit.adapters.kv import server as kv_server
 from walkit.adapters.kv.auth import BadUsers, Users, load_users, parse_acl
-from walkit.testing.resp_fuzz import Error, RawConnection, command
+from tests.support.resp_fuzz import Error, RawConnection, command
 
 from ..integration.helpers import child_pids, wait_until
 from .kvprocess import KVProcess, require_redis_cli

@@ -17,7 +17,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from walkit.local import LocalCluster
-from walkit.testing import pause
+from tests.support import pause
 
 from ..integration.helpers import wait_until
 from .kvprocess import KVProcess, redis

@@ -1,6 +1,6 @@
 """Hostile RESP input to `walkit kv serve` (issue 17, item 6): errors or a closed connection, never a dead server.
 
-The slow test sends 100,000 seeded messages from `walkit.testing.resp_fuzz.HostileRequests` to a
+The slow test sends 100,000 seeded messages from `tests.support.resp_fuzz.HostileRequests` to a
 real `walkit kv serve` process over several connections at once. A framed message is followed
 by a marker (ECHO) on its connection, and the client reads until the marker's answer or the
 close: by then the server handled the message. An unframed one (truncated, bit-flipped, random
@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from walkit.testing.resp_fuzz import Error, HostileRequests, Replies, command
+from tests.support.resp_fuzz import Error, HostileRequests, Replies, command
 
 from .kvprocess import KVProcess
 

@@ -15,7 +15,7 @@ import pytest
 
 import walkit
 from walkit.local import LocalCluster
-from walkit.testing import pause
+from tests.support import pause
 
 from ..integration.helpers import wait_until
 from .kvprocess import KVProcess, redis, redis_cli

@@ -24,7 +24,7 @@ import pytest
 
 import walkit
 from walkit.local import LocalCluster
-from walkit.testing import pause
+from tests.support import pause
 
 from .sqlitehelpers import wait_for
 

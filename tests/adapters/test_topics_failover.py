@@ -24,7 +24,7 @@ import walkit
 from walkit.adapters.topics.catalog import group_bucket
 from walkit.adapters.topics.ownership import Slot, preferred
 from walkit.local import LocalCluster
-from walkit.testing import pause
+from tests.support import pause
 
 from ..integration.helpers import wait_until
 from .topicsprocess import TopicsProcess

@@ -2,7 +2,7 @@
 
 The bugs the fuzz found each have a regression test below the fuzz test itself.
 
-The requests come from `walkit.testing.kafka_fuzz.HostileRequests` (seeded: a failure names
+The requests come from `tests.support.kafka_fuzz.HostileRequests` (seeded: a failure names
 the seed, the worker and the last kinds sent); four workers send them over their own
 connections. After each request a worker reads until the request's answer or the close (a
 Produce, which acks=0 leaves unanswered, is followed by a marker request whose answer comes
@@ -47,7 +47,7 @@ from walkit.adapters.topics.coordinator import GroupCoordinator
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.server import KafkaServer
 from walkit.plugins import open_metadata
-from walkit.testing.kafka_fuzz import KINDS, HostileClient, HostileRequests, KafkaWire, encode, framed, marker
+from tests.support.kafka_fuzz import KINDS, HostileClient, HostileRequests, KafkaWire, encode, framed, marker
 
 from .topicsprocess import TopicsProcess, api_versions
 

@@ -29,7 +29,7 @@ from walkit.adapters.topics import errors
 from walkit.adapters.topics.sasl import (
     INVALID_CREDENTIALS, MAX_UNAUTHENTICATED_FRAME, BadUsers, Reply, SaslGate, Users, check_plain,
 )
-from walkit.testing.kafka_fuzz import HostileClient, HostileRequests, KafkaWire, encode, framed, plain_token
+from tests.support.kafka_fuzz import HostileClient, HostileRequests, KafkaWire, encode, framed, plain_token
 
 from .topicsprocess import TopicsProcess, kcat
 

@@ -10,8 +10,8 @@ from typing import Callable, TypeVar
 import zmq
 
 from walkit.core.messages import AddRequest, Entry, ReadLacRequest, ReadRequest
-from walkit.testing.pause import pid_state
 from walkit.wire.codec import decode_responses, encode_requests
+from tests.support.pause import pid_state
 
 T = TypeVar("T")
 

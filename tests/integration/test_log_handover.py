@@ -25,7 +25,7 @@ import pytest
 import walkit
 from walkit.errors import LedgerFenced, WalkitError
 from walkit.local import LocalCluster
-from walkit.testing import pause
+from tests.support import pause
 
 from .helpers import wait_until
 
@@ -64,7 +64,7 @@ def stopped(cluster: LocalCluster, address: str):
     """stopped is a context manager that holds a bookie process with SIGSTOP, then SIGCONT.
 
     The bookie is never held inside a write to the metadata file, whose lock would stall every
-    other process's metadata writes (walkit.testing.pause): the writer's rolls and the new
+    other process's metadata writes (tests.support.pause): the writer's rolls and the new
     writer's open must go on while it is held.
     """
     return pause.paused(cluster.pid(cluster.addresses.index(address)), cluster.metadata_url)

@@ -1,4 +1,4 @@
-"""walkit.testing.pause: a process held by a test is never held inside a write to the sqlite metadata file.
+"""tests.support.pause: a process held by a test is never held inside a write to the sqlite metadata file.
 
 Tests that hold a bookie or a server with SIGSTOP mean that process's answers, not the metadata:
 a held process that kept the metadata file's write lock stalled every other writer, and a roll
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from walkit.testing import pause
+from tests.support import pause
 
 from .helpers import pid_state, wait_until
 

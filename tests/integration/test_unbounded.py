@@ -14,7 +14,8 @@ from walkit.core.distribution import write_set_bookies
 from walkit.core.messages import NOOP_PAYLOAD, Status
 from walkit.errors import ConfigError, LedgerFenced, NoSuchEntry
 from walkit.local import LocalCluster
-from walkit.testing.unbounded_writer import PASSWORD
+from tests.support import unbounded_writer
+from tests.support.unbounded_writer import PASSWORD
 
 from .helpers import RawBookie, wait_until
 
@@ -28,12 +29,12 @@ def cluster(tmp_path):
 
 
 class WriterProcess:
-    """WriterProcess runs walkit.testing.unbounded_writer and collects what it reports."""
+    """WriterProcess runs tests/support/unbounded_writer.py and collects what it reports."""
 
     def __init__(self, cluster: LocalCluster, ledger_id: int, name: str) -> None:
         self.name = name
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "walkit.testing.unbounded_writer", cluster.metadata_url, str(ledger_id), name],
+            [sys.executable, unbounded_writer.__file__, cluster.metadata_url, str(ledger_id), name],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -22,6 +22,7 @@ import urllib.request
 import pytest
 
 from walkit.local import LocalCluster
+from tests.support import counter_node
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ class Node:
     def __init__(self, url: str, node_id: str, applied_file: str) -> None:
         self.node_id = node_id
         self.applied_file = applied_file
-        self.process = subprocess.Popen([sys.executable, "-m", "walkit.testing.counter_node", url, node_id, applied_file],
+        self.process = subprocess.Popen([sys.executable, counter_node.__file__, url, node_id, applied_file],
                                         stdout=subprocess.PIPE, text=True)
         line = self.process.stdout.readline()
         assert line.startswith("listening "), line

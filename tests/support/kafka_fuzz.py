@@ -1,4 +1,4 @@
-"""walkit.testing.kafka_fuzz makes hostile Kafka requests for `walkit topics serve`, from a seed.
+"""tests.support.kafka_fuzz makes hostile Kafka requests for `walkit topics serve`, from a seed.
 
 `HostileRequests(seed, topic=..., group=...)` yields Messages of the kinds a broken or
 malicious client sends: size prefixes that are negative, huge (2 GiB), above the broker's

@@ -1,6 +1,6 @@
-"""walkit.testing.counter_node: a replicated counter node in its own process, driven over HTTP.
+"""tests.support.counter_node: a replicated counter node in its own process, driven over HTTP.
 
-    python -m walkit.testing.counter_node METADATA_URL NODE_ID APPLIED_FILE
+    python tests/support/counter_node.py METADATA_URL NODE_ID APPLIED_FILE
 
 The replication tests and benchmarks/replicate_bench.py start it to SIGKILL a leader for real.
 It prints "listening PORT" once its HTTP server (127.0.0.1, a free port) is up, then serves:

@@ -1,4 +1,4 @@
-"""walkit.testing.resp_fuzz makes hostile requests for a RESP (Redis protocol) server, from a seed.
+"""tests.support.resp_fuzz makes hostile requests for a RESP (Redis protocol) server, from a seed.
 
 `HostileRequests(seed)` yields messages of the kinds a broken or malicious client sends:
 random bytes, truncated and bit-flipped commands, wrong type prefixes, negative, malformed and

@@ -2,7 +2,7 @@
 
 The rules: docs/internals/protocol.md#unbounded-ledgers.
 
-    python -m walkit.testing.unbounded_writer METADATA LEDGER_ID NAME
+    python tests/support/unbounded_writer.py METADATA LEDGER_ID NAME
 
 It reads commands from stdin, one per line, and answers on stdout:
 

@@ -1,4 +1,4 @@
-"""walkit.testing.pause holds a process with SIGSTOP at a moment it is not writing sqlite metadata, for tests.
+"""tests.support.pause holds a process with SIGSTOP at a moment it is not writing sqlite metadata, for tests.
 
     with paused(cluster.pid(0), cluster.metadata_url):     # a bookie whose acks stop
         ...                                                 # SIGCONT on the way out
