@@ -1,4 +1,4 @@
-"""walkit.cli.bench: `walkit bench`, the benchmark harness with peers side by side."""
+"""walkit.cli.bench: `walkit bench`, the benchmark harness (benchmarks/peers_bench.py runs peers through it)."""
 
 from __future__ import annotations
 
@@ -28,15 +28,13 @@ from walkit.cli.common import friendly, main
                    "a speed probe of the machine per --interval.")
 @click.option("--interval", type=float, default=10, show_default=True, metavar="SECONDS",
               help="Reporting interval of the sustained phase.")
-@click.option("--peers", default="", metavar="LIST",
-              help="Also run peers: comma-separated etcd,etcd-go,nats,zookeeper (etcd-go: etcd's own Go client "
-                   "through `etcdctl check perf`, a fixed 60 s load).")
+@click.option("--peers", default="", hidden=True,
+              help="Moved: peers run from benchmarks/peers_bench.py, which is not installed with walkit.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write results as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Draw throughput over time and latency to this PNG (needs matplotlib).")
 @friendly
-def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, storage, runs, batch, duration,
-          interval, peers, json_path, plot_path) -> None:
+def bench(peers, json_path, plot_path, **options) -> None:
     """Benchmark appends (throughput, latency), catch-up reads and recovery on a LocalCluster.
 
     Every phase runs RUNS times on fresh bookie processes (warmed by one untimed WINDOW of
@@ -47,33 +45,39 @@ def bench(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, st
     --duration a sustained run, which per --interval also gives the CPU per entry and a speed
     probe of the machine (CPU ms of a fixed piece of Python; higher is a slower machine), and
     the entries per probe (entries/s x the probe's seconds, an estimate: it stays about the
-    same when only the machine's speed moves, and falls when walkit slows down). With
-    --peers, etcd (3 members, over gRPC), NATS JetStream (R3) and ZooKeeper run the same
-    appends, back to back, and a table of ratios is printed; etcd-go drives such an etcd
-    cluster with etcd's own Go client instead (`etcdctl check perf --load xl`, Debian's
-    etcd-client: its own fixed load of 1 KiB puts from 1,000 clients for 60 s).
+    same when only the machine's speed moves, and falls when walkit slows down). To run etcd,
+    NATS JetStream and ZooKeeper through the same harness beside walkit, use
+    benchmarks/peers_bench.py from a checkout of walkit (it takes these options and --peers).
     """
+    if peers:
+        raise click.UsageError("--peers moved out of the installed walkit: from a checkout, run "
+                               f"python benchmarks/peers_bench.py --peers {peers} with the same options")
+    result = run_walkit(bench_config(**options))
+    report(result, json_path, plot_path)
+
+
+def bench_config(bookies, ensemble, write_quorum, ack_quorum, size, entries, window, storage, runs, batch, duration,
+                 interval):
+    """bench_config is the validated harness configuration of `walkit bench`'s options (ConfigError if not valid)."""
     from walkit import bench as harness
     config = harness.BenchConfig(bookies=bookies, ensemble=ensemble, write_quorum=write_quorum,
                                  ack_quorum=ack_quorum, size=size, entries=entries, window=window,
                                  storage=storage, runs=runs, batch=batch, duration=duration, interval=interval)
     config.validate()
-    peer_names = [p.strip() for p in peers.split(",") if p.strip()]
-    if peer_names:
-        from walkit.bench_peers import check_peers
-        check_peers(peer_names)             # before walkit's phases: a missing peer fails at once
-    total = runs * (entries + config.latency_entries)
+    return config
+
+
+def run_walkit(config) -> dict:
+    """run_walkit runs the harness's phases on walkit, with a progress bar on stderr, and returns their results."""
+    from walkit import bench as harness
+    total = config.runs * (config.entries + config.latency_entries)
     with click.progressbar(length=total, label="walkit appends", file=sys.stderr) as bar:
-        result = harness.run(config, progress=bar.update)
-    if peer_names:
-        from walkit.bench_peers import run_peers
-        try:
-            result["peers"] = run_peers(peer_names, config)
-        except BaseException:
-            click.echo("a peer failed; walkit's own results:", err=True)     # minutes of work, kept
-            for line in harness.summary_lines(result):
-                click.echo(line, err=True)
-            raise
+        return harness.run(config, progress=bar.update)
+
+
+def report(result: dict, json_path: str | None, plot_path: str | None) -> None:
+    """report prints the summary of `result` (peers included), and writes it as JSON and a plot when asked."""
+    from walkit import bench as harness
     for line in harness.summary_lines(result):
         click.echo(line)
     if json_path:

@@ -1,4 +1,9 @@
-"""walkit.bench_peers runs what a user might pick instead of walkit through walkit's bench harness.
+"""benchmarks/peers_bench.py runs what a user might pick instead of walkit through walkit's bench harness.
+
+    python benchmarks/peers_bench.py --peers etcd,etcd-go,nats,zookeeper [walkit bench's options]
+
+It runs `walkit bench`'s phases (same options, same output), then each peer, and prints a table
+of ratios. It lives here, not in the installed walkit, because it starts other systems' servers.
 
 Each peer starts on loopback, gets the same payload size, entry count and in-flight window as
 walkit, and is measured by the same `pipelined` driver (entries/s, latency percentiles):
@@ -36,7 +41,11 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from walkit.bench import BenchConfig, pipelined
+import click
+
+from walkit.bench import BenchConfig, pipelined, summary_lines
+from walkit.cli import bench as walkit_bench
+from walkit.cli.common import friendly
 from walkit.errors import ConfigError
 
 PEERS = ("etcd", "etcd-go", "nats", "zookeeper")
@@ -79,7 +88,7 @@ def _zookeeper_missing() -> str | None:
 def check_peers(names: list[str]) -> None:
     """check_peers raises ConfigError for an unknown peer or one whose server or client is not installed.
 
-    `walkit bench` calls it before its own phases, so a missing peer fails at once, not after them.
+    `main` calls it before walkit's phases, so a missing peer fails at once, not after them.
     """
     from walkit.testing.servers import etcd_missing
     unknown = [n for n in names if n not in PEERS]
@@ -297,3 +306,36 @@ def _zookeeper(config: BenchConfig) -> dict:
             client.stop()
             client.close()
         return {**result, "fsync": True, "note": "one server (forceSync), sequential znodes, kazoo async"}
+
+
+# -- the command --------------------------------------------------------------------------------
+@click.command(params=[p for p in walkit_bench.bench.params if p.name != "peers"],
+               context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--peers", required=True, metavar="LIST",
+              help="Comma-separated etcd,etcd-go,nats,zookeeper (etcd-go: etcd's own Go client through "
+                   "`etcdctl check perf`, a fixed 60 s load).")
+@friendly
+def main(peers, json_path, plot_path, **options) -> None:
+    """Run `walkit bench`'s phases, then the same appends on each of --peers, and print the ratios.
+
+    etcd (3 members, over gRPC), NATS JetStream (R3) and ZooKeeper run the same appends, back to
+    back, through the same driver; etcd-go drives such an etcd cluster with etcd's own Go client
+    instead (`etcdctl check perf --load xl`, Debian's etcd-client: its own fixed load of 1 KiB puts
+    from 1,000 clients for 60 s). A peer that is not installed is refused before walkit's phases.
+    """
+    config = walkit_bench.bench_config(**options)
+    names = [p.strip() for p in peers.split(",") if p.strip()]
+    check_peers(names)                      # before walkit's phases: a missing peer fails at once
+    result = walkit_bench.run_walkit(config)
+    try:
+        result["peers"] = run_peers(names, config)
+    except BaseException:
+        click.echo("a peer failed; walkit's own results:", err=True)     # minutes of work, kept
+        for line in summary_lines(result):
+            click.echo(line, err=True)
+        raise
+    walkit_bench.report(result, json_path, plot_path)
+
+
+if __name__ == "__main__":
+    main()
