@@ -1,4 +1,4 @@
-"""walkit.adapters.kv.cli is `walkit kv`: the key-value store's commands (registered in walkit.cli)."""
+"""walkit.adapters.kv.cli is `walkit kv`: the key-value store's commands (listed in walkit.cli.ADAPTER_COMMANDS)."""
 
 from __future__ import annotations
 

@@ -140,7 +140,9 @@ def test_unknown_metadata_scheme_fails_and_lists_the_installed_ones(walkit_cli, 
 
 def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     paths = [prefix]
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):          # the adapters' groups too, which walkit imports on first use
+        command = group.get_command(ctx, name)
         if isinstance(command, click.Group):
             paths += _command_paths(command, prefix + (name,))
         else:

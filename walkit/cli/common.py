@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import logging
 import os
@@ -45,7 +46,33 @@ def client_for(metadata: str | None):
     return Client(metadata or default_metadata())
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """LazyGroup is a click group whose commands may also be named by import path, imported when first asked for.
+
+    `walkit.cli` lists each adapter's command group this way (`add_lazy`): the adapter owns its
+    commands, and walkit's own commands run without importing any adapter.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy: dict[str, str] = {}
+
+    def add_lazy(self, name: str, target: str) -> None:
+        """add_lazy makes `walkit NAME` the click command at `target`, "package.module:attribute"."""
+        self.lazy[name] = target
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = self.lazy.get(name)
+        if target is not None and name not in self.commands:
+            module, _, attribute = target.partition(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 @click.option("--key", envvar="WALKIT_KEY", default=None, metavar="FILE",
               type=click.Path(exists=True, dir_okay=False),

@@ -1,4 +1,4 @@
-"""walkit.cli.topics is `walkit topics`: the Kafka-compatible broker and commands that talk to it.
+"""walkit.adapters.topics.cli is `walkit topics`: the Kafka-compatible broker and commands that talk to it.
 
 `serve` runs a broker (walkit.adapters.topics). The other commands are Kafka clients
 (kafka-python) of a running broker, given by --bootstrap HOST:PORT (or WALKIT_BOOTSTRAP), logging
@@ -13,8 +13,6 @@ import logging
 import sys
 
 import click
-
-from walkit.cli.common import main
 
 
 #: How long a command tries to reach (and log in to) the broker before it gives up.
@@ -101,7 +99,7 @@ def _kafka_errors(fn):
     return wrapper
 
 
-@main.group()
+@click.group(name="topics")
 def topics() -> None:
     """Kafka-compatible topics: a broker storing partitions as walkit logs, and its tools.
 

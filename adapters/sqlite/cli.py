@@ -1,4 +1,4 @@
-"""walkit.cli.sqlite is `walkit sqlite`: the replicated SQLite database's shell, replica, restore and status.
+"""walkit.adapters.sqlite.cli is `walkit sqlite`: the replicated SQLite database's shell, replica, restore and status.
 
 Every command takes --metadata URI (default: the embedded cluster under ./walkit-data, the one
 `walkit local` runs). NAME is the replicated database's name, as given to
@@ -16,7 +16,7 @@ import threading
 
 import click
 
-from walkit.cli.common import client_for, main, metadata_option
+from walkit.cli.common import client_for, metadata_option
 
 
 def _sqlite_errors(fn):
@@ -36,7 +36,7 @@ def _sqlite_errors(fn):
     return wrapper
 
 
-@main.group()
+@click.group(name="sqlite")
 def sqlite() -> None:
     """Replicated SQLite: every committed transaction is in the walkit log before COMMIT returns.
 
