@@ -44,7 +44,9 @@ import time
 import zmq
 
 import walkit
+from walkit.allocator import tune_malloc
 from walkit.bench import latency_summary, pipelined
+from walkit.collector import tune_gc
 
 PREALLOCATE = 64 << 20
 
@@ -355,8 +357,8 @@ def main() -> None:
         parser.error("--appends, --rounds and --size must be at least 1")
     if args.size > 1 << 20:
         parser.error("--size is at most 1 MiB: a floor server's file is 64 MiB")
-    walkit.tune_malloc()
-    walkit.tune_gc()
+    tune_malloc()
+    tune_gc()
     payload = os.urandom(args.size)
     names = ("floor", "floor, no hand-off", "floor, no fdatasync", "floor over TCP", "walkit",
              "walkit, deferred sync")

@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 @pytest.fixture(autouse=True)
 def _collector_thresholds():
     """Tests that run a walkit command in process (click's CliRunner) raise the collector's
-    threshold (walkit.tune_gc); the next test starts with this process's own again."""
+    threshold (walkit.collector.tune_gc); the next test starts with this process's own again."""
     thresholds = gc.get_threshold()
     yield
     gc.set_threshold(*thresholds)

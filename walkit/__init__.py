@@ -25,8 +25,11 @@ _EXPORTS = {
     "LogRecord": "walkit.client.log", "LogWriter": "walkit.client.log",
     "LeaderElection": "walkit.election", "LocalCluster": "walkit.local",
     "StateMachine": "walkit.replication", "replicate": "walkit.replication", "ReplicatedNode": "walkit.replication",
-    "tune_malloc": "walkit.allocator", "tune_gc": "walkit.collector",
 }
+
+#: Names that stay importable from walkit, outside __all__: process knobs, documented in their own
+#: modules (docs/operations/tuning.md), which is where to import them from.
+_KEPT = {"tune_malloc": "walkit.allocator", "tune_gc": "walkit.collector"}
 
 __all__ = sorted([*_EXPORTS, "errors"])
 __version__ = "0.1.0"
@@ -35,7 +38,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     if name == "errors":
         return importlib.import_module("walkit.errors")
-    module = _EXPORTS.get(name)
+    module = _EXPORTS.get(name) or _KEPT.get(name)
     if module is None:
         raise AttributeError(f"module 'walkit' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

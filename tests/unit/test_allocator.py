@@ -1,4 +1,4 @@
-"""walkit.tune_malloc makes glibc reuse freed buffers instead of page-faulting fresh memory for each."""
+"""walkit.allocator.tune_malloc makes glibc reuse freed buffers instead of page-faulting fresh memory for each."""
 
 import os
 import platform
@@ -18,9 +18,9 @@ glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not os.path.exis
 # minor page faults per join, after calling tune_malloc() if asked.
 _JOINS = """
 import resource, sys
-import walkit
+from walkit.allocator import tune_malloc
 if sys.argv[1] == "tuned":
-    assert walkit.tune_malloc() is True
+    assert tune_malloc() is True
 entries = [bytes(1045)] * 666
 for _ in range(20):
     buffer = bytearray(); buffer += b"".join(entries)
@@ -48,7 +48,7 @@ def test_tuned_processes_reuse_large_buffers_where_untuned_ones_fault_on_every_p
 
 @glibc
 def test_the_process_own_choice_and_the_opt_out_are_left_alone():
-    script = "import walkit; print(walkit.tune_malloc())"
+    script = "from walkit.allocator import tune_malloc; print(tune_malloc())"
     for env in ({"MALLOC_TRIM_THRESHOLD_": "131072"}, {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"},
                 {"WALKIT_TUNE_MALLOC": "0"}):
         out = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True, text=True,
@@ -65,11 +65,16 @@ def test_thresholds_must_be_positive_ordered_and_fit_an_int():
 def test_every_walkit_command_tunes_its_allocator_and_collector(monkeypatch):
     import walkit.cli.common as common
     from walkit.cli import main
-    from walkit.collector import tune_gc
     calls = []
     monkeypatch.setattr(common, "tune_malloc", lambda: calls.append("malloc"))
     monkeypatch.setattr(common, "tune_gc", lambda: calls.append("gc"))
     result = CliRunner().invoke(main, ["bookies", "--help"])
     assert result.exit_code == 0, result.output
     assert calls == ["malloc", "gc"]
+
+
+def test_the_knobs_stay_importable_from_walkit_but_are_not_its_top_level_api():
+    from walkit.collector import tune_gc
     assert walkit.tune_malloc is tune_malloc and walkit.tune_gc is tune_gc
+    assert "tune_malloc" not in walkit.__all__ and "tune_gc" not in walkit.__all__
+    assert "tune_malloc" not in dir(walkit) and "tune_gc" not in dir(walkit)

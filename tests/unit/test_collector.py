@@ -1,4 +1,4 @@
-"""walkit.tune_gc lets the young objects of appends in flight die before the cycle collector walks them."""
+"""walkit.collector.tune_gc lets the young objects of appends in flight die before the cycle collector walks them."""
 
 import os
 import subprocess
@@ -14,9 +14,9 @@ from walkit.collector import THRESHOLD, tune_gc
 # walked, after calling tune_gc() if asked. Run in a child: thresholds are process-wide.
 _APPENDS = """
 import collections, gc, sys
-import walkit
+from walkit.collector import tune_gc
 if sys.argv[1] == "tuned":
-    assert walkit.tune_gc() is True
+    assert tune_gc() is True
 walked = collected = 0
 def count(phase, info):
     global walked, collected
@@ -57,7 +57,7 @@ def test_tuned_processes_walk_a_fraction_of_the_young_objects_untuned_ones_walk(
 
 
 def _tune_in_child(prelude: str, **env) -> list[str]:
-    script = f"import gc, walkit\n{prelude}\nprint(walkit.tune_gc(), gc.get_threshold()[0], gc.isenabled())"
+    script = f"import gc\nfrom walkit.collector import tune_gc\n{prelude}\nprint(tune_gc(), gc.get_threshold()[0], gc.isenabled())"
     out = subprocess.run([sys.executable, "-c", script], env={**_clean_env(), **env}, capture_output=True, text=True,
                          check=True)
     return out.stdout.split()
@@ -81,7 +81,7 @@ def test_only_ever_raises_the_threshold_of_an_enabled_collector():
 
 
 def test_the_older_generations_thresholds_are_kept():
-    script = "import gc, walkit\ngc.set_threshold(700, 3, 7)\nwalkit.tune_gc()\nprint(*gc.get_threshold())"
+    script = "import gc\nfrom walkit.collector import tune_gc\ngc.set_threshold(700, 3, 7)\ntune_gc()\nprint(*gc.get_threshold())"
     out = subprocess.run([sys.executable, "-c", script], env=_clean_env(), capture_output=True, text=True, check=True)
     assert out.stdout.split() == [str(THRESHOLD), "3", "7"]
 
