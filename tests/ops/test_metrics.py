@@ -85,5 +85,8 @@ def test_client_metrics_count_acknowledged_ledger_and_log_appends(tmp_path):
         log = client.open_log("counted")
         log.append(b"record")
         log.close()
-    assert metrics.appends - before == 26
-    assert metrics.append_latency.count - latencies == 26
+        unbounded = client.open_log("counted-once", unbounded=True)      # through a WriteHandle: counted once
+        unbounded.append(b"record")
+        unbounded.close()
+    assert metrics.appends - before == 27
+    assert metrics.append_latency.count - latencies == 27

@@ -14,7 +14,6 @@ walkit.errors.Timeout when it runs out.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 import os
 import secrets
@@ -24,9 +23,11 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 
 from walkit.client.drivers import Batch, OutcomeDriver, ReaderDriver, WriterDriver
-from walkit.client.loop import ClientLoop, now_ms
+from walkit.client.log import LogWriter, delete_log, list_logs, open_log, read_log, read_log_metadata
+from walkit.client.loop import ClientLoop, now_ms, result_within
 from walkit.core import events as ev
 from walkit.core.digest import DIGEST_TYPES, Digest, master_key, password_check
+from walkit.core.loglist import LogConfig
 from walkit.core.messages import DEFAULT_MAX_READ_BYTES, NOOP_PAYLOAD, Entry
 from walkit.core.metadata import (
     CLOSED, LEDGER_ID_COUNTER, LEDGER_PREFIX, LedgerMetadata, check_quorums, ledger_id_of, ledger_key,
@@ -77,17 +78,6 @@ def _fragment_limits(entries, size, age_s, unbounded: bool = True) -> dict:
         return {}
     return {"fragment_max_entries": entries, "fragment_max_bytes": size,
             "fragment_max_ms": math.ceil(age_s * 1000)}
-
-
-def _wait(future: Future, timeout: float, what: str):
-    try:
-        return future.result(timeout)
-    except concurrent.futures.TimeoutError as exc:
-        # concurrent.futures.TimeoutError is the built-in TimeoutError, which walkit's Timeout
-        # derives from: an operation that failed with its own Timeout keeps its message.
-        if isinstance(exc, Timeout):
-            raise
-        raise Timeout(f"{what} did not finish within {timeout:g} s") from None
 
 
 class Client:
@@ -387,7 +377,7 @@ class Client:
 
     # -- logs ------------------------------------------------------------------------------
     def open_log(self, name: str, *, password: bytes | str = b"", timeout: float | None = None,
-                 **config) -> "LogWriter":
+                 **config) -> LogWriter:
         """open_log makes this client the single writer of log `name`, creating it if needed.
 
         Any previous writer is fenced (its appends fail with LedgerFenced). Keyword options of
@@ -397,12 +387,9 @@ class Client:
         it got as far as opening), so no writer is left holding the log; it may have fenced the
         previous writer.
         """
-        from walkit.client.log import open_log
-        from walkit.core.loglist import LogConfig
         self._check_open()
-        writer = open_log(self, name, password=_password(password), config=LogConfig(**config) if config else None,
-                          timeout=timeout)
-        return _count_appends(writer, self.metrics)
+        return open_log(self, name, password=_password(password), config=LogConfig(**config) if config else None,
+                        timeout=timeout)
 
     def read_log(self, name: str, start=None, follow: bool = False, *, password: bytes | str = b"",
                  poll: float = 1.0):
@@ -411,25 +398,21 @@ class Client:
         With follow=True it tails the log forever: across rolls and writer handovers, each
         record exactly once, in order. `poll` bounds how long it waits between checks.
         """
-        from walkit.client.log import read_log
         self._check_open()
         return read_log(self, name, start=start, follow=follow, password=_password(password), poll_s=poll)
 
     def log_metadata(self, name: str):
         """log_metadata returns a log's LogMetadata (its ledgers in order); NoSuchLog if absent."""
-        from walkit.client.log import read_log_metadata
         self._check_open()
         return read_log_metadata(self.store, name)[0]
 
     def list_logs(self) -> list[str]:
         """list_logs returns the names of all logs."""
-        from walkit.client.log import list_logs
         self._check_open()
         return list_logs(self.store)
 
     def delete_log(self, name: str) -> None:
         """delete_log removes a log and all its ledgers."""
-        from walkit.client.log import delete_log
         self._check_open()
         delete_log(self, name)
 
@@ -486,19 +469,7 @@ class Client:
         future: Future = Future()
         driver = OutcomeDriver(machine, future, whole)
         self._loop.call(lambda: self._loop.attach(driver, machine.start()))
-        return _wait(future, timeout, what)
-
-
-def _count_appends(writer, metrics):
-    """_count_appends makes a log writer's appends count in the client metrics, and returns it."""
-    append_async = writer.append_async
-
-    def counted(data: bytes) -> Future:
-        future = append_async(data)
-        metrics.timed(future)
-        return future
-    writer.append_async = counted
-    return writer
+        return result_within(future, timeout, what)
 
 
 class WriteHandle:
@@ -559,7 +530,7 @@ class WriteHandle:
 
     def force(self, timeout: float | None = None) -> int:
         """force blocks until every entry appended before it is durable on Qa bookies; it returns the LAC."""
-        return _wait(self.force_async(), timeout or self._timeout, f"forcing ledger {self.ledger_id}")
+        return result_within(self.force_async(), timeout or self._timeout, f"forcing ledger {self.ledger_id}")
 
     def append_async(self, data: bytes) -> Future:
         """append_async sends `data` as the next entry; the Future resolves to its entry id.
@@ -616,7 +587,7 @@ class WriteHandle:
         It returns the range of their entry ids (see append_many_async).
         """
         timeout = timeout or self._timeout
-        return _wait(self.append_many_async(records), timeout, f"append_many to ledger {self.ledger_id}")
+        return result_within(self.append_many_async(records), timeout, f"append_many to ledger {self.ledger_id}")
 
     def _drain(self) -> None:
         with self._lock:
@@ -633,7 +604,7 @@ class WriteHandle:
     def append(self, data: bytes, timeout: float | None = None) -> int:
         """append sends `data` and blocks until it is acknowledged; it returns the entry id."""
         timeout = timeout or self._timeout
-        return _wait(self.append_async(data), timeout, f"append to ledger {self.ledger_id}")
+        return result_within(self.append_async(data), timeout, f"append to ledger {self.ledger_id}")
 
     def close(self, timeout: float | None = None) -> LedgerMetadata:
         """close waits for pending appends, then closes the ledger at its LAC; returns the metadata."""
@@ -645,7 +616,7 @@ class WriteHandle:
             self._driver.close_futures.append(future)
             self._loop.step(self._driver, ev.CloseRequested())
         self._loop.call(start)
-        return _wait(future, timeout, f"closing ledger {self.ledger_id}")
+        return result_within(future, timeout, f"closing ledger {self.ledger_id}")
 
     def __enter__(self) -> "WriteHandle":
         return self

@@ -18,10 +18,10 @@ import queue
 import threading
 from collections import deque
 from concurrent.futures import Future
-from typing import Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from walkit import faults
-from walkit.client.loop import Driver, now_ms, wall_ms
+from walkit.client.loop import ClientLoop, Driver, now_ms, result_within, wall_ms
 from walkit.core import events as ev
 from walkit.core import logevents as lev
 from walkit.core.digest import Digest, master_key, password_check
@@ -31,6 +31,9 @@ from walkit.core.logreader import LogReader
 from walkit.core.loglist import LOG_PREFIX, LogConfig, LogMetadata, LogSegment, Position, check_log_name, log_key
 from walkit.errors import (ClientClosed, ConfigError, LedgerClosed, NodeExists, NoSuchKey, NoSuchLog, Timeout,
                            WalkitError)
+
+if TYPE_CHECKING:
+    from walkit.metrics import ClientMetrics
 
 
 class LogRecord(NamedTuple):
@@ -119,9 +122,17 @@ class _WriterDriver(Driver):
         self.finished = True
 
 
-def _wait(future: Future, timeout: float, what: str):
-    from walkit.client.api import _wait as wait
-    return wait(future, timeout, what)
+class LogContext(NamedTuple):
+    """LogContext is what a LogWriter needs of its client, and no more.
+
+    `loop` runs the writer's machine, `check_entry(size, what)` refuses a record over the
+    client's entry limit before it is queued (walkit.Client.check_entry), and `metrics` counts
+    each append's latency and outcome (walkit.metrics.ClientMetrics.timed).
+    """
+
+    loop: ClientLoop
+    check_entry: Callable[[int, str], None]
+    metrics: "ClientMetrics"
 
 
 def open_log(client, name: str, *, password: bytes = b"", config: LogConfig | None = None,
@@ -145,14 +156,14 @@ def open_log(client, name: str, *, password: bytes = b"", config: LogConfig | No
     loop = client._loop
     loop.call(lambda: loop.attach(driver, machine.start()))
     try:
-        metadata = _wait(driver.opened, timeout, f"opening log {name!r}")
+        metadata = result_within(driver.opened, timeout, f"opening log {name!r}")
     except Timeout:
         # The open goes on in the I/O thread: stop it, or it could end as a writer nobody holds,
         # its ledger open at the end of the list, where readers would wait for it for good.
         with contextlib.suppress(ClientClosed):
             loop.call(lambda: loop.step(driver, ev.CloseRequested()))
         raise
-    return LogWriter(client, driver, metadata, timeout)
+    return LogWriter(LogContext(loop, client.check_entry, client.metrics), driver, metadata, timeout)
 
 
 class LogWriter:
@@ -163,9 +174,9 @@ class LogWriter:
     LedgerFenced.
     """
 
-    def __init__(self, client, driver: _WriterDriver, metadata: LogMetadata, timeout: float) -> None:
-        self._client = client
-        self._loop = client._loop
+    def __init__(self, context: LogContext, driver: _WriterDriver, metadata: LogMetadata, timeout: float) -> None:
+        self._context = context
+        self._loop = context.loop
         self._driver = driver
         self._machine = driver.machine
         self.name = metadata.name
@@ -195,8 +206,9 @@ class LogWriter:
         if self._closed:
             raise LedgerClosed(f"log writer of {self.name!r} is closed")
         data = bytes(data)
-        self._client.check_entry(len(data), f"a record of log {self.name!r}")
+        self._context.check_entry(len(data), f"a record of log {self.name!r}")
         future: Future = Future()
+        self._context.metrics.timed(future)
         with self._lock:
             self._submitted.append((data, future))
             first = len(self._submitted) == 1
@@ -214,7 +226,7 @@ class LogWriter:
 
     def append(self, data: bytes, timeout: float | None = None) -> Position:
         """append appends a record and blocks until it is acknowledged; it returns its Position."""
-        return _wait(self.append_async(data), timeout or self._timeout, f"append to log {self.name!r}")
+        return result_within(self.append_async(data), timeout or self._timeout, f"append to log {self.name!r}")
 
     def _request(self, make_event, timeout: float | None, what: str):
         future: Future = Future()
@@ -225,7 +237,7 @@ class LogWriter:
             self._driver.requests[token] = future
             self._loop.step(self._driver, make_event(token))
         self._loop.call(start)
-        return _wait(future, timeout or self._timeout, what)
+        return result_within(future, timeout or self._timeout, what)
 
     def roll(self, timeout: float | None = None) -> int:
         """roll starts a new ledger and returns its id once appends go there.
@@ -253,7 +265,7 @@ class LogWriter:
                 self._drain()
                 self._loop.step(self._driver, ev.CloseRequested())
             self._loop.call(start)
-        return _wait(self._driver.closed, timeout or self._timeout, f"closing log {self.name!r}")
+        return result_within(self._driver.closed, timeout or self._timeout, f"closing log {self.name!r}")
 
     def __enter__(self) -> "LogWriter":
         return self
@@ -278,6 +290,9 @@ class UnboundedLogWriter:
     where it can (walkit.core.writer). Bookies give back the space of truncated records up to
     the last fragment's start at their next garbage collection, so these bound what a
     truncation leaves on disk as they bound a list of ledgers.
+
+    It writes through the client's ledger API (a WriteHandle), whose appends count in the
+    client's metrics; a LogWriter counts its own (LogContext).
     """
 
     def __init__(self, client, handle, metadata: LogMetadata, timeout: float) -> None:
@@ -342,7 +357,7 @@ class UnboundedLogWriter:
 
     def append(self, data: bytes, timeout: float | None = None) -> Position:
         """append appends a record and blocks until it is acknowledged; it returns its Position."""
-        return _wait(self.append_async(data), timeout or self._timeout, f"append to log {self.name!r}")
+        return result_within(self.append_async(data), timeout or self._timeout, f"append to log {self.name!r}")
 
     def roll(self, timeout: float | None = None) -> int:
         """roll does nothing for an unbounded log (its one ledger has no end); it returns the ledger id."""
@@ -360,7 +375,7 @@ class UnboundedLogWriter:
             pending = list(self._pending)
         for future in pending:
             try:
-                _wait(future, timeout or self._timeout, f"closing log {self.name!r}")
+                result_within(future, timeout or self._timeout, f"closing log {self.name!r}")
             except WalkitError:
                 pass
         return self.metadata

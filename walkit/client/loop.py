@@ -14,6 +14,7 @@ when the bookie is down, the send failed or no answer came in time.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -24,7 +25,7 @@ from typing import Callable
 from walkit.core import events as ev
 from walkit.core.dispatch import Dispatcher, StoreCall
 from walkit.core.messages import Status
-from walkit.errors import BadVersion, ClientClosed, NodeExists, NoSuchKey, NotEnoughBookies
+from walkit.errors import BadVersion, ClientClosed, NodeExists, NoSuchKey, NotEnoughBookies, Timeout
 from walkit.registry import BookieRegistry
 from walkit.core.messages import FRAME_BUDGET, encoded_size
 from walkit.wire.codec import DEFAULT_MAX_REQUESTS, WireError, decode_responses, encode_requests
@@ -47,6 +48,21 @@ def now_ms() -> int:
 def wall_ms() -> int:
     """wall_ms is wall-clock time in milliseconds since the epoch (recorded in metadata)."""
     return int(time.time() * 1000)
+
+
+def result_within(future, timeout: float, what: str):
+    """result_within is the future's result; Timeout, naming `what`, if it is not done within `timeout` seconds.
+
+    Every blocking call of the client (ledgers and logs) waits through it.
+    """
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError as exc:
+        # concurrent.futures.TimeoutError is the built-in TimeoutError, which walkit's Timeout
+        # derives from: an operation that failed with its own Timeout keeps its message.
+        if isinstance(exc, Timeout):
+            raise
+        raise Timeout(f"{what} did not finish within {timeout:g} s") from None
 
 
 class Driver:
