@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything walkit's tests need on a fresh Debian machine, then runs the whole suite.
-# Fast tier only: scripts/test.sh -m "not slow"      (extra arguments go to pytest)
+# Fast tier only: scripts/test.sh -m fast      (extra arguments go to pytest; tiers: docs/internals/testing.md#tiers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

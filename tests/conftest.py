@@ -5,6 +5,7 @@ test with a message saying to run scripts/test.sh, which installs them)."""
 from __future__ import annotations
 
 import gc
+import subprocess
 import uuid
 
 import pytest
@@ -39,10 +40,43 @@ def pytest_addoption(parser) -> None:
 GROUP_SIZE = 1000
 
 
+#: Test tiers, by what a test needs. The markers are set here, from where a test lives and which
+#: fixtures it uses, so a test file cannot forget them; `fast` is every test that needs none.
+TIER_BY_DIRECTORY = {"tests/sim/": "sim", "tests/spark/": "spark", "tests/network/": "network"}
+SERVER_FIXTURES = {"zk_server", "etcd_server", "etcd_cluster", "zk_factory", "etcd_factory"}
+PROCESS_FIXTURES = {"local_cluster"}
+#: Tests of the public conformance suites (walkit.testing) that start a process, by name: the suites
+#: carry no tier markers of their own, since third-party plugins run them with their own settings.
+PROCESS_TESTS = {"test_the_registration_of_a_killed_process_expires"}
+TIERS = ("servers", "processes", "spark", "sim", "network")
+
+
+def tiers_of(item) -> set[str]:
+    """tiers_of names what `item` needs: real metadata servers, processes, Spark, the simulator, namespaces."""
+    path = item.nodeid.split("::", 1)[0]
+    found = {marker for prefix, marker in TIER_BY_DIRECTORY.items() if path.startswith(prefix)}
+    fixtures = set(item.fixturenames)
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if fixtures & SERVER_FIXTURES or any(value in ("zk", "etcd") for value in params.values()):
+        found.add("servers")                # (a backend parameter picks its server with getfixturevalue)
+    if (fixtures & PROCESS_FIXTURES or item.get_closest_marker("slow") or item.get_closest_marker("processes")
+            or getattr(item, "originalname", item.name) in PROCESS_TESTS):
+        found.add("processes")
+    return found | {m for m in TIERS if item.get_closest_marker(m)}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    """Under `-n N --dist loadgroup` (scripts/test.sh), each test file is one group: tests that share a
+    """Marks each test with its tiers (`fast` when it needs nothing: the guard below holds it to that).
+
+    Under `-n N --dist loadgroup` (scripts/test.sh), each test file is one group: tests that share a
     module's cluster run on the same worker, and the simulator's long seed lists are cut in chunks."""
+    for item in items:
+        needs = tiers_of(item)
+        for marker in sorted(needs):
+            item.add_marker(marker)
+        if not needs:
+            item.add_marker("fast")
     if config.getoption("dist", "no") != "loadgroup":
         return
     by_file: dict[str, list] = {}
@@ -53,6 +87,21 @@ def pytest_collection_modifyitems(config, items) -> None:
             chunk = f"#{index // GROUP_SIZE}" if len(tests) > GROUP_SIZE else ""
             if item.get_closest_marker("xdist_group") is None:
                 item.add_marker(pytest.mark.xdist_group(path + chunk))
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_process(request, monkeypatch):
+    """A test of the fast tier starts no process: one that does fails here, naming what it started, and
+    belongs in the `processes` tier (mark it slow, or use a fixture that says so)."""
+    if request.node.get_closest_marker("fast") is None:
+        yield
+        return
+
+    def refuse(self, args, *rest, **options):
+        raise AssertionError(f"{request.node.nodeid} is in the fast tier but starts a process: {args!r}; "
+                             f"mark it @pytest.mark.slow (tier 'processes')")
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -266,6 +266,7 @@ def test_the_command_line_tools_log_in_from_the_environment(broker):
                     "(check --sasl-username and WALKIT_SASL_PASSWORD)"), wrong.stderr
 
 
+@pytest.mark.processes
 def test_bad_sasl_options_stop_the_broker_with_a_clear_message(tmp_path):
     def serve(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "walkit", "topics", "serve", "--port", "0",

@@ -221,6 +221,7 @@ def test_a_bookie_on_every_interface_with_a_local_store_registers_loopback(metad
     ("127.0.0.1", "", "etcd://192.0.2.1:2379/walkit", "only this machine can dial"),
     ("0.0.0.0", "0.0.0.0:3181", "sqlite:///unused.db", "not a wildcard"),
 ])
+@pytest.mark.processes
 def test_an_address_nobody_could_dial_is_refused_before_the_bookie_touches_anything(tmp_path, host, advertise,
                                                                                    metadata, says):
     storage = tmp_path / "storage"

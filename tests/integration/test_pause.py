@@ -18,6 +18,8 @@ from tests.support import pause
 
 from .helpers import pid_state, wait_until
 
+pytestmark = pytest.mark.processes          # every test here starts a process (tests/conftest.py tiers)
+
 #: Creates the table, says so on stdout, then takes the file's write lock over and over, inside
 #: each transaction ~20 times as long as outside it.
 BUSY_WRITER = """

@@ -65,6 +65,7 @@ def test_campaign_times_out_while_another_leads(metadata_store_factory):
     assert leader.is_leader
 
 
+@pytest.mark.processes
 def test_takeover_when_the_leader_process_is_killed(metadata_store_factory):
     successor = LeaderElection(metadata_store_factory(), "auditor", "successor")
     with Holder("lead", metadata_store_factory.url, "auditor", "doomed") as holder:
@@ -97,6 +98,7 @@ def test_a_store_runs_one_candidate_per_election(metadata_store_factory):
     LeaderElection(store, "other-election", "two").campaign(timeout=10)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("backend", ["zk", "etcd"])
 def test_an_expired_session_deposes_the_leader(request, backend):
     """An expired session ends the leadership: on_lost runs and the store does not take the key back."""

@@ -21,6 +21,8 @@ from walkit.testing.servers import EtcdServer, ZooKeeperServer, etcd_missing, zo
 
 from .expiry import expire_session, owner_of
 
+pytestmark = [pytest.mark.servers, pytest.mark.processes]    # each test starts and restarts its own servers
+
 TIMEOUT_S = 2.0
 SLACK_S = 1.5          # scheduling slack on top of the timeout
 

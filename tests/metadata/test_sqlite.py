@@ -31,6 +31,7 @@ def register_once_free(store, key: str, value: bytes, failure: str, timeout: flo
             time.sleep(0.1)
 
 
+@pytest.mark.processes
 def test_a_paused_holder_never_touches_its_successors_registration(tmp_path):
     """A process paused past its TTL loses its key; when it wakes it must not refresh or delete the new holder's.
 
@@ -314,6 +315,7 @@ def test_a_wall_clock_jump_forward_lapses_no_live_registration(tmp_path, monkeyp
         store.close()
 
 
+@pytest.mark.processes
 def test_a_killed_holders_registration_lapses_though_the_wall_clock_went_back(tmp_path, monkeypatch):
     """Set an hour back, the wall clock does not keep a dead process's registration alive for that hour."""
     from walkit.errors import NodeExists

@@ -162,6 +162,7 @@ def test_a_failing_apply_is_the_records_result_on_every_node(nodes):
     assert all(n.machine.value == 2 for n in group)
 
 
+@pytest.mark.processes
 def test_a_deposed_leader_stops_accepting_and_follows_the_new_writer(cluster, nodes):
     group = nodes(2)
     leader = leader_of(group)

@@ -777,6 +777,7 @@ def _cached_bytes(path: str) -> int:
     return int(out.strip())
 
 
+@pytest.mark.processes
 def test_a_finished_entry_log_leaves_the_page_cache_and_stays_readable(tmp_path):
     path = str(tmp_path / "s")
     storage = FileStorage(path, entrylog_max_mb=0.25)

@@ -213,6 +213,7 @@ def fill(folder: str, leave: int = 0) -> str:
     return filler
 
 
+@pytest.mark.processes
 def test_a_full_disk_at_replay_refuses_the_open_until_space_is_freed(tmp_path):
     """A real tmpfs: 20,000 synced entries, a power cut, and a disk that filled up meanwhile.
 

@@ -39,6 +39,7 @@ def _faults_per_join(mode: str, **env) -> float:
     return float(out.stdout)
 
 
+@pytest.mark.processes
 @glibc
 def test_tuned_processes_reuse_large_buffers_where_untuned_ones_fault_on_every_page():
     untuned, tuned = _faults_per_join("plain"), _faults_per_join("tuned")
@@ -46,6 +47,7 @@ def test_tuned_processes_reuse_large_buffers_where_untuned_ones_fault_on_every_p
     assert tuned < 5, tuned
 
 
+@pytest.mark.processes
 @glibc
 def test_the_process_own_choice_and_the_opt_out_are_left_alone():
     script = "from walkit.allocator import tune_malloc; print(tune_malloc())"

@@ -33,6 +33,7 @@ def _burn(seconds: float) -> None:
         pass
 
 
+@pytest.mark.processes
 def test_the_meter_counts_this_process_and_each_bookie_process_apart():
     burner = subprocess.Popen([sys.executable, "-c", _BURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     idle = subprocess.Popen([sys.executable, "-c", _BURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -56,6 +57,7 @@ def test_the_meter_counts_this_process_and_each_bookie_process_apart():
     assert 0.0 <= cpu["machine_idle"] <= 1.0
 
 
+@pytest.mark.processes
 def test_a_bookie_that_went_away_makes_the_phase_unmeasured_not_wrong():
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     meter = CpuMeter([gone.pid])
@@ -74,6 +76,7 @@ def test_medians_are_per_figure_and_per_bookie_and_absent_if_any_run_was_not_mea
     assert _median_cpu(runs + [{"cpu": None}]) is None
 
 
+@pytest.mark.processes
 def test_the_speed_probe_times_its_work_in_cpu_milliseconds_and_its_child_ends_with_it():
     probe = SpeedProbe()
     readings = probe.measure_many(3)
@@ -84,6 +87,7 @@ def test_the_speed_probe_times_its_work_in_cpu_milliseconds_and_its_child_ends_w
     assert probe.measure() is None and probe.measure_many(2) == []
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_a_probe_whose_child_died_answers_none_and_closes(how):
     probe = SpeedProbe()
@@ -95,6 +99,7 @@ def test_a_probe_whose_child_died_answers_none_and_closes(how):
     assert probe._process is None and child.stdout.closed and child.stdin.closed
 
 
+@pytest.mark.processes
 def test_the_speed_probe_counts_cpu_not_waiting_for_a_core():
     """Sharing its one core with a busy loop, the probe reports about half the time its work took, not all of it."""
     cpu = os.sched_getaffinity(0)
@@ -114,6 +119,7 @@ def test_the_speed_probe_counts_cpu_not_waiting_for_a_core():
     assert 0 < cpu_ms < 0.75 * wall_ms, (cpu_ms, wall_ms)    # about 0.5: the core was shared with the loop
 
 
+@pytest.mark.processes
 def test_each_interval_of_a_sustained_run_says_what_the_cpu_did():
     idle = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
                             stdout=subprocess.PIPE, text=True)

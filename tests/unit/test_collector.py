@@ -46,6 +46,7 @@ def _young_collections(mode: str, **env) -> tuple[int, int]:
     return collected, walked
 
 
+@pytest.mark.processes
 def test_tuned_processes_walk_a_fraction_of_the_young_objects_untuned_ones_walk():
     untuned, tuned = _young_collections("plain"), _young_collections("tuned")
     # Frees first take the young generation's count down to 0, then each burst's ~1,500 new
@@ -69,6 +70,7 @@ def _interpreter_default() -> int:
     return int(out.stdout)
 
 
+@pytest.mark.processes
 def test_only_ever_raises_the_threshold_of_an_enabled_collector():
     default = _interpreter_default()
     assert default < THRESHOLD
@@ -80,6 +82,7 @@ def test_only_ever_raises_the_threshold_of_an_enabled_collector():
     assert _tune_in_child("", WALKIT_TUNE_GC="0") == ["False", str(default), "True"]
 
 
+@pytest.mark.processes
 def test_the_older_generations_thresholds_are_kept():
     script = "import gc\nfrom walkit.collector import tune_gc\ngc.set_threshold(700, 3, 7)\ntune_gc()\nprint(*gc.get_threshold())"
     out = subprocess.run([sys.executable, "-c", script], env=_clean_env(), capture_output=True, text=True, check=True)

@@ -15,6 +15,8 @@ import pytest
 
 import walkit.core
 
+pytestmark = pytest.mark.processes          # every test here starts a process (tests/conftest.py tiers)
+
 FORBIDDEN = frozenset({"zmq", "capnp", "socket", "threading", "asyncio", "time", "random", "os",
                        "subprocess", "sqlite3", "kazoo"})
 CORE_DIR = Path(walkit.core.__file__).parent
