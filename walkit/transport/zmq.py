@@ -85,9 +85,7 @@ class ZmqTransport:
         self.context = context or zmq.Context.instance()
         self.connect_timeout_ms = connect_timeout_ms
         self.curve = curve
-        self.lookup = lookup
-        if server_key is None and lookup is not None:
-            server_key = lambda bookie: getattr(lookup(bookie), "public_key", None)  # noqa: E731
+        self.lookup = lookup              # (it gives the public key too: server_key is for callers without it)
         self.server_key = server_key
         self.refused: set[str] = set()
         self._resolver = None                        # a one-thread executor, started on first use
