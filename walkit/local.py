@@ -34,6 +34,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def stop_process(process: subprocess.Popen | None, timeout: float = 15.0) -> None:
+    """stop_process ends a child with SIGTERM, sends SIGKILL if it still runs after `timeout`
+    seconds, and reaps it. A process that already exited (or None) is left as it is."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def _port_free(port: int, host: str = "127.0.0.1") -> bool:
     """_port_free tells whether a listening socket could bind host:port now (nobody listens on it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -355,14 +368,7 @@ class LocalCluster:
 
     def stop_bookie(self, i: int, timeout: float = 10.0) -> None:
         """stop_bookie stops bookie `i` cleanly (SIGTERM: it deregisters at once)."""
-        process = self._bookies[i].process
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(self._bookies[i].process, timeout)
 
     def start_bookie(self, i: int) -> None:
         """start_bookie (re)starts bookie `i` on its port and data, and waits until it registered."""

@@ -7,6 +7,7 @@ import time
 
 import walkit.adapters.sqlite as sq
 from walkit.testing.memory import MemoryCluster
+from walkit.testing.processes import wait_until
 
 _names = itertools.count()
 
@@ -44,18 +45,6 @@ class Nodes:
 def memory_cluster(path) -> MemoryCluster:
     """memory_cluster is 4 in-process bookies; sessions expire after 1 s so failover is quick."""
     return MemoryCluster(f"sqlite://{path}/metadata.db?ttl=1", bookies=4, add_timeout=2.0, request_timeout=2.0)
-
-
-def wait_for(predicate, timeout: float = 30.0, message: str = "condition"):
-    """wait_for polls `predicate` until it is truthy and returns its value; AssertionError after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {timeout} s: {message}")
-        time.sleep(0.02)
 
 
 def log_records(conn) -> list[bytes]:

@@ -15,7 +15,7 @@ import pytest
 from walkit.local import LocalCluster
 
 from ..integration.helpers import wait_until
-from .kvprocess import KVProcess
+from tests.support.serverprocess import KVProcess
 
 pytestmark = pytest.mark.slow
 

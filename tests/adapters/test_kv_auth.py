@@ -22,7 +22,7 @@ from walkit.adapters.kv.auth import BadUsers, Users, load_users, parse_acl
 from tests.support.resp_fuzz import Error, RawConnection, command
 
 from ..integration.helpers import child_pids, wait_until
-from .kvprocess import KVProcess, require_redis_cli
+from tests.support.serverprocess import KVProcess, require_redis_cli
 
 NOAUTH = Error("NOAUTH Authentication required.")
 WRONGPASS = Error("WRONGPASS invalid username-password pair or user is disabled.")

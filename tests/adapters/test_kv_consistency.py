@@ -20,7 +20,7 @@ from walkit.local import LocalCluster
 from tests.support import pause
 
 from ..integration.helpers import wait_until
-from .kvprocess import KVProcess, redis
+from tests.support.serverprocess import KVProcess, redis
 
 pytestmark = pytest.mark.slow
 

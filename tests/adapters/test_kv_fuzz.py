@@ -24,7 +24,7 @@ import pytest
 
 from tests.support.resp_fuzz import Error, HostileRequests, Replies, command
 
-from .kvprocess import KVProcess
+from tests.support.serverprocess import KVProcess
 
 SEED = int(os.environ.get("WALKIT_FUZZ_SEED", "20261122"))
 REQUESTS = int(os.environ.get("WALKIT_KV_FUZZ_REQUESTS", "100000"))

@@ -21,7 +21,7 @@ from walkit.testing.proxy import TcpProxy
 
 from ..conftest import ZK_SESSION_S, fresh_root
 from ..integration.helpers import wait_until
-from .kvprocess import KVProcess, redis
+from tests.support.serverprocess import KVProcess, redis
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from walkit.local import LocalCluster
 from tests.support import pause
 
 from ..integration.helpers import wait_until
-from .kvprocess import KVProcess, redis, redis_cli
+from tests.support.serverprocess import KVProcess, redis, redis_cli
 
 pytestmark = pytest.mark.slow
 

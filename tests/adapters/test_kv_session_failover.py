@@ -15,7 +15,7 @@ import pytest
 from walkit.local import LocalCluster
 
 from ..integration.helpers import wait_until
-from .kvprocess import KVProcess, redis
+from tests.support.serverprocess import KVProcess, redis
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import pytest
 import walkit.adapters.sqlite as sq
 from walkit.local import LocalCluster
 
-from .sqlitehelpers import wait_for
+from walkit.testing.processes import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def test_the_replica_process_serves_metrics_health_and_readiness(tmp_path):
                 base = next(l for l in lines if l.startswith("metrics on")).split()[2].rsplit("/", 1)[0]
                 assert base.startswith("http://127.0.0.1:")
                 assert get(base + "/health") == (200, "replica of metered\n")
-                wait_for(lambda: get(base + "/ready")[0] == 200, 60, "the replica never became ready")
+                wait_until(lambda: get(base + "/ready")[0] == 200, 60, "the replica never became ready")
                 status, body = get(base + "/metrics")
                 assert status == 200 and "# TYPE" in body
                 assert get(base + "/nothing")[0] == 404

@@ -26,7 +26,7 @@ import walkit
 from walkit.local import LocalCluster
 from tests.support import pause
 
-from .sqlitehelpers import wait_for
+from walkit.testing.processes import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -66,11 +66,11 @@ class Bank:
 def open_bank(banks: list[Bank], transfers: int) -> tuple[Bank, Bank]:
     """open_bank opens the accounts through the elected leader, starts four transfer threads in
     each bank process and waits until the leader committed `transfers`; it returns (leader, other)."""
-    leader = wait_for(lambda: next((b for b in banks if b.ask("state")["is_leader"]), None), 60, "no leader")
+    leader = wait_until(lambda: next((b for b in banks if b.ask("state")["is_leader"]), None), 60, "no leader")
     assert leader.ask(f"init {ACCOUNTS} {BALANCE}")["initialized"]
     for bank in banks:
         bank.ask("load 4")
-    wait_for(lambda: len(leader.acked()) >= transfers, 120, "the transfers did not get going")
+    wait_until(lambda: len(leader.acked()) >= transfers, 120, "the transfers did not get going")
     return leader, next(b for b in banks if b is not leader)
 
 
@@ -96,12 +96,12 @@ def test_bank_survives_its_leaders_sigkill(tmp_path):
             leader, other = open_bank(banks, 150)
             middle = leader.ask("dump")                                   # the state at a position, mid-run
             assert middle["record"] == 0                                  # one transaction per log entry
-            wait_for(lambda: len(leader.acked()) >= 300, 120, "the transfers stalled")
+            wait_until(lambda: len(leader.acked()) >= 300, 120, "the transfers stalled")
             leader.process.send_signal(signal.SIGKILL)
             leader.process.wait(10)
             killed_acked = len(leader.acked())
-            wait_for(lambda: other.ask("state")["is_leader"], 60, "the follower was not promoted")
-            wait_for(lambda: len(other.acked()) >= 100, 120, "the promoted node did not take transfers")
+            wait_until(lambda: other.ask("state")["is_leader"], 60, "the follower was not promoted")
+            wait_until(lambda: len(other.acked()) >= 100, 120, "the promoted node did not take transfers")
             stopped = other.ask("stop")
             final = other.ask("dump")
 
@@ -113,7 +113,7 @@ def test_bank_survives_its_leaders_sigkill(tmp_path):
                   f"promoted one ({stopped['failed']} failed, {stopped['refused']} refused); {len(held)} in the database")
 
             rows = lambda path: sqlite3_cli(path, "SELECT ledger, entry FROM _walkit_position")  # noqa: E731
-            wait_for(lambda: [f"{r['ledger']}:{r['entry']}" for r in rows(replica_file)] == [final["position"]], 60,
+            wait_until(lambda: [f"{r['ledger']}:{r['entry']}" for r in rows(replica_file)] == [final["position"]], 60,
                      "the replica did not catch up")
             assert [[r["id"], r["balance"]] for r in sqlite3_cli(replica_file, "SELECT id, balance FROM accounts "
                                                                                "ORDER BY id")] == final["balances"]
@@ -167,14 +167,14 @@ def test_a_held_bookie_and_a_killed_leader_lose_no_committed_transfer(tmp_path):
             pause.stop(held, cluster.metadata_url)                    # never inside a write to the metadata file
             at_pause, paused = len(leader.acked()), time.monotonic()
             # The first entry for the held bookie waits the add timeout; then its writer replaces it.
-            wait_for(lambda: len(leader.acked()) >= at_pause + 100, 120,
+            wait_until(lambda: len(leader.acked()) >= at_pause + 100, 120,
                      "no transfers were committed after the bookie was held")
             print(f"\n{len(leader.acked()) - at_pause} transfers committed while the bookie was held, "
                   f"{time.monotonic() - paused:.1f} s after it was")
             leader.process.send_signal(signal.SIGKILL)
             leader.process.wait(10)
-            wait_for(lambda: other.ask("state")["is_leader"], 60, "the follower was not promoted")
-            wait_for(lambda: len(other.acked()) >= 100, 120, "the promoted node did not take transfers")
+            wait_until(lambda: other.ask("state")["is_leader"], 60, "the follower was not promoted")
+            wait_until(lambda: len(other.acked()) >= 100, 120, "the promoted node did not take transfers")
             os.kill(held, signal.SIGCONT)                                 # only now
             held = None
             other.ask("stop")

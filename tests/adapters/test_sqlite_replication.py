@@ -17,7 +17,8 @@ import pytest
 
 import walkit.adapters.sqlite as sq
 
-from .sqlitehelpers import Nodes, log_records, memory_cluster, unique, wait_for
+from .sqlitehelpers import Nodes, log_records, memory_cluster, unique
+from walkit.testing.processes import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +155,7 @@ def test_a_changeset_that_does_not_apply_stops_the_replica_naming_position_and_t
     tamper.close()
     with leader:
         leader.execute("UPDATE t SET n = 2 WHERE id = 1")
-    failed = wait_for(lambda: follower._database.machine.failed, 30, "the replica did not stop")
+    failed = wait_until(lambda: follower._database.machine.failed, 30, "the replica did not stop")
     assert failed.table == "t" and failed.position == leader.position
     assert str(leader.position) in str(failed) and "'t'" in str(failed)
     with pytest.raises(sq.ReplicaStopped):
@@ -167,7 +168,7 @@ def test_a_deposed_leader_fails_its_commit_and_rolls_back(nodes):
     leader.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, n)")
     leader.execute("INSERT INTO t VALUES (1, 1)")                              # open, not committed
     leader._database.node.step_down()
-    wait_for(lambda: follower.is_leader, 30, "the follower was not promoted")
+    wait_until(lambda: follower.is_leader, 30, "the follower was not promoted")
     with pytest.raises((sq.NotLeader, sq.CommitFailed)) as caught:
         leader.commit()
     assert caught.value.leader in (None, follower._database.node_id)

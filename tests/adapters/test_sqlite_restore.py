@@ -19,7 +19,8 @@ from walkit.replication.snapshots import list_snapshots, read_pointer
 import walkit.adapters.sqlite as sq
 from walkit.adapters.sqlite.restore import RestoreError
 
-from .sqlitehelpers import Nodes, memory_cluster, unique, wait_for
+from .sqlitehelpers import Nodes, memory_cluster, unique
+from walkit.testing.processes import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +70,8 @@ def test_a_new_node_starts_from_the_latest_snapshot_after_truncation(nodes):
     leader = nodes.connect(name, "n0", snapshot_every_records=5, roll_entries=4)
     history(leader, 23)
     client = leader._database.client
-    pointer = wait_for(lambda: read_pointer(client.store, name)[0], 30, "no snapshot was published")
-    wait_for(lambda: client.log_metadata(f"replicated-{name}").truncated_to >= 0, 30, "the log was not truncated")
+    pointer = wait_until(lambda: read_pointer(client.store, name)[0], 30, "no snapshot was published")
+    wait_until(lambda: client.log_metadata(f"replicated-{name}").truncated_to >= 0, 30, "the log was not truncated")
     late = nodes.connect(name, "late")
     late.read_barrier()
     assert late._database.node.snapshot_position is not None, "the new node did not load the snapshot"
@@ -82,7 +83,7 @@ def test_restore_to_positions_and_times_equals_the_leaders_state_then(nodes, tmp
     leader = nodes.connect(name, "n0", snapshot_every_records=4, retention_s=3600, roll_entries=3)
     seen = history(leader, 17)
     client = leader._database.client
-    wait_for(lambda: len(list_snapshots(client, name)) >= 2, 30, "snapshots were not kept for the window")
+    wait_until(lambda: len(list_snapshots(client, name)) >= 2, 30, "snapshots were not kept for the window")
     for i in (0, 5, 11, len(seen) - 1):
         position, _, expected = seen[i]
         out = str(tmp_path / f"at-{i}.db")

@@ -23,7 +23,7 @@ from kafka.errors import TransactionalIdAuthorizationFailedError
 from kafka.partitioner.default import murmur2
 
 from ..integration.helpers import wait_until
-from .topicsprocess import TopicsProcess, kcat
+from tests.support.serverprocess import TopicsProcess, kcat
 
 pytestmark = pytest.mark.slow
 
@@ -356,7 +356,7 @@ def test_fetch_long_polls_until_a_record_arrives(broker):
     import select
     import socket
     from kafka.protocol.consumer import FetchRequest, FetchResponse
-    from .topicsprocess import recv_exactly
+    from tests.support.serverprocess import recv_exactly
     create_topic(broker, "polled", 1)
 
     def fetch(sock, offset: int, max_wait_ms: int) -> None:

@@ -27,7 +27,7 @@ from walkit.local import LocalCluster
 from tests.support import pause
 
 from ..integration.helpers import wait_until
-from .topicsprocess import TopicsProcess
+from tests.support.serverprocess import TopicsProcess
 
 pytestmark = pytest.mark.slow
 

@@ -49,7 +49,7 @@ from walkit.adapters.topics.server import KafkaServer
 from walkit.plugins import open_metadata
 from tests.support.kafka_fuzz import KINDS, HostileClient, HostileRequests, KafkaWire, encode, framed, marker
 
-from .topicsprocess import TopicsProcess, api_versions
+from tests.support.serverprocess import TopicsProcess, api_versions
 
 SEED = int(os.environ.get("WALKIT_FUZZ_SEED", "20261122"))
 REQUESTS = int(os.environ.get("WALKIT_KAFKA_FUZZ_REQUESTS", "100000"))

@@ -22,7 +22,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from walkit.adapters.topics import errors
 
-from .topicsprocess import TopicsProcess, api_versions, kcat, recv_exactly
+from tests.support.serverprocess import TopicsProcess, api_versions, kcat, recv_exactly
 
 pytestmark = pytest.mark.slow
 

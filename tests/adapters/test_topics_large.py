@@ -26,7 +26,7 @@ from walkit.adapters.topics import errors
 from walkit.adapters.topics.catalog import MAX_MESSAGE_BYTES, Catalog, partition_log, partition_name
 from walkit.adapters.topics.ownership import election_key
 
-from .topicsprocess import TopicsProcess
+from tests.support.serverprocess import TopicsProcess
 
 pytestmark = pytest.mark.slow
 

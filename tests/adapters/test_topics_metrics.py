@@ -10,7 +10,7 @@ from kafka import KafkaProducer
 from walkit.local import free_port
 
 from ..integration.helpers import wait_until
-from .topicsprocess import TopicsProcess
+from tests.support.serverprocess import TopicsProcess
 
 pytestmark = pytest.mark.slow
 

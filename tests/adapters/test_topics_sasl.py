@@ -31,7 +31,7 @@ from walkit.adapters.topics.sasl import (
 )
 from tests.support.kafka_fuzz import HostileClient, HostileRequests, KafkaWire, encode, framed, plain_token
 
-from .topicsprocess import TopicsProcess, kcat
+from tests.support.serverprocess import TopicsProcess, kcat
 
 ALICE = ("alice", "alice:has a colon")
 BOB = ("bob", "bob-secret")

@@ -11,48 +11,12 @@ import zmq
 
 from walkit.core.messages import AddRequest, Entry, ReadLacRequest, ReadRequest
 from walkit.wire.codec import decode_responses, encode_requests
-from tests.support.pause import pid_state
+from walkit.testing.processes import child_pids, pid_alive, pid_state, wait_until  # noqa: F401 - re-exported
 
 T = TypeVar("T")
 
 #: A 32-byte master key for raw requests (bookies only compare keys, they never derive them).
 MASTER_KEY = b"k" * 32
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
-               message: str | Callable[[], str] = "") -> T:
-    """wait_until polls `predicate` until it returns something truthy, and returns that.
-
-    It raises AssertionError (with `message`, and the last exception the predicate raised, if
-    any) when `timeout` seconds pass first. The pause between polls only paces the loop; the
-    condition itself is what the caller waits for.
-    """
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            result = predicate()
-            if result:
-                return result
-            last_error = None
-        except Exception as exc:  # noqa: BLE001 - keep polling; report it if time runs out
-            last_error = exc
-        if time.monotonic() >= deadline:
-            text = message() if callable(message) else message
-            detail = f" (last error: {last_error!r})" if last_error is not None else ""
-            raise AssertionError(f"condition not met within {timeout:g} s: {text or predicate}{detail}")
-        time.sleep(interval)
-
-
-def pid_alive(pid: int) -> bool:
-    """pid_alive tells whether a process with this id exists (zombies count as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return pid_state(pid) != "Z"      # None (no /proc): os.kill said it exists
 
 
 class RawBookie:
@@ -135,18 +99,3 @@ class RawBookie:
     def read_lac(self, ledger_id: int, timeout: float = 5.0):
         return self.request(ReadLacRequest(txn=self.next_txn(), ledger_id=ledger_id), timeout)
 
-
-def child_pids(pid: int) -> list[int]:
-    """child_pids lists the live direct children of a process (Linux /proc)."""
-    children = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            children.append(int(name))
-    return children

@@ -25,7 +25,7 @@ import pytest
 
 import walkit
 from walkit.core.messages import ReadLacRequest, Status
-from walkit.local import LocalCluster, free_port
+from walkit.local import LocalCluster, free_port, stop_process
 from walkit.registry import BookieRegistry
 from walkit.transport.zmq import ZmqTransport
 from walkit.wire.codec import decode_responses, encode_requests
@@ -43,13 +43,7 @@ def start_bookie(cluster: LocalCluster, storage: str, listen: str, *extra: str) 
 
 
 def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop_process(process, 10)
     if process.stderr is not None:
         process.stderr.close()
 

@@ -10,7 +10,8 @@ from walkit.election import LeaderElection
 from walkit.errors import ConfigError, Timeout
 from walkit.spi import SessionState
 from walkit.testing.holders import Holder
-from walkit.testing.metadata import EXPIRY_MARGIN, StateLog, wait_until
+from walkit.testing.metadata import EXPIRY_MARGIN, StateLog
+from walkit.testing.processes import wait_until
 
 from .expiry import expire_session
 

@@ -23,7 +23,8 @@ from walkit.errors import ConfigError, MetadataError
 from walkit.plugins import open_metadata
 from walkit.plugins.metadata.credentials import Credentials, redact
 from walkit.plugins.metadata.session import parse_uri
-from walkit.testing.metadata import MetadataStoreConformance, Recorder, StoreFactory, wait_until
+from walkit.testing.metadata import MetadataStoreConformance, Recorder, StoreFactory
+from walkit.testing.processes import wait_until
 from walkit.testing.servers import SecuredEtcdServer, etcd_missing, with_user
 
 from tests.conftest import fresh_root

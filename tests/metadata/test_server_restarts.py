@@ -16,7 +16,8 @@ import pytest
 
 from walkit.errors import MetadataError, SessionLost
 from walkit.spi import SessionState
-from walkit.testing.metadata import Recorder, StateLog, StoreFactory, wait_until
+from walkit.testing.metadata import Recorder, StateLog, StoreFactory
+from walkit.testing.processes import wait_until
 from walkit.testing.servers import EtcdServer, ZooKeeperServer, etcd_missing, zookeeper_missing
 
 from .expiry import expire_session, owner_of

@@ -14,7 +14,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from walkit.local import free_port
+from walkit.local import free_port, stop_process
 
 BINARY = "prometheus"
 
@@ -84,13 +84,7 @@ class PrometheusServer:
 
     def close(self) -> None:
         """close stops the server and waits for it."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 20)
 
     def __enter__(self) -> "PrometheusServer":
         return self

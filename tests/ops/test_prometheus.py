@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.adapters.kvprocess import KVProcess
+from tests.support.serverprocess import KVProcess
 from tests.integration.helpers import wait_until
 from tests.ops.helpers import scrape
 from tests.ops.prometheus_server import PrometheusServer, prometheus_missing

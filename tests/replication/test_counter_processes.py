@@ -21,7 +21,8 @@ import urllib.request
 
 import pytest
 
-from walkit.local import LocalCluster
+from walkit.local import LocalCluster, stop_process
+from walkit.testing.processes import wait_until
 from tests.support import counter_node
 
 pytestmark = pytest.mark.slow
@@ -60,24 +61,7 @@ class Node:
         self.process.wait(10)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-
-
-def wait_for(predicate, timeout: float, message: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {timeout} s: {message}")
-        time.sleep(0.02)
+        stop_process(self.process, 10)
 
 
 def test_leader_killed_under_load_loses_no_acknowledged_increment(tmp_path):
@@ -96,7 +80,7 @@ def test_leader_killed_under_load_loses_no_acknowledged_increment(tmp_path):
                         continue
                 return None
 
-            first = wait_for(leader, 30, "no leader was elected")
+            first = wait_until(leader, 30, "no leader was elected")
             acked: list[str] = []
             refused: list[str] = []            # NotLeader: never appended
             lock = threading.Lock()
@@ -127,12 +111,12 @@ def test_leader_killed_under_load_loses_no_acknowledged_increment(tmp_path):
             threads = [threading.Thread(target=load, args=(k,), daemon=True) for k in range(4)]
             for thread in threads:
                 thread.start()
-            wait_for(lambda: len(acked) >= 200, 60, "the load did not get going")
+            wait_until(lambda: len(acked) >= 200, 60, "the load did not get going")
             killed_at.append(time.monotonic())
             first.kill()
             live.remove(first)
-            wait_for(lambda: resumed_at, 30, "no other node took over")
-            wait_for(lambda: len(acked) >= 400, 60, "the load did not resume")
+            wait_until(lambda: resumed_at, 30, "no other node took over")
+            wait_until(lambda: len(acked) >= 400, 60, "the load did not resume")
             stop.set()
             for thread in threads:
                 thread.join(30)

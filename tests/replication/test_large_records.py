@@ -23,7 +23,8 @@ from walkit.replication import batch
 from walkit.testing.memory import MemoryCluster
 
 from .machines import Counter
-from .test_node import leader_of, same_history, wait_for
+from .test_node import leader_of, same_history
+from walkit.testing.processes import wait_until
 
 HUNDRED_MIB = 100 * 1024 * 1024
 
@@ -75,7 +76,7 @@ def test_a_100_mib_submit_is_refused_at_once_and_the_leader_keeps_leading(nodes)
     assert leadership(leader) == before
     for follower in (n for n in group if n is not leader):
         assert follower.machine.value == 3
-        assert wait_for(lambda f=follower: f.leader) == leader.node_id
+        assert wait_until(lambda f=follower: f.leader) == leader.node_id
 
 
 def test_a_follower_refuses_an_oversized_record_as_too_large_not_as_not_leader(nodes):
@@ -107,7 +108,7 @@ def test_a_record_of_the_default_limit_fits_a_bookie_frame_and_reaches_every_nod
     assert leader.submit(record, timeout=120) == 5
     assert leader.submit(b"small:1") == 6
     for node in group:
-        wait_for(lambda node=node: node.machine.value == 6, timeout=120, message=f"{node.node_id} applies both")
+        wait_until(lambda node=node: node.machine.value == 6, timeout=120, message=f"{node.node_id} applies both")
     assert leader.is_leader
 
 

@@ -19,7 +19,7 @@ import walkit
 from walkit.local import LocalCluster
 from walkit.replication.snapshots import SPOOL_BYTES
 
-from .test_counter_processes import wait_for
+from walkit.testing.processes import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def test_a_300_mib_snapshot_is_restored_by_a_new_node_holding_a_bounded_part_of_
         late = None
         try:
             leader.wait_ready(60)
-            wait_for(lambda: leader.is_leader, 60, "the only node never led")
+            wait_until(lambda: leader.is_leader, 60, "the only node never led")
             for delta in (3, 4, 5):
                 leader.submit(b"%d" % delta, timeout=30)
             pointer = leader.snapshot_now(timeout=600)

@@ -14,31 +14,21 @@ import walkit
 from walkit.errors import ConfigError, NotLeader
 from walkit.core.messages import AddRequest, AddResponse
 from walkit.replication import batch
+from walkit.testing.processes import wait_until
 from walkit.wire.codec import decode_requests, decode_responses
 
 from .machines import Counter
 
 
-def wait_for(predicate, timeout: float = 20.0, message: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {timeout} s: {message or predicate}")
-        time.sleep(0.01)
-
-
 def leader_of(nodes):
-    return wait_for(lambda: next((n for n in nodes if n.is_leader), None), message="no leader")
+    return wait_until(lambda: next((n for n in nodes if n.is_leader), None), message="no leader")
 
 
 def same_history(nodes) -> list:
     """same_history checks that every node applied the same records in the same order, and returns it."""
     target = max(n.applied for n in nodes if n.applied is not None)
     for node in nodes:
-        wait_for(lambda node=node: node.applied is not None and node.applied >= target, message=f"{node.node_id} lags")
+        wait_until(lambda node=node: node.applied is not None and node.applied >= target, message=f"{node.node_id} lags")
     logs = [n.machine.log for n in nodes]
     assert all(log == logs[0] for log in logs), "nodes applied different histories"
     ids = [i for _, i in logs[0]]
@@ -60,7 +50,7 @@ def test_one_leader_applies_submissions_and_followers_follow_in_the_same_order(n
         assert follower.machine.value == 55
         with pytest.raises(NotLeader) as refused:
             follower.submit(b"x:1")
-        assert wait_for(lambda f=follower: f.leader) == leader.node_id
+        assert wait_until(lambda f=follower: f.leader) == leader.node_id
         assert refused.value.leader in (None, leader.node_id)
 
 
@@ -110,7 +100,7 @@ def test_a_node_that_was_away_while_two_snapshots_truncated_the_log_starts_from_
     (late,) = nodes(1)                                     # a new node: the log's start is gone
     late.wait_ready(20)
     assert late.snapshot_position == pointer.position      # it began from the latest snapshot
-    assert wait_for(lambda: late.machine.value == 27)
+    assert wait_until(lambda: late.machine.value == 27)
     assert [i for _, i in late.machine.log] == [i for _, i in leader.machine.log]
 
 
@@ -147,7 +137,7 @@ def test_a_leader_whose_machine_heard_nothing_past_its_lease_does_not_claim_it(n
     leader._loop.call(lambda: (stalled.set(), release.wait(10)))
     try:
         assert stalled.wait(10)
-        assert wait_for(lambda: not leader.lease_valid, timeout=5)
+        assert wait_until(lambda: not leader.lease_valid, timeout=5)
     finally:
         release.set()
 
@@ -225,7 +215,7 @@ def test_campaign_when_holds_a_node_back_until_it_may_lead(nodes):
     free.submit(b"one:1")
     before = asked.count("node0")
     free.close()                                           # resigns: the watch wakes node0, which may not lead
-    assert wait_for(lambda: asked.count("node0") > before, message="node0 asked again after the resignation")
+    assert wait_until(lambda: asked.count("node0") > before, message="node0 asked again after the resignation")
     assert not held.is_leader and held.role == "FOLLOWING"
     allowed["node0"] = True
     assert leader_of([held]) is held
@@ -249,7 +239,7 @@ def test_keep_log_from_limits_how_far_a_snapshot_truncates_the_log(cluster, node
     ledgers = cluster.client().log_metadata("replicated-counter").ledger_ids
     assert ledgers[0] == positions[4].ledger_id > first     # truncated up to the position kept, not the snapshot
     (late,) = nodes(1)
-    assert wait_for(lambda: late.machine.value == 11)
+    assert wait_until(lambda: late.machine.value == 11)
 
 
 def test_roll_age_s_rolls_the_log_by_age(cluster, nodes):
@@ -326,7 +316,7 @@ class HeldAcks:
 
     def appended(self, count: int) -> list[list[bytes]]:
         """appended waits until `count` entries were sent and returns their records."""
-        wait_for(lambda: len(self.sent) >= count, message=f"{count} entries were never appended")
+        wait_until(lambda: len(self.sent) >= count, message=f"{count} entries were never appended")
         return [records for _, records in self.sent]
 
 
@@ -357,7 +347,7 @@ def test_a_lingering_batch_leaves_when_linger_ms_is_up(nodes, cluster):
     b, c = leader.submit_async(b"b:1"), leader.submit_async(b"c:1")
     released = time.monotonic()
     held.release()                                          # waits for a third record that never comes
-    wait_for(lambda: len(held.sent) == 2, message="the lingering batch was never appended")
+    wait_until(lambda: len(held.sent) == 2, message="the lingering batch was never appended")
     when, records = held.sent[1]
     assert records == [b"b:1", b"c:1"]
     assert when - released >= 0.3
@@ -392,7 +382,7 @@ def test_a_lingering_batch_fails_with_not_leader_at_a_step_down_and_is_never_app
     assert time.monotonic() - stepped_down < 30             # told at the step-down, not when linger_ms ran out
     assert [records for _, records in held.sent] == [[b"a:1"]]
     held.stop()
-    wait_for(lambda: leader.is_leader, timeout=30, message="the node did not lead again")
+    wait_until(lambda: leader.is_leader, timeout=30, message="the node did not lead again")
     assert leader.submit(b"d:1") == 2                       # b and c were never applied
 
 
@@ -491,7 +481,7 @@ def test_an_entry_that_does_not_decode_makes_the_node_unhealthy_and_it_says_why_
     with cluster.client().open_log("replicated-garbled") as log:      # fences the old leader's ledger
         log.append(b"\xffnot an entry walkit.replicate wrote")
     (node,) = nodes(1, name="garbled")
-    wait_for(lambda: not node.health[0], message="the node noticed the entry")
+    wait_until(lambda: not node.health[0], message="the node noticed the entry")
     healthy, why = node.health
     assert "decode" in why or "entry" in why, why
     status = node.status
@@ -510,12 +500,12 @@ def test_a_follower_that_cannot_read_the_log_reports_the_trouble_until_it_can(cl
     leader = leader_of(group)
     follower = next(n for n in group if n is not leader)
     leader.submit(b"a:1")
-    wait_for(lambda: follower.machine.value == 1)
+    wait_until(lambda: follower.machine.value == 1)
     assert follower.trouble is None
     for i in range(len(cluster.addresses)):
         cluster.kill(i)
     try:
-        wait_for(lambda: follower.trouble is not None, message="the follower noticed it cannot read the log")
+        wait_until(lambda: follower.trouble is not None, message="the follower noticed it cannot read the log")
         assert follower.trouble.startswith("cannot read the log"), follower.trouble
         assert follower.health == (True, "ok")       # it retries on its own: healthy, but it says what is wrong
         assert follower.status["trouble"] == follower.trouble
@@ -523,12 +513,12 @@ def test_a_follower_that_cannot_read_the_log_reports_the_trouble_until_it_can(cl
     finally:
         for i in range(len(cluster.addresses)):
             cluster.revive(i)
-    wait_for(lambda: follower.trouble is None, message="the trouble is over once the bookies are back")
+    wait_until(lambda: follower.trouble is None, message="the trouble is over once the bookies are back")
     assert follower.troubles >= 1
     assert scrape_replicas()[("walkit_replicate_troubles_total", "counter", follower.node_id)] >= 1
     leader = leader_of(group)
     leader.submit(b"b:1")
-    wait_for(lambda: all(n.machine.value == 2 for n in group))
+    wait_until(lambda: all(n.machine.value == 2 for n in group))
 
 
 def test_submit_with_timeout_zero_does_not_wait(cluster, nodes):
@@ -543,7 +533,7 @@ def test_submit_with_timeout_zero_does_not_wait(cluster, nodes):
         held.appended(1)
     finally:
         held.stop()
-    wait_for(lambda: leader.machine.value == 1)       # not waited for, but not dropped either
+    wait_until(lambda: leader.machine.value == 1)       # not waited for, but not dropped either
 
 
 def test_a_snapshot_reads_the_metadata_of_its_own_snapshot_ledgers_not_the_clusters(cluster, nodes):

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from ..adapters.topicsprocess import TopicsProcess
+from tests.support.serverprocess import TopicsProcess
 
 
 def java17_home() -> str | None:

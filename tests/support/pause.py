@@ -21,19 +21,10 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from walkit.testing.metadata import wait_until
+from walkit.testing.processes import pid_state, wait_until
 
 #: The bytes of a WAL-mode sqlite file's -shm that its writers lock: write, checkpoint, recovery.
 _WAL_WRITER_LOCKS = range(120, 123)
-
-
-def pid_state(pid: int) -> str | None:
-    """pid_state is a process's state letter from /proc (R, S, T for stopped, Z, ...); None without it."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
 
 
 def sqlite_writer(db_path: str) -> set[int]:

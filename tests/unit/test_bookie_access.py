@@ -10,7 +10,7 @@ from walkit import security
 from walkit.bookie.access import ALLOW, DENY, NO_LEDGER, UNREADABLE, LedgerAccess
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.plugins import open_metadata
-from walkit.testing.metadata import wait_until
+from walkit.testing.processes import wait_until
 
 ALICE = "a1" * 32
 MALLORY = "b2" * 32

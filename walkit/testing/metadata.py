@@ -41,21 +41,10 @@ from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, No
 from walkit.plugins import open_metadata
 from walkit.spi import MetadataStore, SessionState
 from walkit.testing.holders import Holder
+from walkit.testing.processes import wait_until
 
 #: Slack, in seconds, on top of a backend's `expiry` for a dead process's keys to vanish.
 EXPIRY_MARGIN = 5.0
-
-
-def wait_until(condition: Callable[[], object], timeout: float, what: str):
-    """wait_until polls `condition` until it returns something true (returned), or fails after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s")
-        time.sleep(0.02)
 
 
 def absent(store, key: str) -> bool:

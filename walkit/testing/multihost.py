@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 
+from walkit.local import stop_process
 from walkit.testing.network import Host, Network
 from walkit.testing.servers import JAVA_BINARY, ZOOKEEPER_JAR, zookeeper_missing
 
@@ -79,13 +80,7 @@ class Service:
 
     def stop(self, timeout: float = 15.0) -> None:
         """stop ends the process with SIGTERM (SIGKILL after `timeout`)."""
-        if self.running():
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout)
 
     def kill(self) -> None:
         """kill ends the process with SIGKILL."""

@@ -48,6 +48,7 @@ import time
 from dataclasses import dataclass, field
 
 from walkit.errors import WalkitError
+from walkit.testing.processes import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def sweep_stale() -> list[str]:
     swept = []
     for name in namespaces():
         match = STALE_NAME.match(name)
-        if match is None or _pid_alive(int(match.group(1))):
+        if match is None or pid_alive(int(match.group(1))):
             continue
         try:
             _kill_namespace_processes(name)
@@ -304,16 +305,6 @@ def _kill_namespace_processes(namespace: str) -> None:
             os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _default_prefix() -> str:

@@ -35,6 +35,8 @@ import urllib.request
 import weakref
 from urllib.parse import quote
 
+from walkit.local import stop_process
+
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 ETCD_BINARY = "/usr/bin/etcd"
@@ -180,13 +182,7 @@ class _ServerProcess:
         """stop ends the process with SIGTERM (SIGKILL if it lingers) and waits for it."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout)
         _running.discard(self)
 
     def kill(self) -> None:
