@@ -1,6 +1,6 @@
 """walkit.replicate's machine (walkit.core.replica) under seeded faults, and the rules its checker catches broken.
 
-`--replica-seeds N` runs N random seeds (CI: 2,000); `pytest tests/sim --seed N` replays one.
+`--replica-seeds N` runs N random seeds (CI: 1,000 of the hard draw, docs/internals/testing.md#hard-seeds); `pytest tests/sim --seed N` replays one.
 Each run checks, after every event, that every node applies the same entries in log order, no
 client session's submit twice, that every read reflects every submit acknowledged before it,
 that each ledger has one writer, and that snapshots equal the log's replay (see
@@ -16,8 +16,8 @@ from walkit.testing.sim import InvariantViolation
 from walkit.testing.sim.replica import ReplicaSimConfig, ReplicaSimulation, partitioned_leader
 
 
-def test_replica_invariants_hold_under_faults(replica_seed: int) -> None:
-    summary = ReplicaSimulation(replica_seed).run()
+def test_replica_invariants_hold_under_faults(replica_seed: int, hard: bool) -> None:
+    summary = ReplicaSimulation(replica_seed, hard=hard).run()
     assert summary["epochs"] >= 1 and summary["applied"] is not None
 
 

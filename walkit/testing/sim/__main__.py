@@ -1,9 +1,10 @@
-"""python -m walkit.testing.sim --seed N [--log | --unbounded] [--trace]: replay one simulator run.
+"""python -m walkit.testing.sim --seed N [--log | --unbounded | --replica] [--hard] [--trace]: replay one simulator run.
 
 Runs the ledger scenario (the log scenario with --log, the unbounded-ledger battle with
---unbounded) for seed N and prints its summary, or
-the violated invariant with the trace that led to it. `--seeds N` runs seeds 0..N-1 and reports
-the first failure and the rate.
+--unbounded, walkit.replicate nodes with --replica) for seed N and prints its summary, or the
+violated invariant with the trace that led to it. `--hard` draws the seed's configuration from the
+hostile end of every range, as CI's runs do (tests/sim, `--sim-draw hard`). `--seeds N` runs seeds
+0..N-1 and reports the first failure and the rate.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import sys
 import time
 
-from walkit.testing.sim import InvariantViolation, LogSimulation, Simulation, UnboundedSimulation
+from walkit.testing.sim import InvariantViolation, LogSimulation, ReplicaSimulation, Simulation, UnboundedSimulation
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,13 +22,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=0, help="run seeds 0..N-1")
     parser.add_argument("--log", action="store_true", help="the log scenario (default: the ledger scenario)")
     parser.add_argument("--unbounded", action="store_true", help="writers battling for an unbounded ledger")
+    parser.add_argument("--replica", action="store_true", help="walkit.replicate nodes under faults")
+    parser.add_argument("--hard", action="store_true", help="draw from the hostile end of every range (CI's draw)")
     parser.add_argument("--trace", action="store_true", help="print the trace of a passing run too")
     args = parser.parse_args(argv)
-    scenario = UnboundedSimulation if args.unbounded else LogSimulation if args.log else Simulation
+    scenario = (UnboundedSimulation if args.unbounded else LogSimulation if args.log
+                else ReplicaSimulation if args.replica else Simulation)
     seeds = [args.seed] if args.seed is not None else range(args.seeds)
     started = time.monotonic()
     for seed in seeds:
-        sim = scenario(seed)
+        sim = scenario(seed, hard=args.hard)
         try:
             summary = sim.run()
         except InvariantViolation as violation:

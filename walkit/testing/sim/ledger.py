@@ -92,8 +92,11 @@ class SimConfig:
     read_bytes: int = 0              # every bookie's bound on a read answer (0: drawn per seed, world.ReadBounds)
 
     @classmethod
-    def random(cls, rng: random.Random) -> "SimConfig":
-        """random picks a quorum shape and fault rates from `rng`."""
+    def random(cls, rng: random.Random, hard: bool = False) -> "SimConfig":
+        """random picks a quorum shape and fault rates from `rng`; `hard` draws only from the
+        hostile end of each range (every run has faults of every kind; see HARD in the docs)."""
+        if hard:
+            return cls._hard(rng)
         e, qw, qa = rng.choice(SHAPES)
         spare = rng.randint(1, 2)
         lost = 1 if qa >= 2 and spare >= 1 and rng.random() < 0.2 else 0
@@ -108,6 +111,26 @@ class SimConfig:
         if not config.guaranteed_write_quorum and rng.random() < 0.2:     # drawn last: older seeds keep their runs
             config = replace(config, deferred_sync=True, forces=rng.randint(0, 4))
         if qa >= 2 and not lost and rng.random() < 0.3:
+            config = replace(config, wiped_bookies=1)
+        return config
+
+    @classmethod
+    def _hard(cls, rng: random.Random) -> "SimConfig":
+        e, qw, qa = rng.choice(SHAPES)
+        spare = rng.randint(1, 2)
+        lost = 1 if qa >= 2 and rng.random() < 0.3 else 0
+        config = cls(bookies=e + spare, ensemble=e, write_quorum=qw, ack_quorum=qa,
+                     entries=rng.randint(15, 40), drop_rate=rng.choice([0.01, 0.05, 0.1]),
+                     duplicate_rate=0.02, max_delay_ms=rng.choice([12, 30]),
+                     metadata_fault_rate=rng.choice([0.0, 0.05, 0.15]), session_losses=rng.choice([0, 1, 2]),
+                     bookie_crashes=rng.randint(1, 3), lost_bookies=lost, writer_crash_rate=rng.choice([0.4, 0.8]),
+                     writer_close_rate=rng.choice([0.2, 0.5]), recoverers=rng.randint(2, 3),
+                     recoverer_crash_rate=rng.choice([0.0, 0.3]), lac_readers=rng.randint(1, 3),
+                     guaranteed_write_quorum=rng.random() < 0.33, read_bytes=rng.choice([0, 0, 1, 60]),
+                     max_bytes_in_flight=rng.choice([DEFAULT_MAX_BYTES_IN_FLIGHT, 1, 8]))
+        if not config.guaranteed_write_quorum and rng.random() < 0.3:
+            config = replace(config, deferred_sync=True, forces=rng.randint(1, 4))
+        if qa >= 2 and not lost and rng.random() < 0.5:
             config = replace(config, wiped_bookies=1)
         return config
 
@@ -130,10 +153,10 @@ class Simulation(Scenario):
     """
 
     def __init__(self, seed: int, config: SimConfig | None = None, recovery_cls=LedgerRecovery,
-                 writer_cls=LedgerWriter) -> None:
+                 writer_cls=LedgerWriter, hard: bool = False) -> None:
         self.seed = seed
         config_rng = random.Random(seed)
-        self.config = cfg = config or SimConfig.random(config_rng)
+        self.config = cfg = config or SimConfig.random(config_rng, hard)
         self.recovery_cls = recovery_cls
         self.world = world = World(
             seed, bookies=cfg.bookies, drop_rate=cfg.drop_rate, duplicate_rate=cfg.duplicate_rate,

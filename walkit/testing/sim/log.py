@@ -91,8 +91,11 @@ class LogSimConfig:
     max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT   # small: appends queue in the writers (backpressure)
 
     @classmethod
-    def random(cls, rng: random.Random) -> "LogSimConfig":
-        """random picks a quorum shape, a roll size and fault rates from `rng`."""
+    def random(cls, rng: random.Random, hard: bool = False) -> "LogSimConfig":
+        """random picks a quorum shape, a roll size and fault rates from `rng`; `hard` draws only
+        from the hostile end of each range."""
+        if hard:
+            return cls._hard(rng)
         e, qw, qa = rng.choice(SHAPES)
         spare = rng.randint(1, 2)
         config = cls(bookies=e + spare, ensemble=e, write_quorum=qw, ack_quorum=qa,
@@ -107,6 +110,25 @@ class LogSimConfig:
                    follower_crash_rate=rng.choice([0.0, 0.3]),
                    max_bytes_in_flight=rng.choice([DEFAULT_MAX_BYTES_IN_FLIGHT] * 2 + [1, 10]))
         if qa >= 2 and not config.lost_bookies and rng.random() < 0.3:     # drawn last: older seeds keep their runs
+            config = replace(config, wiped_bookies=1)
+        return config
+
+    @classmethod
+    def _hard(cls, rng: random.Random) -> "LogSimConfig":
+        e, qw, qa = rng.choice(SHAPES)
+        spare = rng.randint(1, 2)
+        config = cls(bookies=e + spare, ensemble=e, write_quorum=qw, ack_quorum=qa,
+                     roll_entries=rng.choice([1, 2, 3]), retention_age_s=rng.choice([0.0, 0.3]),
+                     writers=rng.randint(2, 4), appends=rng.randint(8, 14), append_gap_ms=rng.choice([3, 15]),
+                     rolls=rng.randint(1, 2), truncations=rng.randint(0, 1), followers=rng.randint(1, 2),
+                     drop_rate=rng.choice([0.01, 0.04]), duplicate_rate=0.02,
+                     max_delay_ms=rng.choice([10, 25]), metadata_fault_rate=rng.choice([0.0, 0.05, 0.15]),
+                     session_losses=rng.randint(0, 2), bookie_crashes=rng.randint(1, 3),
+                     lost_bookies=1 if qa >= 2 and rng.random() < 0.3 else 0,
+                     writer_crash_rate=rng.choice([0.0, 0.3, 0.6]), failpoint_crash_rate=rng.choice([0.0, 0.3]),
+                     follower_crash_rate=rng.choice([0.0, 0.3]),
+                     max_bytes_in_flight=rng.choice([DEFAULT_MAX_BYTES_IN_FLIGHT, 1, 10]))
+        if qa >= 2 and not config.lost_bookies and rng.random() < 0.5:
             config = replace(config, wiped_bookies=1)
         return config
 
@@ -160,9 +182,9 @@ class LogSimulation(Scenario):
     `writer_cls` lets a test substitute a deliberately broken LogMachine.
     """
 
-    def __init__(self, seed: int, config: LogSimConfig | None = None, writer_cls=LogMachine) -> None:
+    def __init__(self, seed: int, config: LogSimConfig | None = None, writer_cls=LogMachine, hard: bool = False) -> None:
         self.seed = seed
-        self.config = cfg = config or LogSimConfig.random(random.Random(seed))
+        self.config = cfg = config or LogSimConfig.random(random.Random(seed), hard)
         self.writer_cls = writer_cls
         self.world = world = World(
             seed, bookies=cfg.bookies, drop_rate=cfg.drop_rate, duplicate_rate=cfg.duplicate_rate,

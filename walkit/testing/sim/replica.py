@@ -91,9 +91,20 @@ class ReplicaSimConfig:
     tail_poll_ms: int = 300           # the follower's long poll (watches of the log cut it short)
 
     @classmethod
-    def random(cls, rng: random.Random) -> "ReplicaSimConfig":
-        """random draws a configuration from `rng`."""
+    def random(cls, rng: random.Random, hard: bool = False) -> "ReplicaSimConfig":
+        """random draws a configuration from `rng`; `hard` draws only from the hostile end of each range."""
         e, qw, qa = rng.choice([(3, 2, 2), (3, 3, 2), (2, 2, 2), (3, 2, 1)])
+        if hard:
+            return cls(bookies=e + rng.randint(0, 2), ensemble=e, write_quorum=qw, ack_quorum=qa,
+                       nodes=3, clients=rng.randint(2, 3), submits=rng.randint(5, 8),
+                       reads=rng.randint(4, 8), drop_rate=rng.choice([0.01, 0.03]),
+                       duplicate_rate=0.02, max_delay_ms=rng.choice([8, 20]),
+                       metadata_fault_rate=rng.choice([0.0, 0.05]), bookie_crashes=rng.randint(1, 2),
+                       node_crashes=rng.randint(1, 2), metadata_cuts=rng.randint(1, 2), bookie_cuts=rng.randint(0, 1),
+                       session_blips=rng.randint(1, 2), session_timeout_ms=rng.choice([200, 400]),
+                       lease_ms=rng.choice([60, 150]), max_clock_drift=rng.choice([0.05, 0.2]),
+                       roll_entries=rng.choice([2, 4]), snapshot_rate=rng.choice([0.05, 0.3]),
+                       linger_ms=rng.choice([0, 5]), tail_poll_ms=rng.choice([100, 500, 3000]))
         return cls(bookies=e + rng.randint(0, 2), ensemble=e, write_quorum=qw, ack_quorum=qa,
                    nodes=rng.randint(2, 3), clients=rng.randint(1, 3), submits=rng.randint(2, 8),
                    reads=rng.randint(0, 8), drop_rate=rng.choice([0.0, 0.01, 0.03]),
@@ -156,9 +167,10 @@ class ReplicaSimulation(Scenario):
     `machine_cls` lets a test substitute a deliberately broken ReplicaMachine.
     """
 
-    def __init__(self, seed: int, config: ReplicaSimConfig | None = None, machine_cls=ReplicaMachine) -> None:
+    def __init__(self, seed: int, config: ReplicaSimConfig | None = None, machine_cls=ReplicaMachine,
+                 hard: bool = False) -> None:
         self.seed = seed
-        self.config = cfg = config or ReplicaSimConfig.random(random.Random(seed))
+        self.config = cfg = config or ReplicaSimConfig.random(random.Random(seed), hard)
         self.machine_cls = machine_cls
         self.world = world = World(
             seed, bookies=cfg.bookies, drop_rate=cfg.drop_rate, duplicate_rate=cfg.duplicate_rate,

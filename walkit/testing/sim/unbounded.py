@@ -96,9 +96,17 @@ class UnboundedSimConfig:
     gc_period_ms: int = 0            # how often bookies drop entries below the first one (0: never)
 
     @classmethod
-    def random(cls, rng: random.Random) -> "UnboundedSimConfig":
+    def random(cls, rng: random.Random, hard: bool = False) -> "UnboundedSimConfig":
+        """random picks a quorum shape and fault rates from `rng`; `hard` draws only from the
+        hostile end of each range."""
         e, qw, qa = rng.choice(SHAPES)
         spare = rng.randint(1, 2)
+        if hard:
+            return cls(bookies=e + spare, ensemble=e, write_quorum=qw, ack_quorum=qa, appends=rng.randint(20, 40),
+                       takeovers=rng.randint(2, 4), drop_rate=rng.choice([0.01, 0.05]), duplicate_rate=0.02,
+                       max_delay_ms=rng.choice([12, 30]), metadata_fault_rate=rng.choice([0.0, 0.05]),
+                       bookie_crashes=rng.randint(1, 3), lost_bookies=1 if qa >= 2 and rng.random() < 0.3 else 0,
+                       writer_crash_rate=rng.choice([0.3, 0.6]))
         lost = 1 if qa >= 2 and rng.random() < 0.2 else 0
         return cls(bookies=e + spare, ensemble=e, write_quorum=qw, ack_quorum=qa, appends=rng.randint(8, 40),
                    takeovers=rng.randint(1, 4), drop_rate=rng.choice([0.0, 0.01, 0.05]),
@@ -106,9 +114,10 @@ class UnboundedSimConfig:
                    metadata_fault_rate=rng.choice([0.0, 0.0, 0.05]), bookie_crashes=rng.randint(0, 3),
                    lost_bookies=lost, writer_crash_rate=rng.choice([0.0, 0.3, 0.6]))
 
-    def rotating(self, rng: random.Random) -> "UnboundedSimConfig":
-        """rotating adds fragment limits, truncations and garbage collection in half the draws of `rng`."""
-        if rng.random() < 0.5:
+    def rotating(self, rng: random.Random, hard: bool = False) -> "UnboundedSimConfig":
+        """rotating adds fragment limits, truncations and garbage collection in half the draws of
+        `rng` (in every draw when `hard`)."""
+        if rng.random() < 0.5 and not hard:
             return self
         entries = rng.choice([0, 2, 3, 5, 8])
         size, age = rng.choice([0, 0, 12, 40]), rng.choice([0, 0, 150, 400])       # payloads are ~4 bytes
@@ -152,10 +161,10 @@ class UnboundedSimulation(Scenario):
     TRIM_UP_TO_LAST_FRAGMENT = True
 
     def __init__(self, seed: int, config: UnboundedSimConfig | None = None, recovery_cls=LedgerRecovery,
-                 ensemble: tuple[str, ...] | None = None, writer_cls=LedgerWriter) -> None:
+                 ensemble: tuple[str, ...] | None = None, writer_cls=LedgerWriter, hard: bool = False) -> None:
         self.seed = seed
         rotation_rng = random.Random(seed ^ _ROTATION_SALT)
-        self.config = cfg = config or UnboundedSimConfig.random(random.Random(seed)).rotating(rotation_rng)
+        self.config = cfg = config or UnboundedSimConfig.random(random.Random(seed), hard).rotating(rotation_rng, hard)
         self._rotation_rng = rotation_rng          # truncation times and points, GC delays
         self.recovery_cls = recovery_cls
         self.writer_cls = writer_cls
