@@ -34,8 +34,8 @@ def pytest_addoption(parser) -> None:
     parser.addoption("--nemesis-seed", type=int, default=None, help="replay only this nemesis seed (tests/network)")
     parser.addoption("--nemesis-seconds", type=float, default=30.0,
                      help="seconds of faults per nemesis run (tests/network; default 30)")
-    parser.addoption("--unbounded-seeds", type=int, default=5000,
-                     help="number of random seeds of writers battling for an unbounded ledger (default 5000)")
+    parser.addoption("--unbounded-seeds", type=int, default=2000,
+                     help="number of random seeds of writers battling for an unbounded ledger (default 2000)")
 
 
 #: Tests of one file run on one xdist worker (their module fixtures start once); files of more

@@ -4,7 +4,7 @@ log-divergence counterexample (docs/internals/protocol.md#log-divergence) script
 The scripted run is Vanlightly's log-divergence counterexample (walkit.testing.sim.unbounded
 `seed_001_counterexample`): without the truncating no-op that ends a new term's recovery the
 checker reports divergence; with it the same script ends with the ledger read back intact.
-Then `--unbounded-seeds` (5,000 in CI) random battles of writers taking the ledger from each
+Then `--unbounded-seeds` (2,000 hard ones in CI) random battles of writers taking the ledger from each
 other under faults, each checked after every step (NoLogDivergence, NoDirtyReads, Tail
 fragments and closed ledgers at Qw, every acknowledged entry read back once, in order). In half
 of them the writers rotate fragments, a client truncates the ledger and the bookies drop the
@@ -17,8 +17,9 @@ import pytest
 
 from walkit.core.messages import NOOP_PAYLOAD
 from walkit.core.recovery import LedgerRecovery
+from walkit.core.writer import LedgerWriter
 from walkit.testing.sim import InvariantViolation
-from walkit.testing.sim.unbounded import UnboundedSimulation, seed_001_counterexample
+from walkit.testing.sim.unbounded import UnboundedSimulation, seed_001_counterexample, stale_bookie_counterexample
 
 
 class RecoveryWithoutTheTruncatingNoop(LedgerRecovery):
@@ -58,16 +59,8 @@ def test_random_battles_find_the_divergence_when_the_noop_is_removed():
     raise AssertionError("2,000 battles without the truncating no-op broke nothing")
 
 
-#: The hard draw of the battles finds an acknowledged entry lost (seed 616: a bookie brought back
-#: into a fragment by an ensemble change still holds an older term's entries there, and the next
-#: takeover's recovery reads one of them; docs/internals/protocol.md#known-loss-stale-bookie). Until
-#: the writer cleans such a bookie before the change, CI draws the battles from the whole range, as
-#: before; `python -m walkit.testing.sim --unbounded --hard --seed 616` replays the loss.
-HARD_BATTLES_HOLD = False
-
-
 def test_unbounded_invariants_hold_under_battling_writers(unbounded_seed: int, hard: bool) -> None:
-    summary = UnboundedSimulation(unbounded_seed, hard=hard and HARD_BATTLES_HOLD).run()
+    summary = UnboundedSimulation(unbounded_seed, hard=hard).run()
     # run() raised InvariantViolation otherwise; the last writer closed and the reader read it all.
     assert summary["read"] >= summary["acked"] and summary["terms"] >= 2
 
@@ -109,3 +102,25 @@ def test_battles_an_exploration_of_later_seeds_broke_now_hold(found_seed: int) -
     arrived after the truncating no-op, over the next writer's entry (now never sent)."""
     summary = UnboundedSimulation(found_seed).run()
     assert summary["read"] >= summary["acked"]
+
+
+class WriterNotCleaningJoiningBookies(LedgerWriter):
+    """A change brings bookies into the ledger without making them drop an older term's entries first."""
+
+    CLEAN_JOINING_BOOKIES = False
+
+
+def test_the_checker_catches_a_change_that_brings_in_a_stale_bookie_uncleaned():
+    """docs/internals/protocol.md#stale-bookie, scripted: a bookie that missed the takeover's no-op
+    comes back through an ensemble change still holding the older term's entry 2, its re-send is
+    lost, and the next takeover's recovery reads it first. Without the cleaning, that entry is
+    written back over the one w2 had acknowledged; with it, the same run keeps w2's entry."""
+    try:
+        stale_bookie_counterexample(WriterNotCleaningJoiningBookies).run()
+    except InvariantViolation as violation:
+        assert "entry 2 (b'v3', acknowledged in term 2) is durable on 1 bookies" in violation.message, violation.message
+    else:
+        raise AssertionError("the checker did not notice the stale bookie's entry recovered over an acknowledged one")
+    sim = stale_bookie_counterexample()
+    sim.run()
+    assert sim.read[:2] == [b"v0", b"v3"]             # A, then w2's D: w1's B and C were never acknowledged

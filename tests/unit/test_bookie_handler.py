@@ -521,6 +521,50 @@ def test_a_truncating_add_drops_every_entry_above_it_even_after_a_restart():
     assert [e.entry_id for e in read.response.entries] == [2]
 
 
+def cleaning(bookie: "Bookie", truncate_from: int, term: int, **fields):
+    (reply,) = bookie.send(AddRequest(txn=9, ledger_id=LEDGER_ID, master_key=MASTER_KEY, entries=[], term=term,
+                                      truncate=True, truncate_from=truncate_from, **fields))
+    return reply
+
+
+def test_a_cleaning_drops_every_entry_from_its_id_on_durably_and_adopts_the_term():
+    bookie = Bookie()
+    term_add(bookie, 0, 1, 2, 3, 4, term=1)                  # an older term's entries, 2-4 never recovered
+    reply = cleaning(bookie, 2, term=3)
+    assert reply.response.status == Status.OK and reply.durable and reply.response.entry_ids == []
+    (read,) = bookie.send(ReadRequest(txn=5, ledger_id=LEDGER_ID, entry_ids=[0, 1, 2, 3, 4]))
+    assert [e.entry_id for e in read.response.entries] == [0, 1]
+    state = bookie.storage.states[LEDGER_ID]
+    assert state.term == 3 and state.truncated == (3, 2)
+    restarted = Bookie(bookie.storage)
+    (lac,) = restarted.send(ReadLacRequest(txn=7, ledger_id=LEDGER_ID))
+    assert lac.response.last_entry_id == 1
+    assert cleaning(Bookie(), 5, term=2).response.status == Status.OK       # a bookie holding nothing of it
+
+
+def test_a_late_or_duplicated_cleaning_never_drops_what_the_term_wrote_after_it():
+    bookie = Bookie()
+    term_add(bookie, 0, 1, term=1)
+    cleaning(bookie, 2, term=2)
+    term_add(bookie, 2, 3, term=2, truncate=True)             # the writer's adds after the cleaning
+    assert cleaning(bookie, 2, term=2).response.status == Status.OK
+    (read,) = bookie.send(ReadRequest(txn=5, ledger_id=LEDGER_ID, entry_ids=[0, 1, 2, 3]))
+    assert [e.entry_id for e in read.response.entries] == [0, 1, 2, 3]
+    assert cleaning(bookie, 0, term=1).response.status == Status.INVALID_TERM
+
+
+@pytest.mark.parametrize("fields, says", [
+    (dict(truncate=False, term=2), "truncate_from goes with"),
+    (dict(truncate=True, term=0), "truncate_from goes with"),
+    (dict(truncate=True, term=2, entries=[make_entry(0)]), "truncate_from goes with"),
+    (dict(truncate=True, term=2, truncate_from=-5), "out of range"),
+])
+def test_a_malformed_cleaning_is_a_bad_request(fields, says):
+    request = dict(txn=1, ledger_id=LEDGER_ID, master_key=MASTER_KEY, entries=[], truncate_from=3)
+    request.update(fields)
+    assert says in bad_request(Bookie().send(AddRequest(**request)))
+
+
 def test_a_truncating_add_without_a_term_is_a_bad_request():
     reply = term_add(Bookie(), 0, truncate=True)
     assert reply.response.status == Status.BAD_REQUEST and "truncating" in reply.response.message

@@ -38,6 +38,10 @@ REQUESTS = {
     "add-deferred-sync": AddRequest(txn=14, ledger_id=7, master_key=MASTER_KEY, entries=[make_entry(0)],
                                     deferred_sync=True),
     "force": ForceRequest(txn=15, ledger_id=7, master_key=MASTER_KEY),
+    "add-cleaning": AddRequest(txn=16, ledger_id=7, master_key=MASTER_KEY, entries=[], term=4, truncate=True,
+                               truncate_from=12),
+    "add-cleaning-from-zero": AddRequest(txn=17, ledger_id=7, master_key=MASTER_KEY, entries=[], term=2,
+                                         truncate=True, truncate_from=0),
 }
 
 RESPONSES = {

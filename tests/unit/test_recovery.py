@@ -336,6 +336,40 @@ def test_write_back_acks_of_a_replaced_bookie_no_longer_count():
     assert close.ensembles == {0: ("B1", "B4", "B3")} and close.last_entry_id == 1
 
 
+def test_a_failed_bookie_that_answers_before_anyone_replaced_it_gets_the_write_backs_it_missed():
+    """A slow bookie fails (its write-back unanswered for add_timeout_ms), no spare can replace it,
+    and its answer then comes: the recovery writes on to it, the write-backs made meanwhile too,
+    instead of failing for want of a replacement and starting over."""
+    recovery = make_recovery(3, 3, 2, window=3, add_timeout_ms=100)
+    fence(recovery, {"B1": -1, "B2": -1})
+    answer(recovery, "B1", entries=[make_entry(0)], missing=[])
+    ack(recovery, "B1", 0)
+    chooses = recovery.step(ev.Ticked(now_ms=100))            # B2 and B3 silent for entry 0
+    assert only(chooses, ev.ChooseBookies).replacing == ("B2",)          # B3 joins the failed ones
+    assert recovery.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=[])) == []      # no spare
+    skipped = answer(recovery, "B1", entries=[make_entry(1, lac=0)])
+    assert sent_adds(skipped) == {"B1": [1]}                 # B2 and B3 are failed: not sent to
+    back = ack(recovery, "B3", 0)
+    assert sent_adds(back) == {"B3": [1]}                     # B3 is back, and gets entry 1
+    assert sent_adds(ack(recovery, "B2", 0)) == {"B2": [1]}
+    answer(recovery, "B2", missing=[2])
+    answer(recovery, "B3", missing=[2])
+    ack(recovery, "B1", 1)
+    close = close_metadata(ack(recovery, "B3", 1))
+    assert close.last_entry_id == 1 and close.ensembles == {0: ("B1", "B2", "B3")}
+
+
+def test_a_bookie_that_refused_a_write_back_is_not_taken_back_by_a_later_answer():
+    recovery = make_recovery(3, 3, 2, window=3, add_timeout_ms=100)
+    fence(recovery, {"B1": -1, "B2": -1})
+    answer(recovery, "B1", entries=[make_entry(0)], missing=[])
+    ack(recovery, "B1", 0)
+    recovery.step(ev.AddsRejected(bookie="B2", ledger_id=LEDGER_ID, entry_ids=[0], status=Status.IO_ERROR))
+    assert recovery.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=[])) == []      # no spare
+    answer(recovery, "B1", entries=[make_entry(1, lac=0)])
+    assert sent_adds(ack(recovery, "B2", 0)) == {}           # a late answer: B2 still counts as failed
+
+
 # -- guaranteed write quorum ----------------------------------------------------------------------
 def test_gwq_recovery_reads_from_the_lafr_and_closes_only_once_write_backs_reached_qw():
     metadata = dataclasses.replace(make_metadata(3, 3, 2), guaranteed_write_quorum=True)

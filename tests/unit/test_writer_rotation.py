@@ -14,7 +14,7 @@ from walkit.core import events as ev
 from walkit.core import writer as writer_module
 from walkit.core.messages import Status
 from walkit.core.metadata import LedgerMetadata
-from walkit.core.writer import CHANGING, CHOOSING, ROTATE_RETRY_MS, WRITING, LedgerWriter
+from walkit.core.writer import CHANGING, CHOOSING, CLEANING, ROTATE_RETRY_MS, WRITING, LedgerWriter
 from walkit.errors import ConfigError, NoSuchLedger
 
 from .helpers import DIGEST, LEDGER_ID, MASTER_KEY, bookies, make_metadata, of_type, only, sent_adds
@@ -55,9 +55,23 @@ def ack_all(writer: LedgerWriter, entry_ids, members=("B1", "B2", "B3")) -> list
     return commands
 
 
-def chosen(writer: LedgerWriter, *candidates: str, disks: dict[str, int] | None = None) -> list:
+def chosen(writer: LedgerWriter, *candidates: str, disks: dict[str, int] | None = None, clean: bool = True) -> list:
+    """chosen answers the writer's ChooseBookies; with `clean` the bookies it brings in answer their
+    cleaning at once, and what is returned is what follows (the CAS), as before cleanings existed."""
     registered = {b: DISKS[b] for b in candidates} if disks is None else disks
-    return writer.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=list(candidates), disks=registered))
+    commands = writer.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=list(candidates), disks=registered))
+    if not clean or writer.state is not CLEANING:
+        return commands
+    after = [c for c in commands if not (isinstance(c, ev.SendAdds) and not c.entries)]
+    for cleaning in cleanings(commands):
+        after += writer.step(ev.AddsAcked(bookie=cleaning.bookie, ledger_id=LEDGER_ID, entry_ids=[],
+                                          disk=registered.get(cleaning.bookie, 0)))
+    return after
+
+
+def cleanings(commands: list) -> list[ev.SendAdds]:
+    """cleanings are the empty truncating adds a change sends the bookies it brings in."""
+    return [c for c in of_type(commands, ev.SendAdds) if not c.entries]
 
 
 def written(writer: LedgerWriter, metadata: LedgerMetadata, version: int = VERSION + 1) -> list:
@@ -320,3 +334,81 @@ def test_fragment_limits_are_non_negative_integers_for_unbounded_ledgers_only(op
         make_writer(**{option: 1.5})
     with pytest.raises(ConfigError, match="only unbounded ledgers rotate"):
         LedgerWriter(make_metadata(), VERSION, master_key=MASTER_KEY, digest=DIGEST, **{option: 10})
+
+
+# -- cleaning the bookies a change brings in (docs/internals/protocol.md#stale-bookie) -------------
+def test_a_rotation_cleans_the_bookies_it_brings_in_and_proposes_only_once_each_answered():
+    writer = make_writer()
+    full_fragment(writer)                                      # entries 4 and 5 pending; LAFR 3
+    commands = chosen(writer, "B4", "B5", "B6", clean=False)
+    sent = cleanings(commands)
+    assert writer.state is CLEANING and of_type(commands, ev.WriteMetadata) == []
+    assert {c.bookie for c in sent} == {"B4", "B5", "B6"}
+    assert all(c.truncate and c.truncate_from == 4 and c.term == 1 for c in sent)   # (term, fragment start)
+    assert ack(writer, "B4") == [] and ack(writer, "B6") == [] and writer.state is CLEANING
+    assert ack(writer, "B6") == []                             # a duplicate answer changes nothing
+    proposal = only(ack(writer, "B5"), ev.WriteMetadata)
+    assert writer.state is CHANGING and set(dict(proposal.metadata.ensembles)[4]) == {"B4", "B5", "B6"}
+
+
+def test_a_rotation_to_the_same_bookies_and_a_bounded_ledger_s_change_clean_nobody():
+    writer = make_writer()
+    full_fragment(writer)
+    commands = chosen(writer, "B1", "B2", "B3", clean=False)
+    assert cleanings(commands) == [] and writer.state is CHANGING
+    bounded = LedgerWriter(make_metadata(), VERSION, master_key=MASTER_KEY,
+                           digest=DIGEST)
+    bounded.step(ev.AppendRequested(payloads=[b"x"]))
+    bounded.step(ev.AddsRejected(bookie="B2", ledger_id=LEDGER_ID, entry_ids=[0], status=Status.IO_ERROR))
+    commands = bounded.step(ev.BookiesChosen(ledger_id=LEDGER_ID, bookies=["B4"], disks={}))
+    assert cleanings(commands) == [] and bounded.state is CHANGING
+
+
+def test_a_bookie_that_refuses_its_cleaning_puts_the_rotation_off_without_a_cas():
+    writer = make_writer(now_ms=0)
+    full_fragment(writer)
+    chosen(writer, "B4", "B5", "B6", clean=False)
+    ack(writer, "B4")
+    commands = writer.step(ev.AddsRejected(bookie="B5", ledger_id=LEDGER_ID, entry_ids=[], status=Status.BAD_REQUEST,
+                                           message="an older bookie"))
+    assert writer.state is WRITING and of_type(commands, ev.WriteMetadata) == [] and writer.error is None
+    assert completed(ack_all(writer, [4])) == [4]              # writing goes on in the current fragment
+    assert ack(writer, "B6") == []                             # a late answer finds no cleaning
+
+
+def test_an_unanswered_cleaning_in_a_replacement_chooses_again_without_that_bookie():
+    writer = make_writer(now_ms=0, add_timeout_ms=500, fragment_max_entries=0)
+    append(writer, 2)
+    writer.step(ev.AddsRejected(bookie="B2", ledger_id=LEDGER_ID, entry_ids=[0, 1], status=Status.IO_ERROR))
+    cleaning = only(cleanings(chosen(writer, "B4", clean=False)), ev.SendAdds)
+    assert writer.state is CLEANING and cleaning.bookie == "B4" and cleaning.truncate_from == 0
+    choose = only(writer.step(ev.Ticked(now_ms=500)), ev.ChooseBookies)
+    assert writer.state is CHOOSING and {"B2", "B4"} <= choose.exclude
+    assert writer.step(ev.Ticked(now_ms=510)) == [] and writer.error is None     # a fresh window to choose
+    proposal = only(chosen(writer, "B5"), ev.WriteMetadata)
+    assert proposal.metadata.current_ensemble == ("B1", "B5", "B3")
+    commands = written(writer, proposal.metadata)
+    assert sent_adds(commands) == {"B5": [0, 1]}
+
+
+def test_a_bookie_back_on_a_new_disk_is_cleaned_before_it_takes_its_own_place():
+    """Its empty disk may have taken a late add of an older term before this writer's first one."""
+    writer = make_writer(fragment_max_entries=0)
+    append(writer, 2)
+    writer.step(ev.AddsAcked(bookie="B2", ledger_id=LEDGER_ID, entry_ids=[0], disk=99))    # a new disk answers
+    commands = chosen(writer, "B2", disks={"B2": 99}, clean=False)
+    cleaning = only(cleanings(commands), ev.SendAdds)
+    assert writer.state is CLEANING and cleaning.bookie == "B2" and cleaning.truncate_from == 0
+    assert of_type(ack(writer, "B2"), ev.WriteMetadata) == []          # DISKS says 12: the old disk's answer
+    assert writer.state is CHOOSING                                      # does not count; chosen again
+    proposal = only(chosen(writer, "B2", disks={"B2": 99}), ev.WriteMetadata)
+    assert proposal.metadata.disks[0] == (11, 99, 13)
+
+
+def test_a_late_refusal_of_an_old_cleaning_changes_nothing():
+    writer = make_writer()
+    full_fragment(writer)
+    proposal = only(chosen(writer, "B4", "B5", "B6"), ev.WriteMetadata)
+    written(writer, proposal.metadata)
+    late = writer.step(ev.AddsRejected(bookie="B5", ledger_id=LEDGER_ID, entry_ids=[], status=Status.UNREACHABLE))
+    assert late == [] and writer.state is WRITING and writer.error is None

@@ -26,7 +26,9 @@ Rules applied here (docs/internals/protocol.md#bookie-statuses and #fencing):
   An add with `truncate` drops every entry above its highest one, unless a truncation at a
   later (term, id) was applied already (so reordered or duplicated truncating adds are safe):
   the bookie overwrites them with tombstones, which reads treat as absent (no storage backend
-  needs a delete for this);
+  needs a delete for this). A truncating add with no entries and `truncate_from` (a writer
+  cleaning a bookie it brings into a fragment) drops every entry from that id on, under the
+  same (term, id) order;
 - a deferred-sync add (BookKeeper's WriteFlag.DEFERRED_SYNC) is acknowledged with a
   non-durable Reply, its entries stored with StoreEntries(deferred=True); a ForceRequest is
   answered with a durable Reply, so the shell syncs before it goes out and every entry the
@@ -290,7 +292,12 @@ class BookieHandler:
         if kind is AddRequest:
             if not NO_ENTRY <= request.lafr <= max_entry:
                 return f"LAFR {request.lafr} is out of range (-1..{max_entry})"
-            if request.truncate and (not request.term or not request.entries):
+            if request.truncate_from != NO_ENTRY:
+                if not (request.truncate and request.term and not request.entries):
+                    return "truncate_from goes with a truncating add of an unbounded ledger that carries no entries"
+                if not 0 <= request.truncate_from <= max_entry:
+                    return f"truncate_from {request.truncate_from} is out of range (0..{max_entry})"
+            elif request.truncate and (not request.term or not request.entries):
                 return "a truncating add needs a term and at least one entry"
             if request.deferred_sync and (request.recovery or request.term):
                 return "recovery adds and adds of unbounded ledgers cannot defer their sync"
@@ -381,7 +388,8 @@ class BookieHandler:
         if existing is not None and existing.state.fenced and not request.recovery and not request.term:
             return refuse(Status.FENCED, f"ledger {ledger_id} is fenced")
         entry_ids = [e.entry_id for e in request.entries]
-        highest = max(entry_ids, default=NO_ENTRY)
+        # A cleaning (no entries, truncate_from) truncates as an add whose highest entry is just below.
+        highest = max(entry_ids, default=request.truncate_from - 1 if request.truncate_from != NO_ENTRY else NO_ENTRY)
         if request.truncate and existing is not None and existing.last_entry_id - highest > MAX_TRUNCATE_SPAN:
             return refuse(Status.BAD_REQUEST, f"truncating above entry {highest} would drop more than "
                                               f"{MAX_TRUNCATE_SPAN} entries")
@@ -392,16 +400,16 @@ class BookieHandler:
             commands.append(StoreEntries(ledger_id, list(zip(entry_ids, map(pack_entry, lacs, digests, payloads))),
                                          request.deferred_sync))
             ledger.lac = max(ledger.lac, max(lacs))
-            mark = (request.term, highest + 1)
-            if request.truncate and mark > ledger.state.truncated:
-                if ledger.last_entry_id > highest:
-                    commands.append(StoreEntries(ledger_id, [(entry_id, TOMBSTONE) for entry_id
-                                                             in range(highest + 1, ledger.last_entry_id + 1)]))
-                ledger.last_entry_id = highest
-                ledger.state = replace(ledger.state, truncated=mark)
-                commands.append(StoreLedgerState(ledger_id, ledger.state))
-            else:
-                ledger.last_entry_id = max(ledger.last_entry_id, highest)
+        mark = (request.term, highest + 1)
+        if request.truncate and mark > ledger.state.truncated:
+            if ledger.last_entry_id > highest:
+                commands.append(StoreEntries(ledger_id, [(entry_id, TOMBSTONE) for entry_id
+                                                         in range(highest + 1, ledger.last_entry_id + 1)]))
+            ledger.last_entry_id = highest if request.entries else min(ledger.last_entry_id, highest)
+            ledger.state = replace(ledger.state, truncated=mark)
+            commands.append(StoreLedgerState(ledger_id, ledger.state))
+        elif request.entries:
+            ledger.last_entry_id = max(ledger.last_entry_id, highest)
         if request.lafr > ledger.lafr:       # never past the LAC: a fully replicated entry is confirmed
             ledger.lafr = min(request.lafr, ledger.lac)
         commands.append(Reply(peer, AddResponse(txn=request.txn, status=Status.OK, ledger_id=ledger_id,

@@ -172,7 +172,8 @@ class Dispatcher:
         if kind is ev.SendAdds:
             request = AddRequest(txn=txn, ledger_id=command.ledger_id, master_key=command.master_key,
                                  entries=command.entries, recovery=command.recovery, lafr=command.lafr,
-                                 term=command.term, truncate=command.truncate, deferred_sync=command.deferred_sync)
+                                 term=command.term, truncate=command.truncate, deferred_sync=command.deferred_sync,
+                                 truncate_from=command.truncate_from)
             timeout = 0
         elif kind is ev.SendRead:
             request = ReadRequest(txn=txn, ledger_id=command.ledger_id, entry_ids=command.entry_ids,

@@ -239,6 +239,7 @@ class SendAdds:
     term: int = 0
     truncate: bool = False
     deferred_sync: bool = False
+    truncate_from: int = -1          # with no entries: drop every entry from this id on (a cleaning)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

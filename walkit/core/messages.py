@@ -92,6 +92,8 @@ class AddRequest:
     Unbounded ledgers: `term` is the writer's term (a bookie in a higher term refuses with
     INVALID_TERM, one in a lower term adopts it), and `truncate` makes the bookie drop every
     entry above the highest one in this request (the no-op that ends a new term's recovery).
+    A truncating add with no entries and `truncate_from` (a cleaning) drops every entry from
+    that id on: what a writer sends each bookie a new fragment brings in, before proposing it.
 
     With `deferred_sync` the bookie acknowledges the entries once stored, before they are
     durable; a later ForceRequest makes them durable (BookKeeper's WriteFlag.DEFERRED_SYNC).
@@ -106,6 +108,7 @@ class AddRequest:
     term: int = 0
     truncate: bool = False
     deferred_sync: bool = False
+    truncate_from: int = NO_ENTRY
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

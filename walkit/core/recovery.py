@@ -119,12 +119,13 @@ class _Probe:
 class _WriteBack:
     """_WriteBack tracks the recovery add of one present entry."""
 
-    __slots__ = ("entry", "acked", "sent_ms")
+    __slots__ = ("entry", "acked", "sent_ms", "skipped")
 
     def __init__(self, entry: Entry, sent_ms: int) -> None:
         self.entry = entry
         self.acked: set[str] = set()
         self.sent_ms = sent_ms
+        self.skipped: set[str] = set()          # targets not sent to: they were failed at the time
 
 
 class LedgerRecovery:
@@ -199,6 +200,7 @@ class LedgerRecovery:
         self._fragments: dict[int, tuple[str, ...]] = {}   # fragments added by replacing bookies
         self._fragment_disks: dict[int, tuple[int, ...]] = {}   # ... and the disks of their bookies
         self._failed: set[str] = set()
+        self._slow: set[str] = set()        # failed by a write-back timeout only: taken back if they answer
         self._choosing = False
         self._choose_again_ms: int | None = None
         self._replacing_since = 0
@@ -412,8 +414,10 @@ class LedgerRecovery:
 
     # -- writing back ---------------------------------------------------------------------
     def _write_back(self, entry: Entry) -> list:
-        self._writebacks[entry.entry_id] = _WriteBack(entry, self._now)
-        return [self._add(b, entry) for b in self._targets(entry.entry_id) if b not in self._failed]
+        self._writebacks[entry.entry_id] = wb = _WriteBack(entry, self._now)
+        targets = self._targets(entry.entry_id)
+        wb.skipped = {b for b in targets if b in self._failed}
+        return [self._add(b, entry) for b in targets if b not in self._failed]
 
     def _add(self, bookie: str, entry: Entry) -> ev.SendAdds:
         """_add is the recovery add of `entry` to `bookie` (the no-op truncates)."""
@@ -444,7 +448,34 @@ class LedgerRecovery:
             pending = self._writebacks.get(entry_id)
             if pending is not None and event.bookie in self._targets(entry_id):
                 pending.acked.add(event.bookie)
-        return self._progress()
+        commands = self._taken_back(event.bookie, event.disk) if event.bookie in self._slow else []
+        return commands + self._progress()
+
+    def _taken_back(self, bookie: str, disk: int) -> list:
+        """_taken_back writes on to a bookie that failed by timeout and answered before anyone replaced it.
+
+        A bookie fails when a write-back goes unanswered for add_timeout_ms; a slow one (a burst
+        of write-backs after a replacement, say) answers later. With no spare bookie to replace
+        it, the recovery would fail and the next one start over; it takes the bookie back instead
+        (if the disk the fragment records answered) and sends it the write-backs skipped meanwhile
+        (the no-op among them). A bookie that refused a write-back stays failed.
+        """
+        view = self._view()
+        recorded = view.disk_of(view.last_fragment_start, bookie)
+        if recorded and disk and disk != recorded:
+            return []
+        self._slow.discard(bookie)
+        self._failed.discard(bookie)
+        commands = []
+        for wb in self._writebacks.values():
+            targets = self._targets(wb.entry.entry_id)
+            if bookie in wb.skipped:
+                wb.skipped.discard(bookie)
+                if bookie in targets:
+                    commands.append(self._add(bookie, wb.entry))
+            if bookie in targets and bookie not in wb.acked:
+                wb.sent_ms = self._now          # it answers again: give what it still owes a new window
+        return commands
 
     def _on_rejected(self, event: ev.AddsRejected) -> list:
         if self.phase != RECOVERING and self.phase != TRUNCATING:
@@ -453,6 +484,7 @@ class LedgerRecovery:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
         if event.status == Status.INVALID_TERM:
             return self._fail(self._taken())
+        self._slow.discard(event.bookie)      # it refused: not merely slow
         return self._replace(event.bookie)
 
     def _replace(self, bookie: str) -> list:
@@ -478,6 +510,8 @@ class LedgerRecovery:
             return []
         self._choosing = False
         to_replace = [b for b in self._ensemble if b in self._failed]
+        if not to_replace:
+            return self._progress()          # the failed bookies were taken back meanwhile
         candidates = [b for b in event.bookies if b not in self._ensemble and b not in self._failed]
         if len(candidates) < len(to_replace):
             if self._now - self._replacing_since >= self.add_timeout_ms:
@@ -492,6 +526,7 @@ class LedgerRecovery:
                       for b in self._ensemble)
         self._ensemble = tuple(mapping.get(b, b) for b in self._ensemble)
         self._failed.clear()
+        self._slow.clear()
         # The new fragment starts right after the entries written back in full: each of those is
         # on Qa bookies of its old write set. Every later entry, written back already, being read
         # or not read yet, goes to the new write sets (an entry read later must not go to a
@@ -507,6 +542,7 @@ class LedgerRecovery:
             targets = self._targets(entry_id)
             wb.acked.intersection_update(targets)
             wb.sent_ms = self._now
+            wb.skipped.clear()
             commands += [self._add(b, wb.entry) for b in targets if b not in wb.acked]
         return commands + self._progress()
 
@@ -598,6 +634,8 @@ class LedgerRecovery:
                 if len(wb.acked) < self._quorum_of(wb.entry.entry_id) and now - wb.sent_ms >= self.add_timeout_ms:
                     for bookie in self._targets(wb.entry.entry_id):
                         if bookie not in wb.acked:
+                            if bookie in self._ensemble and bookie not in self._failed:
+                                self._slow.add(bookie)
                             commands += self._replace(bookie)
             if self._choose_again_ms is not None and now >= self._choose_again_ms:
                 self._choose_again_ms = None

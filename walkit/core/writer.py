@@ -121,10 +121,24 @@ failed bookie, through the same states and rules:
   writer held at that many reads the metadata again every ROTATE_RETRY_MS (ReadLedgerMetadata)
   and takes a newer version that differs only before its last fragment, then rotates.
 
+Bookies brought into an unbounded ledger by a change (a replacement, a rotation, or a bookie
+back on a new disk taking its own place) are cleaned first: each must answer, from the disk the
+proposal records, an empty truncating add at (term, fragment start), which makes it drop every
+entry it holds from the fragment's start on, before the CAS names it. Such a bookie may
+hold an older term's entries there (it was out of the last fragment when the takeover's no-op
+truncated the others), and without the cleaning a later takeover's recovery could read one of
+them in place of an entry this writer had acknowledged
+(docs/internals/protocol.md#stale-bookie). A bookie that refuses or does not answer within
+`add_timeout_ms` is left out of the next choice (for CHOOSE_RETRY_MS) and the writer chooses
+again; a rotation is put off. Entries this writer sent to it earlier in the term carry later truncation marks, so
+a late or duplicated cleaning never drops them.
+
 States (`WriterState`, transitions in `_TRANSITIONS`, each one asserted):
 
     WRITING   adds flow; completions happen only here
     CHOOSING  a bookie failed, or the fragment is full: waiting for candidates (BookiesChosen)
+    CLEANING  unbounded ledgers: the bookies a new fragment brings in are dropping an older
+              term's entries from its start on (below), before the CAS proposes them
     CHANGING  the CAS of a new fragment is in flight
     CLOSING   the CAS of CLOSED is in flight (close requested and nothing pending)
     CLOSED    final: the ledger is closed at last_add_confirmed
@@ -163,17 +177,19 @@ class WriterState(str, enum.Enum):
 
     WRITING = "WRITING"
     CHOOSING = "CHOOSING"
+    CLEANING = "CLEANING"
     CHANGING = "CHANGING"
     CLOSING = "CLOSING"
     CLOSED = "CLOSED"
     FAILED = "FAILED"
 
 
-WRITING, CHOOSING, CHANGING, CLOSING, CLOSED, FAILED = WriterState
+WRITING, CHOOSING, CLEANING, CHANGING, CLOSING, CLOSED, FAILED = WriterState
 
 _TRANSITIONS = {
     WRITING: {CHOOSING, CLOSING, FAILED},
-    CHOOSING: {CHANGING, WRITING, FAILED},
+    CHOOSING: {CLEANING, CHANGING, WRITING, FAILED},
+    CLEANING: {CHANGING, CHOOSING, FAILED},
     CHANGING: {WRITING, FAILED},
     CLOSING: {CLOSING, CLOSED, FAILED},
     CLOSED: set(),
@@ -218,6 +234,9 @@ class LedgerWriter:
     #: Acknowledgements count only from the disk the current fragment records (metadata.disks);
     #: a test's broken writer turns it off to show the simulator's checker notices.
     CHECK_DISKS = True
+    #: Bookies a change brings into an unbounded ledger drop an older term's entries first (module
+    #: doc); a test's broken writer turns it off to show the simulator's checker notices.
+    CLEAN_JOINING_BOOKIES = True
 
     def __init__(self, metadata: LedgerMetadata, version: int, *, master_key: bytes, digest: Digest,
                  add_timeout_ms: int = 5000, explicit_lac_ms: int = 100, now_ms: int = 0,
@@ -275,7 +294,11 @@ class LedgerWriter:
         self._gone: dict[str, set[int]] = {}        # bookie -> its disks known replaced (late acks ignored)
         self._failed: dict[str, str] = {}           # bookie -> why, awaiting replacement
         self._unreachable_since: dict[str, int] = {}  # bookie -> when it first became unreachable
-        self._replacements: dict[str, str] | None = None   # old -> new, while CHANGING
+        self._replacements: dict[str, str] | None = None   # old -> new, while CLEANING and CHANGING
+        self._proposal: LedgerMetadata | None = None       # the fragment proposed once cleaning is done
+        self._cleaning: dict[str, int] = {}                # joining bookie -> its proposed disk, unanswered
+        self._cleaning_since = 0
+        self._unclean: dict[str, int] = {}                 # refused or missed a cleaning -> left out until
         self._change_started_ms = 0
         self._choose_again_ms: int | None = None
         self._now = now_ms
@@ -315,7 +338,7 @@ class LedgerWriter:
     @property
     def changing_ensemble(self) -> bool:
         """changing_ensemble is True while failure handling (an ensemble change) is under way."""
-        return self.state is CHOOSING or self.state is CHANGING
+        return self.state is CHOOSING or self.state is CLEANING or self.state is CHANGING
 
     def _to(self, state: WriterState) -> None:
         """_to moves to `state`, asserting the transition is one the writer allows."""
@@ -390,6 +413,8 @@ class LedgerWriter:
 
     def _on_acked(self, event: ev.AddsAcked) -> list:
         pending, bookie = self._pending, event.bookie
+        if not event.entry_ids:                  # a cleaning's answer (only cleanings carry no entries)
+            return self._on_cleaning_answered(event)
         if self._disks and self.CHECK_DISKS:
             if event.disk in self._gone.get(bookie, ()):
                 return []               # a late answer from a disk known replaced: it holds nothing now
@@ -587,6 +612,10 @@ class LedgerWriter:
                                            f"(bookie {event.bookie})"))
         if event.status == Status.UNAUTHORIZED:
             return self._fail(Unauthorized(_refusal(event, self.ledger_id)))
+        if not event.entry_ids and self.term:    # a cleaning refused (unbounded ledgers send no forces)
+            if self.state is CLEANING and event.bookie in self._cleaning:
+                return self._not_cleaned({event.bookie})
+            return []                            # a late refusal: nothing waits for it
         if event.status == Status.UNREACHABLE:
             self._unreachable_since.setdefault(event.bookie, self._now)
         return self._bookie_failed(event.bookie, f"{event.status.name}: {event.message}".rstrip(": "))
@@ -614,7 +643,7 @@ class LedgerWriter:
     def _choose(self) -> ev.ChooseBookies:
         """_choose asks for replacements, and whether unreachable failed bookies came back."""
         ensemble = self.metadata.current_ensemble
-        exclude = frozenset(ensemble) | frozenset(self._failed)
+        exclude = frozenset(ensemble) | frozenset(self._failed) | frozenset(self._excluded())
         recheck = frozenset(b for b in self._failed if self._retriable(b))
         return ev.ChooseBookies(ledger_id=self.ledger_id, exclude=exclude, recheck=recheck, ensemble=ensemble,
                                 replacing=tuple(b for b in ensemble if b in self._failed),
@@ -666,7 +695,8 @@ class LedgerWriter:
                 del self._failed[bookie]           # retried in place: its entries are sent again
             to_replace = [b for b in to_replace if b not in pinned]
         self._in_place = pinned
-        candidates = [b for b in event.bookies if b not in ensemble and b not in self._failed]
+        unclean = self._excluded()
+        candidates = [b for b in event.bookies if b not in ensemble and b not in self._failed and b not in unclean]
         if not to_replace:          # the failed bookies left the ensemble meanwhile, or are pinned
             return self._finish_change(resend_to=pinned)
         others = [b for b in to_replace if b not in renewed]     # a renewed bookie takes its own place
@@ -684,9 +714,7 @@ class LedgerWriter:
         new_ensemble = tuple(self._replacements.get(b, b) for b in ensemble)
         disks = tuple(event.disks.get(self._replacements[b], 0) if b in self._replacements else self._disks.get(b, 0)
                       for b in ensemble)
-        proposed = self.metadata.with_fragment(self._fragment_start(), new_ensemble, disks)
-        self._to(CHANGING)
-        return [ev.WriteMetadata(metadata=proposed, expected_version=self.version)]
+        return self._propose(self.metadata.with_fragment(self._fragment_start(), new_ensemble, disks))
 
     # -- rotation -------------------------------------------------------------------------
     def _rotation_due(self) -> bool:
@@ -751,7 +779,8 @@ class LedgerWriter:
         """
         ensemble = self.metadata.current_ensemble
         writable = set(event.bookies)
-        fresh = [b for b in event.bookies if b not in ensemble]       # placement order, for _movable's order
+        unclean = self._excluded()
+        fresh = [b for b in event.bookies if b not in ensemble and b not in unclean]   # placement order
         chosen = list(ensemble)
         disks = [self._disks.get(b, 0) for b in ensemble]
         for i in self._movable():
@@ -763,9 +792,64 @@ class LedgerWriter:
                 return self._put_off_rotation()       # nothing writable for this position now
         self._replacements = {old: new for old, new in zip(ensemble, chosen) if old != new}
         self._in_place = set()
-        proposed = self.metadata.with_fragment(self._fragment_start(), tuple(chosen), tuple(disks))
+        return self._propose(self.metadata.with_fragment(self._fragment_start(), tuple(chosen), tuple(disks)))
+
+    # -- cleaning the bookies a change brings in (unbounded ledgers; module doc) ------------------
+    def _propose(self, proposed: LedgerMetadata) -> list:
+        """_propose writes the new fragment, after cleaning the bookies it brings into an unbounded ledger.
+
+        A bookie joins when it was not in the current fragment or comes back on another disk (a
+        renewed bookie: its new disk may have taken an older term's add before this one's).
+        """
+        start = proposed.last_fragment_start
+        disks = dict(zip(proposed.current_ensemble, proposed.disks.get(start) or ()))
+        joining = {b: disks.get(b, 0) for b in proposed.current_ensemble
+                   if b not in self.metadata.current_ensemble or self._renewed(b, disks.get(b, 0))}
+        if not self.term or not joining or not self.CLEAN_JOINING_BOOKIES:
+            self._to(CHANGING)
+            return [ev.WriteMetadata(metadata=proposed, expected_version=self.version)]
+        self._to(CLEANING)
+        self._proposal, self._cleaning, self._cleaning_since = proposed, joining, self._now
+        return [ev.SendAdds(bookie=b, ledger_id=self.ledger_id, master_key=self.master_key, entries=[],
+                            lafr=self.last_add_fully_replicated, term=self.term, truncate=True, truncate_from=start)
+                for b in sorted(joining)]
+
+    def _on_cleaning_answered(self, event: ev.AddsAcked) -> list:
+        """_on_cleaning_answered counts a joining bookie's answer, from the disk the proposal records."""
+        bookie = event.bookie
+        if self.state is not CLEANING or bookie not in self._cleaning:
+            return []                            # a late answer: nothing waits for it
+        expected = self._cleaning[bookie]
+        if expected and event.disk and event.disk != expected:
+            return self._not_cleaned({bookie})   # another disk answered: not the one proposed
+        del self._cleaning[bookie]
+        if self._cleaning:
+            return []
+        proposed, self._proposal = self._proposal, None
         self._to(CHANGING)
         return [ev.WriteMetadata(metadata=proposed, expected_version=self.version)]
+
+    def _not_cleaned(self, bookies) -> list:
+        """_not_cleaned leaves `bookies` out of the next choice (for CHOOSE_RETRY_MS: a lost message
+        must not cost the only spare) and chooses again; a rotation is put off. Pinned bookies the
+        change retried in place are failed again, so the next choice retries them in place too."""
+        until = self._now + CHOOSE_RETRY_MS
+        self._unclean.update(dict.fromkeys(bookies, until))
+        for bookie in self._in_place:
+            self._failed.setdefault(bookie, "retried in place")
+        self._in_place = set()
+        self._cleaning, self._proposal, self._replacements = {}, None, None
+        self._to(CHOOSING)
+        if self._rotating:
+            return self._put_off_rotation()
+        self._change_started_ms = self._now      # a fresh window to find others
+        return [self._choose()]
+
+    def _excluded(self) -> set[str]:
+        """_excluded is the bookies left out of choices for now: their cleaning failed moments ago."""
+        now = self._now
+        self._unclean = {b: until for b, until in self._unclean.items() if until > now}
+        return set(self._unclean)
 
     def _put_off_rotation(self) -> list:
         """_put_off_rotation goes back to writing in the current fragment; the rotation is tried again later.
@@ -921,6 +1005,10 @@ class LedgerWriter:
             if self._choose_again_ms is not None and now >= self._choose_again_ms:
                 self._choose_again_ms = None
                 return [self._choose()]
+            return []
+        if state is CLEANING:
+            if now - self._cleaning_since >= self.add_timeout_ms:
+                return self._not_cleaned(set(self._cleaning))
             return []
         if state is CHANGING:
             return []

@@ -142,6 +142,8 @@ def encode_requests(requests: list) -> bytes:
                 put(_ADD.truncate, request.truncate)
             if request.deferred_sync:
                 put(_ADD.deferredSync, True)
+            if request.truncate_from != -1:
+                put(_ADD.truncateFrom, request.truncate_from)
             _set_entries(a._init_by_field(_ADD.entries), request.ledger_id, request.entries)
         elif kind is ReadRequest:
             rd = r._init_by_field(_REQUEST.read)
@@ -188,7 +190,8 @@ def _decode_request(r):
         ledger_id = g(_ADD.ledgerId)
         return AddRequest(txn=txn, ledger_id=ledger_id, master_key=g(_ADD.masterKey), recovery=g(_ADD.recovery),
                           entries=_get_entries(g(_ADD.entries), ledger_id), lafr=g(_ADD.lafr), term=g(_ADD.term),
-                          truncate=g(_ADD.truncate), deferred_sync=g(_ADD.deferredSync))
+                          truncate=g(_ADD.truncate), deferred_sync=g(_ADD.deferredSync),
+                          truncate_from=g(_ADD.truncateFrom))
     if which == "read":
         g = get(_REQUEST.read)._get_by_field
         return ReadRequest(txn=txn, ledger_id=g(_READ.ledgerId), entry_ids=list(g(_READ.entryIds)),

@@ -36,6 +36,7 @@ struct AddRequest {
   term @5 :Int64;             # unbounded ledgers: the writer's term (0: none)
   truncate @6 :Bool;          # drop every entry above the highest one of this request
   deferredSync @7 :Bool;      # acknowledge once stored; a ForceRequest makes the entries durable
+  truncateFrom @8 :Int64 = -1; # with truncate and no entries: drop every entry from this id on
 }
 
 struct ReadRequest {

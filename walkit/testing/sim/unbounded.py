@@ -584,42 +584,98 @@ def seed_001_counterexample(recovery_cls=LedgerRecovery) -> UnboundedSimulation:
     """
     sim = UnboundedSimulation(1, SEED_001, recovery_cls=recovery_cls, ensemble=("b0", "b1", "b2"))
     first, world = sim.writers[0], sim.world
-    lost: list = []
-
-    def drops(process, bookie, message) -> bool:
-        for rule in lost:
-            if rule(process.name, bookie, message):
-                return True
-        return False
-    world.drops = drops
-
-    def add_of(writer: str, bookies: set[str], entry_id: int | None = None):
-        def rule(name, bookie, message) -> bool:
-            entries = getattr(message, "entries", None)
-            return (name == writer and bookie in bookies and type(message).__name__ == "AddRequest" and bool(entries)
-                    and (entry_id is None or any(e.entry_id == entry_id for e in entries)))
-        return rule
+    lost = _scripted_losses(world)
 
     def w2_reads_from_b0(name, bookie, message) -> bool:
         return name == "w2" and bookie == "b0" and type(message).__name__ == "ReadRequest"
 
-    def step(at: int, fn, *args) -> None:
-        world.at(at, fn, *args)
-
-    step(1, sim._append_to, first, 1)                                       # A: entry 0 everywhere
-    step(40, lost.append, add_of("w1", {"b1", "b2"}, 1))
-    step(41, sim._append_to, first, 1)                                      # B: entry 1 on b0 only
-    step(80, first.process.crash)
-    step(100, lost.append, w2_reads_from_b0)
-    step(101, sim._take_over)                                               # w2: a new term
+    world.at(1, sim._append_to, first, 1)                                       # A: entry 0 everywhere
+    world.at(40, lost.append, _add_of("w1", {"b1", "b2"}, 1))
+    world.at(41, sim._append_to, first, 1)                                      # B: entry 1 on b0 only
+    world.at(80, first.process.crash)
+    world.at(100, lost.append, w2_reads_from_b0)
+    world.at(101, sim._take_over)                                               # w2: a new term
 
     def after_reopen() -> None:
         writer = sim.writers[-1]
         if writer.owner is None:                                          # still recovering
             world.at(10, after_reopen)
             return
-        lost.append(add_of("w2", {"b0"}, writer.owner.machine.last_add_pushed + 1))
+        lost.append(_add_of("w2", {"b0"}, writer.owner.machine.last_add_pushed + 1))
         sim._append_to(writer, 1)                                           # C: b1 and b2 only
         world.at(30, sim._append_to, writer, 1)                             # D: everywhere, LAC 1
-    step(200, after_reopen)
+    world.at(200, after_reopen)
+    return sim
+
+
+def _scripted_losses(world) -> list:
+    """_scripted_losses makes `world` drop every message a rule of the returned list matches."""
+    lost: list = []
+
+    def drops(process, bookie, message) -> bool:
+        return any(rule(process.name, bookie, message) for rule in lost)
+    world.drops = drops
+    return lost
+
+
+def _add_of(writer: str, bookies: set[str], entry_id: int | None = None):
+    """_add_of is a rule matching `writer`'s adds carrying entries (of `entry_id`, if given) to `bookies`."""
+    def rule(name, bookie, message) -> bool:
+        entries = getattr(message, "entries", None)
+        return (name == writer and bookie in bookies and type(message).__name__ == "AddRequest" and bool(entries)
+                and (entry_id is None or any(e.entry_id == entry_id for e in entries)))
+    return rule
+
+
+# -- a stale bookie brought back by an ensemble change, scripted (docs/internals/protocol.md#stale-bookie) --
+STALE_BOOKIE = UnboundedSimConfig(bookies=4, ensemble=3, write_quorum=3, ack_quorum=2, appends=0, takeovers=0,
+                                  drop_rate=0.0, duplicate_rate=0.0, max_delay_ms=2, bookie_crashes=0,
+                                  writer_crash_rate=0.0, fault_window_ms=1500)
+
+
+def stale_bookie_counterexample(writer_cls=LedgerWriter) -> UnboundedSimulation:
+    """stale_bookie_counterexample scripts the loss that cleaning the bookies a change brings in prevents.
+
+    On b0, b1, b2 (Qw 3, Qa 2), spare b3: w1 writes A as entry 0 everywhere, then B and C as
+    entries 1 and 2, which reach b2 only, and crashes. w2 takes over while b2 hears nothing from
+    it: entry 1 is absent, b2 is replaced by b3, and the no-op at entry 1 goes to b0, b1 and b3,
+    not b2, which keeps w1's C at entry 2. w2 writes D as entry 2; b0 and b1 acknowledge it, its
+    add to b3 is lost, so b3 is replaced by b2 in a fragment from entry 2, and the re-send of D
+    to b2 is lost too. w3 takes over with its reads from b0 and b1 held for a while: b2 answers
+    first. Without the cleaning, b2 still holds C, the recovery writes C back over D, and D,
+    acknowledged, is gone: the checker reports it. With it, b2 dropped C when it joined, answers
+    that it lacks entry 2, and the recovery waits for b0 and b1, which hold D.
+
+    It returns the simulation, ready to `run()`.
+    """
+    sim = UnboundedSimulation(2, STALE_BOOKIE, ensemble=("b0", "b1", "b2"), writer_cls=writer_cls)
+    first, world = sim.writers[0], sim.world
+    lost = _scripted_losses(world)
+
+    def w2_to_b2(name, bookie, message) -> bool:
+        return name == "w2" and bookie == "b2"
+
+    def w3_reads_from_b0_b1(name, bookie, message) -> bool:
+        return name == "w3" and bookie in ("b0", "b1") and type(message).__name__ == "ReadRequest"
+
+    world.at(1, sim._append_to, first, 1)                                       # A: entry 0 everywhere
+    world.at(40, lost.append, _add_of("w1", {"b0", "b1"}))
+    world.at(41, sim._append_to, first, 2)                                      # B, C: entries 1, 2 on b2 only
+    world.at(80, first.process.crash)
+    world.at(100, lost.append, w2_to_b2)
+    world.at(101, sim._take_over)                                               # w2: term 2
+
+    def after_reopen() -> None:
+        writer = sim.writers[-1]
+        if writer.owner is None:                                          # still recovering
+            world.at(10, after_reopen)
+            return
+        lost.remove(w2_to_b2)                  # b2 is reachable again: the change can choose it
+        lost.append(_add_of("w2", {"b3"}))      # D never reaches b3: b3 is replaced, by b2
+        lost.append(_add_of("w2", {"b2"}))      # and D's re-send to b2 is lost
+        sim._append_to(writer, 1)                                           # D: entry 2
+    world.at(150, after_reopen)
+    world.at(690, lost.append, w3_reads_from_b0_b1)
+    world.at(700, sim._take_over)                                               # w3: term 3
+    world.at(1000, lost.remove, w3_reads_from_b0_b1)
     return sim
