@@ -11,7 +11,8 @@ import pytest
 
 import walkit
 from walkit.core.distribution import write_set_bookies
-from walkit.core.messages import NOOP_PAYLOAD, Status
+from walkit.core.digest import master_key
+from walkit.core.messages import NOOP_PAYLOAD, AddRequest, Entry, Status
 from walkit.errors import ConfigError, LedgerFenced, NoSuchEntry
 from walkit.local import LocalCluster
 from tests.support import unbounded_writer
@@ -264,3 +265,48 @@ def test_truncation_drops_fragments_and_bookies_outside_them_give_the_space_back
         assert [e.payload for e in reader.read(150)] == [b"e%d" % i for i in range(150, reader.last_add_confirmed + 1)]
         with pytest.raises(NoSuchEntry):
             list(reader.read(100))
+
+
+def test_a_replacement_bookie_keeps_no_older_term_entry_from_its_fragment_s_start_on(tmp_path):
+    """docs/internals/protocol.md#stale-bookie with real bookie processes: the only spare holds
+    entries an older term wrote where the new fragment will start (planted with the ledger's key,
+    as a writer of term 1 would have left them); a bookie of the ensemble stops, the writer of
+    term 2 replaces it with the spare, and from the new fragment's start on the spare holds none
+    of them, also after a SIGKILL and restart, and the ledger reads back the writer's entries.
+    (The run where an old entry there loses data needs a lost message: the simulator's
+    stale_bookie_counterexample scripts it.)"""
+    with LocalCluster(bookies=5, data_dir=str(tmp_path / "cluster"), storage="files",
+                      bookie_args=("--no-autorecovery",)) as cluster, \
+            walkit.Client(cluster.metadata_url, add_timeout=1, request_timeout=2) as client:
+        created = client.create_ledger(4, 2, 2, password=b"pw", unbounded=True)
+        ledger_id = created.ledger_id
+        for i in range(5):
+            created.append(b"e%d" % i)
+        writer = client.reopen_ledger(ledger_id, password=b"pw")             # term 2, after the no-op
+        assert writer.metadata.term == 2
+        ensemble = writer.metadata.current_ensemble
+        spare = next(a for a in cluster.addresses if a not in ensemble)
+        stale = [Entry(ledger_id, i, i - 1, b"", b"stale-%d" % i) for i in range(6, 40)]
+        with RawBookie(spare) as raw:
+            planted = raw.request(AddRequest(txn=raw.next_txn(), ledger_id=ledger_id, master_key=master_key(b"pw"),
+                                             entries=stale, term=1))
+            assert planted.status == Status.OK
+        for i in range(6, 10):
+            writer.append(b"w%d" % i)
+        cluster.stop_bookie(cluster.addresses.index(ensemble[1]))           # the spare takes its place
+        for i in range(10, 20):
+            writer.append(b"w%d" % i)
+        metadata = client.ledger_metadata(ledger_id)
+        start = metadata.last_fragment_start
+        assert spare in metadata.current_ensemble and 6 < start < 19
+
+        def stale_on_spare() -> dict[int, bytes]:
+            with RawBookie(spare) as raw:
+                answer = raw.read(ledger_id, list(range(start, 40)))
+                return {e.entry_id: e.payload for e in answer.entries if e.payload.startswith(b"stale")}
+        assert stale_on_spare() == {}
+        cluster.kill_bookie(cluster.addresses.index(spare))
+        cluster.start_bookie(cluster.addresses.index(spare))
+        assert stale_on_spare() == {}
+        reader = client.open_ledger(ledger_id, password=b"pw")
+        assert [e.payload for e in reader.read(6)][:14] == [b"w%d" % i for i in range(6, 20)]
