@@ -28,9 +28,10 @@ READ, WRITE, OTHER = "read", "write", "other"
 SYNTAX = "ERR syntax error"
 
 #: The commands answered while the store loads (redis-server's "loading" flag): they concern the
-#: connection or the server, not the data. Every other command, PING included, gets LOADING.
-WHILE_LOADING = frozenset({b"AUTH", b"CLIENT", b"COMMAND", b"CONFIG", b"HELLO", b"INFO", b"QUIT", b"ROLE",
-                           b"SELECT", b"TIME"})
+#: connection or the server, not the data. Every other command gets LOADING; PING answers LOADING
+#: for as long as a write would (KVServer.loading_error), also after the store loaded.
+WHILE_LOADING = frozenset({b"AUTH", b"CLIENT", b"COMMAND", b"CONFIG", b"HELLO", b"INFO", b"PING", b"QUIT",
+                           b"ROLE", b"SELECT", b"TIME"})
 #: The commands a connection may send before it authenticated (redis-server's no-auth flag).
 NO_AUTH = frozenset({b"AUTH", b"HELLO", b"QUIT"})
 NOAUTH = "NOAUTH Authentication required."
@@ -251,9 +252,12 @@ COMMANDS[b"FLUSHALL"] = Command("flushall", -1, WRITE, flushdb)
 # -- connection and server commands ------------------------------------------------------
 @command("PING", -1, OTHER)
 def ping(server, conn, args):
-    """ping answers PING [message]."""
+    """ping answers PING [message], or LOADING while a write would get it (KVServer.loading_error)."""
     if len(args) > 2:
         raise ReplyError("ERR wrong number of arguments for 'ping' command")
+    loading = server.loading_error()
+    if loading is not None:
+        raise loading
     return args[1] if len(args) == 2 else PONG
 
 

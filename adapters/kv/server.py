@@ -214,14 +214,31 @@ class KVServer:
             except ReplyError as exc:
                 return exc
 
-    def not_leader_error(self, leader: str | None = None) -> ReplyError:
-        """not_leader_error is the reply to a write this server cannot take now."""
+    def loading_error(self) -> ReplyError | None:
+        """loading_error is the LOADING reply a write would get now, or None: while the store loads,
+        while this server, elected, replays the log before it leads, and while no server leads (an
+        election is under way). PING answers it too and INFO reports `loading:1` meanwhile, so a
+        client that waits for PONG can write at once (a follower with a leader answers PONG: its
+        writes get READONLY, as a Redis replica's do)."""
         node = self.node
         if self.stopping:
-            return ReplyError("ERR this server is shutting down")
+            return None
         if node is None or not node.ready:
             return ReplyError(LOADING)
+        if node.is_leader:
+            return None
         if node.election.is_leader:
             return ReplyError("LOADING this server was elected leader and is replaying the log; retry shortly")
-        leader = leader or node.leader or "unknown (an election is under way)"
+        if node.leader is None:
+            return ReplyError("LOADING no server leads yet: an election is under way; retry shortly")
+        return None
+
+    def not_leader_error(self, leader: str | None = None) -> ReplyError:
+        """not_leader_error is the reply to a write this server cannot take now."""
+        if self.stopping:
+            return ReplyError("ERR this server is shutting down")
+        loading = self.loading_error()
+        if loading is not None and not (leader and self.ready and not self.node.election.is_leader):
+            return loading                       # (a follower told of a leader names it instead)
+        leader = leader or self.node.leader or "unknown (an election is under way)"
         return ReplyError(f"READONLY You can't write against a read only replica. Leader: {leader}")

@@ -19,6 +19,8 @@ from tests.support import pause
 
 from ..integration.helpers import wait_until
 from tests.support.serverprocess import KVProcess, redis, redis_cli
+from redis.backoff import NoBackoff  # noqa: E402  (a test dependency)
+from redis.retry import Retry  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -237,3 +239,30 @@ def test_a_restart_waits_until_bookies_of_the_previous_run_release_their_ports(t
     finally:
         release.cancel()
         squatter.close()
+
+
+def first_pong(server: KVProcess, timeout: float = 90.0) -> None:
+    """first_pong returns as soon as PING answers PONG (LOADING and refused connections are "not yet"),
+    as a script that waits for the server would; the server must not have exited."""
+    client = server.redis(socket_timeout=5, retry=Retry(NoBackoff(), 0))
+    server.wait(lambda: client.ping(), timeout, "answering PONG", interval=0.005)
+
+
+def test_a_single_server_is_writable_on_its_first_pong_over_many_restarts(servers, tmp_path):
+    """Issue 43, readiness: PING answers LOADING for as long as a write would, so the usual
+    "wait for PONG, then write" works on a fresh data dir and after each restart (clean or SIGKILL)."""
+    server = servers(data_dir=tmp_path / "data")
+    written: dict[bytes, bytes] = {}
+    for round_ in range(8):
+        server.start()
+        first_pong(server)
+        r = server.redis(retry=Retry(NoBackoff(), 0))             # redis-py retries LOADING by default: not here
+        assert r.set(f"round:{round_}", round_) is True             # the first command after PONG writes
+        assert r.info("persistence")["loading"] == 0
+        written[f"round:{round_}".encode()] = str(round_).encode()
+        assert {k: r.get(k) for k in written} == written
+        if round_ % 2:
+            server.kill(with_bookies=True)
+            server.wait_bookies_gone()
+        else:
+            server.stop()
