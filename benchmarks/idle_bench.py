@@ -34,6 +34,9 @@ import time
 from walkit.local import LocalCluster, free_port
 from walkit.testing.servers import ZooKeeperServer
 
+sys.path.insert(0, os.path.dirname(__file__))
+from topics_bench import wait_port  # noqa: E402  (the benchmarks' shared helpers)
+
 
 def cpu_seconds(pid: int) -> float:
     """cpu_seconds is a process's user + system CPU time so far."""
@@ -54,19 +57,6 @@ def zk_packets(port: int) -> int:
         if name.strip() == "Received":
             return int(value)
     raise SystemExit(f"ZooKeeper's srvr has no Received line: {data[:200]!r}")
-
-
-def wait_port(port: int, process: subprocess.Popen, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the broker on port {port} exited with status {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit(f"nothing listens on port {port} after {timeout:g} s")
 
 
 def led_partitions(bootstrap: str, topic: str) -> int:
@@ -141,7 +131,7 @@ def main() -> None:
                         [sys.executable, "-m", "walkit", "topics", "serve", "--port", str(port), "--metadata", url,
                          "--no-auto-create"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
                 for port, broker in zip(ports, brokers):
-                    wait_port(port, broker)
+                    wait_port(port, broker, timeout=90.0)
                 bootstrap = f"127.0.0.1:{ports[0]}"
                 for phase, partitions in (("baseline", 1), ("many", args.partitions)):
                     topic = f"idle-{partitions}"

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from walkit.local import free_port
+from walkit.local import free_port, stop_process
 
 
 def wait_port(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
@@ -56,11 +56,7 @@ def stop(processes) -> None:
         if process.poll() is None:
             process.terminate()
     for process in processes:
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 30)           # already told to stop: it waits, then SIGKILLs
 
 
 # -- walkit topics through confluent-kafka --------------------------------------------------
