@@ -29,7 +29,8 @@ SYNTAX = "ERR syntax error"
 
 #: The commands answered while the store loads (redis-server's "loading" flag): they concern the
 #: connection or the server, not the data. Every other command gets LOADING; PING answers LOADING
-#: for as long as a write would (KVServer.loading_error), also after the store loaded.
+#: also after the store loaded, until this server can tell a writer where to write
+#: (KVServer.ping_error).
 WHILE_LOADING = frozenset({b"AUTH", b"CLIENT", b"COMMAND", b"CONFIG", b"HELLO", b"INFO", b"PING", b"QUIT",
                            b"ROLE", b"SELECT", b"TIME"})
 #: The commands a connection may send before it authenticated (redis-server's no-auth flag).
@@ -252,10 +253,10 @@ COMMANDS[b"FLUSHALL"] = Command("flushall", -1, WRITE, flushdb)
 # -- connection and server commands ------------------------------------------------------
 @command("PING", -1, OTHER)
 def ping(server, conn, args):
-    """ping answers PING [message], or LOADING while a write would get it (KVServer.loading_error)."""
+    """ping answers PING [message], or LOADING until a write can be placed (KVServer.ping_error)."""
     if len(args) > 2:
         raise ReplyError("ERR wrong number of arguments for 'ping' command")
-    loading = server.loading_error()
+    loading = server.ping_error()
     if loading is not None:
         raise loading
     return args[1] if len(args) == 2 else PONG

@@ -90,7 +90,7 @@ def info_text(server, sections: list[str]) -> str:
             *([] if leading else [f"master_host:{host}", f"master_port:{port}",
                                   f"master_link_status:{'up' if host and server.ready else 'down'}"]),
             f"master_repl_offset:{machine.index}", f"cluster:{server.cluster}"],
-        "persistence": [f"loading:{int(server.loading_error() is not None)}", "aof_enabled:1", f"snapshots:{machine.snapshots}",
+        "persistence": [f"loading:{int(server.ping_error() is not None)}", "aof_enabled:1", f"snapshots:{machine.snapshots}",
                         f"snapshot_position:{snapshot_position or ''}", f"snapshot_every:{server.snapshot_every}"],
         "stats": [f"acl_access_denied_auth:{server.auth_failures}"],
         "keyspace": [f"db0:keys={keys},expires={expires},avg_ttl=0"],

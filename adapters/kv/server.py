@@ -215,21 +215,26 @@ class KVServer:
                 return exc
 
     def loading_error(self) -> ReplyError | None:
-        """loading_error is the LOADING reply a write would get now, or None: while the store loads,
-        while this server, elected, replays the log before it leads, and while no server leads (an
-        election is under way). PING answers it too and INFO reports `loading:1` meanwhile, so a
-        client that waits for PONG can write at once (a follower with a leader answers PONG: its
-        writes get READONLY, as a Redis replica's do)."""
+        """loading_error is the LOADING reply a write gets now, or None: while the store loads and
+        while this server, elected, replays the log before it leads."""
         node = self.node
-        if self.stopping:
+        if self.stopping or (node is not None and node.ready and (node.is_leader or not node.election.is_leader)):
             return None
         if node is None or not node.ready:
             return ReplyError(LOADING)
-        if node.is_leader:
-            return None
-        if node.election.is_leader:
-            return ReplyError("LOADING this server was elected leader and is replaying the log; retry shortly")
-        if node.leader is None:
+        return ReplyError("LOADING this server was elected leader and is replaying the log; retry shortly")
+
+    def ping_error(self) -> ReplyError | None:
+        """ping_error is what PING answers instead of PONG (INFO says `loading:1` meanwhile): LOADING
+        while a write gets it, and while no server leads (an election is under way). So a client
+        that waits for PONG can write at once on a single server, fresh or restarted; a follower
+        that knows its leader answers PONG, and its writes get READONLY, as a Redis replica's do.
+        A write while no server leads gets READONLY, not LOADING: redis-py retries LOADING with
+        backoff, which would slow every write to a server cut off from the metadata store."""
+        loading = self.loading_error()
+        if loading is not None or self.stopping:
+            return loading
+        if not self.node.is_leader and self.node.leader is None:
             return ReplyError("LOADING no server leads yet: an election is under way; retry shortly")
         return None
 
@@ -238,7 +243,7 @@ class KVServer:
         if self.stopping:
             return ReplyError("ERR this server is shutting down")
         loading = self.loading_error()
-        if loading is not None and not (leader and self.ready and not self.node.election.is_leader):
-            return loading                       # (a follower told of a leader names it instead)
+        if loading is not None:
+            return loading
         leader = leader or self.node.leader or "unknown (an election is under way)"
         return ReplyError(f"READONLY You can't write against a read only replica. Leader: {leader}")
