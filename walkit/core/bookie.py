@@ -389,7 +389,8 @@ class BookieHandler:
             return refuse(Status.FENCED, f"ledger {ledger_id} is fenced")
         entry_ids = [e.entry_id for e in request.entries]
         # A cleaning (no entries, truncate_from) truncates as an add whose highest entry is just below.
-        highest = max(entry_ids, default=request.truncate_from - 1 if request.truncate_from != NO_ENTRY else NO_ENTRY)
+        cleaning = request.truncate_from != NO_ENTRY
+        highest = max(entry_ids, default=request.truncate_from - 1 if cleaning else NO_ENTRY)
         if request.truncate and existing is not None and existing.last_entry_id - highest > MAX_TRUNCATE_SPAN:
             return refuse(Status.BAD_REQUEST, f"truncating above entry {highest} would drop more than "
                                               f"{MAX_TRUNCATE_SPAN} entries")

@@ -130,8 +130,8 @@ truncated the others), and without the cleaning a later takeover's recovery coul
 them in place of an entry this writer had acknowledged
 (docs/internals/protocol.md#stale-bookie). A bookie that refuses or does not answer within
 `add_timeout_ms` is left out of the next choice (for CHOOSE_RETRY_MS) and the writer chooses
-again; a rotation is put off. Entries this writer sent to it earlier in the term carry later truncation marks, so
-a late or duplicated cleaning never drops them.
+again; a rotation is put off. Entries this writer sent to it earlier in the term carry later
+truncation marks, so a late or duplicated cleaning never drops them.
 
 States (`WriterState`, transitions in `_TRANSITIONS`, each one asserted):
 
