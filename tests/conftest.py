@@ -5,6 +5,7 @@ test with a message saying to run scripts/test.sh, which installs them)."""
 from __future__ import annotations
 
 import gc
+import itertools
 import subprocess
 import uuid
 
@@ -88,8 +89,37 @@ def pytest_collection_modifyitems(config, items) -> None:
     for path, tests in by_file.items():
         for index, item in enumerate(tests):
             chunk = f"#{index // GROUP_SIZE}" if len(tests) > GROUP_SIZE else ""
+            if path.startswith("tests/spark/"):
+                chunk, path = "", "tests/spark"     # one SparkSession and broker for every Spark test
             if item.get_closest_marker("xdist_group") is None:
                 item.add_marker(pytest.mark.xdist_group(path + chunk))
+    # Long indivisible groups (the network tier's nemesis runs, Spark, real processes) go to the
+    # workers first, the simulator's many short seed groups and the fast tier last, so both
+    # workers finish together instead of one waiting for the other's last long group. Network
+    # files alternate with the others (two ten-host nemesis runs at once would starve both), and
+    # a file's tests stay together (its module fixtures start once).
+    def group(item) -> str:
+        return item.get_closest_marker("xdist_group").args[0]
+    rank_of_group: dict[str, int] = {}
+    for item in items:
+        rank_of_group[group(item)] = min(rank_of_group.get(group(item), START_LAST), _start_rank(item))
+    network = [name for name, rank in rank_of_group.items() if rank == 0]
+    others = sorted((name for name, rank in rank_of_group.items() if rank > 0), key=rank_of_group.get)
+    order = [name for pair in itertools.zip_longest(network, others) for name in pair if name is not None]
+    position = {name: i for i, name in enumerate(order)}
+    items.sort(key=lambda item: position[group(item)])
+
+
+#: The order in which the tiers' groups start on the xdist workers (the rest after them).
+START_ORDER = ("network", "spark", "processes", "servers", "sim")
+START_LAST = len(START_ORDER)
+
+
+def _start_rank(item) -> int:
+    for rank, marker in enumerate(START_ORDER):
+        if item.get_closest_marker(marker) is not None:
+            return rank
+    return START_LAST
 
 
 @pytest.fixture(autouse=True)
