@@ -48,7 +48,7 @@ GROUP_SIZE = 1000
 #: fixtures it uses, so a test file cannot forget them; `fast` is every test that needs none.
 TIER_BY_DIRECTORY = {"tests/sim/": "sim", "tests/spark/": "spark", "tests/network/": "network"}
 SERVER_FIXTURES = {"zk_server", "etcd_server", "etcd_cluster", "zk_factory", "etcd_factory"}
-PROCESS_FIXTURES = {"local_cluster"}
+PROCESS_FIXTURES = {"local_cluster", "redis_pair"}
 #: Tests of the public conformance suites (walkit.testing) that start a process, by name: the suites
 #: carry no tier markers of their own, since third-party plugins run them with their own settings.
 PROCESS_TESTS = {"test_the_registration_of_a_killed_process_expires"}

@@ -1,38 +1,34 @@
-"""walkit.adapters.kv.commands is the command table of the RESP server: arity, kind and handler.
+"""walkit.adapters.kv.commands completes the command table (table.py): the connection and server commands.
 
-Each handler takes (server, connection, args) where args[0] is the command name:
+Importing it registers every command: the data commands of keyspace.py, strings.py,
+hashes.py, lists.py, sets.py, zsets.py and scripting.py, and the OTHER commands below, which
+take (server, connection, args) and change no data. MULTI, EXEC, DISCARD, WATCH and UNWATCH
+are run by the connection itself (connection.py), since they decide what happens to the
+commands around them.
 
-- read commands return the reply, computed from the machine's state at the time they run (the
-  server holds the machine's lock around them and decides when they may run: reads.py);
-- write commands return the record to append (records.py) or raise ReplyError for bad
-  arguments; the reply is what applying the record returns;
-- other commands (PING, INFO, CONFIG, HELLO...) return the reply and change no data.
-
-Errors follow Redis' wording, so clients map them to the same exceptions. On a server that
-requires a password (auth.py) a connection that has not authenticated may send only the
-NO_AUTH commands; connection.py answers every other one NOAUTH.
+On a server that requires a password (auth.py) a connection that has not authenticated may
+send only the NO_AUTH commands; connection.py answers every other one NOAUTH.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, NamedTuple
 
 from walkit.adapters.kv import info as reports
+from walkit.adapters.kv import hashes, keyspace, lists, scripting, sets, strings, zsets  # noqa: F401 - they register
 from walkit.adapters.kv.patterns import compile_pattern
-from walkit.adapters.kv.records import GET, KEEPTTL, NX, XX, Delete, FlushDb, IncrBy, MSet, Set
-from walkit.adapters.kv.resp import OK, PONG, ReplyError, Simple
-from walkit.adapters.kv.state import INT64_MAX, NOT_AN_INTEGER, parse_int
-
-READ, WRITE, OTHER = "read", "write", "other"
-SYNTAX = "ERR syntax error"
+from walkit.adapters.kv.resp import OK, PONG, ReplyError
+from walkit.adapters.kv.state import INT64_MAX, parse_int
+from walkit.adapters.kv.table import (  # noqa: F401 - the connection's names
+    COMMANDS, OTHER, READ, SYNTAX, WRITE, Command, check_arity, command, integer, unknown,
+)
 
 #: The commands answered while the store loads (redis-server's "loading" flag): they concern the
 #: connection or the server, not the data. Every other command gets LOADING; PING answers LOADING
 #: also after the store loaded, until this server can tell a writer where to write
 #: (KVServer.ping_error).
 WHILE_LOADING = frozenset({b"AUTH", b"CLIENT", b"COMMAND", b"CONFIG", b"HELLO", b"INFO", b"PING", b"QUIT",
-                           b"ROLE", b"SELECT", b"TIME"})
+                           b"ROLE", b"SELECT", b"TIME", b"MULTI", b"DISCARD", b"UNWATCH", b"SCRIPT"})
 #: The commands a connection may send before it authenticated (redis-server's no-auth flag).
 NO_AUTH = frozenset({b"AUTH", b"HELLO", b"QUIT"})
 NOAUTH = "NOAUTH Authentication required."
@@ -46,208 +42,7 @@ class AuthFailed(ReplyError):
         super().__init__(WRONGPASS)
 
 
-class Command(NamedTuple):
-    """Command is one entry of the table: `arity` counts the name (negative: at least that many)."""
 
-    name: str
-    arity: int
-    kind: str
-    handler: Callable
-
-
-COMMANDS: dict[bytes, Command] = {}
-
-
-def command(name: str, arity: int, kind: str):
-    """command registers a handler under `name` (and returns it unchanged)."""
-    def register(handler: Callable) -> Callable:
-        """register adds the handler to COMMANDS."""
-        COMMANDS[name.encode()] = Command(name.lower(), arity, kind, handler)
-        return handler
-    return register
-
-
-def _integer(text: bytes) -> int:
-    value = parse_int(text)
-    if value is None:
-        raise ReplyError(NOT_AN_INTEGER)
-    return value
-
-
-# -- reads -------------------------------------------------------------------------------
-@command("GET", 2, READ)
-def get(server, conn, args):
-    """get answers GET key: the value, or nil if absent or expired."""
-    return server.machine.state.get(args[1], server.now_ms())
-
-
-@command("MGET", -2, READ)
-def mget(server, conn, args):
-    """mget answers MGET key...: the values, nil for absent keys."""
-    state, now = server.machine.state, server.now_ms()
-    return [state.get(key, now) for key in args[1:]]
-
-
-@command("EXISTS", -2, READ)
-def exists(server, conn, args):
-    """exists answers EXISTS key...: how many of the keys exist (repeats count again)."""
-    state, now = server.machine.state, server.now_ms()
-    return sum(1 for key in args[1:] if state.alive(key, now))
-
-
-@command("TTL", 2, READ)
-def ttl(server, conn, args):
-    """ttl answers TTL key: seconds left, -1 without expiry, -2 if absent."""
-    left = server.machine.state.ttl_ms(args[1], server.now_ms())
-    return left if left < 0 else (left + 500) // 1000
-
-
-@command("PTTL", 2, READ)
-def pttl(server, conn, args):
-    """pttl answers PTTL key: milliseconds left, -1 without expiry, -2 if absent."""
-    return server.machine.state.ttl_ms(args[1], server.now_ms())
-
-
-@command("TYPE", 2, READ)
-def type_(server, conn, args):
-    """type_ answers TYPE key: string, or none if absent."""
-    return Simple("string" if server.machine.state.alive(args[1], server.now_ms()) else "none")
-
-
-@command("KEYS", 2, READ)
-def keys(server, conn, args):
-    """keys answers KEYS pattern: every live key matching a glob, in key order."""
-    return server.machine.state.keys(args[1], server.now_ms())
-
-
-@command("DBSIZE", 1, READ)
-def dbsize(server, conn, args):
-    """dbsize answers DBSIZE: the number of live keys."""
-    return server.machine.state.size(server.now_ms())
-
-
-@command("SCAN", -2, READ)
-def scan(server, conn, args):
-    """scan answers SCAN cursor [MATCH p] [COUNT n] [TYPE t]: the next cursor and some keys."""
-    cursor = parse_int(args[1])
-    if cursor is None or cursor < 0:
-        raise ReplyError("ERR invalid cursor")
-    pattern, count, only_strings = None, 10, True
-    options = args[2:]
-    for i in range(0, len(options), 2):
-        if i + 1 >= len(options):
-            raise ReplyError(SYNTAX)
-        option, value = options[i].upper(), options[i + 1]
-        if option == b"MATCH":
-            pattern = None if value == b"*" else value
-        elif option == b"COUNT":
-            count = _integer(value)
-            if count < 1:
-                raise ReplyError(SYNTAX)
-        elif option == b"TYPE":
-            only_strings = value.lower() == b"string"
-        else:
-            raise ReplyError(SYNTAX)
-    if cursor == 0:
-        after = None
-    else:
-        after = server.cursors.pop(cursor, None)
-        if after is None:
-            return [b"0", []]                   # unknown or expired cursor: the iteration ends
-    found, last = server.machine.state.scan(after, count, pattern, server.now_ms())
-    if not only_strings:
-        found = []
-    return [b"%d" % (server.cursors.add(last) if last is not None else 0), found]
-
-
-# -- writes ------------------------------------------------------------------------------
-_EXPIRY_OPTIONS = {b"EX": 1000, b"PX": 1, b"EXAT": 1000, b"PXAT": 1}
-
-
-@command("SET", -3, WRITE)
-def set_(server, conn, args):
-    """set_ turns SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL] into a Set record."""
-    flags, expire_at, expiry_seen = 0, 0, False
-    i, n = 3, len(args)
-    while i < n:
-        option = args[i].upper()
-        if option == b"NX" and not flags & XX:
-            flags |= NX
-        elif option == b"XX" and not flags & NX:
-            flags |= XX
-        elif option == b"GET":
-            flags |= GET
-        elif option == b"KEEPTTL" and not expiry_seen:
-            flags |= KEEPTTL
-            expiry_seen = True
-        elif option in _EXPIRY_OPTIONS and not expiry_seen and i + 1 < n:
-            amount = _integer(args[i + 1])
-            scale = _EXPIRY_OPTIONS[option]
-            absolute = option.endswith(b"AT")
-            if amount <= 0 or amount > INT64_MAX // 1000:
-                raise ReplyError("ERR invalid expire time in 'set' command")
-            expire_at = amount * scale if absolute else server.now_ms() + amount * scale
-            expiry_seen = True
-            i += 1
-        else:
-            raise ReplyError(SYNTAX)
-        i += 1
-    return Set(args[1], args[2], expire_at, flags)
-
-
-@command("MSET", -3, WRITE)
-def mset(server, conn, args):
-    """mset turns MSET key value [key value...] into an MSet record."""
-    if len(args) % 2 == 0:
-        raise ReplyError("ERR wrong number of arguments for 'mset' command")
-    return MSet(tuple(args[1:]))
-
-
-@command("DEL", -2, WRITE)
-def delete(server, conn, args):
-    """delete turns DEL key... (and UNLINK) into a Delete record."""
-    return Delete(tuple(args[1:]))
-
-
-COMMANDS[b"UNLINK"] = Command("unlink", -2, WRITE, delete)
-
-
-@command("INCR", 2, WRITE)
-def incr(server, conn, args):
-    """incr turns INCR key into IncrBy(key, 1)."""
-    return IncrBy(args[1], 1)
-
-
-@command("DECR", 2, WRITE)
-def decr(server, conn, args):
-    """decr turns DECR key into IncrBy(key, -1)."""
-    return IncrBy(args[1], -1)
-
-
-@command("INCRBY", 3, WRITE)
-def incrby(server, conn, args):
-    """incrby turns INCRBY key n into IncrBy(key, n)."""
-    return IncrBy(args[1], _integer(args[2]))
-
-
-@command("DECRBY", 3, WRITE)
-def decrby(server, conn, args):
-    """decrby turns DECRBY key n into IncrBy(key, -n)."""
-    delta = _integer(args[2])
-    if delta == -(1 << 63):
-        raise ReplyError("ERR decrement would overflow")
-    return IncrBy(args[1], -delta)
-
-
-@command("FLUSHDB", -1, WRITE)
-def flushdb(server, conn, args):
-    """flushdb turns FLUSHDB [ASYNC|SYNC] (and FLUSHALL) into a FlushDb record."""
-    if len(args) > 2 or (len(args) == 2 and args[1].upper() not in (b"ASYNC", b"SYNC")):
-        raise ReplyError(SYNTAX)
-    return FlushDb()
-
-
-COMMANDS[b"FLUSHALL"] = Command("flushall", -1, WRITE, flushdb)
 
 
 # -- connection and server commands ------------------------------------------------------
@@ -278,7 +73,7 @@ def time_(server, conn, args):
 @command("SELECT", 2, OTHER)
 def select(server, conn, args):
     """select answers SELECT db: only database 0 exists."""
-    if _integer(args[1]) != 0:
+    if integer(args[1]) != 0:
         raise ReplyError("ERR DB index is out of range")
     return OK
 
@@ -425,6 +220,21 @@ def command_(server, conn, args):
     raise ReplyError(f"ERR unknown subcommand '{args[1].decode('utf-8', 'replace')}'. Try COMMAND HELP.")
 
 
+@command("MULTI", 1, OTHER)
+@command("EXEC", 1, OTHER)
+@command("DISCARD", 1, OTHER)
+@command("WATCH", -2, OTHER)
+def transaction(server, conn, args):
+    """transaction names MULTI, EXEC, DISCARD and WATCH in the table; connection.py runs them."""
+    raise ReplyError("ERR transactions are run by the connection")
+
+
+@command("UNWATCH", 1, READ)
+def unwatch(ctx, args):
+    """unwatch is UNWATCH inside a transaction (OK); outside, connection.py forgets the watches."""
+    return OK
+
+
 SESSION = b"SESSION"
 #: The longest client name of a SESSION (walkit.replicate's limit on a session's client id).
 MAX_SESSION_CLIENT = 256
@@ -453,18 +263,3 @@ def session_args(args: list[bytes]) -> tuple[str, int, list[bytes]]:
     if seq is None or not 1 <= seq <= INT64_MAX:
         raise ReplyError("ERR SESSION's seq is an integer from 1 (a retry reuses its write's seq)")
     return client, seq, args[3:]
-
-
-def check_arity(spec: Command, args: list[bytes]) -> None:
-    """check_arity raises Redis' error for a wrong number of arguments."""
-    n = len(args)
-    if (spec.arity >= 0 and n != spec.arity) or (spec.arity < 0 and n < -spec.arity):
-        raise ReplyError(f"ERR wrong number of arguments for '{spec.name}' command")
-
-
-def unknown(args: list[bytes]) -> ReplyError:
-    """unknown is Redis' error for an unknown command."""
-    shown = " ".join(f"'{a[:64].decode('utf-8', 'replace')}'" for a in args[1:8])
-    return ReplyError(f"ERR unknown command '{args[0][:64].decode('utf-8', 'replace')}', "
-                      f"with args beginning with: {shown}")
-

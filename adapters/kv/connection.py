@@ -23,6 +23,14 @@ for unauthenticated connections (resp.py).
 Threads: everything here runs on the event loop thread, except the Future callbacks, which run
 on the apply thread; they read the state under the machine's lock and hand their replies to the
 loop through the server's Inbox. While the node is not ready data commands are answered LOADING.
+
+Transactions: MULTI starts queueing; each command is checked as redis-server checks it when it
+is queued (unknown, wrong arity, a write on a server that does not lead: an error now, and EXEC
+answers EXECABORT). EXEC sends every queued command, with the watches, as one record
+(records.py): every node runs all of it or, if a watched key changed, none of it (execute.py).
+A transaction without writes runs as one read. WATCH is a read too: it runs after the
+connection's own pending writes and notes how many records were applied then, so its own
+writes never break it, and any other write to the key applied after that does.
 """
 
 from __future__ import annotations
@@ -34,15 +42,21 @@ import itertools
 
 from walkit.adapters.kv.auth import FAILED_AUTH_DELAY_S
 from walkit.adapters.kv.commands import (
-    COMMANDS, NO_AUTH, NOAUTH, READ, SESSION, WHILE_LOADING, WRITE, AuthFailed, check_arity, session_args, unknown,
+    COMMANDS, NO_AUTH, NOAUTH, OTHER, READ, SESSION, WHILE_LOADING, WRITE, AuthFailed, check_arity, session_args, unknown,
 )
-from walkit.adapters.kv.resp import ProtocolError, ReplyError, RespParser, encode
+from walkit.adapters.kv.execute import run, watches_hold
+from walkit.adapters.kv.records import Watch
+from walkit.adapters.kv.resp import NIL_ARRAY, OK, QUEUED, ProtocolError, ReplyError, RespParser, encode
+from walkit.adapters.kv.table import PREPARE, Command
 from walkit.errors import NotLeader
 
 #: Pause reading a connection while this many of its replies are pending; resume below LOW_WATER.
 HIGH_WATER, LOW_WATER = 10_000, 1_000
 #: Replies ready to send are written once they add up to this many bytes, also mid-pipeline.
 FLUSH_BYTES = 64 * 1024
+
+#: The commands of transactions: the connection runs them (they decide what happens to the others).
+TRANSACTION_COMMANDS = frozenset({b"MULTI", b"EXEC", b"DISCARD", b"WATCH", b"UNWATCH"})
 
 LOADING = "LOADING walkit kv is loading the store: it applies the log up to where it ended at start-up"
 
@@ -83,6 +97,9 @@ class Connection(asyncio.Protocol):
         self._stalled = False                   # commands wait in the parser until the connection may go on
         self._running = False
         self._closed = False
+        self._queued: list[list[bytes]] | None = None     # MULTI's commands, while in a transaction
+        self._queue_failed = False              # a queued command was refused: EXEC answers EXECABORT
+        self._watches: dict[bytes, Watch] = {}
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -150,20 +167,25 @@ class Connection(asyncio.Protocol):
         if self.user is None and name not in NO_AUTH:
             self._reply(ReplyError(NOAUTH))
             return
+        if name in TRANSACTION_COMMANDS:
+            self._transaction_command(name, args)
+            return
         if name == SESSION:
             self._session_write(args)
             return
         spec = COMMANDS.get(name)
         if spec is None:
-            self._reply(unknown(args))
+            self._refuse_in_transaction(unknown(args))
             return
         server = self.server
         try:
             check_arity(spec, args)
             if not server.ready and name not in WHILE_LOADING:
                 raise ReplyError(LOADING)
-            if spec.kind is WRITE:
-                self._write(spec.handler(server, self, args))
+            if self._queued is not None:
+                self._queue(spec, args)
+            elif spec.kind is WRITE:
+                self._write(self._prepared(name, args))
             elif spec.kind is READ:
                 self._read(spec, args)
             else:
@@ -171,7 +193,93 @@ class Connection(asyncio.Protocol):
         except AuthFailed as exc:
             self._hold(exc)
         except ReplyError as exc:
-            self._reply(exc)
+            self._refuse_in_transaction(exc)
+
+    def _prepared(self, name: bytes, args: list[bytes]) -> list[bytes]:
+        """_prepared is what goes into the record for a write (EVALSHA becomes EVAL: table.PREPARE)."""
+        prepare = PREPARE.get(name)
+        return args if prepare is None else prepare(self.server, args)
+
+    # -- transactions -----------------------------------------------------------------------------
+    def _refuse_in_transaction(self, error: ReplyError) -> None:
+        """_refuse_in_transaction answers `error`; inside MULTI it also dooms the transaction (EXECABORT)."""
+        if self._queued is not None:
+            self._queue_failed = True
+        self._reply(error)
+
+    def _queue(self, spec: Command, args: list[bytes]) -> None:
+        """_queue keeps a command for EXEC, checked as far as it can be now (as redis-server does)."""
+        if spec.kind is OTHER:
+            raise ReplyError(f"ERR walkit kv does not run '{spec.name}' inside MULTI (only data commands)")
+        if spec.kind is WRITE and not self.server.is_leader:
+            raise self.server.not_leader_error()
+        self._queued.append(self._prepared(args[0].upper(), args) if spec.kind is WRITE else args)
+        self._reply(QUEUED)
+
+    def _transaction_command(self, name: bytes, args: list[bytes]) -> None:
+        """_transaction_command runs MULTI, EXEC, DISCARD, WATCH and UNWATCH (see the module doc)."""
+        in_multi = self._queued is not None
+        n = len(args)
+        if (name in (b"MULTI", b"EXEC", b"DISCARD", b"UNWATCH") and n != 1) or (name == b"WATCH" and n < 2):
+            self._refuse_in_transaction(ReplyError(f"ERR wrong number of arguments for '{name.decode().lower()}' "
+                                                   f"command"))
+            return
+        if name == b"MULTI":
+            if in_multi:
+                self._reply(ReplyError("ERR MULTI calls can not be nested"))
+                return
+            self._queued, self._queue_failed = [], False
+            self._reply(OK)
+        elif name == b"DISCARD":
+            if not in_multi:
+                self._reply(ReplyError("ERR DISCARD without MULTI"))
+                return
+            self._end_transaction()
+            self._reply(OK)
+        elif name == b"UNWATCH":
+            if in_multi:
+                self._queued.append(args)
+                self._reply(QUEUED)
+            else:
+                self._watches = {}
+                self._reply(OK)
+        elif name == b"WATCH":
+            if in_multi:
+                self._reply(ReplyError("ERR WATCH inside MULTI is not allowed"))
+            elif not self.server.ready:
+                self._reply(ReplyError(LOADING))
+            else:
+                self._read(Command("watch", -2, READ, self._watch), args)
+        elif not in_multi:
+            self._reply(ReplyError("ERR EXEC without MULTI"))
+        else:
+            self._exec()
+
+    def _watch(self, ctx, args: list[bytes]):
+        """_watch notes, for each key, how many records were applied and whether it is alive (a read:
+        it runs after this connection's own writes, so they never break its watch)."""
+        index = ctx.machine.index
+        for key in args[1:]:
+            self._watches.setdefault(key, Watch(key, index, ctx.state.alive(key, ctx.now)))
+        return OK
+
+    def _end_transaction(self) -> None:
+        self._queued, self._queue_failed, self._watches = None, False, {}
+
+    def _exec(self) -> None:
+        """_exec ends MULTI: one record with every command and the watches, or a read if none writes."""
+        commands, failed, watches = self._queued, self._queue_failed, tuple(self._watches.values())
+        self._end_transaction()
+        if failed:
+            self._reply(ReplyError("EXECABORT Transaction discarded because of previous errors."))
+            return
+        if any(COMMANDS[args[0].upper()].kind is WRITE for args in commands):
+            self._write(commands, multi=watches)
+            return
+
+        def read_all(ctx, _args):
+            return [run(ctx, args) for args in commands] if watches_hold(ctx, watches) else NIL_ARRAY
+        self._read(Command("exec", 1, READ, read_all), [b"EXEC"])
 
     def _session_write(self, args: list[bytes]) -> None:
         """_session_write runs ``SESSION <client> <seq> <write command> [args...]``: the write applies once.
@@ -189,7 +297,7 @@ class Connection(asyncio.Protocol):
             check_arity(spec, inner)
             if not self.server.ready:
                 raise ReplyError(LOADING)
-            self._write(spec.handler(self.server, self, inner), (client, seq))
+            self._write(self._prepared(inner[0].upper(), inner), (client, seq))
         except ReplyError as exc:
             self._reply(exc)
 
@@ -203,19 +311,23 @@ class Connection(asyncio.Protocol):
         self._held = self.server.loop.call_later(FAILED_AUTH_DELAY_S, release)
         self._update_reading()
 
-    def _write(self, change, session: tuple[str, int] | None = None) -> None:
+    def _write(self, args, session: tuple[str, int] | None = None, *, multi=None) -> None:
+        """_write submits a write command (or, with `multi` the watches, a transaction's commands)."""
         slot = self._new_slot()
         try:
-            future = self.server.submit(change, self, session)
+            future = self.server.submit(args, self, session, multi=None if multi is None else (args, multi))
         except NotLeader as exc:
             self._fill(slot, self.server.not_leader_error(exc.leader))
             return
         self._last_write = future
-        future.add_done_callback(functools.partial(self._written, slot))
+        future.add_done_callback(functools.partial(self._written, slot, multi is not None))
 
-    def _written(self, slot: Slot, future) -> None:
+    def _written(self, slot: Slot, transaction: bool, future) -> None:
         """_written runs on the apply thread right after the write was applied (or failed)."""
-        self.server.inbox.put(functools.partial(self._fill, slot, self.server.write_reply(future)))
+        reply = self.server.write_reply(future)
+        if transaction and reply is None:
+            reply = NIL_ARRAY                   # a watched key changed: nothing ran
+        self.server.inbox.put(functools.partial(self._fill, slot, reply))
 
     def _read(self, spec, args: list[bytes]) -> None:
         last = self._last_write

@@ -1,21 +1,24 @@
-"""walkit.adapters.kv.records defines the changes the key-value store writes to its log, and their encoding.
+"""walkit.adapters.kv.records defines what the key-value store writes to its log, and its encoding.
 
-Each write command becomes one record, submitted through walkit.replicate (which groups the
-records of concurrent writers into shared log entries):
+A record is a write command, or a transaction, or a script, exactly as the client sent it, with
+the leader's clock stamped on it. Every node applies it by running the same command at that
+stamp (execute.py), so the leader and its followers compute the same state and the same replies:
 
-    record := FORMAT:u8  stamp_ms:u64  op:u8 fields
-    SET    := flags:u8 expire_at_ms:i64 key value        (expire_at_ms 0: no expiry)
-    INCRBY := delta:i64 key
-    DEL    := count:u32 key*
-    MSET   := count:u32 (key value)*
-    FLUSH  := (nothing)
-    key, value := length:u32 bytes
+    record  := FORMAT:u8 stamp_ms:u64 kind:u8 body
+    COMMAND := command                                   (one write command, EVAL included)
+    EXEC    := watches:u32 watch* commands:u32 command*  (MULTI ... EXEC: all or nothing)
+    watch   := key index:u64 alive:u8                    (WATCH key, seen at `index` records applied)
+    command := argc:u32 arg*
+    key, arg := length:u32 bytes
 
-Integers are big-endian. Every field a node needs to apply a record is in it: the leader
-stamps each record with its clock (never earlier than any stamp it applied or handed out, so
-stamps never go back, also across leaders) and turns relative expiry times into absolute
-ones, so applying a record is deterministic and the leader and its followers compute the same
-state and the same results (machine.py).
+Integers are big-endian. The leader stamps each record with its clock, never earlier than any
+stamp it applied or handed out, so stamps never go back, also across leaders; relative expiry
+times (SET EX, EXPIRE) and a script's clock are read from the stamp, so applying is
+deterministic. A transaction or a script is one record: a crash applies all of it or none.
+
+Format 2 (before transactions and data types) wrote one change per record (SET, INCRBY, DEL,
+MSET, FLUSH); `decode` still reads it, as the command that change was, so a store written by an
+older walkit replays unchanged.
 """
 
 from __future__ import annotations
@@ -23,132 +26,159 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-#: The record format version; decoders refuse others (1 was the entry format before walkit.replicate).
-FORMAT = 2
+#: The record format written; decode reads it and FORMAT_V2.
+FORMAT = 3
+FORMAT_V2 = 2
 
-OP_SET, OP_INCRBY, OP_DEL, OP_MSET, OP_FLUSH = 1, 2, 3, 4, 5
+KIND_COMMAND, KIND_EXEC = 1, 2
 
-#: Flags of a Set record.
-NX, XX, KEEPTTL, GET = 1, 2, 4, 8
-
-_HEADER = struct.Struct(">BQ")
-_SET = struct.Struct(">BBq")
-_INCRBY = struct.Struct(">Bq")
-_COUNT = struct.Struct(">BI")
-_LEN = struct.Struct(">I")
+_HEADER = struct.Struct(">BQB")
+_U32 = struct.Struct(">I")
+_WATCH = struct.Struct(">QB")
 
 
-class Set(NamedTuple):
-    """Set stores `value` at `key`, expiring at `expire_at` (ms since the epoch; 0: never), under `flags`."""
+class Watch(NamedTuple):
+    """Watch is one WATCHed key: the records the leader had applied when WATCH ran, and whether the key was alive."""
 
     key: bytes
-    value: bytes
-    expire_at: int = 0
-    flags: int = 0
+    index: int
+    alive: bool
 
 
-class IncrBy(NamedTuple):
-    """IncrBy adds `delta` to the integer stored at `key` (absent counts as 0)."""
+class Record(NamedTuple):
+    """Record is what one log record says: run `commands` at `stamp`.
 
-    key: bytes
-    delta: int
+    `multi` marks MULTI ... EXEC: the reply is the list of the commands' replies, or None (a nil
+    array) if a watched key changed since it was watched.
+    """
 
-
-class Delete(NamedTuple):
-    """Delete removes `keys`."""
-
-    keys: tuple[bytes, ...]
-
-
-class MSet(NamedTuple):
-    """MSet stores several pairs at once; `pairs` alternates keys and values."""
-
-    pairs: tuple[bytes, ...]
-
-
-class FlushDb(NamedTuple):
-    """FlushDb removes every key."""
+    stamp: int
+    commands: tuple[tuple[bytes, ...], ...]
+    multi: bool = False
+    watches: tuple[Watch, ...] = ()
 
 
 class RecordError(ValueError):
     """RecordError is raised for bytes that are not a valid record."""
 
 
-def _field(data: bytes) -> bytes:
-    return _LEN.pack(len(data)) + data
+def _command(args) -> bytes:
+    parts = [_U32.pack(len(args))]
+    for arg in args:
+        parts += (_U32.pack(len(arg)), arg)
+    return b"".join(parts)
 
 
-def encode_record(record) -> bytes:
-    """encode_record returns the bytes of one record (without the stamp header)."""
-    kind = type(record)
-    if kind is Set:
-        return b"".join((_SET.pack(OP_SET, record.flags, record.expire_at), _field(record.key),
-                         _field(record.value)))
-    if kind is IncrBy:
-        return _INCRBY.pack(OP_INCRBY, record.delta) + _field(record.key)
-    if kind is Delete:
-        return b"".join((_COUNT.pack(OP_DEL, len(record.keys)), *map(_field, record.keys)))
-    if kind is MSet:
-        return b"".join((_COUNT.pack(OP_MSET, len(record.pairs) // 2), *map(_field, record.pairs)))
-    if kind is FlushDb:
-        return bytes((OP_FLUSH,))
-    raise TypeError(f"not a record: {record!r}")
+def encode(record: Record) -> bytes:
+    """encode returns the bytes of `record`."""
+    if not record.multi:
+        if len(record.commands) != 1 or record.watches:
+            raise ValueError("a record that is not a transaction holds exactly one command and no watch")
+        return _HEADER.pack(FORMAT, record.stamp, KIND_COMMAND) + _command(record.commands[0])
+    parts = [_HEADER.pack(FORMAT, record.stamp, KIND_EXEC), _U32.pack(len(record.watches))]
+    for watch in record.watches:
+        parts += (_U32.pack(len(watch.key)), watch.key, _WATCH.pack(watch.index, watch.alive))
+    parts.append(_U32.pack(len(record.commands)))
+    parts += map(_command, record.commands)
+    return b"".join(parts)
 
 
-def encode(stamp_ms: int, record) -> bytes:
-    """encode returns the bytes of `record` stamped with the leader's clock `stamp_ms`."""
-    return _HEADER.pack(FORMAT, stamp_ms) + encode_record(record)
+def command_record(stamp: int, args) -> bytes:
+    """command_record is the bytes of one write command stamped `stamp` (the common case, without a Record)."""
+    return _HEADER.pack(FORMAT, stamp, KIND_COMMAND) + _command(args)
 
 
-def decode(data: bytes) -> tuple[int, object]:
-    """decode returns (stamp_ms, record) of bytes written by `encode`; RecordError if they are malformed."""
+def decode(data: bytes) -> Record:
+    """decode returns the Record of bytes written by `encode` (or by format 2); RecordError if malformed."""
+    if data[:1] == bytes((FORMAT_V2,)):
+        return _decode_v2(data)
     try:
-        version, stamp = _HEADER.unpack_from(data, 0)
+        version, stamp, kind = _HEADER.unpack_from(data, 0)
     except struct.error:
         raise RecordError("truncated record header") from None
     if version != FORMAT:
         raise RecordError(f"unknown record format {version}")
+    reader = _Reader(data, _HEADER.size)
     try:
-        record, at = _decode_record(data, _HEADER.size)
+        if kind == KIND_COMMAND:
+            record = Record(stamp, (reader.command(),))
+        elif kind == KIND_EXEC:
+            watches = []
+            for _ in range(reader.u32()):
+                key = reader.field()
+                index, alive = reader.unpack(_WATCH)
+                watches.append(Watch(key, index, bool(alive)))
+            commands = tuple(reader.command() for _ in range(reader.u32()))
+            record = Record(stamp, commands, True, tuple(watches))
+        else:
+            raise RecordError(f"unknown record kind {kind}")
+    except struct.error as exc:
+        raise RecordError(f"truncated record: {exc}") from None
+    if reader.at != len(data):
+        raise RecordError(f"{len(data) - reader.at} stray bytes after a record")
+    return record
+
+
+class _Reader:
+    def __init__(self, data: bytes, at: int) -> None:
+        self.data, self.at = data, at
+
+    def unpack(self, layout: struct.Struct) -> tuple:
+        values = layout.unpack_from(self.data, self.at)
+        self.at += layout.size
+        return values
+
+    def u32(self) -> int:
+        (value,) = _U32.unpack_from(self.data, self.at)
+        self.at += 4
+        return value
+
+    def field(self) -> bytes:
+        length = self.u32()
+        end = self.at + length
+        if end > len(self.data):
+            raise RecordError("a field runs past the end of the record")
+        value = self.data[self.at:end]
+        self.at = end
+        return value
+
+    def command(self) -> tuple[bytes, ...]:
+        count = self.u32()
+        if count == 0 or count > len(self.data):
+            raise RecordError(f"a command of {count} arguments")
+        return tuple(self.field() for _ in range(count))
+
+
+# -- format 2 ----------------------------------------------------------------------------------
+_V2_OPS = {1: "SET", 2: "INCRBY", 3: "DEL", 4: "MSET", 5: "FLUSH"}
+_V2_NX, _V2_XX, _V2_KEEPTTL, _V2_GET = 1, 2, 4, 8
+
+
+def _decode_v2(data: bytes) -> Record:
+    """_decode_v2 reads a format 2 record as the command its change was."""
+    try:
+        _, stamp = struct.unpack_from(">BQ", data, 0)
+        op = data[9]
+        reader = _Reader(data, 10)
+        if op == 1:
+            flags, expire_at = reader.unpack(struct.Struct(">Bq"))
+            args = [b"SET", reader.field(), reader.field()]
+            args += [name for bit, name in ((_V2_NX, b"NX"), (_V2_XX, b"XX"), (_V2_GET, b"GET"),
+                                            (_V2_KEEPTTL, b"KEEPTTL")) if flags & bit]
+            if expire_at:
+                args += [b"PXAT", b"%d" % expire_at]
+        elif op == 2:
+            (delta,) = reader.unpack(struct.Struct(">q"))
+            args = [b"INCRBY", reader.field(), b"%d" % delta]
+        elif op in (3, 4):
+            count = reader.u32()
+            args = [b"DEL" if op == 3 else b"MSET", *(reader.field() for _ in range(count * (1 if op == 3 else 2)))]
+        elif op == 5:
+            args = [b"FLUSHALL"]
+        else:
+            raise RecordError(f"unknown record op {op}")
     except (struct.error, IndexError) as exc:
         raise RecordError(f"truncated record: {exc}") from None
-    if at != len(data):
-        raise RecordError(f"{len(data) - at} stray bytes after a record")
-    return stamp, record
-
-
-def _take(data: bytes, at: int) -> tuple[bytes, int]:
-    (length,) = _LEN.unpack_from(data, at)
-    at += 4
-    end = at + length
-    if end > len(data):
-        raise RecordError("a field runs past the end of the record")
-    return data[at:end], end
-
-
-def _take_many(data: bytes, at: int, count: int) -> tuple[tuple[bytes, ...], int]:
-    fields = []
-    for _ in range(count):
-        field, at = _take(data, at)
-        fields.append(field)
-    return tuple(fields), at
-
-
-def _decode_record(data: bytes, at: int):
-    op = data[at]
-    if op == OP_SET:
-        _, flags, expire_at = _SET.unpack_from(data, at)
-        key, at = _take(data, at + _SET.size)
-        value, at = _take(data, at)
-        return Set(key, value, expire_at, flags), at
-    if op == OP_INCRBY:
-        _, delta = _INCRBY.unpack_from(data, at)
-        key, at = _take(data, at + _INCRBY.size)
-        return IncrBy(key, delta), at
-    if op in (OP_DEL, OP_MSET):
-        _, count = _COUNT.unpack_from(data, at)
-        fields, at = _take_many(data, at + _COUNT.size, count if op == OP_DEL else 2 * count)
-        return (Delete(fields) if op == OP_DEL else MSet(fields)), at
-    if op == OP_FLUSH:
-        return FlushDb(), at + 1
-    raise RecordError(f"unknown record op {op}")
+    if reader.at != len(data):
+        raise RecordError(f"{len(data) - reader.at} stray bytes after a record")
+    return Record(stamp, (tuple(args),))

@@ -45,8 +45,33 @@ class ReplyError(Exception):
         self.message = message.replace("\r", " ").replace("\n", " ")
 
 
+class Double(float):
+    """Double is a floating point reply: a bulk string in RESP2, RESP3's double type (``,``) in RESP3.
+
+    It is written as redis-server 7.0 writes it (printf's %.17g; inf and -inf)."""
+
+
+class SetReply(list):
+    """SetReply is a reply that is a set (SMEMBERS...): an array in RESP2, RESP3's set type (``~``)."""
+
+
+class NullArray:
+    """NullArray is the nil array (``*-1``; RESP3's null): EXEC of an aborted transaction."""
+
+
 OK = Simple("OK")
 PONG = Simple("PONG")
+QUEUED = Simple("QUEUED")
+NIL_ARRAY = NullArray()
+
+
+def format_double(value: float) -> bytes:
+    """format_double writes a double as redis-server 7.0 does."""
+    if value != value:
+        return b"nan"
+    if value in (float("inf"), float("-inf")):
+        return b"inf" if value > 0 else b"-inf"
+    return b"%.17g" % value
 
 _LENGTH = re.compile(rb"-?[0-9]{1,18}")
 
@@ -255,6 +280,13 @@ def encode(value, resp3: bool = False) -> bytes:
     if kind is dict:
         items = [encode(part, resp3) for pair in value.items() for part in pair]
         return (b"%%%d\r\n" % len(value) if resp3 else b"*%d\r\n" % len(items)) + b"".join(items)
+    if kind is Double:
+        text = format_double(value)
+        return b",%s\r\n" % text if resp3 else _bulk(text)
+    if kind is SetReply:
+        return (b"~%d\r\n" if resp3 else b"*%d\r\n") % len(value) + b"".join(encode(v, resp3) for v in value)
+    if kind is NullArray:
+        return b"_\r\n" if resp3 else b"*-1\r\n"
     if kind is bool:
         return b":%d\r\n" % int(value)
     if kind is bytearray or kind is memoryview:

@@ -6,15 +6,14 @@
 
 Connections (connection.py) keep each client's replies in order; the server holds what they
 share: the machine and its node, the clock records are stamped with, the read gate (reads.py),
-SCAN cursors, the users who may connect (auth.py), and the Inbox through which the node's
-apply thread hands replies to the event loop. INFO, ROLE and CONFIG are answered from info.py.
+the scripts loaded with SCRIPT LOAD (scripting.py), the users who may connect (auth.py), and
+the Inbox through which the node's apply thread hands replies to the event loop. INFO, ROLE and CONFIG are answered from info.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import time
 
@@ -22,8 +21,9 @@ from walkit.adapters.kv.auth import Users
 from walkit.adapters.kv.connection import LOADING, Connection
 from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.reads import ReadGate
-from walkit.adapters.kv.records import encode as encode_record
+from walkit.adapters.kv.records import Record, command_record, encode as encode_record
 from walkit.adapters.kv.resp import ReplyError, Simple
+from walkit.adapters.kv.table import Context
 from walkit.errors import DuplicateError, NotLeader, StaleSubmit, WalkitError
 
 log = logging.getLogger("walkit.adapters.kv")
@@ -65,27 +65,6 @@ class Inbox:
                 log.exception("delivering a reply failed")
 
 
-class ScanCursors:
-    """ScanCursors maps the numbers SCAN hands out to the last key each visited (the most recent 10,000)."""
-
-    def __init__(self, limit: int = 10_000) -> None:
-        self._cursors: collections.OrderedDict[int, bytes] = collections.OrderedDict()
-        self._numbers = itertools.count(1)
-        self._limit = limit
-
-    def add(self, key: bytes) -> int:
-        """add remembers `key` and returns the cursor number that continues after it."""
-        number = next(self._numbers)
-        self._cursors[number] = key
-        if len(self._cursors) > self._limit:
-            self._cursors.popitem(last=False)
-        return number
-
-    def pop(self, number: int, default=None):
-        """pop returns (and forgets) the key a cursor number continues after, or `default`."""
-        return self._cursors.pop(number, default)
-
-
 class KVServer:
     """KVServer serves RESP on `host:port` over a KVMachine replicated by `node` (set once it started).
 
@@ -107,7 +86,7 @@ class KVServer:
         self.snapshot_every = snapshot_every
         self.stopping = False
         self.connections: set[Connection] = set()
-        self.cursors = ScanCursors()
+        self.scripts: dict[bytes, bytes] = {}   # SCRIPT LOAD's cache: sha1 hex -> body (this server's)
         self.inbox = Inbox(loop)
         self.reads = ReadGate(self)
         self.started = time.monotonic()
@@ -171,8 +150,9 @@ class KVServer:
             self.inbox.put(self.reads.saw_leader)
 
     # -- writes and reads -------------------------------------------------------------------------
-    def submit(self, change, submitter=None, session: tuple[str, int] | None = None):
-        """submit stamps `change` and submits it to the node; the Future resolves to its reply value.
+    def submit(self, args, submitter=None, session: tuple[str, int] | None = None, *, multi=None):
+        """submit stamps the write command `args` (or, with `multi`, a transaction: (commands,
+        watches)) and submits it to the node; the Future resolves to its reply value.
 
         `submitter` is the connection (the node's linger waits for connections, not records).
         `session` is (client, seq) for a SESSION command: applied once however often it is retried.
@@ -182,8 +162,13 @@ class KVServer:
         if node is None or self.stopping:
             raise NotLeader("this server does not serve writes now", None)
         stamp = self.now_ms()
+        if multi is None:
+            data = command_record(stamp, args)
+        else:
+            commands, watches = multi
+            data = encode_record(Record(stamp, tuple(map(tuple, commands)), True, tuple(watches)))
         client, seq = session if session is not None else (None, None)
-        future = node.submit_async(encode_record(stamp, change), submitter, client=client, seq=seq)
+        future = node.submit_async(data, submitter, client=client, seq=seq)
         self._stamped = stamp                   # later records are stamped no earlier than this one
         self.reads.saw_leader()
         return future
@@ -208,9 +193,10 @@ class KVServer:
 
     def read(self, conn: Connection, spec, args: list[bytes]):
         """read runs a read command against the state now, under the machine's lock, and returns its reply."""
-        with self.machine.lock:
+        machine = self.machine
+        with machine.lock:
             try:
-                return spec.handler(self, conn, args)
+                return spec.handler(Context(machine.state, self.now_ms(), machine), args)
             except ReplyError as exc:
                 return exc
 

@@ -1,34 +1,49 @@
 """walkit.adapters.kv.state holds the key-value state a node builds by applying log records (machine.py).
 
     state = State()
-    result = state.apply(Set(b"k", b"v"), stamp_ms)     # OK
-    state.get(b"k", now_ms)                              # b"v"
+    state.store(b"k", b"v")                       # what SET does, through execute.py
+    state.get_string(b"k", now_ms)                # b"v"
 
-Keys live in a SortedDict, so KEYS and SCAN walk them in order and a prefix pattern only
-visits its range. Expiry times are absolute (ms since the epoch) and kept in `expires`.
+Keys live in a SortedDict, so KEYS and SCAN walk them in order (a SCAN cursor names the last
+key visited, so any server continues it) and a prefix pattern only visits its range. A value
+is bytes (a string) or one of the containers below; expiry times are absolute (ms since the
+epoch) and kept in `expires`.
 
-Determinism: `apply` depends only on the state and its arguments. Records see time only
-through the record's stamp (the leader's clock, carried in the log), never through this
-machine's clock, so every node applying the same records holds the same state and returns
-the same results. Reads take `now` from the caller's clock: they decide what is visible, but
-never change the state. Expired keys are removed by `purge_expired`, also at a stamp, so
-removal is deterministic too.
+Every change goes through `store`, `remove`, `set_expiry` or `writable` (the container a
+command changes in place), and each of them first calls `_changing(key)`. That one hook keeps
+two promises:
+
+- WATCH (execute.py): the keys changed by the last TOUCH_WINDOW changes are kept with the
+  index of the record that changed them, so a transaction can tell whether a watched key
+  changed after the index at which it was watched. The window is part of the state (and of
+  snapshots), so every node decides alike; a watch older than the window aborts its EXEC.
+- Snapshots without a stall (SnapshotView): a snapshot is taken key by key, a chunk at a time,
+  while records go on being applied; a key about to change that the snapshot has not written
+  yet is copied first, so the snapshot holds every key as it was when the snapshot began.
+
+Determinism: changes depend only on the state and the record (its stamp is the time). Reads
+take `now` from the caller's clock: they decide what is visible, never change the state.
+Expired keys are removed by `purge_expired`, at a stamp, so removal is deterministic too.
 """
 
 from __future__ import annotations
 
+import collections
+import itertools
 import re
 
 from sortedcontainers import SortedDict, SortedList
 
 from walkit.adapters.kv.patterns import compile_pattern, literal_prefix
-from walkit.adapters.kv.records import GET, KEEPTTL, NX, XX, Delete, FlushDb, IncrBy, MSet, Set
-from walkit.adapters.kv.resp import OK, ReplyError
+from walkit.adapters.kv.resp import ReplyError
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 _INTEGER = re.compile(rb"(?:0|-?[1-9][0-9]{0,19})\Z")
 
 NOT_AN_INTEGER = "ERR value is not an integer or out of range"
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+#: How many key changes WATCH remembers (see the module doc).
+TOUCH_WINDOW = 100_000
 
 
 def parse_int(text: bytes) -> int | None:
@@ -39,29 +54,160 @@ def parse_int(text: bytes) -> int | None:
     return value if INT64_MIN <= value <= INT64_MAX else None
 
 
+# -- values ------------------------------------------------------------------------------------
+class Hash(dict):
+    """Hash is a hash value: field -> value."""
+
+    __slots__ = ()
+    type_name = "hash"
+
+    def copy(self) -> "Hash":
+        return Hash(self)
+
+
+class List(collections.deque):
+    """List is a list value."""
+
+    __slots__ = ()
+    type_name = "list"
+
+    def copy(self) -> "List":
+        return List(self)
+
+
+class SetValue(set):
+    """SetValue is a set value."""
+
+    __slots__ = ()
+    type_name = "set"
+
+    def copy(self) -> "SetValue":
+        return SetValue(self)
+
+
+class ZSet:
+    """ZSet is a sorted set: `scores` maps member -> score, `order` holds (score, member) sorted as Redis orders them."""
+
+    __slots__ = ("scores", "order")
+    type_name = "zset"
+
+    def __init__(self, pairs=()) -> None:
+        self.scores: dict[bytes, float] = dict((member, score) for score, member in pairs)
+        self.order = SortedList((score, member) for member, score in self.scores.items())
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def add(self, member: bytes, score: float) -> None:
+        """add sets `member`'s score."""
+        old = self.scores.get(member)
+        if old is not None:
+            self.order.remove((old, member))
+        self.scores[member] = score
+        self.order.add((score, member))
+
+    def discard(self, member: bytes) -> bool:
+        """discard removes `member`; it tells whether it was there."""
+        old = self.scores.pop(member, None)
+        if old is None:
+            return False
+        self.order.remove((old, member))
+        return True
+
+    def copy(self) -> "ZSet":
+        return ZSet(self.order)
+
+
+def type_name(value) -> str:
+    """type_name is what TYPE answers for a value."""
+    return "string" if type(value) is bytes else value.type_name
+
+
+class SnapshotView:
+    """SnapshotView is a snapshot being written: the state's keys as they were when it began.
+
+    `cursor` is the last key written (None before the first); `saved` holds the (value,
+    expire_at) a key had when the snapshot began, for keys changed since that were not written
+    yet (None as value: the key did not exist). `frozen` is set when FLUSHALL handed the old
+    dict to the snapshot: nothing in it changes any more.
+    """
+
+    def __init__(self, data: SortedDict, expires: dict) -> None:
+        self.data, self.expires = data, expires
+        self.cursor: bytes | None = None
+        self.saved: SortedDict = SortedDict()
+        self.frozen = False
+
+    def keep(self, key: bytes) -> None:
+        """keep copies `key` as the snapshot must see it, unless it was written or copied already."""
+        if self.frozen or (self.cursor is not None and key <= self.cursor) or key in self.saved:
+            return
+        value = self.data.get(key)
+        self.saved[key] = (value if value is None or type(value) is bytes else value.copy(),
+                           self.expires.get(key, 0))
+
+    def chunk(self, count: int) -> tuple[list[tuple[bytes, object, int]], bool]:
+        """chunk returns the next (key, value, expire_at) items (about `count` of them) and whether
+        they were the last. The caller holds the machine's lock (no record is applied meanwhile)
+        and encodes the values before it lets go (containers change in place)."""
+        low = self.cursor
+        keys = list(itertools.islice(self.data.irange(low, None, (False, True)), count))
+        done = len(keys) < count
+        end = None if done else keys[-1]
+        saved = list(self.saved.irange(low, end, (False, True)))
+        items = []
+        for key in sorted(set(keys).union(saved)) if saved else keys:
+            if key in self.saved:
+                value, expire_at = self.saved.pop(key)
+                if value is None:
+                    continue                    # created after the snapshot began
+            else:
+                value, expire_at = self.data[key], self.expires.get(key, 0)
+            items.append((key, value, expire_at))
+        if not done:
+            self.cursor = end
+        return items, done
+
+
 class State:
-    """State is the store's keys, values and expiry times, changed only by `apply` and `purge_expired`."""
+    """State is the store's keys, values and expiry times, changed only through the methods below."""
 
     def __init__(self) -> None:
         self.data: SortedDict = SortedDict()
         self.expires: dict[bytes, int] = {}
         self._by_expiry: SortedList = SortedList()     # (expire_at, key) for every key in `expires`
+        self.applying = 0                       # the index of the record being applied (machine.py)
+        self.touched: dict[bytes, int] = {}     # key -> the index of the record that last changed it
+        self._touches: collections.deque = collections.deque()     # (index, key), oldest first
+        self.forgotten = 0                      # changes at or before this index may be forgotten
+        self.views: list[SnapshotView] = []
 
     # -- reads ----------------------------------------------------------------------------
-    def alive(self, key: bytes, now_ms: int) -> bool:
-        """alive tells whether `key` exists and has not expired at `now_ms`."""
-        if key not in self.data:
-            return False
-        expire_at = self.expires.get(key)
-        return expire_at is None or expire_at > now_ms
-
-    def get(self, key: bytes, now_ms: int) -> bytes | None:
-        """get returns the value of `key`, or None if it is absent or expired at `now_ms`."""
+    def lookup(self, key: bytes, now_ms: int):
+        """lookup returns the value of `key`, or None if it is absent or expired at `now_ms`."""
         value = self.data.get(key)
         if value is None:
             return None
         expire_at = self.expires.get(key)
         return value if expire_at is None or expire_at > now_ms else None
+
+    def alive(self, key: bytes, now_ms: int) -> bool:
+        """alive tells whether `key` exists and has not expired at `now_ms`."""
+        return self.lookup(key, now_ms) is not None
+
+    def get_string(self, key: bytes, now_ms: int) -> bytes | None:
+        """get_string returns the string at `key` (None if absent); WRONGTYPE for another type."""
+        value = self.lookup(key, now_ms)
+        if value is None or type(value) is bytes:
+            return value
+        raise ReplyError(WRONGTYPE)
+
+    def get_typed(self, key: bytes, now_ms: int, kind: type):
+        """get_typed returns the value of type `kind` at `key` (None if absent); WRONGTYPE for another type."""
+        value = self.lookup(key, now_ms)
+        if value is None or type(value) is kind:
+            return value
+        raise ReplyError(WRONGTYPE)
 
     def ttl_ms(self, key: bytes, now_ms: int) -> int:
         """ttl_ms is the time `key` has left in ms: -1 without expiry, -2 if absent (Redis PTTL)."""
@@ -75,10 +221,10 @@ class State:
         expired = self._by_expiry.bisect_left((now_ms + 1,))
         return len(self.data) - expired
 
-    def scan(self, after: bytes | None, count: int, pattern: bytes | None, now_ms: int
-             ) -> tuple[list[bytes], bytes | None]:
+    def scan(self, after: bytes | None, count: int, pattern: bytes | None, now_ms: int,
+             kind: str | None = None) -> tuple[list[bytes], bytes | None]:
         """scan visits up to `count` keys after `after` in key order; it returns the matching ones
-        and the last key visited (None once the end was reached)."""
+        (of type `kind`, if given) and the last key visited (None once the end was reached)."""
         matcher = compile_pattern(pattern).match if pattern is not None else None
         prefix = literal_prefix(pattern) if pattern is not None else b""
         low = after if after is not None and after >= prefix else prefix
@@ -89,8 +235,10 @@ class State:
             if prefix and not key.startswith(prefix):
                 return found, None
             visited += 1
-            if (matcher is None or matcher(key)) and self.alive(key, now_ms):
-                found.append(key)
+            if matcher is None or matcher(key):
+                value = self.lookup(key, now_ms)
+                if value is not None and (kind is None or type_name(value) == kind):
+                    found.append(key)
             if visited >= count:
                 return found, key
         return found, None
@@ -101,65 +249,66 @@ class State:
         return found
 
     # -- changes ------------------------------------------------------------------------------
-    def apply(self, record, stamp_ms: int):
-        """apply makes the change `record` describes at time `stamp_ms` and returns the reply value.
+    def _changing(self, key: bytes) -> None:
+        """_changing runs before every change to `key` (see the module doc)."""
+        for view in self.views:
+            view.keep(key)
+        index = self.applying
+        if self.touched.get(key) != index:
+            self.touched[key] = index
+            touches = self._touches
+            touches.append((index, key))
+            if len(touches) > TOUCH_WINDOW:
+                old_index, old_key = touches.popleft()
+                if self.touched.get(old_key) == old_index:
+                    del self.touched[old_key]
+                self.forgotten = old_index
 
-        Errors (for example INCR on a value that is not an integer) are returned as ReplyError,
-        not raised: a record that fails changes nothing, on every node alike.
-        """
-        kind = type(record)
-        if kind is Set:
-            return self._set(record, stamp_ms)
-        if kind is IncrBy:
-            return self._incr(record.key, record.delta, stamp_ms)
-        if kind is Delete:
-            removed = 0
-            for key in record.keys:
-                if self.alive(key, stamp_ms):
-                    removed += 1
-                self._remove(key)
-            return removed
-        if kind is MSet:
-            pairs = record.pairs
-            for i in range(0, len(pairs), 2):
-                self._store(pairs[i], pairs[i + 1], None)
-            return OK
-        if kind is FlushDb:
-            self.data.clear()
-            self.expires.clear()
-            self._by_expiry.clear()
-            return OK
-        raise TypeError(f"not a record: {record!r}")
+    def changed_since(self, key: bytes, index: int) -> bool:
+        """changed_since tells whether `key` may have changed after `index` records were applied
+        (True also when the change would be older than what is remembered)."""
+        return index < self.forgotten or self.touched.get(key, -1) > index
 
-    def _set(self, record: Set, stamp_ms: int):
-        key, flags = record.key, record.flags
-        old = self.get(key, stamp_ms)
-        if (flags & NX and old is not None) or (flags & XX and old is None):
-            return old if flags & GET else None
-        if flags & KEEPTTL and old is not None:
-            expire_at = self.expires.get(key)
-        else:
-            expire_at = record.expire_at or None
-        self._store(key, record.value, expire_at)
-        return old if flags & GET else OK
+    def store(self, key: bytes, value, expire_at: int | None = None) -> None:
+        """store sets `key` to `value`, expiring at `expire_at` (ms since the epoch; None: never)."""
+        self._changing(key)
+        self._set_expiry(key, expire_at)
+        self.data[key] = value
 
-    def _incr(self, key: bytes, delta: int, stamp_ms: int):
-        old = self.get(key, stamp_ms)
-        if old is None:
-            self._remove(key)               # an expired key starts over, without its expiry
-            current, expire_at = 0, None
-        else:
-            current = parse_int(old)
-            if current is None:
-                return ReplyError(NOT_AN_INTEGER)
-            expire_at = self.expires.get(key)
-        value = current + delta
-        if not INT64_MIN <= value <= INT64_MAX:
-            return ReplyError("ERR increment or decrement would overflow")
-        self._store(key, b"%d" % value, expire_at)
+    def keep_value(self, key: bytes, value) -> None:
+        """keep_value sets `key` to `value` and keeps its expiry time."""
+        self._changing(key)
+        self.data[key] = value
+
+    def writable(self, key: bytes, now_ms: int, kind: type, create: bool = True):
+        """writable returns the container of type `kind` at `key` for a change in place (a new empty
+        one, stored, if absent and `create`; None if absent otherwise); WRONGTYPE for another type.
+        A command that empties it removes the key (`drop_if_empty`)."""
+        value = self.lookup(key, now_ms)
+        if value is None:
+            if not create:
+                return None
+            self.remove(key)                    # an expired key starts over, without its expiry
+            value = kind()
+            self.store(key, value)
+            return value
+        if type(value) is not kind:
+            raise ReplyError(WRONGTYPE)
+        self._changing(key)
         return value
 
-    def _store(self, key: bytes, value: bytes, expire_at: int | None) -> None:
+    def drop_if_empty(self, key: bytes) -> None:
+        """drop_if_empty removes `key` if its container is empty (Redis never keeps an empty one)."""
+        value = self.data.get(key)
+        if value is not None and type(value) is not bytes and len(value) == 0:
+            self.remove(key)
+
+    def set_expiry(self, key: bytes, expire_at: int | None) -> None:
+        """set_expiry makes `key` (which exists) expire at `expire_at` (None: never)."""
+        self._changing(key)
+        self._set_expiry(key, expire_at)
+
+    def _set_expiry(self, key: bytes, expire_at: int | None) -> None:
         old_expiry = self.expires.get(key)
         if old_expiry != expire_at:
             if old_expiry is not None:
@@ -168,32 +317,61 @@ class State:
             if expire_at is not None:
                 self.expires[key] = expire_at
                 self._by_expiry.add((expire_at, key))
-        self.data[key] = value
 
-    def _remove(self, key: bytes) -> None:
-        if self.data.pop(key, None) is not None:
-            expire_at = self.expires.pop(key, None)
-            if expire_at is not None:
-                self._by_expiry.remove((expire_at, key))
+    def remove(self, key: bytes) -> bool:
+        """remove deletes `key` (expired or not); it tells whether the key was there."""
+        if key not in self.data:
+            return False
+        self._changing(key)
+        del self.data[key]
+        expire_at = self.expires.pop(key, None)
+        if expire_at is not None:
+            self._by_expiry.remove((expire_at, key))
+        return True
+
+    def flush(self) -> None:
+        """flush removes every key; a snapshot being written keeps the old ones (they are handed to it)."""
+        for view in self.views:
+            if not view.frozen:
+                view.frozen = True
+        if self.views:
+            self.data, self.expires = SortedDict(), {}
+        else:
+            self.data.clear()
+            self.expires.clear()
+        self._by_expiry = SortedList()
+        # Every key changed: a watch from before now is broken.
+        self.touched.clear()
+        self._touches.clear()
+        self.forgotten = self.applying
 
     def purge_expired(self, stamp_ms: int, limit: int = 64) -> int:
         """purge_expired removes up to `limit` keys expired at `stamp_ms`, soonest first; it returns how many."""
         removed = 0
         while removed < limit and self._by_expiry and self._by_expiry[0][0] <= stamp_ms:
-            _, key = self._by_expiry.pop(0)
-            del self.expires[key]
-            del self.data[key]
+            self.remove(self._by_expiry[0][1])
             removed += 1
         return removed
 
     # -- snapshots ------------------------------------------------------------------------------
-    def copy_items(self) -> tuple[dict[bytes, bytes], dict[bytes, int]]:
-        """copy_items returns plain copies of the values and expiry times (values are immutable bytes)."""
-        return dict.copy(self.data), dict(self.expires)
+    def open_view(self) -> SnapshotView:
+        """open_view starts a snapshot of the state as it is now (close_view when it was written)."""
+        view = SnapshotView(self.data, self.expires)
+        self.views.append(view)
+        return view
+
+    def close_view(self, view: SnapshotView) -> None:
+        """close_view ends a snapshot: changes no longer copy keys for it."""
+        if view in self.views:
+            self.views.remove(view)
+
+    def touch_window(self) -> tuple[int, list[tuple[int, bytes]]]:
+        """touch_window is what WATCH remembers: (forgotten, the (index, key) changes), for snapshots."""
+        return self.forgotten, list(self._touches)
 
     @classmethod
-    def from_items(cls, items) -> "State":
-        """from_items builds a state from (key, value, expire_at or 0) triples."""
+    def from_items(cls, items, touches=(0, ())) -> "State":
+        """from_items builds a state from (key, value, expire_at or 0) triples and a touch window."""
         state = cls()
         data = {}
         for key, value, expire_at in items:
@@ -202,4 +380,8 @@ class State:
                 state.expires[key] = expire_at
         state.data = SortedDict(data)
         state._by_expiry = SortedList((at, key) for key, at in state.expires.items())
+        state.forgotten, changes = touches
+        for index, key in changes:
+            state._touches.append((index, key))
+            state.touched[key] = index
         return state

@@ -11,6 +11,7 @@ from walkit.adapters.kv.machine import KVMachine
 from walkit.adapters.kv.server import KVServer
 from walkit.adapters.kv.service import ENTRIES_IN_FLIGHT, LINGER_MS, start_node
 from walkit.testing.memory import MemoryCluster
+from walkit.testing.processes import wait_until
 
 
 class KVNode:
@@ -81,3 +82,33 @@ def kv_nodes(memory_cluster):
     yield start
     for node in reversed(nodes):
         node.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_pair(tmp_path_factory):
+    """redis_pair is a RedisPair (tests/support/redis_compare.py): a real redis-server and a walkit
+    KV node on a MemoryCluster, one of each per test module, emptied before each use (`reset`)."""
+    from tests.support.redis_compare import RedisPair, RedisServer
+    server = RedisServer()
+    directory = tmp_path_factory.mktemp("redis-pair")
+    with MemoryCluster(f"sqlite://{directory}/metadata.db", bookies=3, add_timeout=2.0,
+                       request_timeout=2.0) as cluster:
+        node = KVNode(cluster)
+        try:
+            client = node.redis()
+            wait_until(lambda: _pong(client), 30, message="the walkit node never answered PONG")
+            pair = RedisPair(server.port, node.port)
+            yield pair
+            pair.close()
+        finally:
+            node.stop()
+            server.stop()
+
+
+def _pong(client) -> bool:
+    """_pong tells whether PING answers PONG (a KV server does once it leads and can take writes)."""
+    import redis
+    try:
+        return client.ping()
+    except redis.exceptions.BusyLoadingError:
+        return False

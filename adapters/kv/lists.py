@@ -1,0 +1,3 @@
+"""walkit.adapters.kv.lists: (being written)."""
+
+from __future__ import annotations

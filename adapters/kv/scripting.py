@@ -1,0 +1,3 @@
+"""walkit.adapters.kv.scripting: (being written)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""walkit.adapters.kv.sets: (being written)."""
+
+from __future__ import annotations

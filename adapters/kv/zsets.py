@@ -1,0 +1,3 @@
+"""walkit.adapters.kv.zsets: (being written)."""
+
+from __future__ import annotations
