@@ -118,6 +118,25 @@ class RedisPair:
             replies.append(got["redis"])
         return replies
 
+    def same_unordered(self, *commands, pairs: bool = False) -> list[list]:
+        """same_unordered is `same` for replies whose order Redis leaves to its hash tables (SMEMBERS,
+        HGETALL, HKEYS...): the array's elements (with `pairs`, its consecutive pairs) are compared
+        as sorted lists, everything else byte for byte. It returns the sorted elements."""
+        results = []
+        for args in commands:
+            got = self.send(*args)
+            parsed = {}
+            for name, raw in got.items():
+                value = _parse(raw)
+                if isinstance(value, list):
+                    items = [tuple(value[i:i + 2]) for i in range(0, len(value), 2)] if pairs else value
+                    value = sorted(items, key=repr)
+                parsed[name] = value
+            assert parsed["walkit"] == parsed["redis"], (
+                f"\n  command: {args!r}\n  redis:   {got['redis']!r}\n  walkit:  {got['walkit']!r}")
+            results.append(parsed["redis"])
+        return results
+
     def reset(self) -> None:
         """reset empties both servers and starts new connections (RESP2, no transaction, no watch)."""
         self.connect()
@@ -160,3 +179,34 @@ class RedisServer:
         for name in os.listdir(self.dir):
             os.unlink(os.path.join(self.dir, name))
         os.rmdir(self.dir)
+
+
+def _parse(raw: bytes):
+    """_parse decodes one RESP2 reply (bytes, int, None, list; an error as ("error", message))."""
+    value, _ = _parse_at(raw, 0)
+    return value
+
+
+def _parse_at(raw: bytes, at: int):
+    end = raw.index(b"\r\n", at)
+    kind, head = raw[at:at + 1], raw[at + 1:end]
+    after = end + 2
+    if kind == b"+":
+        return head, after
+    if kind == b"-":
+        return ("error", head), after
+    if kind == b":":
+        return int(head), after
+    if kind == b"$":
+        if head == b"-1":
+            return None, after
+        return raw[after:after + int(head)], after + int(head) + 2
+    if kind == b"*":
+        if head == b"-1":
+            return None, after
+        items = []
+        for _ in range(int(head)):
+            item, after = _parse_at(raw, after)
+            items.append(item)
+        return items, after
+    raise ValueError(f"not a RESP2 reply: {raw[at:at + 20]!r}")
