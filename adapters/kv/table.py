@@ -96,7 +96,11 @@ def check_arity(spec: Command, args) -> None:
 
 
 def unknown(args) -> ReplyError:
-    """unknown is Redis' error for an unknown command."""
-    shown = " ".join(f"'{a[:64].decode('utf-8', 'replace')}'" for a in args[1:8])
-    return ReplyError(f"ERR unknown command '{args[0][:64].decode('utf-8', 'replace')}', "
-                      f"with args beginning with: {shown}")
+    """unknown is Redis' error for an unknown command (its arguments shown up to 128 bytes, as redis-server does)."""
+    shown = b""
+    for arg in args[1:]:
+        if len(shown) >= 128:
+            break
+        shown += b"'%s' " % arg[:128 - len(shown)]
+    return ReplyError(f"ERR unknown command '{args[0][:128].decode('utf-8', 'replace')}', "
+                      f"with args beginning with: {shown.decode('utf-8', 'replace')}")
