@@ -167,7 +167,7 @@ def auth(server, conn, args):
 
 @command("CLIENT", -2, OTHER)
 def client(server, conn, args):
-    """client answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO and LIST."""
+    """client answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO, LIST and REPLY ON|OFF|SKIP."""
     sub = args[1].upper()
     if sub == b"SETNAME" and len(args) == 3:
         conn.name = _client_name(args[2])
@@ -176,7 +176,10 @@ def client(server, conn, args):
         return conn.name
     if sub == b"ID" and len(args) == 2:
         return conn.id
-    if sub in (b"SETINFO", b"NO-EVICT", b"NO-TOUCH", b"REPLY"):
+    if sub == b"REPLY" and len(args) == 3 and args[2].upper() in (b"ON", b"OFF", b"SKIP"):
+        conn.reply_mode(args[2].upper())
+        return OK                               # sent only for ON: the connection drops it otherwise
+    if sub in (b"SETINFO", b"NO-EVICT", b"NO-TOUCH"):
         return OK
     if sub in (b"INFO", b"LIST"):
         return conn.describe() if sub == b"INFO" else "".join(c.describe() for c in server.connections)
@@ -185,19 +188,33 @@ def client(server, conn, args):
 
 @command("CONFIG", -2, OTHER)
 def config(server, conn, args):
-    """config answers CONFIG GET pattern... (info.config_values); CONFIG SET is accepted and ignored,
-    except for the settings of passwords and users, which are refused: ignoring them would leave
-    the server open while the client believes it closed it."""
+    """config answers CONFIG GET pattern... (info.config_values), RESETSTAT and REWRITE.
+
+    CONFIG SET changes nothing at run time: setting a parameter to the value CONFIG GET reports
+    is answered OK (it is already so); anything else is an error that says so, never a silent
+    OK, so a client that believes it changed a setting (a password, a memory limit) learns it
+    did not."""
     sub = args[1].upper()
     if sub == b"GET" and len(args) >= 3:
         settings = reports.config_values(server)
         matchers = [compile_pattern(p.lower()).match for p in args[2:]]
         return {name: value for name, value in settings.items() if any(m(name.encode()) for m in matchers)}
-    if sub == b"SET" and any(p.lower() in (b"requirepass", b"masterauth", b"masteruser", b"aclfile")
-                             for p in args[2::2]):
-        raise ReplyError("ERR walkit kv takes passwords and users only at start (walkit kv serve --requirepass, "
-                         "--user, --acl-file)")
-    if sub in (b"SET", b"RESETSTAT", b"REWRITE"):
+    if sub == b"SET":
+        if len(args) < 4 or len(args) % 2:
+            raise ReplyError("ERR wrong number of arguments for 'config|set' command")
+        settings = reports.config_values(server)
+        for name, value in zip(args[2::2], args[3::2]):
+            text = name.decode("utf-8", "replace").lower()
+            if text in ("requirepass", "masterauth", "masteruser", "aclfile"):
+                raise ReplyError("ERR walkit kv takes passwords and users only at start (walkit kv serve "
+                                 "--requirepass, --user, --acl-file)")
+            if text not in settings:
+                raise ReplyError(f"ERR Unknown option or number of arguments for CONFIG SET - '{text}'")
+            if settings[text].encode() != value:
+                raise ReplyError(f"ERR walkit kv does not change '{text}' at run time (it is "
+                                 f"'{settings[text]}'; CONFIG SET changes nothing)")
+        return OK
+    if sub in (b"RESETSTAT", b"REWRITE") and len(args) == 2:
         return OK
     raise ReplyError(f"ERR unknown subcommand '{args[1].decode('utf-8', 'replace')}'. Try CONFIG HELP.")
 

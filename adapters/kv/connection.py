@@ -62,12 +62,14 @@ LOADING = "LOADING walkit kv is loading the store: it applies the log up to wher
 
 
 class Slot:
-    """Slot is one reply a connection owes, in command order (None until it is known)."""
+    """Slot is one reply a connection owes, in command order (None until it is known; `silent`:
+    the command runs but its reply is not sent, CLIENT REPLY OFF or SKIP)."""
 
-    __slots__ = ("reply",)
+    __slots__ = ("reply", "silent")
 
-    def __init__(self) -> None:
+    def __init__(self, silent: bool = False) -> None:
         self.reply: bytes | None = None
+        self.silent = silent
 
 
 class Connection(asyncio.Protocol):
@@ -100,6 +102,9 @@ class Connection(asyncio.Protocol):
         self._queued: list[list[bytes]] | None = None     # MULTI's commands, while in a transaction
         self._queue_failed = False              # a queued command was refused: EXEC answers EXECABORT
         self._watches: dict[bytes, Watch] = {}
+        self._replies_off = False               # CLIENT REPLY OFF
+        self._skip = 0                          # CLIENT REPLY SKIP: 2 while it runs, 1 for the next command
+        self._silent = False                    # the running command's reply is not sent
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -152,7 +157,10 @@ class Connection(asyncio.Protocol):
                 args = parser.next()
                 if args is None:
                     break
+                self._silent = self._replies_off or self._skip > 0
                 self._execute(args)
+                if self._skip:
+                    self._skip -= 1
                 if self._out_bytes > FLUSH_BYTES:
                     self.flush()                # the transport may say it is full: then this stops
         except ProtocolError as exc:
@@ -382,12 +390,26 @@ class Connection(asyncio.Protocol):
         self._fill(slot, error if error is not None else self.server.read(self, spec, args))
 
     # -- replies in order -----------------------------------------------------------------------
+    def reply_mode(self, mode: bytes) -> None:
+        """reply_mode is CLIENT REPLY as redis-server runs it: ON sends replies again (its own too),
+        OFF sends none, SKIP sends none for itself and the next command (nothing changes while OFF)."""
+        if mode == b"ON":
+            self._replies_off, self._skip, self._silent = False, 0, False
+        elif mode == b"OFF":
+            self._replies_off = self._silent = True
+        else:
+            self._silent = True
+            if not self._replies_off:
+                self._skip = 2
+
     def _new_slot(self) -> Slot:
-        slot = Slot()
+        slot = Slot(self._silent)
         self._slots.append(slot)
         return slot
 
     def _reply(self, value) -> None:
+        if self._silent:
+            return
         if self._slots:
             self._new_slot().reply = encode(value, self.resp3)
         else:
@@ -406,7 +428,9 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         slots, out = self._slots, self._out
         while slots and slots[0].reply is not None:
-            out.append(slots.popleft().reply)
+            slot = slots.popleft()
+            if not slot.silent:
+                out.append(slot.reply)
         if not slots:
             self._last_write = None
         if out and not self._closed:

@@ -12,7 +12,9 @@ import time
 
 from walkit import __version__ as walkit_version
 
-REDIS_VERSION = "7.0.0"
+#: The redis-server release whose replies walkit kv answers as (its compatibility suite,
+#: tests/adapters/test_kv_compat_*.py, compares them byte for byte against this release).
+REDIS_VERSION = "7.0.15"
 
 
 def walkit_role(server) -> str:
