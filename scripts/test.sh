@@ -5,12 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Real ZooKeeper and etcd servers for the metadata tests (walkit.testing.servers runs them), and
-# redis-cli, kcat and sqlite3 for the adapters' tests, OpenJDK 17 for the Spark adapter's tests.
+# redis-cli, redis-server, kcat and sqlite3 for the adapters' tests, OpenJDK 17 for the Spark adapter's tests.
 missing=()
 [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)      # the KV server's tests use redis-cli
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)   # ... and compare its replies with a real redis-server
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)                   # the topics broker's tests use kcat
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)       # the metrics tests scrape with a real Prometheus
 command -v sqlite3 >/dev/null 2>&1 || missing+=(sqlite3)             # the SQLite replicator's tests read replicas with it
