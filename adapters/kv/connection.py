@@ -65,11 +65,12 @@ class Slot:
     """Slot is one reply a connection owes, in command order (None until it is known; `silent`:
     the command runs but its reply is not sent, CLIENT REPLY OFF or SKIP)."""
 
-    __slots__ = ("reply", "silent")
+    __slots__ = ("reply", "silent", "then")
 
     def __init__(self, silent: bool = False) -> None:
         self.reply: bytes | None = None
         self.silent = silent
+        self.then = None                        # called on the event loop once the reply is known
 
 
 class Connection(asyncio.Protocol):
@@ -102,6 +103,8 @@ class Connection(asyncio.Protocol):
         self._queued: list[list[bytes]] | None = None     # MULTI's commands, while in a transaction
         self._queue_failed = False              # a queued command was refused: EXEC answers EXECABORT
         self._watches: dict[bytes, Watch] = {}
+        self._watching = 0                      # WATCHes not answered yet (they wait for earlier writes)
+        self._exec_waiting = None               # an EXEC that waits for them: (slot, commands, failed)
         self._replies_off = False               # CLIENT REPLY OFF
         self._skip = 0                          # CLIENT REPLY SKIP: 2 while it runs, 1 for the next command
         self._silent = False                    # the running command's reply is not sent
@@ -141,7 +144,8 @@ class Connection(asyncio.Protocol):
     # -- commands -------------------------------------------------------------------------
     def _busy(self) -> bool:
         """_busy tells whether the connection must wait before it runs another command (see the module doc)."""
-        return self._writing_paused or self._held is not None or len(self._slots) > HIGH_WATER
+        return (self._writing_paused or self._held is not None or self._exec_waiting is not None
+                or len(self._slots) > HIGH_WATER)
 
     def _run(self) -> None:
         """_run executes buffered commands until none is complete or the connection is busy, then flushes."""
@@ -257,7 +261,8 @@ class Connection(asyncio.Protocol):
             elif not self.server.ready:
                 self._reply(ReplyError(LOADING))
             else:
-                self._read(Command("watch", -2, READ, self._watch), args)
+                self._watching += 1
+                self._read(Command("watch", -2, READ, self._watch), args, self._watched)
         elif not in_multi:
             self._reply(ReplyError("ERR EXEC without MULTI"))
         else:
@@ -271,23 +276,52 @@ class Connection(asyncio.Protocol):
             self._watches.setdefault(key, Watch(key, index, ctx.state.alive(key, ctx.now)))
         return OK
 
+    def _watched(self) -> None:
+        """_watched runs once a WATCH was answered; the last one lets a waiting EXEC go on."""
+        self._watching -= 1
+        if self._watching == 0 and self._exec_waiting is not None:
+            slot, commands, failed = self._exec_waiting
+            self._exec_waiting = None
+            self._run_exec(commands, failed, tuple(self._watches.values()), slot)
+            self._watches = {}
+            self._update_reading()              # the commands after EXEC go on
+
     def _end_transaction(self) -> None:
         self._queued, self._queue_failed, self._watches = None, False, {}
 
     def _exec(self) -> None:
-        """_exec ends MULTI: one record with every command and the watches, or a read if none writes."""
-        commands, failed, watches = self._queued, self._queue_failed, tuple(self._watches.values())
+        """_exec ends MULTI: one record with every command and the watches, or a read if none writes.
+        While a WATCH still waits for the connection's earlier writes, EXEC waits for it, and the
+        connection runs no later command meanwhile (_busy)."""
+        commands, failed = self._queued, self._queue_failed
+        if self._watching:
+            self._queued, self._queue_failed = None, False
+            self._exec_waiting = (self._new_slot(), commands, failed)
+            return
+        watches = tuple(self._watches.values())
         self._end_transaction()
-        if failed:
-            self._reply(ReplyError("EXECABORT Transaction discarded because of previous errors."))
-            return
-        if any(COMMANDS[args[0].upper()].kind is WRITE for args in commands):
-            self._write(commands, multi=watches)
-            return
+        self._run_exec(commands, failed, watches, None)
 
-        def read_all(ctx, _args):
-            return [run(ctx, args) for args in commands] if watches_hold(ctx, watches) else NIL_ARRAY
-        self._read(Command("exec", 1, READ, read_all), [b"EXEC"])
+    def _run_exec(self, commands, failed: bool, watches, slot: Slot | None) -> None:
+        if failed:
+            self._answer(slot, ReplyError("EXECABORT Transaction discarded because of previous errors."))
+        elif any(COMMANDS[args[0].upper()].kind is WRITE for args in commands):
+            self._write(commands, multi=watches, slot=slot)
+        else:
+            def read_all(ctx, _args):
+                return [run(ctx, args) for args in commands] if watches_hold(ctx, watches) else NIL_ARRAY
+            spec = Command("exec", 1, READ, read_all)
+            if slot is None:
+                self._read(spec, [b"EXEC"])
+            else:
+                self._fill(slot, self.server.read(self, spec, [b"EXEC"]))
+
+    def _answer(self, slot: Slot | None, value) -> None:
+        """_answer fills `slot`, or replies now if there is none."""
+        if slot is None:
+            self._reply(value)
+        else:
+            self._fill(slot, value)
 
     def _session_write(self, args: list[bytes]) -> None:
         """_session_write runs ``SESSION <client> <seq> <write command> [args...]``: the write applies once.
@@ -319,9 +353,9 @@ class Connection(asyncio.Protocol):
         self._held = self.server.loop.call_later(FAILED_AUTH_DELAY_S, release)
         self._update_reading()
 
-    def _write(self, args, session: tuple[str, int] | None = None, *, multi=None) -> None:
+    def _write(self, args, session: tuple[str, int] | None = None, *, multi=None, slot: Slot | None = None) -> None:
         """_write submits a write command (or, with `multi` the watches, a transaction's commands)."""
-        slot = self._new_slot()
+        slot = slot or self._new_slot()
         try:
             future = self.server.submit(args, self, session, multi=None if multi is None else (args, multi))
         except NotLeader as exc:
@@ -337,18 +371,24 @@ class Connection(asyncio.Protocol):
             reply = NIL_ARRAY                   # a watched key changed: nothing ran
         self.server.inbox.put(functools.partial(self._fill, slot, reply))
 
-    def _read(self, spec, args: list[bytes]) -> None:
+    def _read(self, spec, args: list[bytes], then=None) -> None:
+        """_read answers a read when it may run (see the module doc); `then()` is called on the
+        event loop once its reply is known, whichever way it was answered."""
         last = self._last_write
         if last is not None and not last.done():
             slot = self._new_slot()
+            slot.then = then
             last.add_done_callback(functools.partial(self._read_after_write, slot, spec, args))
             return
         reads = self.server.reads
         if reads.must_wait():
             slot = self._new_slot()
+            slot.then = then
             reads.after_barrier(functools.partial(self._read_after_barrier, slot, spec, args))
             return
         self._reply(self.server.read(self, spec, args))
+        if then is not None:
+            then()
 
     def _read_after_write(self, slot: Slot, spec, args: list[bytes], write) -> None:
         """_read_after_write runs right after the write it waited for was applied (apply thread, usually).
@@ -419,6 +459,8 @@ class Connection(asyncio.Protocol):
 
     def _fill(self, slot: Slot, value) -> None:
         slot.reply = encode(value, self.resp3)
+        if slot.then is not None:
+            slot.then()
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.server.loop.call_soon(self.flush)

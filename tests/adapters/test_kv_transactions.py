@@ -77,10 +77,23 @@ def test_watch_aborts_exec_when_another_client_changed_the_key_and_not_for_its_o
     with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
         sock.sendall(b"SET mine 1\r\nWATCH mine\r\nMULTI\r\nINCR mine\r\nEXEC\r\n")     # pipelined
         expected = b"+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n:2\r\n"
-        got = b""
-        while len(got) < len(expected):
-            got += sock.recv(4096)
-        assert got == expected
+        assert receive(sock, len(expected)) == expected
+        # pipelined behind its own pending write, a WATCH still counts: a write of its own after it
+        # breaks it, EXEC then forgets it, and the next transaction runs
+        sock.sendall(b"SET mine 5\r\nWATCH mine\r\nSET mine 6\r\nMULTI\r\nINCR mine\r\nEXEC\r\n"
+                     b"MULTI\r\nINCR mine\r\nEXEC\r\nGET mine\r\n")
+        expected = (b"+OK\r\n+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*-1\r\n"
+                    b"+OK\r\n+QUEUED\r\n*1\r\n:7\r\n$1\r\n7\r\n")
+        assert receive(sock, len(expected)) == expected
+
+
+def receive(sock, size: int) -> bytes:
+    got = b""
+    while len(got) < size:
+        data = sock.recv(4096)
+        assert data, got
+        got += data
+    return got
 
 
 def test_redis_py_transaction_helper_retries_until_its_watch_holds(client):
