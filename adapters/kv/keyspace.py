@@ -1,33 +1,67 @@
-"""walkit.adapters.kv.keyspace holds the commands about keys of any type: DEL, EXISTS, TTL, TYPE, KEYS, SCAN...
+"""walkit.adapters.kv.keyspace holds the commands about keys of any type: DEL, EXISTS, TTL, EXPIRE, RENAME, COPY, SCAN...
 
 SCAN's cursor names the last key it visited (`cursor_of`): 0 starts, 0 ends, and any other
 cursor is the key's bytes as a number. So a cursor means the same on every server (they hold
 the same keys in the same order) and never runs out: a scan goes on across a failover or on
 another server, and keys that exist throughout it are returned (once, unless a key is
 deleted and created again meanwhile), as Redis promises.
+
+EXPIRE and its kin decide at the record's stamp (ctx.now), on every node alike: a time at or
+before it deletes the key, as redis-server 7.0 does on a primary. OBJECT ENCODING names what
+redis-server 7.0 would use for the value as it is now (`encoding_of`); Redis also remembers how
+a value was made (APPEND leaves "raw", a hash that grew past the listpack limits stays a
+"hashtable" when it shrinks), which walkit does not keep.
 """
 
 from __future__ import annotations
 
+import random
+
 from walkit.adapters.kv.resp import OK, ReplyError, Simple
-from walkit.adapters.kv.state import type_name
+from walkit.adapters.kv.state import (
+    INT64_MAX, Hash, List, SetValue, ZSet, parse_int, type_name,
+)
 from walkit.adapters.kv.table import READ, SYNTAX, WRITE, command, integer
 
 INVALID_CURSOR = "ERR invalid cursor"
 
 
+#: The longest key a cursor spells out exactly (about 158,000 digits). A cursor after a longer
+#: key names a string just below the key's first MAX_CURSOR_KEY bytes instead, so the scan
+#: returns the keys from there again (Redis allows repeats).
+MAX_CURSOR_KEY = 64 * 1024
+_DIGITS = 1000
+
+
 def cursor_of(key: bytes | None) -> bytes:
-    """cursor_of is the cursor that continues after `key` (None: the scan is over, cursor 0)."""
-    return b"0" if key is None else b"%d" % int.from_bytes(b"\x01" + key, "big")
+    """cursor_of is the cursor that continues after `key` (None: the scan is over, cursor 0).
+
+    Keys longer than 1,785 bytes give cursors of more than 4,300 digits, which Python's int()
+    refuses by default: a Python client scanning such keys needs sys.set_int_max_str_digits(0)."""
+    if key is None:
+        return b"0"
+    if len(key) > MAX_CURSOR_KEY:
+        prefix = key[:MAX_CURSOR_KEY]
+        key = prefix[:-1] if prefix[-1] == 0 else prefix[:-1] + bytes((prefix[-1] - 1,))
+    number = int.from_bytes(b"\x01" + key, "big")
+    chunks = []
+    while number >= 10 ** _DIGITS:               # str() refuses more than 4,300 digits: in chunks
+        number, chunk = divmod(number, 10 ** _DIGITS)
+        chunks.append(b"%0*d" % (_DIGITS, chunk))
+    chunks.append(b"%d" % number)
+    return b"".join(reversed(chunks))
 
 
 def key_of_cursor(cursor: bytes) -> bytes | None:
     """key_of_cursor is the key a cursor continues after (None for 0); ERR invalid cursor otherwise."""
     if cursor == b"0":
         return None
-    if not cursor.isdigit() or cursor.startswith(b"0"):
+    if not cursor.isdigit() or cursor.startswith(b"0") or len(cursor) > 2.5 * (MAX_CURSOR_KEY + 1):
         raise ReplyError(INVALID_CURSOR)
-    number = int(cursor)
+    number = 0
+    for at in range(0, len(cursor), _DIGITS):     # int() refuses more than 4,300 digits: in chunks
+        chunk = cursor[at:at + _DIGITS]
+        number = number * 10 ** len(chunk) + int(chunk)
     raw = number.to_bytes((number.bit_length() + 7) // 8, "big")
     if raw[:1] != b"\x01":
         raise ReplyError(INVALID_CURSOR)
@@ -123,3 +157,267 @@ def flushdb(ctx, args):
         raise ReplyError(SYNTAX)
     ctx.state.flush()
     return OK
+
+
+# -- expiry ------------------------------------------------------------------------------------
+def expiry_of(state, key: bytes) -> int | None:
+    """expiry_of is when `key` (which is alive) expires, in ms since the epoch (None: never)."""
+    return state.expires.get(key)
+
+
+def invalid_expire(args) -> ReplyError:
+    """invalid_expire is Redis' error for an expire time out of range, naming the command."""
+    return ReplyError(f"ERR invalid expire time in '{args[0].decode('utf-8', 'replace').lower()}' command")
+
+
+_EXPIRE_FLAGS = (b"NX", b"XX", b"GT", b"LT")
+
+
+def expire_flags(args) -> set[bytes]:
+    """expire_flags reads EXPIRE's NX, XX, GT and LT from args[3:], refusing the combinations Redis refuses."""
+    flags = set()
+    for option in args[3:]:
+        flag = option.upper()
+        if flag not in _EXPIRE_FLAGS:
+            raise ReplyError(f"ERR Unsupported option {option.decode('utf-8', 'replace')}")
+        flags.add(flag)
+    if b"NX" in flags and len(flags) > 1:
+        raise ReplyError("ERR NX and XX, GT or LT options at the same time are not compatible")
+    if b"GT" in flags and b"LT" in flags:
+        raise ReplyError("ERR GT and LT options at the same time are not compatible")
+    return flags
+
+
+def expire_generic(ctx, args, base: int, scale: int) -> int:
+    """expire_generic runs EXPIRE and its kin as redis-server 7.0's expireGenericCommand: the time is
+    args[2] units of `scale` ms after `base`; 1 if the expiry was set (or the key deleted, for a
+    time not after now), 0 if the key is absent or a flag said no."""
+    flags = expire_flags(args)
+    when = integer(args[2])
+    if scale != 1:
+        if not -(INT64_MAX // scale) <= when <= INT64_MAX // scale:
+            raise invalid_expire(args)
+        when *= scale
+    if when > INT64_MAX - base:
+        raise invalid_expire(args)
+    when += base
+    state, key = ctx.state, args[1]
+    if not state.alive(key, ctx.now):
+        return 0
+    current = expiry_of(state, key)
+    if ((b"NX" in flags and current is not None) or (b"XX" in flags and current is None)
+            or (b"GT" in flags and (current is None or when <= current))
+            or (b"LT" in flags and current is not None and when >= current)):
+        return 0
+    if when <= ctx.now:
+        state.remove(key)
+    else:
+        state.set_expiry(key, when)
+    return 1
+
+
+@command("EXPIRE", -3, WRITE)
+def expire(ctx, args):
+    """expire runs EXPIRE key seconds [NX|XX|GT|LT]."""
+    return expire_generic(ctx, args, ctx.now, 1000)
+
+
+@command("PEXPIRE", -3, WRITE)
+def pexpire(ctx, args):
+    """pexpire runs PEXPIRE key milliseconds [NX|XX|GT|LT]."""
+    return expire_generic(ctx, args, ctx.now, 1)
+
+
+@command("EXPIREAT", -3, WRITE)
+def expireat(ctx, args):
+    """expireat runs EXPIREAT key unix-seconds [NX|XX|GT|LT]."""
+    return expire_generic(ctx, args, 0, 1000)
+
+
+@command("PEXPIREAT", -3, WRITE)
+def pexpireat(ctx, args):
+    """pexpireat runs PEXPIREAT key unix-milliseconds [NX|XX|GT|LT]."""
+    return expire_generic(ctx, args, 0, 1)
+
+
+@command("PERSIST", 2, WRITE)
+def persist(ctx, args):
+    """persist runs PERSIST key: 1 if the key lost its expiry, 0 if absent or without one."""
+    state, key = ctx.state, args[1]
+    if not state.alive(key, ctx.now) or expiry_of(state, key) is None:
+        return 0
+    state.set_expiry(key, None)
+    return 1
+
+
+@command("EXPIRETIME", 2, READ)
+def expiretime(ctx, args):
+    """expiretime answers EXPIRETIME key: when it expires in unix seconds (rounded), -1 without expiry, -2 if absent."""
+    at = pexpiretime(ctx, args)
+    return at if at < 0 else (at + 500) // 1000
+
+
+@command("PEXPIRETIME", 2, READ)
+def pexpiretime(ctx, args):
+    """pexpiretime answers PEXPIRETIME key: when it expires in unix ms, -1 without expiry, -2 if absent."""
+    state, key = ctx.state, args[1]
+    if not state.alive(key, ctx.now):
+        return -2
+    at = expiry_of(state, key)
+    return -1 if at is None else max(at, 0)
+
+
+# -- moving keys -------------------------------------------------------------------------------
+def rename_generic(ctx, args, nx: bool):
+    """rename_generic runs RENAME (and RENAMENX, `nx`): the value moves with its expiry."""
+    state, source, target = ctx.state, args[1], args[2]
+    value = state.lookup(source, ctx.now)
+    if value is None:
+        raise ReplyError("ERR no such key")
+    if source == target:
+        return 0 if nx else OK
+    if nx and state.alive(target, ctx.now):
+        return 0
+    state.store(target, value, expiry_of(state, source))
+    state.remove(source)
+    return 1 if nx else OK
+
+
+@command("RENAME", 3, WRITE)
+def rename(ctx, args):
+    """rename runs RENAME key newkey: ERR no such key if absent; newkey is replaced."""
+    return rename_generic(ctx, args, nx=False)
+
+
+@command("RENAMENX", 3, WRITE)
+def renamenx(ctx, args):
+    """renamenx runs RENAMENX key newkey: 1 if renamed, 0 if newkey exists."""
+    return rename_generic(ctx, args, nx=True)
+
+
+@command("COPY", -3, WRITE)
+def copy(ctx, args):
+    """copy runs COPY source destination [DB 0] [REPLACE]: 1 if copied (with its expiry), 0 otherwise.
+
+    Only database 0 exists (as SELECT says), so DB with any other index is out of range.
+    """
+    replace, i = False, 3
+    while i < len(args):
+        option = args[i].upper()
+        if option == b"REPLACE":
+            replace = True
+        elif option == b"DB" and i + 1 < len(args):
+            db = integer(args[i + 1])
+            if not -(1 << 31) <= db < 1 << 31:          # redis-server reads an int
+                raise ReplyError("ERR value is out of range, value must between -2147483648 and 2147483647")
+            if db != 0:
+                raise ReplyError("ERR DB index is out of range")
+            i += 1
+        else:
+            raise ReplyError(SYNTAX)
+        i += 1
+    state, source, target = ctx.state, args[1], args[2]
+    if source == target:
+        raise ReplyError("ERR source and destination objects are the same")
+    value = state.lookup(source, ctx.now)
+    if value is None or (state.alive(target, ctx.now) and not replace):
+        return 0
+    state.store(target, value if type(value) is bytes else value.copy(), expiry_of(state, source))
+    return 1
+
+
+#: What a read picks with: Context.random, seeded from the time, would repeat within a millisecond.
+_LOCAL_RANDOM = random.Random()
+
+
+@command("RANDOMKEY", 1, READ)
+def randomkey(ctx, args):
+    """randomkey answers RANDOMKEY: a live key picked at random, nil if there is none."""
+    state, now = ctx.state, ctx.now
+    if state.size(now) == 0:
+        return None
+    data, pick = state.data, ctx.random if ctx.writing else _LOCAL_RANDOM
+    for _ in range(64):
+        key = data.peekitem(pick.randrange(len(data)))[0]
+        if state.alive(key, now):
+            return key
+    return pick.choice([key for key in data if state.alive(key, now)])    # mostly expired keys
+
+
+# -- OBJECT ------------------------------------------------------------------------------------
+#: redis-server 7.0's default limits of its small encodings (hash-max-listpack-entries and -value,
+#: zset-max-listpack-entries and -value, set-max-intset-entries).
+HASH_ENTRIES, ZSET_ENTRIES, LISTPACK_VALUE, INTSET_ENTRIES = 512, 128, 64, 512
+#: The refcount redis-server reports for a shared integer (0 to 9999): INT_MAX.
+SHARED_REFCOUNT, SHARED_INTEGERS = 2147483647, 10000
+_OBJECT_ARITY = {b"ENCODING": 3, b"FREQ": 3, b"IDLETIME": 3, b"REFCOUNT": 3, b"HELP": 2}
+_OBJECT_HELP = (
+    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "FREQ <key>",
+    "    Return the access frequency index of the <key>. The returned integer is",
+    "    proportional to the logarithm of the recent access frequency of the key.",
+    "IDLETIME <key>",
+    "    Return the idle time of the <key>, that is the approximated number of",
+    "    seconds elapsed since the last access to the key.",
+    "REFCOUNT <key>",
+    "    Return the number of references of the value associated with the specified",
+    "    <key>.",
+    "HELP",
+    "    Prints this help.",
+)
+
+
+def encoding_of(value) -> bytes:
+    """encoding_of is what redis-server 7.0's OBJECT ENCODING would answer for a value made by SET (or
+    HSET, RPUSH...) with the default limits of the small encodings."""
+    kind = type(value)
+    if kind is bytes:
+        if len(value) <= 20 and parse_int(value) is not None:
+            return b"int"
+        return b"embstr" if len(value) <= 44 else b"raw"
+    if kind is List:
+        return b"quicklist"
+    if kind is Hash:
+        small = len(value) <= HASH_ENTRIES and all(
+            len(field) <= LISTPACK_VALUE and len(item) <= LISTPACK_VALUE for field, item in value.items())
+        return b"listpack" if small else b"hashtable"
+    if kind is SetValue:
+        small = len(value) <= INTSET_ENTRIES and all(parse_int(member) is not None for member in value)
+        return b"intset" if small else b"hashtable"
+    if kind is ZSet:
+        small = len(value) <= ZSET_ENTRIES and all(len(member) <= LISTPACK_VALUE for member in value.scores)
+        return b"listpack" if small else b"skiplist"
+    raise AssertionError(f"no encoding for {kind.__name__}")
+
+
+@command("OBJECT", -2, READ)
+def object_(ctx, args):
+    """object_ answers OBJECT ENCODING|FREQ|IDLETIME|REFCOUNT key and OBJECT HELP.
+
+    IDLETIME is 0 (walkit does not track accesses), FREQ answers as redis-server does without an
+    LFU policy, REFCOUNT is redis-server's for a shared integer and 1 otherwise.
+    """
+    sub = args[1].upper()
+    if sub not in _OBJECT_ARITY:
+        raise ReplyError(f"ERR unknown subcommand '{args[1][:128].decode('utf-8', 'replace')}'. "
+                         f"Try {args[0].upper().decode('utf-8', 'replace')} HELP.")
+    if len(args) != _OBJECT_ARITY[sub]:
+        raise ReplyError(f"ERR wrong number of arguments for 'object|{sub.lower().decode()}' command")
+    if sub == b"HELP":
+        return [Simple(line) for line in _OBJECT_HELP]
+    value = ctx.state.lookup(args[2], ctx.now)
+    if value is None:
+        return None
+    if sub == b"ENCODING":
+        return encoding_of(value)
+    if sub == b"FREQ":
+        raise ReplyError("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note "
+                         "that when switching between policies at runtime LRU and LFU data will take some time "
+                         "to adjust.")
+    if sub == b"IDLETIME":
+        return 0
+    number = parse_int(value) if type(value) is bytes and len(value) <= 20 else None
+    return SHARED_REFCOUNT if number is not None and 0 <= number < SHARED_INTEGERS else 1

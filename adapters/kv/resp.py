@@ -55,6 +55,11 @@ class SetReply(list):
     """SetReply is a reply that is a set (SMEMBERS...): an array in RESP2, RESP3's set type (``~``)."""
 
 
+class Pairs(list):
+    """Pairs is a flat list of pairs (HRANDFIELD WITHVALUES, ZRANGE WITHSCORES): a flat array in
+    RESP2, an array of two-element arrays in RESP3, as redis-server 7.0 answers them."""
+
+
 class NullArray:
     """NullArray is the nil array (``*-1``; RESP3's null): EXEC of an aborted transaction."""
 
@@ -285,6 +290,11 @@ def encode(value, resp3: bool = False) -> bytes:
         return b",%s\r\n" % text if resp3 else _bulk(text)
     if kind is SetReply:
         return (b"~%d\r\n" if resp3 else b"*%d\r\n") % len(value) + b"".join(encode(v, resp3) for v in value)
+    if kind is Pairs:
+        if not resp3:
+            return b"*%d\r\n" % len(value) + b"".join(encode(v) for v in value)
+        return b"*%d\r\n" % (len(value) // 2) + b"".join(
+            b"*2\r\n" + encode(value[i], True) + encode(value[i + 1], True) for i in range(0, len(value), 2))
     if kind is NullArray:
         return b"_\r\n" if resp3 else b"*-1\r\n"
     if kind is bool:

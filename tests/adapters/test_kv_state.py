@@ -181,3 +181,19 @@ def test_a_snapshot_view_sees_the_keys_as_they_were_while_changes_go_on():
     s.close_view(view)
     assert got == expected
     assert isinstance(got[b"k25"][0], Hash) and got[b"k25"][0] == {b"f": b"old"}
+
+
+def test_scan_cursors_after_long_keys_name_them_exactly_and_miss_no_key():
+    a = Applier()
+    long_keys = [b"L" * 3000 + b"%03d" % i for i in range(40)] + [b"L" * 3000 + b"\x00" * 5, b"\x00" * 1100]
+    for key in long_keys:
+        a(T, b"SET", key, b"v")
+    seen, cursor = [], b"0"
+    for _ in range(1000):
+        cursor, keys = run(Context(a.state, T), [b"SCAN", cursor, b"COUNT", b"3"])
+        seen += keys
+        if cursor == b"0":
+            break
+    assert sorted(seen) == sorted(long_keys)                    # each once
+    error = run(Context(a.state, T), [b"SCAN", b"9" * 5000])
+    assert isinstance(error, ReplyError) and error.message == "ERR invalid cursor"
