@@ -15,7 +15,6 @@ a value was made (APPEND leaves "raw", a hash that grew past the listpack limits
 
 from __future__ import annotations
 
-import random
 
 from walkit.adapters.kv.resp import OK, ReplyError, Simple
 from walkit.adapters.kv.state import (
@@ -326,17 +325,13 @@ def copy(ctx, args):
     return 1
 
 
-#: What a read picks with: Context.random, seeded from the time, would repeat within a millisecond.
-_LOCAL_RANDOM = random.Random()
-
-
 @command("RANDOMKEY", 1, READ)
 def randomkey(ctx, args):
     """randomkey answers RANDOMKEY: a live key picked at random, nil if there is none."""
     state, now = ctx.state, ctx.now
     if state.size(now) == 0:
         return None
-    data, pick = state.data, ctx.random if ctx.writing else _LOCAL_RANDOM
+    data, pick = state.data, ctx.random
     for _ in range(64):
         key = data.peekitem(pick.randrange(len(data)))[0]
         if state.alive(key, now):

@@ -6,7 +6,7 @@ redis-server 7.0's parseExtendedStringArgumentsOrReply reads them (`string_optio
 expiry option may repeat (the last one counts), two different ones are a syntax error, and the
 time is checked only after every option was read.
 
-INCRBYFLOAT computes as redis-server's `long double` does on x86-64 (hashes.LongDouble: exact
+INCRBYFLOAT computes as redis-server's `long double` does on x86-64 (longdouble.LongDouble: exact
 arithmetic rounded to the x87 format, not the host's), so every node writes the same digits.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from walkit.adapters.kv.hashes import LongDouble
+from walkit.adapters.kv.longdouble import LongDouble
 from walkit.adapters.kv.keyspace import invalid_expire
 from walkit.adapters.kv.resp import OK, ReplyError
 from walkit.adapters.kv.state import INT64_MAX, INT64_MIN, NOT_AN_INTEGER, parse_int

@@ -22,7 +22,7 @@ import random
 from typing import Callable, NamedTuple
 
 from walkit.adapters.kv.resp import ReplyError
-from walkit.adapters.kv.state import NOT_AN_INTEGER, State, parse_int
+from walkit.adapters.kv.state import INT64_MAX, INT64_MIN, NOT_AN_INTEGER, State, parse_int
 
 READ, WRITE, OTHER = "read", "write", "other"
 SYNTAX = "ERR syntax error"
@@ -57,8 +57,8 @@ class Context:
     """Context is what a data command sees: the state, the time and, for a write, the record's randomness.
 
     `now` is the record's stamp while a record is applied, the serving node's clock for a read.
-    `random` is seeded from the record (its index), so a command that picks at random (SPOP,
-    a script's math.random) picks alike on every node. `machine` is the KVMachine (scripts
+    `random` is seeded from the record (its index) while one is applied, so a command that picks
+    at random (SPOP, a script's math.random) picks alike on every node. `machine` is the KVMachine (scripts
     use its Lua interpreter); `writing` tells whether a record is being applied.
     """
 
@@ -73,11 +73,16 @@ class Context:
 
     @property
     def random(self) -> random.Random:
-        """random is a generator seeded from the record being applied (from the time for a read)."""
+        """random is the generator of a command that picks at random: seeded from the record being
+        applied (every node picks alike), this server's own for a read."""
+        if not self.writing:
+            return _LOCAL_RANDOM
         if self._random is None:
-            seed = self.state.applying if self.writing else self.now
-            self._random = random.Random(seed)
+            self._random = random.Random(self.state.applying)
         return self._random
+
+
+_LOCAL_RANDOM = random.Random()
 
 
 def integer(text: bytes, error: str = NOT_AN_INTEGER) -> int:
@@ -85,6 +90,14 @@ def integer(text: bytes, error: str = NOT_AN_INTEGER) -> int:
     value = parse_int(text)
     if value is None:
         raise ReplyError(error)
+    return value
+
+
+def random_count(text: bytes) -> int:
+    """random_count reads the count of HRANDFIELD, SRANDMEMBER and ZRANDMEMBER: any int64 but INT64_MIN."""
+    value = integer(text)
+    if value == INT64_MIN:
+        raise ReplyError(f"ERR value is out of range, value must between {-INT64_MAX} and {INT64_MAX}")
     return value
 
 
