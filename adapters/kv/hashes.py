@@ -4,9 +4,9 @@ A Hash keeps its fields in insertion order, as redis-server's listpack does for 
 so HGETALL, HKEYS, HVALS and HSCAN answer in Redis' order for hashes up to SMALL_HASH fields
 (a larger Redis hash answers in its hash table's order, which nothing promises).
 
-HSCAN's cursor names the last field visited (keyspace.cursor_of): a hash of up to SMALL_HASH
-fields is returned whole with cursor 0, as Redis returns a listpack; a larger one is walked in
-field order, so the cursor means the same on every server and never runs out.
+HSCAN returns a hash of up to SMALL_HASH fields whole with cursor 0, as Redis returns a listpack;
+a larger one is paged in scan order (keyspace.page_of), so the cursor means the same on every
+server and never runs out.
 
 HINCRBYFLOAT computes as redis-server's `long double` does (longdouble.py), so every node
 computes the same digits on any machine.
@@ -14,11 +14,10 @@ computes the same digits on any machine.
 
 from __future__ import annotations
 
-import heapq
 from fractions import Fraction
 
 from walkit.adapters.kv.longdouble import LongDouble
-from walkit.adapters.kv.keyspace import cursor_of, key_of_cursor, scan_options
+from walkit.adapters.kv.keyspace import page_of, parse_cursor, scan_options
 from walkit.adapters.kv.patterns import compile_pattern
 from walkit.adapters.kv.resp import OK, Pairs, ReplyError
 from walkit.adapters.kv.state import INT64_MAX, INT64_MIN, Hash, parse_int
@@ -213,21 +212,18 @@ def hrandfield(ctx, args):
 @command("HSCAN", -3, READ)
 def hscan(ctx, args):
     """hscan answers HSCAN key cursor [MATCH p] [COUNT n]: the next cursor and some fields with their values."""
-    after = key_of_cursor(args[2])
+    cursor = parse_cursor(args[2])
     value = ctx.state.get_typed(args[1], ctx.now, Hash)
     if value is None:
         return [b"0", []]
     pattern, count, _ = scan_options(args, 3)
     if len(value) <= SMALL_HASH:
-        fields, last = list(value), None
+        fields, following = list(value), 0
     else:
-        later = value if after is None else (field for field in value if field > after)
-        fields = heapq.nsmallest(count + 1, later)
-        last = fields[count - 1] if len(fields) > count else None
-        del fields[count:]
+        fields, following = page_of(value, cursor, count)
     match = compile_pattern(pattern).match if pattern is not None else None
     found = []
     for field in fields:
         if match is None or match(field):
             found += (field, value[field])
-    return [cursor_of(last), found]
+    return [b"%d" % following, found]

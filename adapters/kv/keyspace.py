@@ -1,10 +1,13 @@
 """walkit.adapters.kv.keyspace holds the commands about keys of any type: DEL, TTL, EXPIRE, RENAME, COPY, SCAN...
 
-SCAN's cursor names the last key it visited (`cursor_of`): 0 starts, 0 ends, and any other
-cursor is the key's bytes as a number. So a cursor means the same on every server (they hold
-the same keys in the same order) and never runs out: a scan goes on across a failover or on
-another server, and keys that exist throughout it are returned (once, unless a key is
-deleted and created again meanwhile), as Redis promises.
+SCAN's cursor is a position in scan order (state.scan_order: a key's 64-bit hash, then the key),
+as redis-server's cursor is a position in its hash table: 0 starts, 0 ends, and any other cursor
+is where the next call begins. Every server orders the same keys alike, so a cursor means the
+same on every server and never runs out: a scan goes on across a failover or on another server,
+and keys that exist throughout it are returned (once, unless a key is deleted and created again
+meanwhile), as Redis promises. A cursor is an unsigned 64-bit number, as clients expect
+(redis-cli and go-redis read it into a uint64). HSCAN, SSCAN and ZSCAN page a large collection
+the same way (`page_of`).
 
 EXPIRE and its kin decide at the record's stamp (ctx.now), on every node alike: a time at or
 before it deletes the key, as redis-server 7.0 does on a primary. OBJECT ENCODING names what
@@ -15,56 +18,45 @@ a value was made (APPEND leaves "raw", a hash that grew past the listpack limits
 
 from __future__ import annotations
 
+import heapq
+import re
 
 from walkit.adapters.kv.resp import OK, ReplyError, Simple
 from walkit.adapters.kv.state import (
-    INT64_MAX, Hash, List, SetValue, ZSet, parse_int, type_name,
+    INT64_MAX, Hash, List, SetValue, ZSet, parse_int, scan_order, type_name,
 )
 from walkit.adapters.kv.table import READ, SYNTAX, WRITE, command, integer
 
 INVALID_CURSOR = "ERR invalid cursor"
 
 
-#: The longest key a cursor spells out exactly (about 158,000 digits). A cursor after a longer
-#: key names a string just below the key's first MAX_CURSOR_KEY bytes instead, so the scan
-#: returns the keys from there again (Redis allows repeats).
-MAX_CURSOR_KEY = 64 * 1024
-_DIGITS = 1000
-
-
-def cursor_of(key: bytes | None) -> bytes:
-    """cursor_of is the cursor that continues after `key` (None: the scan is over, cursor 0).
-
-    Keys longer than 1,785 bytes give cursors of more than 4,300 digits, which Python's int()
-    refuses by default: a Python client scanning such keys needs sys.set_int_max_str_digits(0)."""
-    if key is None:
-        return b"0"
-    if len(key) > MAX_CURSOR_KEY:
-        prefix = key[:MAX_CURSOR_KEY]
-        key = prefix[:-1] if prefix[-1] == 0 else prefix[:-1] + bytes((prefix[-1] - 1,))
-    number = int.from_bytes(b"\x01" + key, "big")
-    chunks = []
-    while number >= 10 ** _DIGITS:               # str() refuses more than 4,300 digits: in chunks
-        number, chunk = divmod(number, 10 ** _DIGITS)
-        chunks.append(b"%0*d" % (_DIGITS, chunk))
-    chunks.append(b"%d" % number)
-    return b"".join(reversed(chunks))
-
-
-def key_of_cursor(cursor: bytes) -> bytes | None:
-    """key_of_cursor is the key a cursor continues after (None for 0); ERR invalid cursor otherwise."""
-    if cursor == b"0":
-        return None
-    if not cursor.isdigit() or cursor.startswith(b"0") or len(cursor) > 2.5 * (MAX_CURSOR_KEY + 1):
+def parse_cursor(text: bytes) -> int:
+    """parse_cursor reads a SCAN cursor as redis-server does (strtoul: a sign is allowed, a negative
+    cursor wraps); ERR invalid cursor for anything else."""
+    if not _CURSOR.match(text):
         raise ReplyError(INVALID_CURSOR)
-    number = 0
-    for at in range(0, len(cursor), _DIGITS):     # int() refuses more than 4,300 digits: in chunks
-        chunk = cursor[at:at + _DIGITS]
-        number = number * 10 ** len(chunk) + int(chunk)
-    raw = number.to_bytes((number.bit_length() + 7) // 8, "big")
-    if raw[:1] != b"\x01":
+    value = int(text)
+    if abs(value) >= 1 << 64:
         raise ReplyError(INVALID_CURSOR)
-    return raw[1:]
+    return value % (1 << 64)
+
+
+_CURSOR = re.compile(rb"[+-]?[0-9]{1,25}\Z")
+
+
+def page_of(names, cursor: int, count: int) -> tuple[list[bytes], int]:
+    """page_of pages a collection's fields or members in scan order: those from `cursor` on, about
+    `count` of them (names sharing a position come together), and the cursor after them (0: none)."""
+    start = cursor.to_bytes(8, "big")
+    later = [(order, name) for name in names if (order := scan_order(name)) >= start]
+    if len(later) <= count:
+        return [name for _, name in sorted(later)], 0
+    chosen = heapq.nsmallest(count, later)
+    edge = chosen[-1][0][:8]
+    beyond = [item for item in later if item[0][:8] > edge]
+    following = min(beyond)[0][:8] if beyond else None
+    page = [name for _, name in sorted(item for item in later if item[0][:8] <= edge)]
+    return page, 0 if following is None else int.from_bytes(following, "big")
 
 
 def scan_options(args, at: int, *, types: bool = False) -> tuple[bytes | None, int, str | None]:
@@ -131,10 +123,10 @@ def dbsize(ctx, args):
 @command("SCAN", -2, READ)
 def scan(ctx, args):
     """scan answers SCAN cursor [MATCH p] [COUNT n] [TYPE t]: the next cursor and some keys."""
-    after = key_of_cursor(args[1])
+    cursor = parse_cursor(args[1])
     pattern, count, kind = scan_options(args, 2, types=True)
-    found, last = ctx.state.scan(after, count, pattern, ctx.now, kind)
-    return [cursor_of(last), found]
+    found, following = ctx.state.scan(cursor, count, pattern, ctx.now, kind)
+    return [b"%d" % following, found]
 
 
 @command("DEL", -2, WRITE, "UNLINK")

@@ -6,17 +6,15 @@ sorted order, and while a record is applied (a transaction, a script that goes o
 what it read) every reply that lists members lists them sorted (`listed`). A read elsewhere
 lists them in the set's own order, as Redis leaves that order to its hash tables.
 
-SSCAN's cursor names the last member visited in sorted order (keyspace.cursor_of), so any
-server continues it; a set of up to SMALL_SCAN members is returned whole with cursor 0, as
-redis-server returns its small encodings.
+SSCAN pages a set in scan order (keyspace.page_of), so any server continues its cursor; a set
+of up to SMALL_SCAN members is returned whole with cursor 0, as redis-server returns its small
+encodings.
 """
 
 from __future__ import annotations
 
-import heapq
-
 from walkit.adapters.kv.hashes import MAX_RANDOM_COUNT
-from walkit.adapters.kv.keyspace import cursor_of, key_of_cursor, scan_options
+from walkit.adapters.kv.keyspace import page_of, parse_cursor, scan_options
 from walkit.adapters.kv.patterns import compile_pattern
 from walkit.adapters.kv.resp import ReplyError, SetReply
 from walkit.adapters.kv.state import SetValue, parse_int
@@ -48,29 +46,18 @@ def listed(ctx, members) -> list:
     return sorted(members) if ctx.writing else list(members)
 
 
-def scan_page(members, after: bytes | None, count: int) -> tuple[list[bytes], bytes | None]:
-    """scan_page returns the next `count` members after `after` in sorted order, and the last of them
-    (None when no member follows)."""
-    rest = members if after is None else (m for m in members if m > after)
-    page = heapq.nsmallest(count + 1, rest)
-    if len(page) > count:
-        del page[count:]
-        return page, page[-1]
-    return page, None
-
-
-def scan_reply(args, after: bytes | None, members, visit) -> list:
-    """scan_reply answers SSCAN and ZSCAN after `after` (args[2], the cursor, read already) on a collection
-    of `members`: `visit(page)` turns the members visited that match into the reply's items."""
+def scan_reply(args, cursor: int, members, visit) -> list:
+    """scan_reply answers SSCAN and ZSCAN from `cursor` (args[2], read already) on a collection of
+    `members`: `visit(page)` turns the members visited that match into the reply's items."""
     pattern, count, _ = scan_options(args, 3)
-    if after is None and len(members) <= SMALL_SCAN:
-        page, last = members, None
+    if len(members) <= SMALL_SCAN:
+        page, following = list(members), 0
     else:
-        page, last = scan_page(members, after, count)
+        page, following = page_of(members, cursor, count)
     if pattern is not None:
         match = compile_pattern(pattern).match
         page = [m for m in page if match(m)]
-    return [cursor_of(last), visit(page)]
+    return [b"%d" % following, visit(page)]
 
 
 def _get(ctx, key: bytes) -> SetValue | None:
@@ -290,8 +277,8 @@ def sintercard(ctx, args):
 @command("SSCAN", -3, READ)
 def sscan(ctx, args):
     """sscan answers SSCAN key cursor [MATCH pattern] [COUNT n]: the next cursor and some members."""
-    after = key_of_cursor(args[2])
+    cursor = parse_cursor(args[2])
     value = _get(ctx, args[1])
     if value is None:
         return [b"0", []]
-    return scan_reply(args, after, value, lambda page: listed(ctx, page))
+    return scan_reply(args, cursor, value, lambda page: listed(ctx, page))

@@ -4,18 +4,18 @@
     state.store(b"k", b"v")                       # what SET does, through execute.py
     state.get_string(b"k", now_ms)                # b"v"
 
-Keys live in a SortedDict, so KEYS and SCAN walk them in order (a SCAN cursor names the last
-key visited, so any server continues it) and a prefix pattern only visits its range. A value
-is bytes (a string) or one of the containers below; expiry times are absolute (ms since the
-epoch) and kept in `expires`.
+Keys live in a SortedDict in scan order (`scan_order`: a 64-bit hash of the key, then the key),
+so SCAN walks them from a cursor that is a position in that order, the same on every server
+(keyspace.py). A value is bytes (a string) or one of the containers below; expiry times are
+absolute (ms since the epoch) and kept in `expires`.
 
 Every change goes through `store`, `remove`, `set_expiry` or `writable` (the container a
 command changes in place), and each of them first calls `_changing(key)`. That one hook keeps
 two promises:
 
-- WATCH (execute.py): the keys changed by the last TOUCH_WINDOW changes are kept with the
-  index of the record that changed them, so a transaction can tell whether a watched key
-  changed after the index at which it was watched. The window is part of the state (and of
+- WATCH (execute.py): the last TOUCH_WINDOW keys changed are kept with the index of the record
+  that last changed them, so a transaction can tell whether a watched key changed after the
+  index at which it was watched. The window is part of the state (and of
   snapshots), so every node decides alike; a watch older than the window aborts its EXEC.
 - Snapshots without a stall (SnapshotView): a snapshot is taken key by key, a chunk at a time,
   while records go on being applied; a key about to change that the snapshot has not written
@@ -29,12 +29,13 @@ Expired keys are removed by `purge_expired`, at a stamp, so removal is determini
 from __future__ import annotations
 
 import collections
+import hashlib
 import itertools
 import re
 
 from sortedcontainers import SortedDict, SortedList
 
-from walkit.adapters.kv.patterns import compile_pattern, literal_prefix
+from walkit.adapters.kv.patterns import compile_pattern
 from walkit.adapters.kv.resp import ReplyError
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -42,8 +43,14 @@ _INTEGER = re.compile(rb"(?:0|-?[1-9][0-9]{0,19})\Z")
 
 NOT_AN_INTEGER = "ERR value is not an integer or out of range"
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
-#: How many key changes WATCH remembers (see the module doc).
+#: How many changed keys WATCH remembers (see the module doc).
 TOUCH_WINDOW = 100_000
+
+
+def scan_order(name: bytes) -> bytes:
+    """scan_order is where a key (or a field, a member) comes in a scan: its 64-bit BLAKE2 hash, then
+    itself. A SCAN cursor is the hash part, so it fits the unsigned 64 bits clients expect."""
+    return hashlib.blake2b(name, digest_size=8).digest() + name
 
 
 def parse_int(text: bytes) -> int | None:
@@ -134,13 +141,15 @@ class SnapshotView:
 
     def __init__(self, data: SortedDict, expires: dict) -> None:
         self.data, self.expires = data, expires
-        self.cursor: bytes | None = None
-        self.saved: SortedDict = SortedDict()
+        self.cursor: bytes | None = None        # the last key written (scan order)
+        self._cursor_order = b""
+        self.saved: SortedDict = SortedDict(scan_order)
         self.frozen = False
 
     def keep(self, key: bytes) -> None:
         """keep copies `key` as the snapshot must see it, unless it was written or copied already."""
-        if self.frozen or (self.cursor is not None and key <= self.cursor) or key in self.saved:
+        if (self.frozen or key in self.saved
+                or (self.cursor is not None and scan_order(key) <= self._cursor_order)):
             return
         value = self.data.get(key)
         self.saved[key] = (value if value is None or type(value) is bytes else value.copy(),
@@ -156,7 +165,7 @@ class SnapshotView:
         end = None if done else keys[-1]
         saved = list(self.saved.irange(low, end, (False, True)))
         items = []
-        for key in sorted(set(keys).union(saved)) if saved else keys:
+        for key in sorted(set(keys).union(saved), key=scan_order) if saved else keys:
             if key in self.saved:
                 value, expire_at = self.saved.pop(key)
                 if value is None:
@@ -165,7 +174,7 @@ class SnapshotView:
                 value, expire_at = self.data[key], self.expires.get(key, 0)
             items.append((key, value, expire_at))
         if not done:
-            self.cursor = end
+            self.cursor, self._cursor_order = end, scan_order(end)
         return items, done
 
 
@@ -173,12 +182,12 @@ class State:
     """State is the store's keys, values and expiry times, changed only through the methods below."""
 
     def __init__(self) -> None:
-        self.data: SortedDict = SortedDict()
+        self.data: SortedDict = SortedDict(scan_order)
         self.expires: dict[bytes, int] = {}
         self._by_expiry: SortedList = SortedList()     # (expire_at, key) for every key in `expires`
         self.applying = 0                       # the index of the record being applied (machine.py)
-        self.touched: dict[bytes, int] = {}     # key -> the index of the record that last changed it
-        self._touches: collections.deque = collections.deque()     # (index, key), oldest first
+        # key -> the index of the record that last changed it, least recently changed first
+        self.touched: collections.OrderedDict[bytes, int] = collections.OrderedDict()
         self.forgotten = 0                      # changes at or before this index may be forgotten
         self.views: list[SnapshotView] = []
 
@@ -221,48 +230,41 @@ class State:
         expired = self._by_expiry.bisect_left((now_ms + 1,))
         return len(self.data) - expired
 
-    def scan(self, after: bytes | None, count: int, pattern: bytes | None, now_ms: int,
-             kind: str | None = None) -> tuple[list[bytes], bytes | None]:
-        """scan visits up to `count` keys after `after` in key order; it returns the matching ones
-        (of type `kind`, if given) and the last key visited (None once the end was reached)."""
+    def scan(self, cursor: int, count: int, pattern: bytes | None, now_ms: int,
+             kind: str | None = None) -> tuple[list[bytes], int]:
+        """scan visits about `count` keys in scan order from position `cursor`; it returns the
+        matching ones (of type `kind`, if given) and the position to go on from (0 at the end).
+        Keys sharing a position are visited together, so a scan always moves on."""
         matcher = compile_pattern(pattern).match if pattern is not None else None
-        prefix = literal_prefix(pattern) if pattern is not None else b""
-        low = after if after is not None and after >= prefix else prefix
-        inclusive = after is None or low != after
         found: list[bytes] = []
-        visited = 0
-        for key in self.data.irange(low, None, (inclusive, True)):
-            if prefix and not key.startswith(prefix):
-                return found, None
-            visited += 1
+        visited, edge = 0, None
+        for key in self.data.irange_key(cursor.to_bytes(8, "big")):
+            position = scan_order(key)[:8]
+            if visited >= count and position != edge:
+                return found, int.from_bytes(position, "big")
+            visited, edge = visited + 1, position
             if matcher is None or matcher(key):
                 value = self.lookup(key, now_ms)
                 if value is not None and (kind is None or type_name(value) == kind):
                     found.append(key)
-            if visited >= count:
-                return found, key
-        return found, None
+        return found, 0
 
     def keys(self, pattern: bytes, now_ms: int) -> list[bytes]:
-        """keys lists the keys alive at `now_ms` that match a Redis glob, in key order."""
-        found, _ = self.scan(None, len(self.data) + 1, pattern, now_ms)
-        return found
+        """keys lists the keys alive at `now_ms` that match a Redis glob, sorted."""
+        found, _ = self.scan(0, len(self.data) + 1, pattern, now_ms)
+        return sorted(found)
 
     # -- changes ------------------------------------------------------------------------------
     def _changing(self, key: bytes) -> None:
         """_changing runs before every change to `key` (see the module doc)."""
         for view in self.views:
             view.keep(key)
-        index = self.applying
-        if self.touched.get(key) != index:
-            self.touched[key] = index
-            touches = self._touches
-            touches.append((index, key))
-            if len(touches) > TOUCH_WINDOW:
-                old_index, old_key = touches.popleft()
-                if self.touched.get(old_key) == old_index:
-                    del self.touched[old_key]
-                self.forgotten = old_index
+        touched = self.touched
+        if key in touched:
+            touched.move_to_end(key)
+        touched[key] = self.applying
+        if len(touched) > TOUCH_WINDOW:
+            _, self.forgotten = touched.popitem(last=False)
 
     def changed_since(self, key: bytes, index: int) -> bool:
         """changed_since tells whether `key` may have changed after `index` records were applied
@@ -335,14 +337,13 @@ class State:
             if not view.frozen:
                 view.frozen = True
         if self.views:
-            self.data, self.expires = SortedDict(), {}
+            self.data, self.expires = SortedDict(scan_order), {}
         else:
             self.data.clear()
             self.expires.clear()
         self._by_expiry = SortedList()
         # Every key changed: a watch from before now is broken.
         self.touched.clear()
-        self._touches.clear()
         self.forgotten = self.applying
 
     def purge_expired(self, stamp_ms: int, limit: int = 64) -> int:
@@ -366,8 +367,8 @@ class State:
             self.views.remove(view)
 
     def touch_window(self) -> tuple[int, list[tuple[int, bytes]]]:
-        """touch_window is what WATCH remembers: (forgotten, the (index, key) changes), for snapshots."""
-        return self.forgotten, list(self._touches)
+        """touch_window is what WATCH remembers: (forgotten, the (index, key) changes, oldest first), for snapshots."""
+        return self.forgotten, [(index, key) for key, index in self.touched.items()]
 
     @classmethod
     def from_items(cls, items, touches=(0, ())) -> "State":
@@ -378,10 +379,9 @@ class State:
             data[key] = value
             if expire_at:
                 state.expires[key] = expire_at
-        state.data = SortedDict(data)
+        state.data = SortedDict(scan_order, data)
         state._by_expiry = SortedList((at, key) for key, at in state.expires.items())
         state.forgotten, changes = touches
         for index, key in changes:
-            state._touches.append((index, key))
             state.touched[key] = index
         return state

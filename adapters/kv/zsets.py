@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 
-from walkit.adapters.kv.keyspace import LISTPACK_VALUE, ZSET_ENTRIES, key_of_cursor
+from walkit.adapters.kv.keyspace import LISTPACK_VALUE, ZSET_ENTRIES, parse_cursor
 from walkit.adapters.kv.resp import Double, Pairs, ReplyError, format_double
 from walkit.adapters.kv.sets import MUST_BE_POSITIVE, positive, repeats, scan_reply
 from walkit.adapters.kv.state import INT64_MAX, ZSet
@@ -572,7 +572,7 @@ def zrandmember(ctx, args):
 @command("ZSCAN", -3, READ)
 def zscan(ctx, args):
     """zscan answers ZSCAN key cursor [MATCH pattern] [COUNT n]: the next cursor and some members with their scores."""
-    after = key_of_cursor(args[2])
+    cursor = parse_cursor(args[2])
     z = _get(ctx, args[1])
     if z is None:
         return [b"0", []]
@@ -583,4 +583,4 @@ def zscan(ctx, args):
         """visit lists the members of a page in the set's order, each followed by its score."""
         items = sorted((scores[m], m) for m in page)
         return [part for score, member in items for part in (member, scan_score(score, listpack))]
-    return scan_reply(args, after, scores, visit)
+    return scan_reply(args, cursor, scores, visit)

@@ -224,7 +224,7 @@ def test_kv_serve_survives_100k_hostile_requests(tmp_path):
         assert sent == REQUESTS // ROUNDS // WORKERS * ROUNDS * WORKERS
         assert set(kinds) == {"random-bytes", "truncated", "bit-flips", "wrong-prefix", "bad-length", "huge-count",
                               "claims-more", "nested-array", "inline", "unknown-command", "wrong-arity",
-                              "bad-integer", "pattern", "connection", "pipelined-mix"}
+                              "bad-integer", "pattern", "connection", "pipelined-mix", "transaction"}
         assert growth < RSS_GROWTH_KB, f"RSS grew by {growth} kB after the warm-up: {rss}"
         with open(server.log_path, errors="replace") as f:
             log = f.read()

@@ -251,20 +251,22 @@ def test_sscan_pages_through_a_big_set_and_goes_on_after_changes():
         seen.extend(page)
         calls += 1
         if calls == 3:
-            a("SREM", "s", "m0999")                 # gone before the scan reached it
-            a("SADD", "s", "m0000x")                # added behind the scan: may be missed
+            gone = min(members - set(seen))
+            a("SREM", "s", gone)                    # gone before the scan reached it
+            a("SADD", "s", "m0000x")                # added meanwhile: may be returned or not
         if cursor == b"0":
             break
-    assert calls == 10 and len(seen) == len(set(seen)) == 999 and set(seen) == members - {b"m0999"}
+    assert calls == 10 and len(seen) == len(set(seen))
+    assert set(seen) - {b"m0000x"} == members - {gone}
     small = a.read("SSCAN", "t", "0")
     assert small == [b"0", []]
     a("SADD", "small", *range(SMALL_SCAN))
     cursor, page = a.read("SSCAN", "small", "0", "COUNT", "1")
     assert cursor == b"0" and len(page) == SMALL_SCAN
-    assert error(a.read("SSCAN", "s", "12")) == "ERR invalid cursor"
+    assert error(a.read("SSCAN", "s", "1x")) == error(a.read("SSCAN", "s", str(1 << 64))) == "ERR invalid cursor"
 
 
-def test_zscan_pages_by_member_so_a_changed_score_is_not_missed():
+def test_zscan_pages_by_member_position_so_a_changed_score_is_not_missed():
     a = Applier()
     a("ZADD", "z", *[part for i in range(500) for part in (str(i), f"m{i:03d}")])
     cursor, seen = b"0", {}
@@ -274,7 +276,7 @@ def test_zscan_pages_by_member_so_a_changed_score_is_not_missed():
         a("ZADD", "z", "-1", "m499")                # moves to the front of the scores
         if cursor == b"0":
             break
-    assert len(seen) == 500 and seen[b"m499"] == b"-1" and seen[b"m010"] == b"10"
+    assert len(seen) == 500 and seen[b"m499"] in (b"499", b"-1") and seen[b"m010"] == b"10"
 
 
 def test_zadd_options_and_scores():

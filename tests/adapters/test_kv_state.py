@@ -101,15 +101,16 @@ def test_scan_visits_every_key_once_while_keys_change():
     s = a.state
     a(T, b"MSET", *(x for i in range(500) for x in (b"k%04d" % i, b"v")))
     a(T, b"MSET", b"other", b"1")
-    seen, after = [], None
+    seen, cursor = [], 0
     while True:
-        found, after = s.scan(after, 37, b"k*", T)
+        found, cursor = s.scan(cursor, 37, b"k*", T)
         seen += found
         a(T, b"DEL", b"k%04d" % random.randrange(500))      # deletions never make it skip others
-        if after is None:
+        a(T, b"SET", b"k-new-%d" % len(seen), b"v")        # nor do keys created meanwhile
+        if cursor == 0:
             break
     assert len(seen) == len(set(seen)) and all(k.startswith(b"k") for k in seen)
-    survivors = set(s.keys(b"k*", T))
+    survivors = {key for key in s.keys(b"k*", T) if not key.startswith(b"k-new")}
     assert survivors <= set(seen)
 
 
@@ -145,13 +146,17 @@ def test_the_touch_window_remembers_the_last_changes_and_what_it_forgot():
     assert not s.changed_since(b"nx", 2)
     a(T, b"GET", b"k")                                      # a read changes nothing
     assert not s.changed_since(b"k", 1)
-    for i in range(TOUCH_WINDOW + 5):
+    for i in range(50):                                     # a hot key takes one place, however often it changes
         s.applying = 10 + i
-        s.store(b"w%d" % (i % 7), b"v")
-    assert s.forgotten > 1
+        s.store(b"hot", b"%d" % i)
+    assert s.forgotten == 0 and not s.changed_since(b"k", 1) and len(s.touched) == 3
+    for i in range(TOUCH_WINDOW):
+        s.applying = 100 + i
+        s.store(b"w%d" % i, b"v")
+    assert s.forgotten == 59                                 # hot, last changed by record 59, went last
     assert s.changed_since(b"k", 1)                         # forgotten: assumed changed
-    assert len(s.touched) <= TOUCH_WINDOW
-    a.index = 10 + TOUCH_WINDOW + 5
+    assert len(s.touched) == TOUCH_WINDOW
+    a.index = 100 + TOUCH_WINDOW
     a(T, b"FLUSHALL")
     assert s.changed_since(b"never-written", a.index - 1)   # FLUSHALL changes every key
 

@@ -27,6 +27,8 @@ from typing import Iterator, NamedTuple
 
 #: The keys the valid commands use (few, so the store stays small), and the values' largest size.
 KEYS = tuple(b"fz:%d" % i for i in range(64)) + (b"fz:counter", b"fz:text")
+#: Fields and members of the fuzz's hashes, sets and sorted sets: few, so they stay small.
+FIELDS = (b"a", b"b", b"c", b"d")
 MAX_VALUE = 512
 #: Commands the server knows, with arities that are right, to be made wrong.
 KNOWN = {b"GET": 2, b"SET": 3, b"MGET": 2, b"EXISTS": 2, b"TTL": 2, b"PTTL": 2, b"TYPE": 2, b"KEYS": 2,
@@ -86,6 +88,7 @@ class HostileRequests:
             ("pattern", 2, True, self._pattern),
             ("connection", 2, True, self._connection),
             ("pipelined-mix", 6, True, self._pipelined_mix),
+            ("transaction", 2, True, self._transaction),
         ]
         self._weights = [weight for _, weight, _, _ in self._makers]
 
@@ -126,6 +129,12 @@ class HostileRequests:
             lambda: [b"ROLE"], lambda: [b"CLIENT", b"ID"], lambda: [b"CLIENT", b"GETNAME"],
             lambda: [b"CONFIG", b"GET", rng.choice([b"*", b"port", b"save", b"maxmemory"])],
             lambda: [b"COMMAND", b"COUNT"], lambda: [b"SELECT", b"0"],
+            lambda: [b"HSET", key, rng.choice(FIELDS), self._value()], lambda: [b"HGETALL", key],
+            lambda: [b"SADD", key, rng.choice(FIELDS)], lambda: [b"SMEMBERS", key],
+            lambda: [b"ZADD", key, b"%d" % rng.randrange(-5, 5), rng.choice(FIELDS)],
+            lambda: [b"ZRANGE", key, b"0", b"-1", b"WITHSCORES"], lambda: [b"LRANGE", key, b"0", b"-1"],
+            lambda: [b"EXPIRE", key, b"%d" % rng.randrange(1, 100)], lambda: [b"APPEND", b"fz:short", b"x"],
+            lambda: [b"DEL", b"fz:short"], lambda: [b"GETRANGE", key, b"0", b"10"],
         ]
         return rng.choice(choices)()
 
@@ -209,8 +218,8 @@ class HostileRequests:
 
     def _unknown(self) -> bytes:
         rng = self.rng
-        name = rng.choice([rng.randbytes(rng.randrange(1, 40)), b"FLUSHEVERYTHING", b"EVAL", b"EXPIRE", b"SUBSCRIBE",
-                           b"MULTI", b"SHUTDOWN", b"DEBUG", b"X" * 1000, b"\x00", b"GET\x00"])
+        name = rng.choice([rng.randbytes(rng.randrange(1, 40)), b"FLUSHEVERYTHING", b"BLPOP", b"XADD", b"SUBSCRIBE",
+                           b"MODULE", b"SHUTDOWN", b"DEBUG", b"X" * 1000, b"\x00", b"GET\x00"])
         return command(name, *(self._value() for _ in range(rng.randrange(0, 5))))
 
     def _wrong_arity(self) -> bytes:
@@ -265,6 +274,25 @@ class HostileRequests:
                 parts.append(self._wrong_arity())
             else:
                 parts.append(b"PING\r\n")
+        return b"".join(parts)
+
+
+    def _transaction(self) -> bytes:
+        """_transaction is MULTI, a few commands (some refused, so EXEC aborts), then EXEC or DISCARD;
+        sometimes after a WATCH, and a list pushed and trimmed in one go (it stays small)."""
+        rng = self.rng
+        parts = [command(b"WATCH", self._key())] if rng.random() < 0.3 else []
+        parts.append(command(b"MULTI"))
+        for _ in range(rng.randrange(0, 6)):
+            pick = rng.random()
+            if pick < 0.7:
+                parts.append(command(*self._valid()))
+            elif pick < 0.8:
+                parts.append(self._wrong_arity())
+            else:
+                key = self._key()
+                parts += [command(b"LPUSH", key, self._value()), command(b"LTRIM", key, b"0", b"9")]
+        parts.append(command(rng.choice([b"EXEC", b"EXEC", b"DISCARD"])))
         return b"".join(parts)
 
 
