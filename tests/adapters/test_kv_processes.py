@@ -225,6 +225,14 @@ def test_redis_benchmark_and_redis_cli_work_unchanged(servers, tmp_path):
     assert [line for line in piped.stdout.splitlines() if line] == [
         "OK", "yes", "ERR unknown command 'NOSUCH', with args beginning with: ", "PONG"]
     assert "role:master" in redis_cli(server.port, "INFO", "replication")
+    # the data types and a transaction, typed into redis-cli
+    typed = subprocess.run(["redis-cli", "-p", str(server.port)],
+                           input="HSET h a 1 b 2\nHGETALL h\nRPUSH l x y\nLRANGE l 0 -1\nSADD s m\nZADD z 1.5 m\n"
+                                 "ZSCORE z m\nMULTI\nINCR n\nINCR n\nEXEC\nGET h\n",
+                           capture_output=True, text=True, timeout=30)
+    assert [line for line in typed.stdout.splitlines() if line] == [
+        "2", "a", "1", "b", "2", "2", "x", "y", "1", "1", "1.5", "OK", "QUEUED", "QUEUED", "1", "2",
+        "WRONGTYPE Operation against a key holding the wrong kind of value"]
 
 
 def test_a_restart_waits_until_bookies_of_the_previous_run_release_their_ports(tmp_path):
