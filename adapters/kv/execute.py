@@ -18,7 +18,7 @@ import logging
 
 from walkit.adapters.kv.records import Record
 from walkit.adapters.kv.resp import ReplyError
-from walkit.adapters.kv.table import COMMANDS, OTHER, Context, check_arity, unknown
+from walkit.adapters.kv.table import COMMANDS, OTHER, Context, unknown
 
 log = logging.getLogger("walkit.adapters.kv")
 
@@ -28,8 +28,10 @@ def run(ctx: Context, args) -> object:
     spec = COMMANDS.get(args[0].upper())
     if spec is None or spec.kind is OTHER:
         return unknown(args) if spec is None else ReplyError(f"ERR '{spec.name}' is not a data command")
+    arity, n = spec.arity, len(args)
+    if n != arity and (arity >= 0 or n < -arity):
+        return ReplyError(f"ERR wrong number of arguments for '{spec.name}' command")
     try:
-        check_arity(spec, args)
         return spec.handler(ctx, args)
     except ReplyError as exc:
         return exc

@@ -63,10 +63,8 @@ class RecordError(ValueError):
 
 
 def _command(args) -> bytes:
-    parts = [_U32.pack(len(args))]
-    for arg in args:
-        parts += (_U32.pack(len(arg)), arg)
-    return b"".join(parts)
+    pack = _U32.pack
+    return pack(len(args)) + b"".join([pack(len(arg)) + arg for arg in args])
 
 
 def encode(record: Record) -> bytes:
@@ -98,25 +96,48 @@ def decode(data: bytes) -> Record:
         raise RecordError("truncated record header") from None
     if version != FORMAT:
         raise RecordError(f"unknown record format {version}")
-    reader = _Reader(data, _HEADER.size)
     try:
-        if kind == KIND_COMMAND:
-            record = Record(stamp, (reader.command(),))
-        elif kind == KIND_EXEC:
-            watches = []
-            for _ in range(reader.u32()):
-                key = reader.field()
-                index, alive = reader.unpack(_WATCH)
-                watches.append(Watch(key, index, bool(alive)))
-            commands = tuple(reader.command() for _ in range(reader.u32()))
-            record = Record(stamp, commands, True, tuple(watches))
-        else:
+        if kind == KIND_COMMAND:                # the common case, in one pass
+            args, at = _args(data, _HEADER.size)
+            if at != len(data):
+                raise RecordError(f"{len(data) - at} stray bytes after a record")
+            return Record(stamp, (args,))
+        if kind != KIND_EXEC:
             raise RecordError(f"unknown record kind {kind}")
+        reader = _Reader(data, _HEADER.size)
+        watches = []
+        for _ in range(reader.u32()):
+            key = reader.field()
+            index, alive = reader.unpack(_WATCH)
+            watches.append(Watch(key, index, bool(alive)))
+        commands = []
+        for _ in range(reader.u32()):
+            args, reader.at = _args(data, reader.at)
+            commands.append(args)
     except struct.error as exc:
         raise RecordError(f"truncated record: {exc}") from None
     if reader.at != len(data):
         raise RecordError(f"{len(data) - reader.at} stray bytes after a record")
-    return record
+    return Record(stamp, tuple(commands), True, tuple(watches))
+
+
+def _args(data: bytes, at: int) -> tuple[tuple[bytes, ...], int]:
+    """_args reads one command (argc:u32 then the arguments) at `at`: (the arguments, the offset after)."""
+    unpack, size = _U32.unpack_from, len(data)
+    (count,) = unpack(data, at)
+    at += 4
+    if count == 0 or count > size:
+        raise RecordError(f"a command of {count} arguments")
+    args = []
+    for _ in range(count):
+        (length,) = unpack(data, at)
+        at += 4
+        end = at + length
+        if end > size:
+            raise RecordError("a field runs past the end of the record")
+        args.append(data[at:end])
+        at = end
+    return tuple(args), at
 
 
 class _Reader:
@@ -142,11 +163,6 @@ class _Reader:
         self.at = end
         return value
 
-    def command(self) -> tuple[bytes, ...]:
-        count = self.u32()
-        if count == 0 or count > len(self.data):
-            raise RecordError(f"a command of {count} arguments")
-        return tuple(self.field() for _ in range(count))
 
 
 # -- format 2 ----------------------------------------------------------------------------------

@@ -108,6 +108,9 @@ def set_value(ctx, key: bytes, value: bytes, flags=(), when: int | None = None) 
 @command("SET", -3, WRITE)
 def set_(ctx, args):
     """set_ runs SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL]."""
+    if len(args) == 3:                          # the common case: no option to read
+        ctx.state.store(args[1], args[2])
+        return OK
     flags, expiry, amount = string_options(args, 3, setting=True)
     when = expire_at(ctx, args, expiry, amount) if expiry else None
     done, old = set_value(ctx, args[1], args[2], flags, when)
