@@ -208,7 +208,8 @@ class Connection(asyncio.Protocol):
             self._refuse_in_transaction(exc)
 
     def _prepared(self, name: bytes, args: list[bytes]) -> list[bytes]:
-        """_prepared is what goes into the record for a write (EVALSHA becomes EVAL: table.PREPARE)."""
+        """_prepared is what goes into a record for a write or a queued command (EVALSHA becomes EVAL,
+        a queued EVALSHA_RO EVAL_RO: table.PREPARE)."""
         prepare = PREPARE.get(name)
         return args if prepare is None else prepare(self.server, args)
 
@@ -225,7 +226,7 @@ class Connection(asyncio.Protocol):
             raise ReplyError(f"ERR walkit kv does not run '{spec.name}' inside MULTI (only data commands)")
         if spec.kind is WRITE and not self.server.is_leader:
             raise self.server.not_leader_error()
-        self._queued.append(self._prepared(args[0].upper(), args) if spec.kind is WRITE else args)
+        self._queued.append(self._prepared(args[0].upper(), args))
         self._reply(QUEUED)
 
     def _transaction_command(self, name: bytes, args: list[bytes]) -> None:

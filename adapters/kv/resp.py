@@ -298,7 +298,7 @@ def encode(value, resp3: bool = False) -> bytes:
     if kind is NullArray:
         return b"_\r\n" if resp3 else b"*-1\r\n"
     if kind is bool:
-        return b":%d\r\n" % int(value)
+        return (b"#t\r\n" if value else b"#f\r\n") if resp3 else b":%d\r\n" % int(value)
     if kind is bytearray or kind is memoryview:
         return _bulk(bytes(value))
     raise TypeError(f"cannot encode {kind.__name__} as RESP")
