@@ -93,7 +93,8 @@ def pytest_collection_modifyitems(config, items) -> None:
                 chunk, path = "", "tests/spark"     # one SparkSession and broker for every Spark test
             if item.get_closest_marker("xdist_group") is None:
                 item.add_marker(pytest.mark.xdist_group(path + chunk))
-    # Long indivisible groups (the network tier's nemesis runs, Spark, real processes) go to the
+    # With --no-loadscope-reorder (scripts/test.sh) xdist hands groups out in this order. Long
+    # indivisible groups (the network tier's nemesis runs, Spark, real processes) go to the
     # workers first, the simulator's many short seed groups and the fast tier last, so both
     # workers finish together instead of one waiting for the other's last long group. Network
     # files alternate with the others (two ten-host nemesis runs at once would starve both), and
