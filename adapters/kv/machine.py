@@ -44,6 +44,7 @@ import time
 from typing import BinaryIO, Callable
 
 import walkit
+from walkit.adapters.kv import commands  # noqa: F401 - registers every command the records run
 from walkit.adapters.kv.execute import run_record
 from walkit.adapters.kv.records import decode
 from walkit.adapters.kv.state import Hash, List, SetValue, State, ZSet
@@ -64,6 +65,8 @@ _LEN = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _ITEM = struct.Struct(">q")
 _SCORE = struct.Struct(">d")
+_KIND_LEN = struct.Struct(">BI")
+_EXPIRE_LEN = struct.Struct(">qI")
 STRING, HASH, LIST, SET, ZSET, END = 0, 1, 2, 3, 4, 0xFF
 _TYPE_OF = {bytes: STRING, Hash: HASH, List: LIST, SetValue: SET, ZSet: ZSET}
 
@@ -128,11 +131,14 @@ class KVMachine(walkit.StateMachine):
         """_chunks yields the encoded items of a snapshot, encoding each chunk under the lock."""
         done = False
         while not done:
+            parts: list[bytes] = []
+
+            def emit(key: bytes, value, expire_at: int) -> None:
+                if not 0 < expire_at <= stamp:
+                    parts.append(encode_item(key, value, expire_at))
             with self.lock:
-                items, done = view.chunk(SNAPSHOT_CHUNK)
-                encoded = b"".join(encode_item(key, value, expire_at) for key, value, expire_at in items
-                                   if not 0 < expire_at <= stamp)
-            yield encoded
+                done = view.chunk(SNAPSHOT_CHUNK, emit)
+            yield b"".join(parts)
 
     def restore(self, src: BinaryIO) -> None:
         """restore replaces the state with the one a snapshot holds."""
@@ -149,10 +155,10 @@ def _field(data: bytes) -> bytes:
 def encode_item(key: bytes, value, expire_at: int) -> bytes:
     """encode_item is the bytes of one snapshot item."""
     kind = _TYPE_OF[type(value)]
+    if kind == STRING:                          # the common case, without a list
+        return _KIND_LEN.pack(kind, len(key)) + key + _EXPIRE_LEN.pack(expire_at, len(value)) + value
     parts = [bytes((kind,)), _field(key), _ITEM.pack(expire_at)]
-    if kind == STRING:
-        parts.append(_field(value))
-    elif kind == HASH:
+    if kind == HASH:
         parts.append(_LEN.pack(len(value)))
         for field, item in value.items():
             parts += (_field(field), _field(item))
@@ -169,7 +175,7 @@ def encode_item(key: bytes, value, expire_at: int) -> bytes:
 def write_snapshot(out: BinaryIO, index: int, stamp: int, forgotten: int, touches, chunks) -> None:
     """write_snapshot writes a snapshot: its header, WATCH's window, then the encoded item chunks."""
     parts = [_HEADER.pack(FORMAT, index, stamp, forgotten, len(touches))]
-    for at, key in touches:
+    for key, at in touches:
         parts += (_U64.pack(at), _field(key))
     out.write(b"".join(parts))
     pending, size = [], 0
@@ -215,7 +221,10 @@ def read_snapshot(data: bytes) -> tuple[State, int, int]:
     reader = _Reader(data, _HEADER.size)
     items = []
     try:
-        touches = [(reader.take(_U64), reader.field()) for _ in range(count)]
+        touches = []
+        for _ in range(count):
+            at = reader.take(_U64)
+            touches.append((reader.field(), at))
         while True:
             kind = data[reader.at]
             reader.at += 1

@@ -173,7 +173,7 @@ def test_a_snapshot_is_written_in_chunks_while_records_are_applied_and_holds_its
     assert restored.index == 100 and restored.state.get_typed(b"h", T, Hash) == {b"f": b"1"}
     assert {k: v for k, v in restored.state.data.items() if k != b"h"} == {b"k%03d" % i: b"v%d" % i for i in range(100)}
     assert restored.state.expires == {b"k%03d" % i: T + 10_000 for i in range(0, 100, 3)}
-    assert restored.state.touch_window()[1][-2:] == [(100, b"k099"), (100, b"h")]
+    assert restored.state.touch_window()[1][-2:] == [(b"k099", 100), (b"h", 100)]
 
 
 def test_a_format_1_snapshot_of_an_older_walkit_restores():

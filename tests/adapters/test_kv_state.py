@@ -172,8 +172,8 @@ def test_a_snapshot_view_sees_the_keys_as_they_were_while_changes_go_on():
                 for key, value in s.data.items()}
     got, done, step = {}, False, 0
     while not done:
-        items, done = view.chunk(7)
-        got.update({key: (value if type(value) is bytes else value.copy(), at) for key, value, at in items})
+        done = view.chunk(7, lambda key, value, at: got.update({key: (value if type(value) is bytes else value.copy(),
+                                                                       at)}))
         step += 1
         # between chunks: change keys before and after the cursor, create and delete some
         a(T, b"SET", b"k%02d" % (step * 3 % 50), b"new")
