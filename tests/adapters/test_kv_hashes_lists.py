@@ -8,14 +8,14 @@ from fractions import Fraction
 
 import pytest
 
-from walkit.adapters.kv import commands  # noqa: F401 - registers the commands
 from walkit.adapters.kv.execute import run
 from walkit.adapters.kv.hashes import SMALL_HASH
 from walkit.adapters.kv.state import scan_order
 from walkit.adapters.kv.longdouble import LongDouble
 from walkit.adapters.kv.resp import NIL_ARRAY, OK, ReplyError
-from walkit.adapters.kv.state import WRONGTYPE, Hash, List, State
+from walkit.adapters.kv.state import WRONGTYPE, Hash, List
 from walkit.adapters.kv.table import Context
+from tests.support.kv_apply import StateApplier
 
 T = 1_000_000
 
@@ -24,20 +24,14 @@ def _args(args) -> list[bytes]:
     return [a if isinstance(a, bytes) else str(a).encode() for a in args]
 
 
-class Applier:
-    """Applier runs commands on a State as records would be: each its own index, at a stamp."""
-
-    def __init__(self) -> None:
-        self.state = State()
-        self.index = 0
+class Applier(StateApplier):
+    """Applier is a StateApplier called as a(*args, at=T) and a.read(*args, at=T)."""
 
     def __call__(self, *args, at: int = T):
-        self.index += 1
-        self.state.applying = self.index
-        return run(Context(self.state, at, writing=True), _args(args))
+        return self.write(at, args)
 
     def read(self, *args, at: int = T):
-        return run(Context(self.state, at), _args(args))
+        return self.read_at(at, args)
 
     def snapshot(self) -> dict:
         """snapshot is every key with a copy of its value and its expiry."""

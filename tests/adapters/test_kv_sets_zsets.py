@@ -10,32 +10,23 @@ import sys
 
 import pytest
 
-from walkit.adapters.kv import commands  # noqa: F401 - registers the commands
-from walkit.adapters.kv.execute import run
 from walkit.adapters.kv.resp import Double, ReplyError, SetReply
 from walkit.adapters.kv.sets import SMALL_SCAN
-from walkit.adapters.kv.state import WRONGTYPE, SetValue, State, ZSet
-from walkit.adapters.kv.table import Context
+from walkit.adapters.kv.state import WRONGTYPE, SetValue, ZSet
 from walkit.adapters.kv.zsets import parse_score
+from tests.support.kv_apply import StateApplier
 
 T = 1_000_000
 
 
-class Applier:
-    """Applier runs commands on a State as records would be: each write its own index, at a stamp."""
-
-    def __init__(self) -> None:
-        self.state = State()
-        self.index = 0
+class Applier(StateApplier):
+    """Applier is a StateApplier called as a(*args, stamp=T) and a.read(*args, stamp=T)."""
 
     def __call__(self, *args, stamp: int = T):
-        self.index += 1
-        self.state.applying = self.index
-        return run(Context(self.state, stamp, writing=True), [a if isinstance(a, bytes) else str(a).encode()
-                                                              for a in args])
+        return self.write(stamp, args)
 
     def read(self, *args, stamp: int = T):
-        return run(Context(self.state, stamp), [a if isinstance(a, bytes) else str(a).encode() for a in args])
+        return self.read_at(stamp, args)
 
     def picture(self) -> dict:
         """picture is every key with a copy of its value and its expiry."""
@@ -204,7 +195,6 @@ import sys
 from walkit.adapters.kv import commands
 from walkit.adapters.kv.execute import run
 from walkit.adapters.kv.state import State
-from walkit.adapters.kv.table import Context
 state = State()
 members = [b"m%d" % i for i in range(300)]
 for index, args in enumerate([[b"SADD", b"s", *members[::int(sys.argv[1])]], [b"SADD", b"s", *members],

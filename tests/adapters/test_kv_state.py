@@ -5,27 +5,20 @@ from __future__ import annotations
 
 import random
 
-from walkit.adapters.kv import commands  # noqa: F401 - registers the commands
 from walkit.adapters.kv.execute import run
 from walkit.adapters.kv.resp import OK, ReplyError
 from walkit.adapters.kv.state import TOUCH_WINDOW, Hash, State, compile_pattern, parse_int
 from walkit.adapters.kv.table import Context
+from tests.support.kv_apply import StateApplier
 
 T = 1_000_000
 
 
-class Applier:
-    """Applier runs write commands on a State as records would be: each its own index, at a stamp."""
-
-    def __init__(self, state: State | None = None) -> None:
-        self.state = state or State()
-        self.index = 0
+class Applier(StateApplier):
+    """Applier is a StateApplier called as a(stamp, *args)."""
 
     def __call__(self, stamp: int, *args):
-        self.index += 1
-        self.state.applying = self.index
-        return run(Context(self.state, stamp, writing=True), [a if isinstance(a, bytes) else str(a).encode()
-                                                              for a in args])
+        return self.write(stamp, args)
 
     def get(self, key: bytes, now: int):
         return self.state.get_string(key, now)

@@ -7,36 +7,26 @@ import random
 
 import pytest
 
-from walkit.adapters.kv import commands  # noqa: F401 - registers the commands
-from walkit.adapters.kv.execute import run
 from walkit.adapters.kv.keyspace import encoding_of
 from walkit.adapters.kv.resp import OK, ReplyError
 from walkit.adapters.kv.state import Hash, List, SetValue, State, ZSet
-from walkit.adapters.kv.table import Context
+from tests.support.kv_apply import StateApplier, as_bytes
 
 T = 1_700_000_000_000           # a stamp, ms since the epoch
 
 
-class Applier:
-    """Applier runs commands on a State as records would be: each its own index, at a stamp."""
-
-    def __init__(self, state: State | None = None) -> None:
-        self.state = state or State()
-        self.index = 0
+class Applier(StateApplier):
+    """Applier is a StateApplier called as a(stamp, *args) and a.read(now, *args)."""
 
     def __call__(self, stamp: int, *args):
-        self.index += 1
-        self.state.applying = self.index
-        return run(Context(self.state, stamp, writing=True), encode(args))
+        return self.write(stamp, args)
 
     def read(self, now: int, *args):
         """read runs a command as a read: at a server's clock, outside any record."""
-        return run(Context(self.state, now), encode(args))
+        return self.read_at(now, args)
 
 
-def encode(args) -> list[bytes]:
-    """encode turns a command's arguments into bytes."""
-    return [a if isinstance(a, bytes) else str(a).encode() for a in args]
+encode = as_bytes
 
 
 def dump(state: State):
