@@ -195,6 +195,7 @@ import sys
 from walkit.adapters.kv import commands
 from walkit.adapters.kv.execute import run
 from walkit.adapters.kv.state import State
+from walkit.adapters.kv.table import Context
 state = State()
 members = [b"m%d" % i for i in range(300)]
 for index, args in enumerate([[b"SADD", b"s", *members[::int(sys.argv[1])]], [b"SADD", b"s", *members],
