@@ -67,7 +67,7 @@ def info_text(server, sections: list[str]) -> str:
     node, machine = server.node, server.machine
     now = server.now_ms()
     leading = server.is_leader
-    lag = 0 if leading else (node.lag if node is not None else None)
+    lag = 0 if leading else (node.known_lag if node is not None else None)
     host, port = _leader_address(server)
     epoch = node.election.epoch if node is not None else None
     applied = node.applied if node is not None else None

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from walkit.local import LocalCluster
+from walkit.replication.node import LEADER_CACHE_S
 from walkit.testing.proxy import TcpProxy
 
 from ..conftest import ZK_SESSION_S, fresh_root
@@ -125,3 +126,39 @@ def test_a_leader_cut_off_from_zookeeper_only_answers_no_read_that_misses_an_ack
         finally:
             for server in servers:
                 server.stop()
+
+
+def test_a_follower_cut_off_from_zookeeper_answers_role_and_readonly_at_once(zk_server, tmp_path):
+    """A follower whose ZooKeeper link is cut answers ROLE, INFO and a write's READONLY within a
+    2 s client timeout, naming the leader it knew, for longer than its leader cache lasts: nothing
+    on its event loop waits for ZooKeeper (a read there waited the store's 10 s timeout, and every
+    client of the server timed out, the writers of the test above among them)."""
+    url = zk_server.url(fresh_root(), session_timeout=ZK_SESSION_S, timeout=10)
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), storage="files", metadata=url), \
+            TcpProxy("127.0.0.1", zk_server.port) as proxy:
+        leader = follower = None
+        try:
+            leader = KVProcess(tmp_path, metadata=url).start()
+            leader.wait_role(b"master")
+            follower = KVProcess(tmp_path, metadata=url.replace(zk_server.address, proxy.address)).start()
+            known = follower.wait_role(b"slave")
+            assert known[1:3] == [b"127.0.0.1", leader.port], known
+            proxy.cut()
+            client = follower.redis(socket_timeout=2)
+            answered = 0
+            until = time.monotonic() + 3 * LEADER_CACHE_S + ZK_SESSION_S   # past the cache, and the session
+            while time.monotonic() < until:
+                assert client.execute_command("ROLE")[:3] == [b"slave", b"127.0.0.1", leader.port]
+                assert client.info("replication")["role"] == "slave"
+                with pytest.raises(redis.ReadOnlyError, match=f"127.0.0.1:{leader.port}"):
+                    client.set("k", "v")
+                answered += 1
+            assert answered > 1
+            proxy.heal()
+            leader.redis().set("k", "after")
+            wait_until(lambda: follower.redis().get("k") == b"after", 60,
+                       message="the follower applies the leader's writes once its link is back")
+        finally:
+            for server in (follower, leader):
+                if server is not None:
+                    server.stop()

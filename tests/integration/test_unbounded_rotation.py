@@ -123,9 +123,10 @@ def test_with_spare_bookies_rotation_moves_the_ledger_and_truncation_drops_it_fr
         metadata = writer.metadata
         ensembles = [set(metadata.ensembles[s]) for s in metadata.fragment_starts]
         # a rotation takes the three others; an ordinary change (an answer slow on a loaded machine)
-        # replaces one bookie and keeps two: nothing else may happen between fragments
+        # replaces one bookie and keeps two; a rotation whose spares did not answer their cleaning
+        # within add_timeout_ms keeps all three (the spares sit out CHOOSE_RETRY_MS): nothing else
         pairs = list(zip(ensembles, ensembles[1:]))
-        assert len(ensembles) >= 6 and all(not a & b or len(a & b) == 2 for a, b in pairs), ensembles
+        assert len(ensembles) >= 6 and all(not a & b or len(a & b) == 2 or a == b for a, b in pairs), ensembles
         assert sum(1 for a, b in pairs if not a & b) >= len(pairs) // 2, f"few rotations: {ensembles}"
         current = set(metadata.current_ensemble)
         folders = {address: os.path.join(data, f"bookie-{i}") for i, address in enumerate(cluster.addresses)}

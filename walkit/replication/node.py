@@ -89,6 +89,49 @@ GATE_S = 1.0
 MAX_LINGER_MS = 60_000
 #: How long the name of the leader a follower reports is reused before it is read again.
 LEADER_CACHE_S = 1.0
+#: How long `known_lag` reuses a measure of the lag before it measures again.
+LAG_CACHE_S = 1.0
+class _Background:
+    """_Background is a value read in the background: `get()` answers at once with the last reading
+    (`initial` before any) and starts a new read once that one is older than `max_age_s`, one read
+    at a time. A node answers its callers' questions with it (a server's event loop among them),
+    so a metadata store or bookie that stops answering slows no caller down."""
+
+    def __init__(self, read: Callable[[], Any], max_age_s: float, executor, initial: Any = None) -> None:
+        self._read, self.max_age_s, self._executor = read, max_age_s, executor
+        self.value, self.read_at = initial, 0.0
+        self._lock = threading.Lock()
+        self._reading = False
+
+    def get(self) -> Any:
+        if time.monotonic() - self.read_at >= self.max_age_s:
+            self.refresh()
+        return self.value
+
+    def set(self, value: Any) -> None:
+        """set records a value learnt another way (it counts as read now)."""
+        self.value, self.read_at = value, time.monotonic()
+
+    def refresh(self) -> None:
+        """refresh starts a read now, unless one is under way (or the node is closed)."""
+        with self._lock:
+            if self._reading:
+                return
+            self._reading = True
+        try:
+            self._executor.submit(self._run)
+        except RuntimeError:                          # the executor was shut down: the node is closed
+            self._reading = False
+
+    def _run(self) -> None:
+        try:
+            self.set(self._read())
+        except WalkitError as exc:                    # the last reading stays; the next get reads again
+            log.debug("a background read failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            self._reading = False
+
+
 class _Sub(Driver):
     """_Sub is the owner of one sub-machine's I/O (the log writer or a reader the node's machine runs)."""
 
@@ -210,7 +253,10 @@ class ReplicatedNode:
         self._subs: dict[str, _Sub] = {}
         self._log_watch = None
         self._role = Role.FOLLOWING
-        self._leader_cache: tuple[float, str | None] = (0.0, None)
+        # what INFO, ROLE and READONLY replies tell, read in the background (never on a caller's thread)
+        self._background = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix=f"walkit-status-{name}")
+        self._leader = _Background(self._read_leader, LEADER_CACHE_S, self._background)
+        self._lag = _Background(lambda: self.lag, LAG_CACHE_S, self._background)
         self._ready = threading.Event()
         self._ready_token: int | None = None
         self._stopping = threading.Event()
@@ -248,6 +294,7 @@ class ReplicatedNode:
         self._apply_thread.start()
         self._campaign_thread.start()
         self._start_thread.start()
+        self._leader.refresh()                        # a follower names its leader from the start
         return self
 
     # -- what the node knows ---------------------------------------------------------------------
@@ -263,18 +310,19 @@ class ReplicatedNode:
 
     @property
     def leader(self) -> str | None:
-        """leader is the node id of the current leader, as last known (None while unknown)."""
+        """leader is the node id of the current leader, as last known (None while unknown).
+
+        It never waits for the metadata store: a reading older than LEADER_CACHE_S is given as it
+        is and read again in the background, so a node cut off from its store (a server answering
+        ROLE or READONLY on its event loop) still answers at once.
+        """
         if self.is_leader:
             return self.node_id
-        read_at, known = self._leader_cache
-        if time.monotonic() - read_at >= LEADER_CACHE_S:
-            try:
-                known = self.election.leader()
-            except WalkitError:
-                return known
-            known = None if known == self.node_id else known
-            self._leader_cache = (time.monotonic(), known)
-        return known
+        return self._leader.get()
+
+    def _read_leader(self) -> str | None:
+        known = self.election.leader()
+        return None if known == self.node_id else known
 
     @property
     def applied(self) -> Position | None:
@@ -325,7 +373,11 @@ class ReplicatedNode:
 
     @property
     def lag(self) -> int | None:
-        """lag is how many log entries this follower has not applied yet (0 on the leader; None if unknown)."""
+        """lag is how many log entries this follower has not applied yet (0 on the leader; None if unknown).
+
+        It reads the log's end from the metadata store and a bookie, so it waits for them; a
+        server answering on its event loop uses `known_lag`.
+        """
         if self.is_leader:
             return 0
         try:
@@ -333,6 +385,14 @@ class ReplicatedNode:
             return self._entries_between(self._applied, end)
         except WalkitError:
             return None
+
+    @property
+    def known_lag(self) -> int | None:
+        """known_lag is `lag` as last measured, at most about LAG_CACHE_S old; it never waits (None
+        before the first measure, and while the log's end cannot be read)."""
+        if self.is_leader:
+            return 0
+        return self._lag.get()
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """wait_ready blocks until `ready`; Timeout after `timeout` seconds."""
@@ -489,7 +549,7 @@ class ReplicatedNode:
             if future is not None:
                 error = command.error
                 if isinstance(error, NotLeader) and error.leader is None:
-                    error = NotLeader(str(error), self._leader_cache[1], maybe_in_log=error.maybe_in_log)
+                    error = NotLeader(str(error), self._leader.value, maybe_in_log=error.maybe_in_log)
                 future.set_exception(error)
         elif kind is rev.ReadReady:
             if command.token == self._ready_token:
@@ -552,11 +612,11 @@ class ReplicatedNode:
         previous, self._role = self._role, role
         if role is LEADING:
             self._ready.set()
-            self._leader_cache = (time.monotonic(), self.node_id)
+            self._leader.set(None)                    # `leader` answers node_id while leading
             log.info("%s leads %s (epoch %s): applied up to %s", self.node_id, self.name, self.core.epoch,
                      self._applied)
         elif previous is LEADING:
-            self._leader_cache = (0.0, None)
+            self._leader.refresh()
         if self.on_role is not None and (role is LEADING) != (previous is LEADING):
             self._role_calls.submit(self._call_on_role, "leader" if role is LEADING else "follower")
 
@@ -950,6 +1010,7 @@ class ReplicatedNode:
         self._apply_queue.put(None)
         self._apply_thread.join(timeout)
         self._role_calls.shutdown(wait=True)
+        self._background.shutdown(wait=False, cancel_futures=True)
         self._client_closed(NotLeader(f"node {self.node_id} of {self.name!r} was closed", None))
         with self._applied_cond:
             self._applied_cond.notify_all()
