@@ -1,10 +1,10 @@
 """walkit.adapters.kv.hashes holds the commands of hash values: HSET, HGET, HINCRBY, HSCAN and their kin.
 
 A Hash keeps its fields in insertion order, as redis-server's listpack does for a small hash,
-so HGETALL, HKEYS, HVALS and HSCAN answer in Redis' order for hashes up to SMALL_HASH fields
+so HGETALL, HKEYS, HVALS and HSCAN answer in Redis' order for hashes up to HASH_ENTRIES fields
 (a larger Redis hash answers in its hash table's order, which nothing promises).
 
-HSCAN returns a hash of up to SMALL_HASH fields whole with cursor 0, as Redis returns a listpack;
+HSCAN returns a hash of up to limits.HASH_ENTRIES fields whole with cursor 0, as Redis returns a listpack;
 a larger one is paged in scan order (keyspace.page_of), so the cursor means the same on every
 server and never runs out.
 
@@ -18,14 +18,12 @@ from fractions import Fraction
 
 from walkit.adapters.kv.longdouble import LongDouble
 from walkit.adapters.kv.keyspace import page_of, parse_cursor, scan_options
+from walkit.adapters.kv.limits import HASH_ENTRIES
 from walkit.adapters.kv.patterns import compile_pattern
 from walkit.adapters.kv.resp import OK, Pairs, ReplyError
 from walkit.adapters.kv.state import INT64_MAX, INT64_MIN, Hash, parse_int
 from walkit.adapters.kv.table import READ, SYNTAX, WRITE, command, integer, random_count
 
-#: The most fields of a hash HSCAN returns whole (redis-server 7.0's built-in hash-max-listpack-entries;
-#: its sample redis.conf sets 128).
-SMALL_HASH = 512
 #: The largest count HRANDFIELD serves. Redis has no such bound without WITHVALUES and would
 #: build any reply it is asked for; a larger count is refused rather than exhaust the memory.
 MAX_RANDOM_COUNT = 1 << 24
@@ -217,7 +215,7 @@ def hscan(ctx, args):
     if value is None:
         return [b"0", []]
     pattern, count, _ = scan_options(args, 3)
-    if len(value) <= SMALL_HASH:
+    if len(value) <= HASH_ENTRIES:
         fields, following = list(value), 0
     else:
         fields, following = page_of(value, cursor, count)

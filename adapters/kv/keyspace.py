@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import re
 
+from walkit.adapters.kv.limits import HASH_ENTRIES, INTSET_ENTRIES, LISTPACK_VALUE, ZSET_ENTRIES
 from walkit.adapters.kv.resp import OK, ReplyError, Simple
 from walkit.adapters.kv.state import (
     INT64_MAX, Hash, List, SetValue, ZSet, parse_int, scan_order, type_name,
@@ -332,9 +333,6 @@ def randomkey(ctx, args):
 
 
 # -- OBJECT ------------------------------------------------------------------------------------
-#: redis-server 7.0's default limits of its small encodings (hash-max-listpack-entries and -value,
-#: zset-max-listpack-entries and -value, set-max-intset-entries).
-HASH_ENTRIES, ZSET_ENTRIES, LISTPACK_VALUE, INTSET_ENTRIES = 512, 128, 64, 512
 #: The refcount redis-server reports for a shared integer (0 to 9999): INT_MAX.
 SHARED_REFCOUNT, SHARED_INTEGERS = 2147483647, 10000
 _OBJECT_ARITY = {b"ENCODING": 3, b"FREQ": 3, b"IDLETIME": 3, b"REFCOUNT": 3, b"HELP": 2}

@@ -7,7 +7,7 @@ what it read) every reply that lists members lists them sorted (`listed`). A rea
 lists them in the set's own order, as Redis leaves that order to its hash tables.
 
 SSCAN pages a set in scan order (keyspace.page_of), so any server continues its cursor; a set
-of up to SMALL_SCAN members is returned whole with cursor 0, as redis-server returns its small
+of up to limits.SMALL_SCAN members is returned whole with cursor 0, as redis-server returns its small
 encodings.
 """
 
@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from walkit.adapters.kv.hashes import MAX_RANDOM_COUNT
 from walkit.adapters.kv.keyspace import page_of, parse_cursor, scan_options
+from walkit.adapters.kv.limits import SMALL_SCAN
 from walkit.adapters.kv.patterns import compile_pattern
 from walkit.adapters.kv.resp import ReplyError, SetReply
 from walkit.adapters.kv.state import SetValue, parse_int
 from walkit.adapters.kv.table import READ, SYNTAX, WRITE, command, random_count
 
-#: Collections up to this size are returned whole by SSCAN and ZSCAN started at cursor 0.
-SMALL_SCAN = 128
 MUST_BE_POSITIVE = "ERR value is out of range, must be positive"
 
 

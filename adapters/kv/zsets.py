@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import re
 
-from walkit.adapters.kv.keyspace import LISTPACK_VALUE, ZSET_ENTRIES, parse_cursor
+from walkit.adapters.kv.keyspace import parse_cursor
+from walkit.adapters.kv.limits import LISTPACK_VALUE, ZSET_ENTRIES
 from walkit.adapters.kv.resp import Double, Pairs, ReplyError, format_double
 from walkit.adapters.kv.sets import MUST_BE_POSITIVE, positive, repeats, scan_reply
 from walkit.adapters.kv.state import INT64_MAX, ZSet

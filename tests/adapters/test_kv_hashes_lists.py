@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 
 from walkit.adapters.kv.execute import run
-from walkit.adapters.kv.hashes import SMALL_HASH
+from walkit.adapters.kv.limits import HASH_ENTRIES as SMALL_HASH
 from walkit.adapters.kv.state import scan_order
 from walkit.adapters.kv.longdouble import LongDouble
 from walkit.adapters.kv.resp import NIL_ARRAY, OK, ReplyError

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from walkit.adapters.kv.resp import Double, ReplyError, SetReply
-from walkit.adapters.kv.sets import SMALL_SCAN
+from walkit.adapters.kv.limits import SMALL_SCAN
 from walkit.adapters.kv.state import WRONGTYPE, SetValue, ZSet
 from walkit.adapters.kv.zsets import parse_score
 from tests.support.kv_apply import StateApplier
