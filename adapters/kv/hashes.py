@@ -218,7 +218,7 @@ def hscan(ctx, args):
     if len(value) <= HASH_ENTRIES:
         fields, following = list(value), 0
     else:
-        fields, following = page_of(value, cursor, count)
+        fields, following = page_of(ctx.state.scan_index(args[1], value), cursor, count)
     match = compile_pattern(pattern).match if pattern is not None else None
     found = []
     for field in fields:

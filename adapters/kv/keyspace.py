@@ -18,17 +18,19 @@ a value was made (APPEND leaves "raw", a hash that grew past the listpack limits
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import re
 
 from walkit.adapters.kv.limits import HASH_ENTRIES, INTSET_ENTRIES, LISTPACK_VALUE, ZSET_ENTRIES
 from walkit.adapters.kv.resp import OK, ReplyError, Simple
 from walkit.adapters.kv.state import (
-    INT64_MAX, Hash, List, SetValue, ZSet, parse_int, scan_order, type_name,
+    INT64_MAX, Hash, List, SetValue, ZSet, parse_int, type_name,
 )
 from walkit.adapters.kv.table import READ, SYNTAX, WRITE, command, integer
 
 INVALID_CURSOR = "ERR invalid cursor"
+#: The last position of the scan order (a cursor is 64 bits).
+MAX_CURSOR = (1 << 64) - 1
 
 
 def parse_cursor(text: bytes) -> int:
@@ -45,19 +47,17 @@ def parse_cursor(text: bytes) -> int:
 _CURSOR = re.compile(rb"[+-]?[0-9]{1,25}\Z")
 
 
-def page_of(names, cursor: int, count: int) -> tuple[list[bytes], int]:
-    """page_of pages a collection's fields or members in scan order: those from `cursor` on, about
-    `count` of them (names sharing a position come together), and the cursor after them (0: none)."""
-    start = cursor.to_bytes(8, "big")
-    later = [(order, name) for name in names if (order := scan_order(name)) >= start]
-    if len(later) <= count:
-        return [name for _, name in sorted(later)], 0
-    chosen = heapq.nsmallest(count, later)
-    edge = chosen[-1][0][:8]
-    beyond = [item for item in later if item[0][:8] > edge]
-    following = min(beyond)[0][:8] if beyond else None
-    page = [name for _, name in sorted(item for item in later if item[0][:8] <= edge)]
-    return page, 0 if following is None else int.from_bytes(following, "big")
+def page_of(index: list[bytes], cursor: int, count: int) -> tuple[list[bytes], int]:
+    """page_of pages a collection's fields or members in scan order, given their sorted scan orders
+    (State.scan_index): those from `cursor` on, about `count` of them (names sharing a position
+    come together), and the cursor after them (0: none)."""
+    start = bisect.bisect_left(index, cursor.to_bytes(8, "big"))
+    end = start + count
+    if end < len(index):
+        edge = int.from_bytes(index[end - 1][:8], "big")
+        end = len(index) if edge == MAX_CURSOR else bisect.bisect_left(index, (edge + 1).to_bytes(8, "big"))
+    page = [order[8:] for order in index[start:end]]
+    return page, int.from_bytes(index[end][:8], "big") if end < len(index) else 0
 
 
 def scan_options(args, at: int, *, types: bool = False) -> tuple[bytes | None, int, str | None]:

@@ -45,14 +45,14 @@ def listed(ctx, members) -> list:
     return sorted(members) if ctx.writing else list(members)
 
 
-def scan_reply(args, cursor: int, members, visit) -> list:
-    """scan_reply answers SSCAN and ZSCAN from `cursor` (args[2], read already) on a collection of
-    `members`: `visit(page)` turns the members visited that match into the reply's items."""
+def scan_reply(ctx, args, cursor: int, members, visit) -> list:
+    """scan_reply answers SSCAN and ZSCAN from `cursor` (args[2], read already) on the collection
+    at args[1] of `members`: `visit(page)` turns the members visited that match into the reply's items."""
     pattern, count, _ = scan_options(args, 3)
     if len(members) <= SMALL_SCAN:
         page, following = list(members), 0
     else:
-        page, following = page_of(members, cursor, count)
+        page, following = page_of(ctx.state.scan_index(args[1], members), cursor, count)
     if pattern is not None:
         match = compile_pattern(pattern).match
         page = [m for m in page if match(m)]
@@ -280,4 +280,4 @@ def sscan(ctx, args):
     value = _get(ctx, args[1])
     if value is None:
         return [b"0", []]
-    return scan_reply(args, cursor, value, lambda page: listed(ctx, page))
+    return scan_reply(ctx, args, cursor, value, lambda page: listed(ctx, page))

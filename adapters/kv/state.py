@@ -47,6 +47,8 @@ WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 #: records (about 4 ms for 10,000; 40 ms for 100,000, a stall of every write), so the memory is
 #: kept short: a WATCH that outlives 10,000 other keys' changes aborts, and the client retries.
 TOUCH_WINDOW = 10_000
+#: How many collections' scan indexes (State.scan_index) are kept: the ones scanned last.
+SCAN_INDEXES = 16
 
 
 def scan_order(name: bytes) -> bytes:
@@ -194,6 +196,8 @@ class State:
         self.touched: collections.OrderedDict[bytes, int] = collections.OrderedDict()
         self.forgotten = 0                      # changes at or before this index may be forgotten
         self.views: list[SnapshotView] = []
+        # key -> (collection, its size, its names' scan orders, sorted): State.scan_index
+        self._scan_indexes: collections.OrderedDict[bytes, tuple] = collections.OrderedDict()
 
     # -- reads ----------------------------------------------------------------------------
     def lookup(self, key: bytes, now_ms: int):
@@ -258,11 +262,29 @@ class State:
         found, _ = self.scan(0, len(self.data) + 1, pattern, now_ms)
         return sorted(found)
 
+    def scan_index(self, key: bytes, names) -> list[bytes]:
+        """scan_index is the scan orders of the fields or members `names` of the collection at `key`,
+        sorted. It is kept until the key changes (for the SCAN_INDEXES collections scanned last), so
+        a page of HSCAN, SSCAN or ZSCAN over a large collection costs a search and the page, not a
+        sort of the whole collection."""
+        indexes = self._scan_indexes
+        kept = indexes.get(key)
+        if kept is not None and kept[0] is names and kept[1] == len(names):
+            indexes.move_to_end(key)
+            return kept[2]
+        index = sorted(map(scan_order, names))
+        indexes[key] = (names, len(names), index)
+        if len(indexes) > SCAN_INDEXES:
+            indexes.popitem(last=False)
+        return index
+
     # -- changes ------------------------------------------------------------------------------
     def _changing(self, key: bytes) -> None:
         """_changing runs before every change to `key` (see the module doc)."""
         for view in self.views:
             view.keep(key)
+        if self._scan_indexes:
+            self._scan_indexes.pop(key, None)
         touched = self.touched
         if key in touched:
             touched.move_to_end(key)

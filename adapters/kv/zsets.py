@@ -584,4 +584,4 @@ def zscan(ctx, args):
         """visit lists the members of a page in the set's order, each followed by its score."""
         items = sorted((scores[m], m) for m in page)
         return [part for score, member in items for part in (member, scan_score(score, listpack))]
-    return scan_reply(args, cursor, scores, visit)
+    return scan_reply(ctx, args, cursor, scores, visit)

@@ -233,6 +233,29 @@ def test_an_hscan_cursor_outlives_its_field_and_any_server():
     assert _error(a.read("HSCAN", "h", "x5")) == "ERR invalid cursor"
 
 
+def test_hscan_pages_the_hash_as_it_is_after_every_change():
+    """A page is cut from the hash's scan index, which a change to the key drops: after fields
+    come and go, or the hash is replaced by another of the same size, pages show the hash as it is."""
+    a = Applier()
+    names = [b"f%04d" % i for i in range(SMALL_HASH + 50)]
+    a("HSET", "h", *[x for name in names for x in (name, b"1")])
+    cursor, found = a.read("HSCAN", "h", 0, "COUNT", 10)
+    order = sorted(names, key=scan_order)
+    a("HSET", "h", "new", "2")
+    a("HDEL", "h", order[20])
+    rest = []
+    while cursor != b"0":
+        cursor, page = a.read("HSCAN", "h", cursor, "COUNT", 10)
+        rest += page[::2]
+    assert order[20] not in rest and set(order[10:]) - {order[20]} <= set(rest)
+    assert (b"new" in rest) == (scan_order(b"new") >= scan_order(order[10]))
+    a("DEL", "h")
+    others = [b"g%04d" % i for i in range(SMALL_HASH + 50)]
+    a("HSET", "h", *[x for name in others for x in (name, b"1")])
+    fields, _ = _hscan_all(a, "COUNT", 10)
+    assert fields == sorted(others, key=scan_order)
+
+
 def test_hscan_returns_a_small_hash_whole():
     a = Applier()
     a("HSET", "h", *[x for i in range(SMALL_HASH) for x in (f"f{i}", i)])

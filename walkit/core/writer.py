@@ -833,8 +833,9 @@ class LedgerWriter:
         """_not_cleaned leaves `bookies` out of the next choice (for CHOOSE_RETRY_MS: a lost message
         must not cost the only spare) and chooses again; a rotation is put off. Pinned bookies the
         change retried in place are failed again, so the next choice retries them in place too."""
-        until = self._now + CHOOSE_RETRY_MS
-        self._unclean.update(dict.fromkeys(bookies, until))
+        now = self._now
+        self._unclean = {b: until for b, until in self._unclean.items() if until > now}     # forget the expired
+        self._unclean.update(dict.fromkeys(bookies, now + CHOOSE_RETRY_MS))
         for bookie in self._in_place:
             self._failed.setdefault(bookie, "retried in place")
         self._in_place = set()
@@ -848,8 +849,7 @@ class LedgerWriter:
     def _excluded(self) -> set[str]:
         """_excluded is the bookies left out of choices for now: their cleaning failed moments ago."""
         now = self._now
-        self._unclean = {b: until for b, until in self._unclean.items() if until > now}
-        return set(self._unclean)
+        return {b for b, until in self._unclean.items() if until > now}
 
     def _put_off_rotation(self) -> list:
         """_put_off_rotation goes back to writing in the current fragment; the rotation is tried again later.
