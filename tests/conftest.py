@@ -172,14 +172,23 @@ def etcd_server():
         yield server
 
 
-@pytest.fixture(params=["sqlite", "zk", "etcd"])
-def backend_metadata_url(request, tmp_path) -> str:
-    """backend_metadata_url is a fresh metadata store on each backend in turn (real servers)."""
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path}/metadata.db"
-    if request.param == "zk":
+BACKENDS = ["sqlite", "zk", "etcd"]
+
+
+def fresh_metadata_url(request, backend: str, directory) -> str:
+    """fresh_metadata_url is a fresh metadata store on `backend` (an SQLite file in `directory`, or a
+    fresh root on the session's real ZooKeeper or etcd server)."""
+    if backend == "sqlite":
+        return f"sqlite://{directory}/metadata.db"
+    if backend == "zk":
         return request.getfixturevalue("zk_server").url(fresh_root(), session_timeout=ZK_SESSION_S, timeout=10)
     return request.getfixturevalue("etcd_server").url(fresh_root(), lease_ttl=ETCD_LEASE_S, timeout=10)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_metadata_url(request, tmp_path) -> str:
+    """backend_metadata_url is a fresh metadata store on each backend in turn (real servers)."""
+    return fresh_metadata_url(request, request.param, tmp_path)
 
 
 @pytest.fixture

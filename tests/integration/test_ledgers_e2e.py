@@ -1,7 +1,9 @@
 """Ledgers end to end on real bookie processes (LocalCluster: 3 bookies), on every metadata backend.
 
 Every test runs three times: with SQLite metadata, on a real ZooKeeper server and on a real etcd
-server (the `local_cluster` fixture below overrides the shared one).
+server. A test that stops, restarts or adds bookies gets a cluster of its own (`local_cluster`,
+which overrides the shared one); the others share one cluster per backend (`shared_cluster`),
+each working on ledgers it created.
 """
 
 from __future__ import annotations
@@ -22,9 +24,21 @@ from walkit.wire.codec import decode_responses, encode_responses
 
 from walkit.local import LocalCluster
 
+from ..conftest import BACKENDS, fresh_metadata_url
 from .helpers import RawBookie, wait_until
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def shared_cluster(request, tmp_path_factory):
+    """shared_cluster is 3 real bookie processes (memory storage) on each metadata backend, shared by
+    the tests that leave the bookies as they found them."""
+    data = tmp_path_factory.mktemp("shared")
+    with LocalCluster(bookies=3, data_dir=str(data / "cluster"), storage="memory",
+                      metadata=fresh_metadata_url(request, request.param, data),
+                      bookie_args=("--gc-interval", "0.2")) as cluster:
+        yield cluster
 
 
 @pytest.fixture
@@ -86,9 +100,9 @@ class CorruptingTransport(ZmqTransport):
 
 
 # -- the big round trip ----------------------------------------------------------------------------
-def test_2000_pipelined_1k_entries_read_back_identical_by_a_second_client(local_cluster):
+def test_2000_pipelined_1k_entries_read_back_identical_by_a_second_client(shared_cluster):
     data = payloads(2000, 1024, seed=42)
-    with walkit.Client(local_cluster.metadata_url) as writer_client:
+    with walkit.Client(shared_cluster.metadata_url) as writer_client:
         writer = writer_client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=PASSWORD)
         futures = [writer.append_async(p) for p in data]
         assert [f.result(timeout=60) for f in futures] == list(range(2000))
@@ -97,11 +111,11 @@ def test_2000_pipelined_1k_entries_read_back_identical_by_a_second_client(local_
         assert (closed.state, closed.last_entry_id) == (walkit.CLOSED, 1999)
         ledger_id = writer.ledger_id
 
-    with walkit.Client(local_cluster.metadata_url) as reader_client:
+    with walkit.Client(shared_cluster.metadata_url) as reader_client:
         metadata = reader_client.ledger_metadata(ledger_id)
         assert (metadata.state, metadata.last_entry_id) == (walkit.CLOSED, 1999)
         assert (metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum) == (3, 2, 2)
-        assert set(metadata.ensembles[0]) == set(local_cluster.addresses)
+        assert set(metadata.ensembles[0]) == set(shared_cluster.addresses)
         reader = reader_client.open_ledger(ledger_id, password=PASSWORD)
         assert reader.is_closed and reader.last_add_confirmed == 1999
         entries = list(reader.read(0, 1999))
@@ -109,10 +123,10 @@ def test_2000_pipelined_1k_entries_read_back_identical_by_a_second_client(local_
         assert [e.payload for e in entries] == data
 
 
-def test_entries_are_replicated_on_their_write_sets(local_cluster):
+def test_entries_are_replicated_on_their_write_sets(shared_cluster):
     """Each entry is on exactly the Qw bookies of its write set (E3/Qw2), as the raw bookies show."""
     data = payloads(30, 64, seed=7)
-    with walkit.Client(local_cluster.metadata_url) as client:
+    with walkit.Client(shared_cluster.metadata_url) as client:
         writer = write_ledger(client, data)
         ensemble = client.ledger_metadata(writer.ledger_id).ensembles[0]
     for index, address in enumerate(ensemble):
@@ -124,10 +138,10 @@ def test_entries_are_replicated_on_their_write_sets(local_cluster):
 
 
 # -- tailing without fencing ---------------------------------------------------------------------
-def test_non_fencing_reader_tails_a_live_writer_without_disturbing_it(local_cluster):
+def test_non_fencing_reader_tails_a_live_writer_without_disturbing_it(shared_cluster):
     data = payloads(300, 256, seed=3)
-    with walkit.Client(local_cluster.metadata_url) as writer_client, \
-            walkit.Client(local_cluster.metadata_url) as reader_client:
+    with walkit.Client(shared_cluster.metadata_url) as writer_client, \
+            walkit.Client(shared_cluster.metadata_url) as reader_client:
         writer = writer_client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=PASSWORD)
         for p in data[:10]:
             writer.append(p)
@@ -167,10 +181,10 @@ def test_non_fencing_reader_tails_a_live_writer_without_disturbing_it(local_clus
 
 # -- passwords -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("recover", [False, True], ids=["no-recovery", "recovery"])
-def test_wrong_password_is_refused_and_the_right_one_works(local_cluster, recover):
+def test_wrong_password_is_refused_and_the_right_one_works(shared_cluster, recover):
     data = payloads(5, 100, seed=5)
-    with walkit.Client(local_cluster.metadata_url) as writer_client, \
-            walkit.Client(local_cluster.metadata_url) as other:
+    with walkit.Client(shared_cluster.metadata_url) as writer_client, \
+            walkit.Client(shared_cluster.metadata_url) as other:
         writer = writer_client.create_ledger(password=PASSWORD)
         for p in data:
             writer.append(p)
@@ -190,8 +204,8 @@ def test_wrong_password_is_refused_and_the_right_one_works(local_cluster, recove
         assert [e.payload for e in entries] == (data + [b"six"])[:reader.last_add_confirmed + 1]
 
 
-def test_password_given_as_str_matches_the_same_bytes(local_cluster):
-    with walkit.Client(local_cluster.metadata_url) as client:
+def test_password_given_as_str_matches_the_same_bytes(shared_cluster):
+    with walkit.Client(shared_cluster.metadata_url) as client:
         writer = client.create_ledger(password="pässword")
         writer.append(b"x")
         writer.close()
@@ -200,14 +214,14 @@ def test_password_given_as_str_matches_the_same_bytes(local_cluster):
 
 
 # -- corrupt replicas ------------------------------------------------------------------------------
-def test_reader_skips_a_replica_that_returns_corrupt_bytes(local_cluster):
+def test_reader_skips_a_replica_that_returns_corrupt_bytes(shared_cluster):
     data = payloads(300, 512, seed=11)
-    with walkit.Client(local_cluster.metadata_url) as client:
+    with walkit.Client(shared_cluster.metadata_url) as client:
         ledger_id = write_ledger(client, data).ledger_id
         bad = client.ledger_metadata(ledger_id).ensembles[0][0]     # first replica of entries 0, 3, 6, ...
 
     transport = CorruptingTransport({bad})
-    with walkit.Client(local_cluster.metadata_url, transport=transport) as reader_client:
+    with walkit.Client(shared_cluster.metadata_url, transport=transport) as reader_client:
         entries = list(reader_client.open_ledger(ledger_id, password=PASSWORD).read())
     assert [e.entry_id for e in entries] == list(range(300))
     assert [e.payload for e in entries] == data
@@ -216,16 +230,16 @@ def test_reader_skips_a_replica_that_returns_corrupt_bytes(local_cluster):
 
 
 @pytest.mark.parametrize("digest", ["crc32c", "hmac-sha256"])
-def test_corruption_on_every_replica_raises_digest_mismatch(local_cluster, digest):
+def test_corruption_on_every_replica_raises_digest_mismatch(shared_cluster, digest):
     data = payloads(20, 128, seed=13)
-    with walkit.Client(local_cluster.metadata_url) as client:
+    with walkit.Client(shared_cluster.metadata_url) as client:
         writer = client.create_ledger(password=PASSWORD, digest=digest)
         for p in data:
             writer.append(p)
         writer.close()
 
-    transport = CorruptingTransport(set(local_cluster.addresses))
-    with walkit.Client(local_cluster.metadata_url, transport=transport) as reader_client:
+    transport = CorruptingTransport(set(shared_cluster.addresses))
+    with walkit.Client(shared_cluster.metadata_url, transport=transport) as reader_client:
         reader = reader_client.open_ledger(writer.ledger_id, password=PASSWORD)
         with pytest.raises(DigestMismatch):
             list(reader.read())
@@ -256,29 +270,31 @@ def test_ensemble_larger_than_the_live_bookies_raises_not_enough_bookies(local_c
     (3, 2, 0),          # Qa < 1
     (0, 0, 0),
 ])
-def test_invalid_quorums_raise_config_error(local_cluster, ensemble, write_quorum, ack_quorum):
-    with walkit.Client(local_cluster.metadata_url) as client:
+def test_invalid_quorums_raise_config_error(shared_cluster, ensemble, write_quorum, ack_quorum):
+    with walkit.Client(shared_cluster.metadata_url) as client:
+        before = client.list_ledgers()                # the ledgers the module's other tests made
         with pytest.raises(ConfigError):
             client.create_ledger(ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum)
-        assert client.list_ledgers() == []
+        assert client.list_ledgers() == before
 
 
 # -- deletion ------------------------------------------------------------------------------------
-def test_deleted_ledger_leaves_the_metadata_and_the_bookies(local_cluster):
-    with walkit.Client(local_cluster.metadata_url) as client:
+def test_deleted_ledger_leaves_the_metadata_and_the_bookies(shared_cluster):
+    with walkit.Client(shared_cluster.metadata_url) as client:
+        others = client.list_ledgers()                # the ledgers the module's other tests made
         doomed = write_ledger(client, payloads(20, 100, seed=1)).ledger_id
         kept_data = payloads(20, 100, seed=2)
         kept = write_ledger(client, kept_data).ledger_id
-        assert client.list_ledgers() == sorted([doomed, kept])
+        assert client.list_ledgers() == sorted(others + [doomed, kept])
 
-        raws = [RawBookie(a) for a in local_cluster.addresses]
+        raws = [RawBookie(a) for a in shared_cluster.addresses]
         try:
             for raw in raws:                        # every bookie holds both ledgers (E = 3)
                 assert raw.read_lac(doomed).status == Status.OK
                 assert raw.read_lac(kept).status == Status.OK
 
             client.delete_ledger(doomed)
-            assert client.list_ledgers() == [kept]
+            assert client.list_ledgers() == sorted(others + [kept])
             with pytest.raises(NoSuchLedger):
                 client.ledger_metadata(doomed)
             with pytest.raises(NoSuchLedger):
@@ -299,10 +315,10 @@ def test_deleted_ledger_leaves_the_metadata_and_the_bookies(local_cluster):
 
 
 # -- recovery against a live writer --------------------------------------------------------------
-def test_recovery_fences_a_live_writer_and_closes_with_every_acked_entry(local_cluster):
+def test_recovery_fences_a_live_writer_and_closes_with_every_acked_entry(shared_cluster):
     data = payloads(500, 200, seed=17)
-    with walkit.Client(local_cluster.metadata_url) as writer_client, \
-            walkit.Client(local_cluster.metadata_url) as recoverer:
+    with walkit.Client(shared_cluster.metadata_url) as writer_client, \
+            walkit.Client(shared_cluster.metadata_url) as recoverer:
         writer = writer_client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=PASSWORD)
         futures = [writer.append_async(p) for p in data]
         acked = [f.result(timeout=30) for f in futures]
@@ -324,7 +340,7 @@ def test_recovery_fences_a_live_writer_and_closes_with_every_acked_entry(local_c
         assert [e.entry_id for e in entries] == list(range(500))
         assert [e.payload for e in entries] == data
         # The fenced writer's attempts did not change the recovered end.
-        after = walkit.Client(local_cluster.metadata_url)
+        after = walkit.Client(shared_cluster.metadata_url)
         try:
             assert after.ledger_metadata(writer.ledger_id).last_entry_id == 499
             assert len(list(after.open_ledger(writer.ledger_id, password=PASSWORD).read())) == 500
@@ -389,10 +405,10 @@ def test_a_connected_reader_falls_back_when_a_bookie_restarts_empty(local_cluste
         assert [e.payload for e in client.open_ledger(ledger_id, password=PASSWORD).read()] == data
 
 
-def test_long_poll_tailing_reader_sees_every_entry_of_a_live_writer(local_cluster):
+def test_long_poll_tailing_reader_sees_every_entry_of_a_live_writer(shared_cluster):
     data = payloads(200, 64, seed=31)
-    with walkit.Client(local_cluster.metadata_url) as writer_client, \
-            walkit.Client(local_cluster.metadata_url) as reader_client:
+    with walkit.Client(shared_cluster.metadata_url) as writer_client, \
+            walkit.Client(shared_cluster.metadata_url) as reader_client:
         writer = writer_client.create_ledger(password=PASSWORD)
         reader = reader_client.open_ledger(writer.ledger_id, password=PASSWORD)
         assert reader.last_add_confirmed == -1
