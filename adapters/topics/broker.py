@@ -3,7 +3,9 @@
 The broker runs a walkit.replicate node of every partition and group bucket (ownership.py
 opens and closes them): `partitions` maps (topic, partition) to a PartitionLeader,
 `buckets` maps a group bucket to a BucketLeader, each serving while this broker leads it, and
-`coordinator` holds the membership of the groups in the buckets it leads. The request
+`coordinator` holds the membership of the groups in the buckets it leads (stored in the buckets,
+and loaded by the broker that takes a bucket over). The cluster's count of buckets is read (or,
+on a new cluster, recorded) before any slot opens (catalog.Catalog.group_buckets). The request
 handlers (handlers/) read and change these only on the event loop. A periodic task expires
 silent group members and applies retention.
 
@@ -23,7 +25,8 @@ from dataclasses import dataclass
 
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.catalog import (
-    DEFAULT_CONFIGS, BrokerInfo, Catalog, Topic, bucket_name, group_bucket, partition_log, partition_name,
+    DEFAULT_CONFIGS, DEFAULT_GROUP_BUCKETS, REPLICATED_LOG, BrokerInfo, Catalog, Topic, bucket_name, group_bucket,
+    partition_log, partition_name,
 )
 from walkit.adapters.topics.coordinator import GroupCoordinator
 from walkit.adapters.topics.errors import KafkaError
@@ -31,7 +34,7 @@ from walkit.adapters.topics.leader import PartitionLeader, on_loop
 from walkit.adapters.topics.offsets import SNAPSHOT_EVERY, OffsetsState
 from walkit.adapters.topics.ownership import ClusterView, Ownership, Slot
 from walkit.adapters.topics.partition import PartitionMachine
-from walkit.errors import ConfigError, WalkitError
+from walkit.errors import ConfigError, NoSuchLog, WalkitError
 from walkit.replication import ReplicatedNode
 from walkit.replication.batch import max_record
 
@@ -50,6 +53,7 @@ class BrokerSettings:
     retention_check_ms: int = 5000
     snapshot_every: int = 10_000
     initial_rebalance_delay_ms: int = 1000
+    group_buckets: int | None = None            # the cluster's (catalog.Catalog.group_buckets); None: keep it
     ensemble: int = 3
     write_quorum: int = 2
     ack_quorum: int = 2
@@ -67,7 +71,8 @@ class BucketLeader:
         self.active = False
 
     def on_role(self, role: str) -> None:
-        """on_role starts coordinating on "leader"; on "follower" it stops and forgets the groups' members."""
+        """on_role starts coordinating on "leader", with the groups the bucket stored; on "follower" it
+        stops and forgets the groups' members (the next leader loads them)."""
         if role == "leader":
             on_loop(self.loop, self._lead)
         else:
@@ -75,11 +80,12 @@ class BucketLeader:
 
     def _lead(self) -> None:
         if self.node is not None and self.node.is_leader:
+            self.coordinator.load(self.bucket, self.state.stored_memberships())
             self.active = True
 
     def _follow(self) -> None:
         self.active = False
-        self.coordinator.drop([g for g in self.coordinator.groups if group_bucket(g) == self.bucket])
+        self.coordinator.drop(self.bucket)
 
     def commit(self, record: bytes) -> asyncio.Future:
         """commit submits a commit record; the Future resolves once it is acknowledged and applied."""
@@ -123,24 +129,40 @@ class Broker:
         self.catalog = Catalog(client.store)
         self.partitions: dict[tuple[str, int], PartitionLeader] = {}
         self.buckets: dict[int, BucketLeader] = {}
-        self.coordinator = GroupCoordinator(loop, initial_delay_ms=settings.initial_rebalance_delay_ms)
+        self.group_buckets = settings.group_buckets or DEFAULT_GROUP_BUCKETS     # the cluster's, once started
+        self.coordinator = GroupCoordinator(loop, initial_delay_ms=settings.initial_rebalance_delay_ms,
+                                            persist=self._persist, bucket_of=self.bucket_of)
         self.view = ClusterView(brokers={info.id: info})
         self._registration = None
-        self.ownership = Ownership(client.store, info.id, open_slot=self._open_slot, close_slot=self._close_slot,
-                                   publish=self._publish)
+        self.ownership: Ownership | None = None
         self._periodic: asyncio.Task | None = None
 
     async def start(self) -> None:
-        """start registers the broker, starts the ownership thread and the periodic task."""
+        """start reads the cluster's group buckets, registers the broker, starts the ownership thread and
+        the periodic task; ConfigError if --group-buckets disagrees with the cluster's."""
+        self.group_buckets = await self.loop.run_in_executor(
+            None, self.catalog.group_buckets, self.settings.group_buckets, self._bucket_logs_exist)
         self._registration = await self.loop.run_in_executor(None, self.catalog.register_broker, self.info)
+        self.ownership = Ownership(self.client.store, self.id, group_buckets=self.group_buckets,
+                                   open_slot=self._open_slot, close_slot=self._close_slot, publish=self._publish)
         self.ownership.start()
         self._periodic = self.loop.create_task(self._tick())
+
+    def _bucket_logs_exist(self) -> bool:
+        """_bucket_logs_exist tells whether the cluster has group buckets from before their count was recorded."""
+        try:
+            self.client.log_metadata(REPLICATED_LOG + bucket_name(0))
+        except NoSuchLog:
+            return False
+        log.warning("this cluster's group buckets predate --group-buckets: it keeps their count")
+        return True
 
     async def stop(self) -> None:
         """stop closes every node (leaders step down, so other brokers take over at once) and deregisters."""
         if self._periodic is not None:
             self._periodic.cancel()
-        await self.loop.run_in_executor(None, self.ownership.stop)
+        if self.ownership is not None:
+            await self.loop.run_in_executor(None, self.ownership.stop)
         if self._registration is not None:
             await self.loop.run_in_executor(None, self._registration.close)
 
@@ -196,14 +218,22 @@ class Broker:
         limit = int(configured) if configured is not None else self.settings.max_message_bytes
         return min(limit, self.largest_message)
 
+    def bucket_of(self, group: str) -> int:
+        """bucket_of is the bucket of a consumer group in this cluster."""
+        return group_bucket(group, self.group_buckets)
+
     def bucket_for(self, group: str) -> BucketLeader:
         """bucket_for returns the bucket coordinating `group` here, or raises NOT_COORDINATOR (INVALID_GROUP_ID)."""
         if not isinstance(group, str) or not group:
             raise KafkaError(errors.INVALID_GROUP_ID, "a group id is a non-empty string")
-        bucket = self._serving(Slot(None, group_bucket(group)))
+        bucket = self._serving(Slot(None, self.bucket_of(group)))
         if bucket is None:
             raise KafkaError(errors.NOT_COORDINATOR, f"broker {self.id} does not coordinate group {group!r}")
         return bucket
+
+    def _persist(self, group: str, record: bytes) -> asyncio.Future:
+        """_persist appends a record of `group`'s membership to its bucket (the coordinator's `persist`)."""
+        return self.bucket_for(group).commit(record)
 
     # -- opening and closing slots (ownership thread, worker threads) ----------------------------
     def _open_slot(self, slot: Slot, topic: Topic | None) -> ReplicatedNode:

@@ -4,12 +4,16 @@
     topics/brokers/<id>      {"id", "host", "port"}: ephemeral, while the broker lives
     topics/broker-ids        counter: a new broker's id
     topics/producer-ids      counter: InitProducerId's producer ids
+    topics/group-buckets     the cluster's count of group buckets (decimal), fixed by its first broker
 
 Partition p of topic t is the replicated machine ``kafka-<t>-<p>-<id>`` (walkit.replicate: its
 log is ``replicated-kafka-<t>-<p>-<id>``, one entry per group of record batches), where <id>
 starts the topic's id, so a topic deleted and created again under the same name starts from
-new logs, elections and snapshots. Group coordination is spread over GROUP_BUCKETS buckets,
-each the replicated machine ``kafkagroups-<b>`` holding committed offsets.
+new logs, elections and snapshots. Group coordination is spread over the cluster's group buckets
+(`--group-buckets`, DEFAULT_GROUP_BUCKETS for a new cluster), each the replicated machine
+``kafkagroups-<b>`` holding the committed offsets and memberships of its groups (offsets.py).
+A group's bucket is a hash of its id modulo the count, so the count never changes once a
+cluster has one: with another count, groups would look for their offsets in other buckets.
 """
 
 from __future__ import annotations
@@ -24,13 +28,17 @@ from dataclasses import dataclass, field
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.errors import KafkaError
 from walkit.client.api import DEFAULT_MAX_ENTRY_BYTES
-from walkit.errors import NodeExists, NoSuchKey
+from walkit.errors import ConfigError, NodeExists, NoSuchKey
 from walkit.replication.batch import max_record
 
 PREFIX = "topics"
 TOPICS = f"{PREFIX}/topics"
 BROKERS = f"{PREFIX}/brokers"
-GROUP_BUCKETS = 4
+GROUP_BUCKETS_KEY = f"{PREFIX}/group-buckets"
+#: Group buckets of a new cluster (Kafka has 50 offsets partitions; a bucket costs a node on every broker).
+DEFAULT_GROUP_BUCKETS = 16
+#: Group buckets of a cluster from before the count was a setting (its bucket logs exist, the key does not).
+LEGACY_GROUP_BUCKETS = 4
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,180}")
 
 #: Topic configs the broker understands, with Kafka's defaults (segment.bytes: walkit's roll size).
@@ -70,9 +78,9 @@ def bucket_name(bucket: int) -> str:
     return f"kafkagroups-{bucket}"
 
 
-def group_bucket(group: str) -> int:
-    """group_bucket is the bucket (and so the coordinator) of a consumer group."""
-    return zlib.crc32(group.encode()) % GROUP_BUCKETS
+def group_bucket(group: str, buckets: int) -> int:
+    """group_bucket is the bucket (and so the coordinator) of a consumer group in a cluster of `buckets`."""
+    return zlib.crc32(group.encode()) % buckets
 
 
 def valid_topic_name(name) -> bool:
@@ -239,6 +247,30 @@ class Catalog:
     def register_broker(self, broker: BrokerInfo):
         """register_broker registers a live broker (ephemeral); it returns the registration session."""
         return self.store.register(f"{BROKERS}/{broker.id}", broker.to_bytes())
+
+    def group_buckets(self, wanted: int | None, existed) -> int:
+        """group_buckets is the cluster's count of group buckets, recorded by the first broker to ask.
+
+        A cluster without the key gets `wanted` (DEFAULT_GROUP_BUCKETS if None), unless
+        `existed()` says its bucket logs exist already: a cluster from before the setting, which
+        keeps LEGACY_GROUP_BUCKETS. A `wanted` count other than the recorded one is refused
+        (ConfigError): a group's committed offsets live in the bucket its id hashes to, so
+        another count would leave them where no coordinator looks.
+        """
+        try:
+            value, _ = self.store.get(GROUP_BUCKETS_KEY)
+        except NoSuchKey:
+            value = str(LEGACY_GROUP_BUCKETS if existed() else wanted or DEFAULT_GROUP_BUCKETS).encode()
+            try:
+                self.store.create(GROUP_BUCKETS_KEY, value)
+            except NodeExists:
+                value, _ = self.store.get(GROUP_BUCKETS_KEY)
+        recorded = int(value)
+        if wanted is not None and wanted != recorded:
+            raise ConfigError(f"this cluster has {recorded} group buckets (metadata key {GROUP_BUCKETS_KEY}), not "
+                              f"{wanted}: committed offsets live in the bucket a group's id hashes to, so the count "
+                              f"cannot change; start with --group-buckets {recorded}, or without the option")
+        return recorded
 
     def new_broker_id(self) -> int:
         """new_broker_id draws an id for a broker that was given none (1, 2, 3, ...)."""

@@ -140,6 +140,11 @@ def topics() -> None:
 @click.option("--rebalance-delay-ms", type=click.IntRange(min=0), default=1000, show_default=True,
               help="How long a new group waits for more members before its first rebalance "
                    "(Kafka's group.initial.rebalance.delay.ms).")
+@click.option("--group-buckets", type=click.IntRange(min=1, max=10_000), default=None,
+              help="Buckets of consumer groups, each a replicated machine with its own coordinator (Kafka's "
+                   "offsets.topic.num.partitions), recorded by a new cluster's first broker [default: the "
+                   "cluster's; 16 for a new cluster]. A broker given another count than the cluster's refuses "
+                   "to start: committed offsets are placed by it.")
 @click.option("--max-message-bytes", type=click.IntRange(min=1), default=1048588, show_default=True,
               help="Largest record batch of topics that do not set max.message.bytes (Kafka's message.max.bytes); "
                    "at most 62914551, what one log entry holds. Larger batches get MESSAGE_TOO_LARGE: refused, "

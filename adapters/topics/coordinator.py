@@ -12,9 +12,18 @@ a member alive; one silent for its session timeout is removed and the group reba
 
 A group that starts from Empty waits `initial_delay_ms` (extended by each new member, at most
 the rebalance timeout) so that consumers started together share the first generation, as
-Kafka's group.initial.rebalance.delay.ms does. Membership lives in memory on the coordinator;
-when coordination moves to another broker, members get NOT_COORDINATOR and join there. The
-committed offsets are durable (offsets.py). Everything here runs on the event loop.
+Kafka's group.initial.rebalance.delay.ms does.
+
+Memberships are replicated as Kafka's group metadata is: when the leader's SyncGroup brings a
+generation's assignment, the coordinator `persist`s the membership (a record of the group's
+bucket, offsets.py) and answers the SyncGroups only once it is stored, so every generation a
+member was told of is in the bucket's log. A broker that takes the bucket over `load`s the
+stored groups as Stable, with every member's session starting then: members that heartbeat or
+commit with their generation go on without a rebalance (static members included), and those
+that do not are removed after their session timeout, as on any coordinator. A rebalance under
+way when the coordinator died is not stored: its members get ILLEGAL_GENERATION or
+UNKNOWN_MEMBER_ID from the new coordinator and join again. The committed offsets are durable
+(offsets.py). Everything here runs on the event loop.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from walkit.adapters.topics import errors
+from walkit.adapters.topics.errors import KafkaError
+from walkit.adapters.topics.offsets import MemberInfo, Membership, membership_record
 
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
 
@@ -33,17 +44,9 @@ log = logging.getLogger("walkit.adapters.topics")
 
 
 @dataclass
-class Member:
-    """Member is one consumer in a group."""
+class Member(MemberInfo):
+    """Member is one consumer in a group: what its group's membership stores, and its pending requests."""
 
-    id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
     join: asyncio.Future | None = None
     sync: asyncio.Future | None = None
     last_seen: float = field(default_factory=time.monotonic)
@@ -69,8 +72,9 @@ class JoinResult:
 class Group:
     """Group is one consumer group's membership and generation."""
 
-    def __init__(self, group_id: str) -> None:
+    def __init__(self, group_id: str, bucket: int) -> None:
         self.id = group_id
+        self.bucket = bucket
         self.state = EMPTY
         self.generation = 0
         self.protocol_type: str | None = None
@@ -80,6 +84,14 @@ class Group:
         self.not_before = 0.0                # initial delay: no completion before this
         self.deadline = 0.0                  # rebalance timeout
         self.timer: asyncio.TimerHandle | None = None
+        self.stored = False                  # a membership of this group is in the bucket's log
+        self.storing = False                 # the leader's assignment is being stored
+
+    def membership(self) -> Membership:
+        """membership is what the bucket stores of the group (offsets.py)."""
+        return Membership(self.generation, self.protocol_type, self.protocol, self.leader, tuple(
+            MemberInfo(m.id, m.instance_id, m.client_id, m.client_host, m.session_timeout_ms, m.rebalance_timeout_ms,
+                       list(m.protocols), m.assignment) for m in self.members.values()))
 
     def choose_protocol(self) -> str | None:
         """choose_protocol picks the protocol all members support, by the members' preference votes."""
@@ -99,10 +111,30 @@ class Group:
 class GroupCoordinator:
     """GroupCoordinator holds the groups of the buckets this broker coordinates."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, *, initial_delay_ms: int = 1000) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, initial_delay_ms: int = 1000, persist=None,
+                 bucket_of=None) -> None:
+        """`persist(group_id, record)` appends a record to the group's bucket and returns a Future of it
+        (KafkaError if this broker does not coordinate the group); `bucket_of(group_id)` is its bucket.
+        Without them (a coordinator alone, in tests) records are dropped and every group is in bucket 0."""
         self.loop = loop
         self.initial_delay_s = initial_delay_ms / 1000
         self.groups: dict[str, Group] = {}
+        self._persist = persist or self._drop_record
+        self._bucket_of = bucket_of or (lambda group_id: 0)
+
+    def _drop_record(self, group_id: str, record: bytes) -> asyncio.Future:
+        done = self.loop.create_future()
+        done.set_result(None)
+        return done
+
+    def _store(self, group: Group, membership: Membership | None) -> asyncio.Future:
+        """_store appends the group's membership (None: it emptied) to its bucket; the Future fails with KafkaError."""
+        try:
+            return self._persist(group.id, membership_record(group.id, membership))
+        except KafkaError as exc:
+            failed = self.loop.create_future()
+            failed.set_exception(exc)
+            return failed
 
     # -- join ---------------------------------------------------------------------------------
     def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
@@ -121,7 +153,7 @@ class GroupCoordinator:
             if member_id:                               # a stranger's rejoin creates no group (as Kafka)
                 answer.set_result(JoinResult(errors.UNKNOWN_MEMBER_ID, member_id=member_id))
                 return answer
-            group = self.groups[group_id] = Group(group_id)
+            group = self.groups[group_id] = Group(group_id, self._bucket_of(group_id))
         if group.members and protocol_type != group.protocol_type:
             answer.set_result(JoinResult(errors.INCONSISTENT_GROUP_PROTOCOL))
             return answer
@@ -205,6 +237,7 @@ class GroupCoordinator:
         for member in [m for m in group.members.values() if m.join is None or m.join.done()]:
             del group.members[member.id]                    # did not rejoin in time
         group.generation += 1
+        group.storing = False                               # a store of the last generation answers nobody
         if not group.members:
             self._forget(group)
             return
@@ -246,15 +279,38 @@ class GroupCoordinator:
         else:
             member.last_seen = time.monotonic()
             member.sync = answer
-            if member_id == group.leader:
+            if member_id == group.leader and not group.storing:
                 given = dict(assignments)
-                group.state = STABLE
                 for each in group.members.values():
                     each.assignment = given.get(each.id, b"")
-                    if each.sync is not None and not each.sync.done():
-                        each.sync.set_result((errors.NONE, each.assignment))
-                    each.sync = None
+                group.storing = True
+                generation = group.generation
+                stored = self._store(group, group.membership())
+                stored.add_done_callback(lambda done: self._stored(group, generation, done))
         return answer
+
+    def _stored(self, group: Group, generation: int, done: asyncio.Future) -> None:
+        """_stored answers a generation's SyncGroups once its membership is stored (or could not be)."""
+        error = done.exception()
+        if self.groups.get(group.id) is not group:
+            return                                          # dropped (syncs answered)
+        group.stored = group.stored or error is None
+        if group.generation != generation or group.state != COMPLETING:
+            return                                          # rebalancing again (syncs answered)
+        group.storing = False
+        if error is not None:
+            log.warning("group %s: generation %d not stored: %s", group.id, generation, error)
+            code = error.code if isinstance(error, KafkaError) else errors.NOT_COORDINATOR
+            for each in group.members.values():
+                if each.sync is not None and not each.sync.done():
+                    each.sync.set_result((code, b""))
+                each.sync = None
+            return
+        group.state = STABLE
+        for each in group.members.values():
+            if each.sync is not None and not each.sync.done():
+                each.sync.set_result((errors.NONE, each.assignment))
+            each.sync = None
 
     def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
         """heartbeat handles a Heartbeat and returns its error code."""
@@ -309,6 +365,8 @@ class GroupCoordinator:
         group.state, group.leader, group.protocol = EMPTY, None, None
         if self.groups.get(group.id) is group:
             del self.groups[group.id]
+            if group.stored:                                  # else a new coordinator would bring it back
+                self._store(group, None).add_done_callback(lambda done: done.exception())
 
     def check_commit(self, group_id: str, generation: int, member_id: str) -> int:
         """check_commit returns the error code of an OffsetCommit's membership, NONE if it may commit."""
@@ -339,12 +397,26 @@ class GroupCoordinator:
                         member.sync.set_result((errors.UNKNOWN_MEMBER_ID, b""))
                 self._after_removal(group, f"session timeout of {', '.join(gone)}")
 
-    def drop(self, group_ids) -> None:
-        """drop forgets groups whose coordination moved away; waiting members get NOT_COORDINATOR."""
-        for group_id in list(group_ids):
-            group = self.groups.pop(group_id, None)
-            if group is None:
+    def load(self, bucket: int, memberships: dict[str, Membership]) -> None:
+        """load takes up the groups a bucket stored (this broker leads it now) as Stable; each member's
+        session starts now."""
+        now = time.monotonic()
+        for group_id, kept in memberships.items():
+            if group_id in self.groups or not kept.members:
                 continue
+            group = self.groups[group_id] = Group(group_id, bucket)
+            group.generation, group.protocol_type, group.protocol = kept.generation, kept.protocol_type, kept.protocol
+            group.leader, group.state, group.stored = kept.leader, STABLE, True
+            for m in kept.members:
+                group.members[m.id] = Member(m.id, m.instance_id, m.client_id, m.client_host, m.session_timeout_ms,
+                                             m.rebalance_timeout_ms, list(m.protocols), m.assignment, last_seen=now)
+            log.info("group %s: generation %d loaded from bucket %d, %d members", group_id, group.generation, bucket,
+                     len(group.members))
+
+    def drop(self, bucket: int) -> None:
+        """drop forgets the groups of a bucket whose coordination moved away; waiting members get NOT_COORDINATOR."""
+        for group_id in [g.id for g in self.groups.values() if g.bucket == bucket]:
+            group = self.groups.pop(group_id)
             if group.timer is not None:
                 group.timer.cancel()
             for member in group.members.values():

@@ -1,4 +1,4 @@
-"""walkit.adapters.topics.offsets is the committed-offsets state of one group bucket (a replicated machine).
+"""walkit.adapters.topics.offsets is the state of one group bucket (a replicated machine): offsets and memberships.
 
 Committed offsets are records of the bucket's walkit.replicate machine ``kafkagroups-<b>``,
 submitted by the bucket's coordinator (its leader) and answered once acknowledged and
@@ -9,17 +9,34 @@ write fenced by the coordinator's leadership, where a key per commit would load 
 store (ZooKeeper, etcd) with CAS writes. walkit.replicate snapshots the state every
 SNAPSHOT_EVERY commits and truncates the log behind it, so the log stays short.
 
+The bucket also holds each group's membership as of its last completed rebalance (Kafka's
+group metadata record): generation, protocol, leader, and every member with its session
+timeout, subscriptions and assignment. The coordinator writes it before it answers the
+SyncGroups of a generation, and writes it empty when the group empties; a broker that takes
+the bucket over loads it (coordinator.load), so members go on with their generation and
+assignment instead of joining again.
+
 Records are JSON objects:
 
     {"commit": group, "offsets": [[topic, partition, offset, leader_epoch, metadata], ...], "ms": now}
-    {"checkpoint": {group: [[topic, partition, offset, leader_epoch, metadata, ms], ...]}}
+    {"commit": group, "offsets": [], "group": membership or null}        (null: the group emptied)
+    {"checkpoint": {group: [[topic, partition, offset, leader_epoch, metadata, ms], ...]},
+     "groups": {group: membership}}
 
-A checkpoint holds the whole state and replaces it; it is what `snapshot` writes. The apply
-thread writes the state while the broker's event loop reads it, so both go through `lock`.
+    membership := {"generation", "protocol_type", "protocol", "leader", "members": [[id,
+                   instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                   [[protocol, metadata (base64)], ...], assignment (base64)], ...]}
+
+A membership record is a commit of no offsets, so a broker from before memberships (which
+reads only "commit" and "offsets") applies it as nothing; a checkpoint or record without
+memberships (written by such a broker) holds none. A checkpoint holds the whole state and
+replaces it; it is what `snapshot` writes. The apply thread writes the state while the
+broker's event loop reads it, so both go through `lock`.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from dataclasses import dataclass
@@ -41,11 +58,57 @@ class Committed:
     ms: int
 
 
+@dataclass
+class MemberInfo:
+    """MemberInfo is what a group's membership stores of a member (the coordinator's Member adds its requests)."""
+
+    id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """Membership is a group as of its last completed rebalance (see the module doc)."""
+
+    generation: int
+    protocol_type: str | None
+    protocol: str | None
+    leader: str | None
+    members: tuple[MemberInfo, ...]
+
+    def to_json(self) -> dict:
+        """to_json is the membership as the JSON object the records and checkpoints hold."""
+        return {"generation": self.generation, "protocol_type": self.protocol_type, "protocol": self.protocol,
+                "leader": self.leader, "members": [
+                    [m.id, m.instance_id, m.client_id, m.client_host, m.session_timeout_ms, m.rebalance_timeout_ms,
+                     [[name, _b64(data)] for name, data in m.protocols], _b64(m.assignment)] for m in self.members]}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Membership":
+        """from_json decodes what `to_json` wrote."""
+        members = tuple(MemberInfo(i, instance, client, host, session, rebalance,
+                                   [(name, base64.b64decode(data)) for name, data in protocols],
+                                   base64.b64decode(assignment))
+                        for i, instance, client, host, session, rebalance, protocols, assignment in doc["members"])
+        return cls(doc["generation"], doc["protocol_type"], doc["protocol"], doc["leader"], members)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
 class OffsetsState(walkit.StateMachine):
-    """OffsetsState maps group -> {(topic, partition): Committed} (see the module doc)."""
+    """OffsetsState maps group -> {(topic, partition): Committed}, and group -> Membership (see the module doc)."""
 
     def __init__(self) -> None:
         self.groups: dict[str, dict[tuple[str, int], Committed]] = {}
+        self.memberships: dict[str, Membership] = {}
         self.lock = threading.Lock()
 
     def apply(self, record: bytes, position: Position):
@@ -55,8 +118,18 @@ class OffsetsState(walkit.StateMachine):
             if "checkpoint" in doc:
                 self.groups = {group: {(t, p): Committed(o, e, m, ms) for t, p, o, e, m, ms in rows}
                                for group, rows in doc["checkpoint"].items()}
+                self.memberships = {group: Membership.from_json(kept)
+                                    for group, kept in doc.get("groups", {}).items()}
                 return None
             group = doc["commit"]
+            if "group" in doc:
+                memberships = dict(self.memberships)         # replaced, never changed, as the offsets
+                if doc["group"] is None:
+                    memberships.pop(group, None)
+                else:
+                    memberships[group] = Membership.from_json(doc["group"])
+                self.memberships = memberships
+                return group
             committed = dict(self.groups.get(group, {}))
             for topic, partition, offset, epoch, metadata in doc["offsets"]:
                 committed[(topic, partition)] = Committed(offset, epoch, metadata, doc.get("ms", 0))
@@ -66,10 +139,12 @@ class OffsetsState(walkit.StateMachine):
     def checkpoint_record(self) -> bytes:
         """checkpoint_record is a record that holds the whole state."""
         with self.lock:
-            groups = dict(self.groups)
+            groups, memberships = dict(self.groups), self.memberships
         return json.dumps({"checkpoint": {
             group: [[t, p, c.offset, c.leader_epoch, c.metadata, c.ms] for (t, p), c in sorted(offsets.items())]
-            for group, offsets in groups.items()}}, separators=(",", ":")).encode()
+            for group, offsets in groups.items()},
+            "groups": {group: kept.to_json() for group, kept in memberships.items()}},
+            separators=(",", ":")).encode()
 
     def snapshot(self, out) -> None:
         """snapshot writes the state to the binary file-like `out` (a checkpoint record)."""
@@ -84,6 +159,11 @@ class OffsetsState(walkit.StateMachine):
         with self.lock:
             return self.groups.get(group, {})
 
+    def stored_memberships(self) -> dict[str, Membership]:
+        """stored_memberships maps each group with a stored membership to it; the dict is not changed later."""
+        with self.lock:
+            return self.memberships
+
     def group_ids(self) -> list[str]:
         """group_ids lists the groups with committed offsets."""
         with self.lock:
@@ -93,4 +173,10 @@ class OffsetsState(walkit.StateMachine):
 def commit_record(group: str, offsets: list[tuple[str, int, int, int, str | None]], ms: int) -> bytes:
     """commit_record is the log record of one OffsetCommit request's offsets."""
     return json.dumps({"commit": group, "offsets": [list(o) for o in offsets], "ms": ms},
+                      separators=(",", ":")).encode()
+
+
+def membership_record(group: str, membership: Membership | None) -> bytes:
+    """membership_record is the log record of a group's membership (None: the group emptied)."""
+    return json.dumps({"commit": group, "offsets": [], "group": None if membership is None else membership.to_json()},
                       separators=(",", ":")).encode()

@@ -31,7 +31,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from walkit.adapters.topics.catalog import PREFIX, GROUP_BUCKETS, BrokerInfo, Catalog, Topic, bucket_name
+from walkit.adapters.topics.catalog import PREFIX, BrokerInfo, Catalog, Topic, bucket_name
 from walkit.election import ELECTIONS_PREFIX
 from walkit.errors import WalkitError
 from walkit.watchhub import watch_shared
@@ -98,13 +98,14 @@ class Ownership:
 
     `open_slot(slot, topic)` starts and returns the slot's walkit.replicate node (topic None
     for a bucket), `close_slot(slot, node)` closes it (on a worker thread), `publish(view)`
-    gives each new view to the event loop.
+    gives each new view to the event loop. `group_buckets` is the cluster's count of buckets.
     """
 
-    def __init__(self, store, broker_id: int, *, open_slot, close_slot, publish) -> None:
+    def __init__(self, store, broker_id: int, *, group_buckets: int, open_slot, close_slot, publish) -> None:
         self.store = store
         self.catalog = Catalog(store)
         self.broker_id = broker_id
+        self.group_buckets = group_buckets
         self._open_slot = open_slot
         self._close_slot = close_slot
         self._publish = publish
@@ -192,7 +193,7 @@ class Ownership:
                 self._catalog_dirty = True
                 raise
         brokers, topics = self._brokers, self._topics
-        wanted: dict[Slot, Topic | None] = {Slot(None, b): None for b in range(GROUP_BUCKETS)}
+        wanted: dict[Slot, Topic | None] = {Slot(None, b): None for b in range(self.group_buckets)}
         wanted.update({Slot(t.name, p): t for t in topics.values() for p in range(t.partitions)})
         for slot in list(self.nodes):
             topic = wanted.get(slot)

@@ -47,6 +47,7 @@ class ServeOptions:
     retention_check_ms: int = 5000
     snapshot_every: int = 10_000
     rebalance_delay_ms: int = 1000
+    group_buckets: int | None = None                                # None: the cluster's (16 for a new one)
     max_message_bytes: int = BrokerSettings.max_message_bytes
     max_request_bytes: int = BrokerSettings.max_request_bytes
     password: str = field(default="", repr=False)
@@ -71,7 +72,8 @@ class ServeOptions:
                               cache_bytes=int(self.cache_mb * 1024 * 1024), retention_check_ms=self.retention_check_ms,
                               snapshot_every=self.snapshot_every, max_message_bytes=self.max_message_bytes,
                               max_request_bytes=self.max_request_bytes,
-                              initial_rebalance_delay_ms=self.rebalance_delay_ms, ensemble=ensemble,
+                              initial_rebalance_delay_ms=self.rebalance_delay_ms,
+                              group_buckets=self.group_buckets, ensemble=ensemble,
                               write_quorum=write_quorum, ack_quorum=ack_quorum)
 
 

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import walkit
-from walkit.adapters.topics.catalog import group_bucket
+from walkit.adapters.topics.catalog import DEFAULT_GROUP_BUCKETS, group_bucket
 from walkit.adapters.topics.ownership import Slot, preferred
 from walkit.local import LocalCluster
 from tests.support import pause
@@ -106,7 +106,7 @@ def settled(bootstrap: str, topic: str, group: str) -> bool:
     `_hand_over`, HANDOVER_S after the live set last changed), and a handover moves leadership."""
     live = sorted(broker_ids(bootstrap))
     want = {p: preferred(Slot(topic, p), live, live[0]) for p in range(PARTITIONS)}
-    bucket = preferred(Slot(None, group_bucket(group)), live, live[0])
+    bucket = preferred(Slot(None, group_bucket(group, DEFAULT_GROUP_BUCKETS)), live, live[0])
     return leaders(bootstrap, topic) == want and coordinator(bootstrap, group) == bucket
 
 

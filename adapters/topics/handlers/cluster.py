@@ -16,7 +16,6 @@ from kafka.protocol.metadata import (
 )
 
 from walkit.adapters.topics import errors
-from walkit.adapters.topics.catalog import group_bucket
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.ownership import Slot
 from walkit.adapters.topics.wire import api_table
@@ -100,7 +99,7 @@ def coordinator_of(broker, key: str, key_type: int) -> tuple[int, str, object]:
     if not isinstance(key, str) or not key:
         return errors.INVALID_GROUP_ID, "an empty group id", None
     brokers = live_brokers(broker)
-    leader = broker.leader_of(Slot(None, group_bucket(key)))
+    leader = broker.leader_of(Slot(None, broker.bucket_of(key)))
     if leader not in brokers:
         return errors.COORDINATOR_NOT_AVAILABLE, "the group's coordinator is being elected", None
     return errors.NONE, None, brokers[leader]

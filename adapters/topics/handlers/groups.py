@@ -1,6 +1,6 @@
 """walkit.adapters.topics.handlers.groups answers the consumer group APIs: Join, Sync, Heartbeat, Leave, List, Describe.
 
-A group is served by the broker that leads its bucket (catalog.group_bucket); any other
+A group is served by the broker that leads its bucket (Broker.bucket_of); any other
 broker answers NOT_COORDINATOR, and clients ask FindCoordinator again. The membership rules
 are in coordinator.py; the handlers translate requests and answers.
 """
@@ -14,7 +14,6 @@ from kafka.protocol.consumer import (
 )
 
 from walkit.adapters.topics import errors
-from walkit.adapters.topics.catalog import group_bucket
 from walkit.adapters.topics.coordinator import EMPTY
 from walkit.adapters.topics.errors import KafkaError
 
@@ -98,7 +97,7 @@ def known_groups(broker) -> dict[str, str]:
         for group in broker.buckets[bucket].state.group_ids():
             found[group] = EMPTY
     for group in broker.coordinator.groups.values():
-        if group_bucket(group.id) in led:
+        if group.bucket in led:
             found[group.id] = group.state
     return found
 
