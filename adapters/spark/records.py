@@ -5,8 +5,9 @@ batch (magic 2) or a control record (first byte 0xFF; walkit.adapters.topics.par
 `batches` yields the record batches of one entry; `decode_batch` turns one batch into the
 columns of the data source (offset, timestamp, timestamp type, key, value, headers). An
 uncompressed batch is decoded here (varints in pure Python, about twice as fast as
-kafka-python's general reader); a compressed one goes through kafka-python, which holds the
-codecs.
+kafka-python's general reader); a compressed one (gzip, snappy, lz4 or zstd) goes through
+walkit.adapters.topics.batches.records, kafka-python's codecs, whose libraries the `spark`
+extra installs; a batch of a codec whose library is missing fails the read, naming the package.
 
 Staged rows (writer.py) are what a write task saved for its commit to publish:
 
@@ -18,11 +19,10 @@ from __future__ import annotations
 
 import struct
 
-from walkit.adapters.topics.batches import HEADER, HEADER_SIZE, info
+from walkit.adapters.topics.batches import COMPRESSION, HEADER, HEADER_SIZE, info, records
 from walkit.adapters.topics.partition import is_control
 from walkit.replication import batch as entries
 
-_COMPRESSION = 0x07
 _LOG_APPEND_TIME = 0x08
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
@@ -76,9 +76,8 @@ def decode_batch(batch: bytes, lo: int, hi: int, out) -> None:
      count) = HEADER.unpack_from(batch)
     append_time = bool(attributes & _LOG_APPEND_TIME)
     kind = 1 if append_time else 0
-    if attributes & _COMPRESSION:
-        from kafka.record.default_records import DefaultRecordBatch
-        for record in DefaultRecordBatch(bytes(batch)):
+    if attributes & COMPRESSION:
+        for record in records(bytes(batch)):
             if lo <= record.offset < hi:
                 out.offsets.append(record.offset)
                 out.timestamps.append(max_ts if append_time else record.timestamp)

@@ -5,6 +5,13 @@ except the first 8 bytes: the base offset, which the leader assigns. Kafka's CRC
 covers the batch from its attributes on, so renumbering keeps it valid, and a consumer gets
 exactly what the producer's CRC protects. Compressed batches stay compressed.
 
+The codec is the low 3 bits of the attributes: none, gzip, snappy, lz4 or zstd. The broker
+opens a batch only to find a timestamp inside it (`first_offset_at`) and the Spark reader to
+read its records (`records`); both decompress through kafka-python (kafka.codec), which
+imports python-snappy, lz4 and zstandard, the libraries the `topics` extra installs. A batch
+whose codec's library is missing raises MissingCodec, naming the package to install, rather
+than being answered by a guess.
+
     header := baseOffset:i64 batchLength:i32 partitionLeaderEpoch:i32 magic:i8 crc:u32
               attributes:i16 lastOffsetDelta:i32 firstTimestamp:i64 maxTimestamp:i64
               producerId:i64 producerEpoch:i16 baseSequence:i32 records:i32
@@ -15,6 +22,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from kafka import codec
 from kafka.record.default_records import DefaultRecordBatch
 
 from walkit.adapters.topics import errors
@@ -26,6 +34,20 @@ LOG_OVERHEAD = 12                    # baseOffset + batchLength
 _OFFSET = struct.Struct(">q")
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
+COMPRESSION = 0x07
+#: codec id (the attributes' low 3 bits) -> (name, the package kafka-python decompresses it with).
+CODECS = {0: ("none", None), 1: ("gzip", None), 2: ("snappy", "python-snappy"), 3: ("lz4", "lz4"),
+          4: ("zstd", "zstandard")}
+_AVAILABLE = {0: lambda: True, 1: codec.has_gzip, 2: codec.has_snappy, 3: codec.has_lz4, 4: codec.has_zstd}
+
+
+class MissingCodec(KafkaError):
+    """MissingCodec is a batch compressed with a codec whose library this process lacks (or an unknown codec)."""
+
+    def __init__(self, code: int) -> None:
+        name, package = CODECS.get(code, (f"codec {code}", None))
+        hint = f": pip install {package} (or walkit[topics])" if package else ""
+        super().__init__(errors.UNKNOWN_SERVER_ERROR, f"cannot read a {name} record batch{hint}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +95,9 @@ def info(batch) -> BatchInfo:
 def split(records: bytes | None, max_batch_bytes: int) -> list[bytes]:
     """split checks the record batches of a produce request and returns them one by one.
 
-    Every batch must be magic v2, whole, at most `max_batch_bytes`, with a matching CRC,
-    non-transactional and not a control batch, with lastOffsetDelta + 1 == records > 0.
-    Raises KafkaError: CORRUPT_MESSAGE (bad size, CRC or counts), UNSUPPORTED_FOR_MESSAGE_FORMAT
+    Every batch must be magic v2, whole, at most `max_batch_bytes`, with a matching CRC, one of
+    Kafka's codecs, non-transactional and not a control batch, with lastOffsetDelta + 1 == records > 0.
+    Raises KafkaError: CORRUPT_MESSAGE (bad size, CRC, codec or counts), UNSUPPORTED_FOR_MESSAGE_FORMAT
     (magic 0 or 1), MESSAGE_TOO_LARGE, INVALID_RECORD (transactional or control batches).
     """
     if not records:
@@ -100,6 +122,8 @@ def split(records: bytes | None, max_batch_bytes: int) -> list[bytes]:
         head = info(batch)
         if head.attributes & (TRANSACTIONAL | CONTROL):
             raise KafkaError(errors.INVALID_RECORD, "transactional and control batches are not supported")
+        if (head.attributes & COMPRESSION) not in CODECS:
+            raise KafkaError(errors.CORRUPT_MESSAGE, f"a record batch of unknown codec {head.attributes & COMPRESSION}")
         if head.records <= 0 or head.last_offset_delta != head.records - 1:
             raise KafkaError(errors.CORRUPT_MESSAGE, f"a batch of {head.records} records with "
                                                      f"lastOffsetDelta {head.last_offset_delta}")
@@ -115,18 +139,23 @@ def with_base_offset(batch: bytes, base_offset: int) -> bytes:
     return _OFFSET.pack(base_offset) + batch[8:]
 
 
+def records(batch: bytes):
+    """records yields the records of one batch (kafka-python's, with offset and timestamp), decompressed.
+
+    Raises MissingCodec if the batch's codec cannot be decompressed in this process.
+    """
+    code = info(batch).attributes & COMPRESSION
+    if code not in _AVAILABLE or not _AVAILABLE[code]():
+        raise MissingCodec(code)
+    return iter(DefaultRecordBatch(batch))
+
+
 def first_offset_at(batch: bytes, timestamp: int) -> tuple[int, int] | None:
     """first_offset_at returns (offset, timestamp) of the batch's first record stamped at or after `timestamp`.
 
-    None if it has none. A batch compressed with a codec this process lacks is answered by its
-    base offset and max timestamp.
+    None if it has none. Compressed batches are opened (records); MissingCodec if they cannot be.
     """
-    parsed = DefaultRecordBatch(batch)
-    try:
-        for record in parsed:
-            if record.timestamp >= timestamp:
-                return record.offset, record.timestamp
-    except Exception:  # noqa: BLE001 - a codec kafka-python cannot load here
-        head = info(batch)
-        return (head.base_offset, head.max_timestamp) if head.max_timestamp >= timestamp else None
+    for record in records(batch):
+        if record.timestamp >= timestamp:
+            return record.offset, record.timestamp
     return None

@@ -7,6 +7,18 @@ answers with this table; a request outside it gets UNSUPPORTED_VERSION (ApiVersi
 connection closed, as Kafka does. Transactional APIs are absent on purpose: transactions are
 not supported (see handlers/produce.py). SaslHandshake and SaslAuthenticate are listed
 whether or not the broker requires SASL, as Kafka lists them (sasl.py, handlers/sasl.py).
+
+ApiVersions reports Produce from v0 although the broker serves it from v3 (`ADVERTISED_LOW`),
+as Kafka 4 does (KIP-896 removed Produce v0-v2; KAFKA-18659 put v0 back in ApiVersions only,
+`ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION`). older librdkafka (Debian's kcat links 2.0.2)
+enables gzip, snappy and lz4 only if the broker's Produce range reaches v0 (librdkafka issue
+4956: its codec check asks for Produce v0..v0); against v3 it logs "Broker does not support
+compression type gzip" and sends the batch uncompressed. Every client picks the highest
+version both sides know, so only clients older than Kafka 0.11's message format ask for
+v0-v2, and they get the connection closed, as from Kafka 4: the broker keeps only record
+batches of magic 2 (batches.py), and Produce v0-v2 carry message sets of magic 0 and 1.
+Fetch keeps its real minimum, v4: librdkafka's codec checks do not look at it, and Kafka 4
+reports v4 too.
 """
 
 from __future__ import annotations
@@ -47,6 +59,16 @@ SUPPORTED: dict[int, tuple[type, int, int]] = {
         (SaslAuthenticateRequest, 0, 2),
     )
 }
+
+
+#: api key -> the lowest version ApiVersions reports where it is below what the broker serves (see the module doc).
+ADVERTISED_LOW: dict[int, int] = {ProduceRequest.API_KEY: 0}
+
+
+def advertised(api_key: int) -> tuple[int, int]:
+    """advertised is the (lowest, highest) version of API `api_key` that ApiVersions reports."""
+    _cls, low, high = SUPPORTED[api_key]
+    return min(low, ADVERTISED_LOW.get(api_key, low)), high
 
 
 def supports(api_key: int, version: int) -> bool:

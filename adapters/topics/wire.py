@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from walkit.adapters.topics import errors
-from walkit.adapters.topics.versions import SUPPORTED
+from walkit.adapters.topics.versions import SUPPORTED, advertised
 
 _HEAD = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -91,7 +91,11 @@ def api_versions_error(frame: bytes) -> bytes | None:
 
 @functools.cache
 def api_table() -> list:
-    """api_table is the ApiVersions response's list of supported APIs (built once: callers must not change it)."""
+    """api_table is the ApiVersions response's list of supported APIs (built once: callers must not change it).
+
+    The ranges are versions.advertised: Produce reaches down to v0 there, served from v3.
+    """
     entry = ApiVersionsResponse.ApiVersion
-    return [entry(api_key=key, min_version=low, max_version=high) for key, (_, low, high) in sorted(SUPPORTED.items())]
+    return [entry(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in ((key, advertised(key)) for key in sorted(SUPPORTED))]
 

@@ -10,18 +10,23 @@ OFFSET_OUT_OF_RANGE, and the consumer resets per its auto.offset.reset.
 
 ListOffsets answers EARLIEST (-2: the log start offset), LATEST (-1: the high watermark),
 MAX_TIMESTAMP (-3) and a timestamp: the first offset whose record is stamped at or after it,
-found through the index of running maximum timestamps and one batch read.
+found through the index of running maximum timestamps and one batch read. A compressed batch
+is opened for that (batches.records); one whose codec's library is missing answers
+UNKNOWN_SERVER_ERROR for its partition and the broker logs what to install.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 
 from walkit.adapters.topics import errors
+from walkit.adapters.topics.batches import MissingCodec
 from walkit.adapters.topics.errors import KafkaError
 
+log = logging.getLogger("walkit.adapters.topics")
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 #: Longest a Fetch is held, whatever MaxWaitMs asks (clients ask for 100-500 ms).
 MAX_WAIT_MS = 60_000
@@ -89,6 +94,9 @@ async def _list_offset(broker, topic: str, partition: int, timestamp: int) -> tu
             raise KafkaError(errors.INVALID_REQUEST, f"timestamp {timestamp}")
         offset, stamp = await leader.offset_for_time(timestamp)
         return errors.NONE, stamp, offset
+    except MissingCodec as exc:
+        log.error("ListOffsets of %s-%d by time: %s", topic, partition, exc)
+        return exc.code, -1, -1
     except KafkaError as exc:
         return exc.code, -1, -1
 
