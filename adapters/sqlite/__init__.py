@@ -14,8 +14,10 @@ their own file and serve reads; when the leader dies another is elected. Modules
   statements classified by SQLite itself; capture.py: transactions captured as apsw Session
   changesets and schema steps;
 - records.py, machine.py: the transaction record and the state machine applying it to a file;
+- definition.py: the functions, aggregates and collations the schema may use, registered on
+  every database of the process before connect (`create_function` here);
 - database.py: a file's node and write lock in this process; restore.py: point-in-time
-  restores; status.py: what `walkit sqlite status` shows.
+  restores; status.py: what `walkit sqlite status` shows; skips.py: `walkit sqlite skip`.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from walkit.adapters.sqlite.dbapi import (
     TimestampFromTicks, adapters, apilevel, complete_statement, converters, paramstyle, register_adapter,
     register_converter, threadsafety,
 )
+from walkit.adapters.sqlite.definition import create_aggregate, create_collation, create_function
 from walkit.adapters.sqlite.errors import (
-    CommitFailed, DatabaseError, DataError, Error, IntegrityError, InterfaceError, InternalError, NotLeader,
-    NotSupportedError, OperationalError, ProgrammingError, ReplicaStopped, TransactionTooLarge, Warning,
+    CommitFailed, DatabaseError, DataError, Error, IntegrityError, InterfaceError, InternalError, MissingFunction,
+    NotLeader, NotSupportedError, OperationalError, ProgrammingError, ReplicaStopped, TransactionTooLarge, Warning,
 )
 from walkit.adapters.sqlite.restore import restore
 
@@ -53,11 +56,12 @@ SQLITE_OK, SQLITE_DENY, SQLITE_IGNORE = 0, 1, 2
 
 __all__ = [
     "Binary", "CommitFailed", "Connection", "Cursor", "DataError", "DatabaseError", "Date", "DateFromTicks",
-    "Error", "IntegrityError", "InterfaceError", "InternalError", "NotLeader", "NotSupportedError",
+    "Error", "IntegrityError", "InterfaceError", "InternalError", "MissingFunction", "NotLeader", "NotSupportedError",
     "OperationalError", "PARSE_COLNAMES", "PARSE_DECLTYPES", "PrepareProtocol", "ProgrammingError",
     "ReplicaStopped", "Row", "Time", "TimeFromTicks", "Timestamp", "TimestampFromTicks", "TransactionTooLarge",
     "Warning", "adapters",
-    "apilevel", "complete_statement", "connect", "converters", "paramstyle", "register_adapter",
+    "apilevel", "complete_statement", "connect", "converters", "create_aggregate", "create_collation",
+    "create_function", "paramstyle", "register_adapter",
     "register_converter", "restore", "sqlite_version", "sqlite_version_info", "threadsafety", "version",
     "version_info",
 ]

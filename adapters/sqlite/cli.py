@@ -1,4 +1,4 @@
-"""walkit.adapters.sqlite.cli is `walkit sqlite`: the replicated SQLite database's shell, replica, restore and status.
+"""walkit.adapters.sqlite.cli is `walkit sqlite`: the replicated SQLite database's shell, replica, restore, status and skip.
 
 Every command takes --metadata URI (default: the embedded cluster under ./walkit-data, the one
 `walkit local` runs). NAME is the replicated database's name, as given to
@@ -31,7 +31,7 @@ def _sqlite_errors(fn):
             raise click.ClickException("walkit sqlite needs apsw 3.50 or newer: pip install 'walkit[sqlite]'") from None
         try:
             return fn(*args, **kwargs)
-        except (WalkitError, sqlite3.Error, OSError) as exc:
+        except (WalkitError, sqlite3.Error, OSError, ValueError) as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     return wrapper
 
@@ -140,6 +140,45 @@ def _status(metadata, name) -> None:
     with client_for(metadata) as client:
         for line in gather(client, name).lines():
             click.echo(line)
+
+
+@sqlite.command()
+@metadata_option
+@click.argument("name")
+@click.argument("position")
+@click.option("--yes", is_flag=True, help="Record the skip without asking, after showing the record.")
+def skip(metadata, name, position, yes) -> None:
+    """Skip the record at POSITION of database NAME on every node that cannot apply it.
+
+    POSITION is the record a stopped node names (L:E or L:E#R, from the error or `walkit sqlite
+    status`). The record is shown first. The skip is itself a record of the log: it is recorded
+    only when no node leads the database (every voting node stopped at it) and no running node
+    reports having applied it; then the stopped nodes, started again, move past it without
+    changing their files, and so does every node and restore after them. What the record would
+    have changed is lost: inspect it first, and prefer replacing a node's file from a snapshot
+    when other nodes applied it.
+
+    Example: walkit sqlite skip app 12:340
+    """
+    _sqlite_errors(_skip)(metadata, name, position, yes)
+
+
+def _skip(metadata, name, position, yes) -> None:
+    from walkit.adapters.sqlite import skips
+    from walkit.adapters.sqlite.status import gather
+    at = skips.parse(position)
+    with client_for(metadata) as client:
+        found = skips.inspect(client, name, at)
+        click.echo(f"record {skips.show(at)} of {name}:")
+        for line in found.lines:
+            click.echo(f"  {line}")
+        applied_by = [node["node_id"] for node in gather(client, name).nodes
+                      if not node.get("stopped") and node.get("applied") and skips.parse(node["applied"]) >= at]
+        if not yes:
+            click.confirm("Skip it on every node that cannot apply it? Its changes are lost", abort=True)
+        entry = skips.record_skip(client, name, at, applied_by, node_id=f"walkit-sqlite-skip:{os.getpid()}")
+    click.echo(f"recorded the skip of {skips.show(at)} in the log of {name} at {entry}; start the stopped nodes "
+               f"again: they move past it")
 
 
 @sqlite.command()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 import weakref
 
+from walkit.adapters.sqlite import definition
 from walkit.adapters.sqlite import statements as st
 from walkit.adapters.sqlite.cursor import Cursor
 from walkit.adapters.sqlite.errors import OperationalError, ProgrammingError, translate
@@ -45,6 +46,8 @@ class Connection:
         self._db = apsw.Connection(database.path)
         self._db.set_busy_timeout(int(timeout * 1000))
         self._db.set_commit_hook(self._commit_hook)
+        definition.register_all(self._db)
+        database.connections.add(self)
         self._timeout = timeout
         self.detect_types = detect_types
         self.row_factory = None
@@ -123,7 +126,9 @@ class Connection:
                 if txn.record.steps:
                     txn.record.commit_ms = now_ms()
                     txn.record.node = database.node_id
-                    database.submit(txn.record.encode())
+                    record = txn.record.encode()
+                    database.trial(record)           # nothing enters the log that the nodes cannot apply
+                    database.submit(record)
             finally:
                 self._txn = None
                 database.write_lock.release()
@@ -160,26 +165,24 @@ class Connection:
         return False
 
     def create_function(self, name: str, narg: int, func, *, deterministic: bool = False) -> None:
-        """create_function defines SQL function `name` here; its results travel as values (leader only)."""
+        """create_function defines SQL function `name` on this connection only, as sqlite3 does; its results travel as values.
+
+        A schema that calls it (an index, a CHECK, a trigger, a view) needs it on every node:
+        register it on the database with walkit.adapters.sqlite.create_function before connect
+        (walkit.adapters.sqlite.definition); otherwise such a statement fails here, "no such function".
+        """
         self._check()
         self._db.create_scalar_function(name, func, narg, deterministic=deterministic)
 
     def create_aggregate(self, name: str, n_arg: int, aggregate_class) -> None:
-        """create_aggregate defines aggregate `name` from a class with step() and finalize()."""
+        """create_aggregate defines aggregate `name` from a class with step() and finalize(), on this connection only."""
         self._check()
-
-        def factory():
-            return aggregate_class(), lambda ctx, *args: ctx.step(*args), lambda ctx: ctx.finalize()
-        self._db.create_aggregate_function(name, factory, n_arg)
+        self._db.create_aggregate_function(name, definition.aggregate_factory(aggregate_class), n_arg)
 
     def create_collation(self, name: str, callable_) -> None:
-        """create_collation defines collation `name` here and where the log is applied (indexes may use it)."""
+        """create_collation defines collation `name` on this connection only; one the schema uses goes on the database."""
         self._check()
-
-        def compare(a: str, b: str) -> int:
-            return callable_(a, b)
-        self._db.create_collation(name, compare)
-        self._database.machine.db.create_collation(name, compare)
+        self._db.create_collation(name, callable_)
 
     def interrupt(self) -> None:
         """interrupt makes the running statement fail with 'interrupted'."""

@@ -17,11 +17,13 @@ import os
 import socket
 import threading
 import time
+import weakref
 
 import walkit
 from walkit.errors import NotLeader as WalkitNotLeader
 from walkit.errors import RecordTooLarge, WalkitError
 
+from walkit.adapters.sqlite import definition
 from walkit.adapters.sqlite.errors import CommitFailed, NotLeader, ReplicaStopped, TransactionTooLarge
 from walkit.adapters.sqlite.machine import SqliteMachine, _show
 
@@ -54,7 +56,10 @@ class Database:
         self.voting = voting
         self.write_lock = threading.Lock()
         self.users = 0
-        self.machine = SqliteMachine(path, name)
+        #: The connections of this process to the file (definitions registered later reach them too).
+        self.connections: weakref.WeakSet = weakref.WeakSet()
+        self.machine = SqliteMachine(path, name)      # MissingFunction: the schema needs what is not registered
+        self.machine.find_skip = self._find_skip
         options = dict(options or {})
         options.setdefault("snapshot_every_records", 10_000)
         if not voting:
@@ -119,6 +124,15 @@ class Database:
         return older[-1].position if older else None
 
     # -- committing -----------------------------------------------------------------------------------
+    def trial(self, record: bytes) -> None:
+        """trial applies `record` as every node will and rolls it back (SqliteMachine.trial); the caller holds `write_lock`."""
+        self.check()
+        self.machine.trial(record)
+
+    def _find_skip(self, at) -> bool:
+        from walkit.adapters.sqlite.skips import skip_recorded
+        return skip_recorded(self.client, self.name, at)
+
     def submit(self, record: bytes):
         """submit appends a transaction record and waits until this node applied it; it returns its position.
 
@@ -196,6 +210,22 @@ class Database:
         self.machine.close()
         if self.owns_client:
             self.client.close()
+
+
+def _register_everywhere(register) -> None:
+    """_register_everywhere registers a definition made after connect on the open databases' connections."""
+    with _registry_lock:
+        databases = list(_registry.values())
+    for database in databases:
+        database.machine.register(register)
+        for conn in list(database.connections):
+            try:
+                register(conn._db)
+            except Exception as exc:  # noqa: BLE001 - a closed or busy connection keeps what it had
+                log.warning("%s: a definition was not registered on a connection: %s", database.name, exc)
+
+
+definition.listeners.append(_register_everywhere)
 
 
 def acquire(path: str, name: str, *, client=None, metadata: str | None = None, node_id: str | None = None,

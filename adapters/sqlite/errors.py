@@ -79,6 +79,20 @@ class ReplicaStopped(WalkitError, DatabaseError):
         self.table = table
 
 
+class MissingFunction(ReplicaStopped):
+    """MissingFunction is raised when this node lacks a function or collation its database's schema uses.
+
+    `function` names it. Functions the schema uses are part of the database's definition:
+    register them with walkit.adapters.sqlite.create_function (create_aggregate,
+    create_collation) before connect, in every process; the node refuses to open without them,
+    and its file stays as it was, so it opens once they are registered.
+    """
+
+    def __init__(self, message: str, function: str, position=None) -> None:
+        super().__init__(message, position)
+        self.function = function
+
+
 #: apsw exception class name -> (DB-API class, what sqlite3 would have said when apsw's text differs).
 _TRANSLATION = {
     "ConstraintError": IntegrityError, "MismatchError": IntegrityError,

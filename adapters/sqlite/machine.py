@@ -7,9 +7,14 @@ position it has applied change together: after a crash the node resumes from the
 position, and a record at or before it is skipped, never applied twice. Records submitted
 together share a log entry, so a position is (ledger, entry, index of the record in the entry).
 
-A record that does not apply (a changeset conflict, a failing statement) is a bug, never
-skipped: the machine stops the node with ReplicaStopped naming the position and the table, and
-the file stays as it was before that record.
+Nothing enters the log that the nodes cannot apply: before the leader appends a record, it
+applies it here as every node will (`trial`: this connection, its setup and the database's
+definitions, walkit.adapters.sqlite.definition) and rolls it back; a record that fails is
+refused at the client. A record that does not apply anyway (a changeset conflict, a failing
+statement, a function this node lacks) stops the node with ReplicaStopped naming the position
+and the table, and the file stays as it was before that record. It is skipped only if the log
+says so: a skip record (`walkit sqlite skip NAME POSITION`) after it, which `find_skip` looks
+for when a record fails, so every node that cannot apply it skips the same record.
 
 The apply connection runs with triggers off (their effects are in the changesets already) and
 foreign keys off (cascades too), WAL mode (readers, such as the sqlite3 command line, read while
@@ -24,14 +29,16 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from typing import BinaryIO, Callable
 
 import walkit
 from walkit.core.loglist import Position
 
-from walkit.adapters.sqlite.errors import OperationalError, ReplicaStopped
-from walkit.adapters.sqlite.records import CHANGESET, Transaction
+from walkit.adapters.sqlite import definition
+from walkit.adapters.sqlite.errors import MissingFunction, OperationalError, ReplicaStopped
+from walkit.adapters.sqlite.records import CHANGESET, SQL, Transaction
 
 log = logging.getLogger("walkit.adapters.sqlite")
 
@@ -69,6 +76,7 @@ def open_file(path: str, name: str):
         db.execute("PRAGMA synchronous=NORMAL")
         db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
         db.execute("PRAGMA foreign_keys=OFF")
+        definition.register_all(db)
         check_name(db, path, name)
     except BaseException:
         db.close()
@@ -129,8 +137,40 @@ class SqliteMachine(walkit.StateMachine):
         self.failed: ReplicaStopped | None = None
         self._entry: tuple[int, int] | None = None
         self._index = -1
+        self._using = threading.Lock()          # the apply connection: applying, or a trial on the leader
         #: Called on the apply thread after each applied record with its position (status, tests).
         self.on_applied: Callable[[RecordPosition], None] | None = None
+        #: Called when the record at a position fails: True if a skip record later in the log names it.
+        self.find_skip: Callable[[RecordPosition], bool] | None = None
+        try:
+            self.check_definitions()
+        except BaseException:
+            self.db.close()
+            raise
+
+    def register(self, register: Callable) -> None:
+        """register registers a definition (walkit.adapters.sqlite.definition) on the apply connection."""
+        with self._using:
+            register(self.db)
+
+    def check_definitions(self) -> None:
+        """check_definitions raises MissingFunction if the file's schema uses a function or collation this process lacks."""
+        with self._using:
+            lacking = definition.missing(self.db)
+        if lacking is not None:
+            raise self._missing(lacking, self.position)
+
+    def _missing(self, lacking: definition.Missing, at: RecordPosition | None) -> MissingFunction:
+        register = "create_collation" if lacking.what == "collation" else "create_function"
+        where = f" ({lacking.used_by})" if lacking.used_by else ""
+        error = MissingFunction(
+            f"{self.path} cannot apply replicated database {self.name!r} at {_show(at)}: its schema uses SQL "
+            f"{lacking.what} {lacking.name!r}{where}, which is not registered on the database in this process. "
+            f"Functions the schema uses are part of the database's definition: call walkit.adapters.sqlite."
+            f"{register}({lacking.name!r}, ...) before connect, in every process of this database "
+            f"(docs/guides/sqlite.md#functions-the-schema-uses)", lacking.name, _as_position(at))
+        error.lacking = lacking
+        return error
 
     # -- applying -------------------------------------------------------------------------------------
     def record_position(self, position: Position) -> RecordPosition:
@@ -155,41 +195,88 @@ class SqliteMachine(walkit.StateMachine):
         try:
             txn = Transaction.decode(record)
             self.apply_transaction(txn, at)
-        except Exception as exc:  # noqa: BLE001 - nothing is skipped: any failure stops this replica
-            if not isinstance(exc, ReplicaStopped):
-                exc = ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: "
-                                     f"{type(exc).__name__}: {exc}", _as_position(at))
-            self.failed = exc
-            log.error("%s: %s", self.name, exc)
-            raise _Halt(exc) from exc
+        except Exception as exc:  # noqa: BLE001 - only the log skips a record: any other failure stops this replica
+            if self.find_skip is not None and self.find_skip(at):
+                log.warning("%s: the record at %s does not apply here (%s: %s); the log skips it", self.name,
+                            _show(at), type(exc).__name__, exc)
+                self.apply_transaction(Transaction(), at)
+            else:
+                self._stop(exc, at)
         if self.on_applied is not None:
             self.on_applied(at)
         return at
 
+    def _stop(self, exc: Exception, at: RecordPosition):
+        if not isinstance(exc, ReplicaStopped):
+            exc = ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: "
+                                 f"{type(exc).__name__}: {exc}", _as_position(at))
+        if not isinstance(exc, MissingFunction):
+            exc.args = (f"{exc}. This node serves nothing until the record applies: inspect it and skip it with "
+                        f"`walkit sqlite skip {self.name} {_show(at)}` if no node can apply it, or replace this "
+                        f"node's file from a snapshot (docs/guides/sqlite.md#a-record-that-does-not-apply)",)
+        self.failed = exc
+        log.error("%s: %s", self.name, exc)
+        raise _Halt(exc) from exc
+
     def apply_transaction(self, txn: Transaction, at: RecordPosition) -> None:
         """apply_transaction runs `txn`'s steps and moves the position to `at`, all in one SQLite transaction."""
-        import apsw
         db = self.db
-        begin_immediate(db)
-        try:
-            for kind, value in txn.steps:
-                if kind == CHANGESET:
-                    self._apply_changeset(value, at)
-                else:
-                    try:
-                        db.execute(value)
-                    except apsw.Error as exc:
-                        raise ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: the "
-                                             f"schema statement {value!r} failed: {exc}", _as_position(at)) from exc
-            db.execute(_CREATE_POSITION)
-            db.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
-                       "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, txn.commit_ms))
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
+        with self._using:
+            begin_immediate(db)
+            try:
+                self._run(txn, at)
+                db.execute(_CREATE_POSITION)
+                db.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
+                           "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, txn.commit_ms))
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
         self.position, self.commit_ms = at, txn.commit_ms
+
+    def trial(self, record: bytes) -> None:
+        """trial applies `record` as every node will (this connection, the database's definitions), then rolls it back.
+
+        The leader calls it before appending a record, with the write lock held. It raises the
+        DB-API error the record meets, with SQLite's message ("no such function: f").
+        """
+        import apsw
+        from walkit.adapters.sqlite.errors import translate
+        txn = Transaction.decode(record)
+        db = self.db
+        with self._using:
+            begin_immediate(db)
+            try:
+                self._run(txn, None)
+            except MissingFunction as exc:
+                raise OperationalError(exc.lacking.message) from None
+            except ReplicaStopped as exc:
+                cause = exc.__cause__
+                raise (translate(cause) if isinstance(cause, apsw.Error) else OperationalError(str(exc))) from None
+            finally:
+                db.execute("ROLLBACK")
+
+    def _run(self, txn: Transaction, at: RecordPosition | None) -> None:
+        """_run runs `txn`'s steps in the open transaction; a schema change is checked for definitions this process lacks."""
+        import apsw
+        for kind, value in txn.steps:
+            if kind == CHANGESET:
+                self._apply_changeset(value, at)
+            elif kind == SQL:
+                try:
+                    self.db.execute(value)
+                except apsw.Error as exc:
+                    lacking = definition.missing_in(exc, value)
+                    if lacking is not None:
+                        raise self._missing(lacking, at) from exc
+                    raise ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: the "
+                                         f"schema statement {value!r} failed: {exc}", _as_position(at)) from exc
+            # a SKIP step changes nothing here: the record it names was skipped where it failed
+        if txn.has_schema:
+            lacking = definition.missing(self.db)
+            if lacking is not None:
+                raise self._missing(lacking, at)
 
     def _apply_changeset(self, changeset: bytes, at: RecordPosition) -> None:
         import apsw
@@ -257,6 +344,11 @@ class SqliteMachine(walkit.StateMachine):
         self.position, self.commit_ms = read_position(self.db)
         self._entry, self._index = None, -1
         log.info("%s: %s restored from the snapshot at %s", self.name, self.path, _show(self.position))
+        try:
+            self.check_definitions()
+        except MissingFunction as exc:          # the node stops at its next record; connect reports it
+            self.failed = exc
+            log.error("%s: %s", self.name, exc)
 
     def close(self) -> None:
         """close closes the apply connection."""

@@ -8,7 +8,10 @@ in the order the transaction ran them:
 - ``["cs", n]``: an apsw Session changeset of n bytes, the next blob (row changes carry their
   values, so RANDOM() and datetime('now') give every replica the leader's result);
 - ``["sql", text]``: a schema statement (CREATE/ALTER/DROP of tables, indexes, views, triggers;
-  PRAGMA user_version / application_id), run as it is.
+  PRAGMA user_version / application_id), run as it is;
+- ``["skip", [ledger, entry, record]]``: the record at that position is skipped by every node
+  that has not applied it (`walkit sqlite skip`); a record holds this step alone. Nodes from
+  before skips stop at it ("unknown step"), so every node is upgraded before a skip.
 
 `t` is the leader's wall clock at COMMIT: point-in-time restores by time stop there.
 """
@@ -25,6 +28,7 @@ _HEAD = struct.Struct(">4sBI")
 
 CHANGESET = "cs"
 SQL = "sql"
+SKIP = "skip"
 
 
 class RecordError(ValueError):
@@ -47,6 +51,20 @@ class Transaction:
     def add_sql(self, text: str) -> None:
         """add_sql appends a schema statement step."""
         self.steps.append((SQL, text))
+
+    def add_skip(self, at: tuple[int, int, int]) -> None:
+        """add_skip appends the step skipping the record at position `at` (ledger, entry, record)."""
+        self.steps.append((SKIP, tuple(at)))
+
+    @property
+    def skipped(self) -> tuple[int, int, int] | None:
+        """skipped is the position this record skips, None for a transaction."""
+        return next((value for kind, value in self.steps if kind == SKIP), None)
+
+    @property
+    def has_schema(self) -> bool:
+        """has_schema is True if the record changes the schema."""
+        return any(kind == SQL for kind, _ in self.steps)
 
     def encode(self) -> bytes:
         """encode returns the record's bytes."""
@@ -82,6 +100,8 @@ class Transaction:
                 at += value
             elif kind == SQL:
                 steps.append((kind, value))
+            elif kind == SKIP:
+                steps.append((kind, tuple(int(part) for part in value)))
             else:
                 raise RecordError(f"unknown step {kind!r}")
         if at != len(record):
