@@ -173,7 +173,10 @@ class GroupCoordinator:
             changed = True
         else:
             member = group.members[member_id]
-            changed = member.protocols != list(protocols) or member.id == group.leader
+            # As Kafka: the leader's rejoin rebalances a Stable group (it may assign anew), but in
+            # CompletingRebalance it is a member that missed its JoinGroup answer, answered again;
+            # rebalancing then would start over each time a slow leader asks again, without end.
+            changed = member.protocols != list(protocols) or (member.id == group.leader and group.state == STABLE)
             member.protocols = list(protocols)
             member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
         member.last_seen = now

@@ -359,3 +359,26 @@ def test_a_new_bucket_leader_loads_the_stored_groups_as_stable(memory_cluster):
         await until(lambda: "g" not in second.state.stored_memberships())
         await loop.run_in_executor(None, second.node.close)
     asyncio.run(scenario())
+
+
+def test_a_leader_rejoining_before_its_sync_gets_the_same_generation_not_a_new_rebalance():
+    """A leader that missed its JoinGroup answer (kafka-python gives up on a poll's timeout) asks
+    again while the group completes its rebalance: as Kafka, it is answered the current generation.
+    Rebalancing instead restarted the group every time, without end (test_topics_clients' roundrobin
+    group of three consumers polled by one thread never settled)."""
+    async def scenario():
+        coordinator = GroupCoordinator(asyncio.get_running_loop(), initial_delay_ms=50)
+        protocols = [("roundrobin", b"subscription")]
+        joins = [coordinator.join("g", "", None, f"c{i}", "h", 6000, 9000, "consumer", protocols) for i in range(2)]
+        one, two = [await join for join in joins]
+        again = await coordinator.join("g", one.member_id, None, "c0", "h", 6000, 9000, "consumer", protocols)
+        assert (again.error, again.generation, again.leader) == (errors.NONE, 1, one.member_id)
+        assert len(again.members) == 2
+        leader = coordinator.sync("g", 1, one.member_id, [(one.member_id, b"A"), (two.member_id, b"B")])
+        assert await leader == (errors.NONE, b"A")
+        assert await coordinator.sync("g", 1, two.member_id, []) == (errors.NONE, b"B")
+        # In Stable, the leader's rejoin rebalances (it may assign anew), as Kafka does.
+        rejoin = coordinator.join("g", one.member_id, None, "c0", "h", 6000, 9000, "consumer", protocols)
+        assert coordinator.heartbeat("g", 1, two.member_id) == errors.REBALANCE_IN_PROGRESS
+        rejoin.cancel()
+    asyncio.run(scenario())
