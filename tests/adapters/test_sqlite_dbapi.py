@@ -197,7 +197,7 @@ def test_functions_aggregates_and_collations(conn):
         def finalize(self):
             return self.best
     conn.create_aggregate("longest", 1, Longest)
-    conn.create_collation("reverse", lambda a, b: (a < b) - (a > b))
+    sq.create_collation("reverse", lambda a, b: (a < b) - (a > b))    # the schema uses it: on the database
     conn.execute("CREATE TABLE words(w TEXT PRIMARY KEY COLLATE reverse, n)")
     with conn:
         conn.executemany("INSERT INTO words VALUES (?, twice(?))", [("a", 1), ("ccc", 2), ("bb", 3)])
