@@ -816,8 +816,8 @@ def _footprint(path: str, entries: int) -> tuple[int, int]:
 
 
 def test_memory_stays_flat_as_entries_grow(tmp_path):
-    small = _footprint(str(tmp_path / "small"), 20_000)
-    large = _footprint(str(tmp_path / "large"), 200_000)
+    small = _footprint(str(tmp_path / "small"), 10_000)
+    large = _footprint(str(tmp_path / "large"), 100_000)
     assert large[0] < 2 * small[0] + 64 * 1024, (small, large)     # retained after the last sync
     assert large[1] < 2 * small[1] + 256 * 1024, (small, large)    # peak while writing
 
