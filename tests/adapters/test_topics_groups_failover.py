@@ -60,7 +60,7 @@ PARTITIONS = 3
 RECORDS = 3000
 SESSION_MS = 15_000
 #: How much longer than the session timeout a group may take to consume again after the kill.
-RESUME_SLACK_S = 3.0
+RESUME_SLACK_S = 5.0
 
 
 @pytest.fixture
