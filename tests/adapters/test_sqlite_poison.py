@@ -16,7 +16,7 @@ import pytest
 
 import walkit.adapters.sqlite as sq
 
-from .sqlitehelpers import Nodes, log_records, memory_cluster, unique
+from .sqlitehelpers import Nodes, memory_cluster, unique
 
 _functions = itertools.count()
 
@@ -53,6 +53,11 @@ def function_name() -> str:
     return f"keep{next(_functions)}"
 
 
+def next_entry(position):
+    """next_entry is the log position right after `position`: where the next record goes if nothing was appended."""
+    return (position.ledger_id, position.entry_id + 1)
+
+
 def statements(case: str, f: str) -> tuple[list[str], str]:
     setup, poison = POISON[case]
     return setup, poison.format(f=f)
@@ -66,15 +71,15 @@ def test_a_schema_calling_a_connection_function_fails_at_the_client_and_nothing_
     setup, poison = statements(case, f)
     for sql in setup:
         leader.execute(sql)
-    before = len(log_records(leader))
+    leader.execute("CREATE TABLE after(y)")
+    before = leader.position
     with pytest.raises(sq.OperationalError) as caught:
         leader.execute(poison)
     assert type(caught.value) is sq.OperationalError and str(caught.value) == f"no such function: {f}"
-    assert len(log_records(leader)) == before
     assert not leader.in_transaction
-    leader.execute("CREATE TABLE after(y)")
     with leader:
         leader.execute("INSERT INTO after VALUES (?)", (f,))
+    assert (leader.position.ledger_id, leader.position.entry_id) == next_entry(before)    # nothing appended between
     follower.read_barrier()
     assert follower.execute("SELECT y FROM after").fetchall() == [(f,)]
     assert leader._database.machine.failed is None and follower._database.machine.failed is None
@@ -105,14 +110,15 @@ def test_a_transaction_that_fails_its_trial_rolls_back_whole_and_appends_nothing
     f = function_name()
     leader.create_function(f, 1, lambda x: 1, deterministic=True)
     leader.execute("CREATE TABLE t(x)")
-    before = len(log_records(leader))
+    before = leader.position
     leader.execute("INSERT INTO t VALUES (1)")                    # opens a transaction (isolation_level "")
     leader.execute(f"CREATE INDEX t_f ON t(x) WHERE {f}(x) > 0")
     with pytest.raises(sq.OperationalError, match=f"^no such function: {f}$"):
         leader.commit()
-    assert not leader.in_transaction and len(log_records(leader)) == before
+    assert not leader.in_transaction
     assert leader.execute("SELECT count(*) FROM t").fetchone() == (0,)
     with leader:
         leader.execute("INSERT INTO t VALUES (2)")
+    assert (leader.position.ledger_id, leader.position.entry_id) == next_entry(before)    # nothing appended between
     follower.read_barrier()
     assert follower.execute("SELECT x FROM t").fetchall() == [(2,)]
