@@ -174,11 +174,31 @@ class Broker:
             pass
 
     def leader_of(self, slot: Slot) -> int:
-        """leader_of is the broker id that leads a slot, -1 if none (this broker's own view first)."""
+        """leader_of is the broker id that leads a slot, -1 if none (this broker's own view first).
+
+        When the ownership thread's view names no live leader (a failover it has not read yet:
+        FindCoordinator answered COORDINATOR_NOT_AVAILABLE for many seconds after a coordinator's
+        death, and librdkafka members timed their sessions out), the slot's own node says whom it
+        last read as leader (walkit.replicate's `node.leader`, renewed each second, never waiting).
+        """
         if self._serving(slot) is not None:
             return self.id
         leader = self.view.leaders.get(slot, -1)
+        if leader not in self.view.brokers:
+            leader = self._node_leader(slot)
         return -1 if leader == self.id else leader       # won, still replaying (or just lost)
+
+    def _node_leader(self, slot: Slot) -> int:
+        """_node_leader is the broker id this broker's node of `slot` last read as its leader, -1 if none."""
+        if slot.topic is None:
+            served = self.buckets.get(slot.partition)
+        else:
+            served = self.partitions.get((slot.topic, slot.partition))
+            topic = self.view.topics.get(slot.topic)
+            if served is not None and (topic is None or topic.id != served.topic_id):
+                return -1                                   # a deleted topic's partition
+        leader = served.node.leader if served is not None and served.node is not None else None
+        return int(leader) if leader is not None and leader.isdigit() else -1
 
     def _serving(self, slot: Slot):
         """_serving is the slot's PartitionLeader or BucketLeader if this broker serves it now, else None."""

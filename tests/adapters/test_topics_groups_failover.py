@@ -100,7 +100,7 @@ class GroupRun:
         self.static_cooperative = static_cooperative
         self.deliveries: list[Delivery] = []
         self.assigned_at: list[float] = []           # each time a member was given partitions
-        self.assigned_members: set[int] = set()      # the members given partitions at least once
+        self.owned: dict[int, set[int]] = {i: set() for i in range(3)}    # each member's partitions now
         self.failures: list[BaseException] = []
         self.stopping = threading.Event()
         self.stopped_at = float("inf")
@@ -121,9 +121,18 @@ class GroupRun:
     def consumed(self) -> set[bytes]:
         return {d.value for d in self.deliveries}
 
-    def _assigned(self, index: int) -> None:
-        self.assigned_at.append(time.monotonic())
-        self.assigned_members.add(index)
+    def _assigned(self, index: int, partitions) -> None:
+        if partitions:
+            self.assigned_at.append(time.monotonic())
+        self.owned[index] |= {p.partition for p in partitions}         # eager: revoked first; cooperative: added
+
+    def _revoked(self, index: int, partitions) -> None:
+        self.owned[index] -= {p.partition for p in partitions}
+
+    def settled(self) -> bool:
+        """settled tells whether each member owns one partition and together all of them (rebalances over)."""
+        owned = list(self.owned.values())
+        return all(len(mine) == 1 for mine in owned) and set().union(*owned) == set(range(PARTITIONS))
 
     def _run(self, target, index: int) -> None:
         try:
@@ -138,7 +147,8 @@ class GroupRun:
             config.update({"group.instance.id": f"{self.name}-{index}",
                            "partition.assignment.strategy": "cooperative-sticky"})
         consumer = Consumer(config)
-        consumer.subscribe([TOPIC], on_assign=lambda c, parts: parts and self._assigned(index))
+        consumer.subscribe([TOPIC], on_assign=lambda c, parts: self._assigned(index, parts),
+                           on_revoke=lambda c, parts: self._revoked(index, parts))
         try:
             while not self.stopping.is_set():
                 message = consumer.poll(0.2)
@@ -159,11 +169,10 @@ class GroupRun:
 
         class Listener(ConsumerRebalanceListener):
             def on_partitions_revoked(self, revoked):
-                pass
+                run._revoked(index, revoked)
 
             def on_partitions_assigned(self, assigned):
-                if assigned:
-                    run._assigned(index)
+                run._assigned(index, assigned)
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap.split(","), group_id=self.name,
                                  auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=1,
                                  session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500)
@@ -256,8 +265,8 @@ def failover(brokers: list[TopicsProcess], *, kill_coordinator: bool) -> dict:
             run.start()
         producer.start()
         wait_until(lambda: len(acked) > RECORDS // 4 and all(len(run.deliveries) > 100 and
-                                                             len(run.assigned_members) == 3 for run in runs), 60,
-                   message="a quarter of the records acknowledged, consumed by both groups, every member assigned")
+                                                             run.settled() for run in runs), 60,
+                   message="a quarter of the records acknowledged and consumed, each member owning one partition")
         assigned_before = {run.name: len(run.assigned_at) for run in runs}
         victim = next(b for b in brokers if b.port == broker_ids(bootstrap)[victim_id])
         if kill_coordinator:
