@@ -190,25 +190,23 @@ class Broker:
 
     def _node_leader(self, slot: Slot) -> int:
         """_node_leader is the broker id this broker's node of `slot` last read as its leader, -1 if none."""
-        if slot.topic is None:
-            served = self.buckets.get(slot.partition)
-        else:
-            served = self.partitions.get((slot.topic, slot.partition))
-            topic = self.view.topics.get(slot.topic)
-            if served is not None and (topic is None or topic.id != served.topic_id):
-                return -1                                   # a deleted topic's partition
+        served = self._slot(slot)
         leader = served.node.leader if served is not None and served.node is not None else None
         return int(leader) if leader is not None and leader.isdigit() else -1
 
+    def _slot(self, slot: Slot):
+        """_slot is the slot's PartitionLeader or BucketLeader on this broker (led or not), else None."""
+        if slot.topic is None:
+            return self.buckets.get(slot.partition)
+        served = self.partitions.get((slot.topic, slot.partition))
+        known = self.view.topics.get(slot.topic)
+        if served is not None and (known is None or known.id != served.topic_id):
+            return None                                     # a deleted topic's partition
+        return served
+
     def _serving(self, slot: Slot):
         """_serving is the slot's PartitionLeader or BucketLeader if this broker serves it now, else None."""
-        if slot.topic is None:
-            served = self.buckets.get(slot.partition)
-        else:
-            served = self.partitions.get((slot.topic, slot.partition))
-            known = self.view.topics.get(slot.topic)
-            if served is not None and (known is None or known.id != served.topic_id):
-                return None                                 # a deleted topic's partition
+        served = self._slot(slot)
         if served is None or not served.active or not served.node.is_leader:
             return None                                     # (a deposed node says "follower" soon)
         return served
