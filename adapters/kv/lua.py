@@ -207,10 +207,24 @@ def split_keys(args) -> tuple[list[bytes], list[bytes]]:
     return list(args[3:3 + numkeys]), list(args[3 + numkeys:])
 
 
-class ScriptError(Exception):
-    """ScriptError raises the Lua error `value` from a Python function scripts call (the bridge)."""
+class ErrorTable(NamedTuple):
+    """ErrorTable is a Redis error table as Python data: {err = message}, marked when a command raised it."""
 
-    def __init__(self, value) -> None:
+    message: bytes
+    from_command: bool = False
+
+
+class ScriptError(Exception):
+    """ScriptError raises a Lua error from a Python function scripts call (the bridge).
+
+    `value` is the error as Python data (bytes, or an ErrorTable), made a Lua value only when Lua
+    asks for it (Interpreter._unwrap), and the bridge raises it without a traceback. So the error
+    never holds a Lua object: lupa ties an object made during a call from a coroutine to that
+    coroutine's state and keeps the last error past the call, and releasing such an object after
+    Lua collected the coroutine wrote into freed memory (lupa GH#84; it crashed a test worker).
+    """
+
+    def __init__(self, value: bytes | ErrorTable) -> None:
         super().__init__(value)
         self.value = value
 
@@ -290,16 +304,23 @@ class Interpreter:
         def bridged(*args):
             try:
                 return method(*args, **options)
-            except ScriptError:
-                raise
+            except ScriptError as exc:
+                error = exc
             except Exception as exc:  # noqa: BLE001 - a bug must fail the script, not the node
                 log.exception("walkit kv: the script bridge failed")
-                raise ScriptError(self._error(b"ERR internal error in a script call: %s" % type(exc).__name__.encode()))
+                error = ScriptError(ErrorTable(b"ERR internal error in a script call: %s" % type(exc).__name__.encode()))
+            del args                    # the arguments may be Lua objects: no frame the error keeps holds them
+            error.__context__ = error.__cause__ = None
+            raise error.with_traceback(None)
         return bridged
 
     def _unwrap(self, error):
         """_unwrap is the Lua error value a ScriptError stands for (other values are returned as they are)."""
-        return error.value if isinstance(error, ScriptError) else error
+        return self._lua_value(error.value) if isinstance(error, ScriptError) else error
+
+    def _lua_value(self, value):
+        """_lua_value is an error's value as Lua sees it: an ErrorTable becomes a table, made now."""
+        return self._error(value.message, from_command=value.from_command) if type(value) is ErrorTable else value
 
     def _error(self, message: bytes, *, from_command: bool = False):
         """_error is a Redis error table; a command's own error is marked as redis marks it."""
@@ -310,7 +331,7 @@ class Interpreter:
 
     def _fail(self, message: bytes) -> ScriptError:
         """_fail is the error redis raises with luaPushError(message) (an ERR unless it has a code)."""
-        return ScriptError(self._error(error_line(message)))
+        return ScriptError(ErrorTable(error_line(message)))
 
     def _call(self, *args, protected: bool):
         """_call runs redis.call (raises a command's error) or redis.pcall (returns it)."""
@@ -318,12 +339,12 @@ class Interpreter:
             reply = self._command(args)
         except ScriptError as exc:
             if protected:
-                return exc.value
+                return self._lua_value(exc.value)
             raise
         if isinstance(reply, ReplyError):
-            error = self._error(error_line(b"-" + reply.message.encode("utf-8", "replace")), from_command=True)
+            error = ErrorTable(error_line(b"-" + reply.message.encode("utf-8", "replace")), from_command=True)
             if protected:
-                return error
+                return self._lua_value(error)
             raise ScriptError(error)
         return self._to_lua(reply)
 
