@@ -322,14 +322,25 @@ def test_client_side_assignors_pass_through_roundrobin_and_cooperative_sticky(br
                                       partition_assignment_strategy=[RoundRobinPartitionAssignor])
                         for _ in range(3)]
     seen: list[bytes] = []
+    stop = threading.Event()
 
-    def roundrobin_settled():
-        for consumer in python_consumers:
+    sizes = [0] * len(python_consumers)  # each member's assignment, as its own thread last saw it
+
+    def consume(index: int, consumer) -> None:     # each member polls in its own thread, as an application's would
+        while not stop.is_set():
             for records in consumer.poll(100).values():
                 seen.extend(r.value for r in records)
-        sizes = [len(c.assignment()) for c in python_consumers]
-        return sizes == [2, 2, 2] and len(set(seen)) == 600
-    wait_until(roundrobin_settled, 90, message="roundrobin: 2 partitions each and every record")
+            sizes[index] = len(consumer.assignment())
+    pollers = [threading.Thread(target=consume, args=(i, c), daemon=True) for i, c in enumerate(python_consumers)]
+    for poller in pollers:
+        poller.start()
+    try:
+        wait_until(lambda: sizes == [2, 2, 2] and len(set(seen)) == 600, 90,
+                   message=lambda: f"roundrobin: 2 partitions each and every record ({sizes}, {len(set(seen))} records)")
+    finally:
+        stop.set()
+        for poller in pollers:
+            poller.join(30)
     for consumer in python_consumers:
         consumer.close()
 
