@@ -1,6 +1,7 @@
 """Consumer groups across the death of a broker: three `walkit topics serve` processes, real clients.
 
-A topic of 3 partitions, an idempotent acks=all producer streaming, and two groups of three
+A topic of 3 partitions, an idempotent acks=all producer streaming (from before the groups
+settle until each has consumed again from every partition after the kill), and two groups of three
 consumers, one of confluent-kafka and one of kafka-python, each consumer committing its offset
 synchronously after every record it processes. A broker is SIGKILLed mid-stream: the leader of
 partition 0 (which coordinates neither group), or the broker coordinating both groups (found
@@ -57,7 +58,8 @@ from tests.support.serverprocess import TopicsProcess
 
 TOPIC = "orders"
 PARTITIONS = 3
-RECORDS = 3000
+#: How many records the producer streams at most (2 ms apart); it stops once the groups resumed.
+RECORDS = 30_000
 SESSION_MS = 15_000
 #: How much longer than the session timeout a group may take to consume again after the kill.
 RESUME_SLACK_S = 5.0
@@ -88,6 +90,7 @@ class Delivery:
     partition: int
     at: float
     committed: bool
+    error: str = ""            # why the commit failed, for the failure messages
 
 
 class GroupRun:
@@ -157,10 +160,10 @@ class GroupRun:
                 at = time.monotonic()                           # processed; now committed
                 try:
                     done = consumer.commit(message=message, asynchronous=False)
-                    ok = all(part.error is None for part in done)
-                except KafkaException:
-                    ok = False
-                self.deliveries.append(Delivery(message.value(), message.partition(), at, ok))
+                    error = "; ".join(str(part.error) for part in done if part.error is not None)
+                except KafkaException as exc:
+                    error = str(exc)
+                self.deliveries.append(Delivery(message.value(), message.partition(), at, not error, error))
         finally:
             consumer.close()
 
@@ -184,10 +187,10 @@ class GroupRun:
                         at = time.monotonic()
                         try:
                             consumer.commit({part: OffsetAndMetadata(message.offset + 1, "", -1)})
-                            ok = True
-                        except KafkaPythonError:
-                            ok = False
-                        self.deliveries.append(Delivery(message.value, message.partition, at, ok))
+                            error = ""
+                        except KafkaPythonError as exc:
+                            error = repr(exc)
+                        self.deliveries.append(Delivery(message.value, message.partition, at, not error, error))
         finally:
             consumer.close()
 
@@ -211,12 +214,27 @@ def check_group(run: GroupRun, acked: list[bytes], killed_at: float | None) -> d
         return numbers
     resumed = {}
     for partition in range(PARTITIONS):
-        later = [d.at for d in run.deliveries if d.partition == partition and d.at >= killed_at and d.committed]
-        assert later, f"{run.name}: nothing of partition {partition} consumed and committed after the kill"
+        after = [d for d in run.deliveries if d.partition == partition and d.at >= killed_at]
+        later = [d.at for d in after if d.committed]
+        assert later, (f"{run.name}: nothing of partition {partition} consumed and committed after the kill "
+                       f"({len(after)} consumed; commit errors {sorted({d.error for d in after})[:5]}; "
+                       f"assigned at {[round(at - killed_at, 2) for at in run.assigned_at]} s after the kill)")
         resumed[partition] = min(later) - killed_at
     limit = SESSION_MS / 1000 + RESUME_SLACK_S
     assert max(resumed.values()) <= limit, f"{run.name}: partitions resumed {resumed} s after the kill (> {limit})"
     return {**numbers, "resumed after s": round(max(resumed.values()), 2)}
+
+
+def resumed_after(run: GroupRun, killed_at: float) -> float | None:
+    """resumed_after is how long after the kill `run` had consumed and committed from every partition
+    (None while it has not)."""
+    firsts = []
+    for partition in range(PARTITIONS):
+        later = [d.at for d in list(run.deliveries) if d.partition == partition and d.at >= killed_at and d.committed]
+        if not later:
+            return None
+        firsts.append(min(later))
+    return max(firsts) - killed_at
 
 
 def group_led_by(live: list[int], prefix: str, wanted) -> str:
@@ -255,18 +273,18 @@ def failover(brokers: list[TopicsProcess], *, kill_coordinator: bool) -> dict:
 
     acked: list[bytes] = []
     produce_errors: list = []
+    enough = threading.Event()
     runs = [GroupRun(name, bootstrap, library, static_cooperative=kill_coordinator and library == "confluent-kafka")
             for name, library in groups.items()]
     late: GroupRun | None = None
     producer = threading.Thread(target=stream, args=(bootstrap, TOPIC, acked, produce_errors),
-                                kwargs={"records": range(RECORDS), "keys": 97}, daemon=True)
+                                kwargs={"records": range(RECORDS), "keys": 97, "stop": enough}, daemon=True)
     try:
         for run in runs:
             run.start()
         producer.start()
-        wait_until(lambda: len(acked) > RECORDS // 4 and all(len(run.deliveries) > 100 and
-                                                             run.settled() for run in runs), 60,
-                   message="a quarter of the records acknowledged and consumed, each member owning one partition")
+        wait_until(lambda: all(len(run.deliveries) > 100 and run.settled() for run in runs), 60,
+                   message="records consumed by each group, each member owning one partition")
         assigned_before = {run.name: len(run.assigned_at) for run in runs}
         victim = next(b for b in brokers if b.port == broker_ids(bootstrap)[victim_id])
         if kill_coordinator:
@@ -279,8 +297,15 @@ def failover(brokers: list[TopicsProcess], *, kill_coordinator: bool) -> dict:
         if not kill_coordinator:                      # the issue's group: started on the survivors
             survivors = ",".join(b.bootstrap for b in brokers if b is not victim)
             late = GroupRun(f"{confluent_group}-late", survivors, "confluent-kafka").start()
+        # The producer goes on until every group consumed and committed from each partition after
+        # the kill (check_group asserts how soon), or that time passed; then it flushes.
+        limit = SESSION_MS / 1000 + RESUME_SLACK_S
+        resumed = lambda: all(resumed_after(run, killed_at) is not None for run in runs)  # noqa: E731
+        while not resumed() and time.monotonic() - killed_at < limit + 1 and producer.is_alive():
+            time.sleep(0.1)                   # paces the check; the producer streams meanwhile
+        enough.set()
         producer.join(150)
-        assert not producer.is_alive() and produce_errors == [] and len(acked) == RECORDS
+        assert not producer.is_alive() and produce_errors == [] and acked
         for run in runs + ([late] if late else []):
             wait_until(lambda: set(acked) <= run.consumed(), 60, interval=0.2, message=lambda: (
                 f"{run.name}: {len(set(acked) - run.consumed())} acknowledged records not consumed"))
