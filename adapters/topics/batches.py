@@ -1,8 +1,8 @@
 """walkit.adapters.topics.batches checks, numbers and reads Kafka record batches (magic v2).
 
 A partition's log holds one record batch per entry, byte for byte as the producer sent it,
-except the first 8 bytes: the base offset, which the leader assigns. Kafka's CRC (CRC-32C)
-covers the batch from its attributes on, so renumbering keeps it valid, and a consumer gets
+except the base offset and the partitionLeaderEpoch, which the leader assigns (epochs.py).
+Kafka's CRC (CRC-32C) covers the batch from its attributes on, so both keep it valid, and a consumer gets
 exactly what the producer's CRC protects. Compressed batches stay compressed.
 
 The codec is the low 3 bits of the attributes: none, gzip, snappy, lz4 or zstd. The broker
@@ -32,6 +32,7 @@ HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size            # 61
 LOG_OVERHEAD = 12                    # baseOffset + batchLength
 _OFFSET = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
 COMPRESSION = 0x07
@@ -134,9 +135,12 @@ def split(records: bytes | None, max_batch_bytes: int) -> list[bytes]:
     return batches
 
 
-def with_base_offset(batch: bytes, base_offset: int) -> bytes:
-    """with_base_offset is `batch` renumbered to start at `base_offset` (the CRC stays valid)."""
-    return _OFFSET.pack(base_offset) + batch[8:]
+def with_base_offset(batch: bytes, base_offset: int, leader_epoch: int | None = None) -> bytes:
+    """with_base_offset is `batch` renumbered to start at `base_offset`, and stamped with the partition's
+    `leader_epoch` if given (both lie before the CRC's range, so it stays valid)."""
+    if leader_epoch is None:
+        return _OFFSET.pack(base_offset) + batch[8:]
+    return _OFFSET.pack(base_offset) + batch[8:12] + _EPOCH.pack(leader_epoch) + batch[16:]
 
 
 def records(batch: bytes):

@@ -7,7 +7,8 @@ opens and closes them): `partitions` maps (topic, partition) to a PartitionLeade
 and loaded by the broker that takes a bucket over). The cluster's count of buckets is read (or,
 on a new cluster, recorded) before any slot opens (catalog.Catalog.group_buckets). The request
 handlers (handlers/) read and change these only on the event loop. A periodic task expires
-silent group members and applies retention.
+silent group members, applies retention and, in the buckets this broker leads, expires the
+committed offsets of groups empty for `offsets_retention_ms` (forget records, offsets.py).
 
 Message size: a record batch is one walkit.replicate record, so it must fit a log entry of its
 own (`largest_message`: the client's max_entry_bytes less 9 bytes). A topic's
@@ -31,7 +32,7 @@ from walkit.adapters.topics.catalog import (
 from walkit.adapters.topics.coordinator import GroupCoordinator
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.leader import PartitionLeader, on_loop
-from walkit.adapters.topics.offsets import SNAPSHOT_EVERY, OffsetsState
+from walkit.adapters.topics.offsets import SNAPSHOT_EVERY, OffsetsState, forget_record
 from walkit.adapters.topics.ownership import ClusterView, Ownership, Slot
 from walkit.adapters.topics.partition import PartitionMachine
 from walkit.errors import ConfigError, NoSuchLog, WalkitError
@@ -53,6 +54,7 @@ class BrokerSettings:
     retention_check_ms: int = 5000
     snapshot_every: int = 10_000
     initial_rebalance_delay_ms: int = 1000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000   # Kafka's offsets.retention.minutes, 7 days
     group_buckets: int | None = None            # the cluster's (catalog.Catalog.group_buckets); None: keep it
     ensemble: int = 3
     write_quorum: int = 2
@@ -188,6 +190,15 @@ class Broker:
             leader = self._node_leader(slot)
         return -1 if leader == self.id else leader       # won, still replaying (or just lost)
 
+    def leader_epoch(self, slot: Slot) -> int:
+        """leader_epoch is a partition's leader epoch as this broker knows it (epochs.py): its own while it
+        leads, else the last leadership that began in its replicated state (-1 if none did)."""
+        served = self._serving(slot)
+        if served is not None:
+            return served.epoch
+        known = self._slot(slot)
+        return known.state.epochs.latest if known is not None and slot.topic is not None else -1
+
     def _node_leader(self, slot: Slot) -> int:
         """_node_leader is the broker id this broker's node of `slot` last read as its leader, -1 if none."""
         served = self._slot(slot)
@@ -310,8 +321,23 @@ class Broker:
                         known = self.view.topics.get(topic)
                         if known is not None and served.active and known.id == served.topic_id:
                             self.loop.create_task(self._retention(served, known))
+                    self._expire_offsets()
             except Exception:  # noqa: BLE001 - the periodic task must survive anything
                 log.exception("periodic broker work failed")
+
+    def _expire_offsets(self) -> None:
+        """_expire_offsets submits a forget record for each group whose committed offsets expired (offsets.py)."""
+        now = int(time.time() * 1000)
+        before = now - self.settings.offsets_retention_ms
+        for bucket in list(self.buckets.values()):
+            if not bucket.active:
+                continue
+            for group in bucket.state.expired(now, self.settings.offsets_retention_ms, self.coordinator.groups.__contains__):
+                log.info("group %s: committed offsets older than %d ms expire", group, self.settings.offsets_retention_ms)
+                try:
+                    bucket.commit(forget_record(group, None, before)).add_done_callback(lambda done: done.exception())
+                except KafkaError:
+                    return                                      # the bucket moved: its next leader expires them
 
     async def _retention(self, leader: PartitionLeader, topic: Topic) -> None:
         try:

@@ -5,6 +5,11 @@
     topics/broker-ids        counter: a new broker's id
     topics/producer-ids      counter: InitProducerId's producer ids
     topics/group-buckets     the cluster's count of group buckets (decimal), fixed by its first broker
+    topics/acls              the ACL bindings (JSON list, acls.py)
+
+A topic's record changes only by compare-and-set (`update_topic`): CreatePartitions raises its
+partition count, AlterConfigs and IncrementalAlterConfigs replace its configs (validated as at
+creation); every broker's ownership thread reads the new record when the watch fires.
 
 Partition p of topic t is the replicated machine ``kafka-<t>-<p>-<id>`` (walkit.replicate: its
 log is ``replicated-kafka-<t>-<p>-<id>``, one entry per group of record batches), where <id>
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.errors import KafkaError
 from walkit.client.api import DEFAULT_MAX_ENTRY_BYTES
-from walkit.errors import ConfigError, NodeExists, NoSuchKey
+from walkit.errors import BadVersion, ConfigError, NodeExists, NoSuchKey
 from walkit.replication.batch import max_record
 
 PREFIX = "topics"
@@ -40,6 +45,10 @@ DEFAULT_GROUP_BUCKETS = 16
 #: Group buckets of a cluster from before the count was a setting (its bucket logs exist, the key does not).
 LEGACY_GROUP_BUCKETS = 4
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,180}")
+#: The most partitions a topic may have.
+MAX_PARTITIONS = 10_000
+#: Compare-and-set attempts of a change to a topic's record before it gives up (others changed it each time).
+UPDATE_ATTEMPTS = 20
 
 #: Topic configs the broker understands, with Kafka's defaults (segment.bytes: walkit's roll size).
 DEFAULT_CONFIGS = {
@@ -192,8 +201,8 @@ class Catalog:
                      largest_message: int = MAX_MESSAGE_BYTES) -> Topic:
         """create_topic stores a new topic; KafkaError(TOPIC_ALREADY_EXISTS) if it exists (see check_configs)."""
         check_topic_name(name)
-        if not 1 <= partitions <= 10_000:
-            raise KafkaError(errors.INVALID_PARTITIONS, f"{partitions} partitions (use 1 to 10000)")
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise KafkaError(errors.INVALID_PARTITIONS, f"{partitions} partitions (use 1 to {MAX_PARTITIONS})")
         topic = Topic(name, partitions, check_configs(configs or {}, largest_message), uuid.uuid4().hex,
                       int(time.time() * 1000))
         try:
@@ -220,6 +229,30 @@ class Catalog:
             if topic is not None:
                 found[name] = topic
         return found
+
+    def update_topic(self, name: str, change) -> Topic:
+        """update_topic replaces a topic's record with `change(topic)` by compare-and-set and returns it.
+
+        `change` is asked again if another broker changed the record meanwhile; it raises KafkaError
+        to refuse. KafkaError(UNKNOWN_TOPIC_OR_PARTITION) if the topic does not exist.
+        """
+        if not valid_topic_name(name):
+            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        key = f"{TOPICS}/{name}"
+        for _ in range(UPDATE_ATTEMPTS):
+            try:
+                value, version = self.store.get(key)
+            except NoSuchKey:
+                raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}") from None
+            changed = change(Topic.from_bytes(value))
+            try:
+                self.store.put(key, changed.to_bytes(), version)
+            except BadVersion:
+                continue
+            except NoSuchKey:
+                raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}") from None
+            return changed
+        raise KafkaError(errors.UNKNOWN_SERVER_ERROR, f"topic {name!r} changed {UPDATE_ATTEMPTS} times meanwhile")
 
     def delete_topic(self, name: str) -> Topic:
         """delete_topic removes a topic's record (its leaders then delete the logs); KafkaError if absent."""

@@ -140,6 +140,11 @@ def topics() -> None:
 @click.option("--rebalance-delay-ms", type=click.IntRange(min=0), default=1000, show_default=True,
               help="How long a new group waits for more members before its first rebalance "
                    "(Kafka's group.initial.rebalance.delay.ms).")
+@click.option("--offsets-retention-minutes", type=click.FloatRange(min=0, min_open=True), default=10080,
+              show_default=True,
+              help="Committed offsets of a group expire once it has had no members for this long and they were "
+                   "not committed again meanwhile (Kafka's offsets.retention.minutes: 7 days); checked every "
+                   "--retention-check-ms.")
 @click.option("--group-buckets", type=click.IntRange(min=1, max=10_000), default=None,
               help="Buckets of consumer groups, each a replicated machine with its own coordinator (Kafka's "
                    "offsets.topic.num.partitions), recorded by a new cluster's first broker [default: the "

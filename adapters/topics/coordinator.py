@@ -130,7 +130,7 @@ class GroupCoordinator:
     def _store(self, group: Group, membership: Membership | None) -> asyncio.Future:
         """_store appends the group's membership (None: it emptied) to its bucket; the Future fails with KafkaError."""
         try:
-            return self._persist(group.id, membership_record(group.id, membership))
+            return self._persist(group.id, membership_record(group.id, membership, int(time.time() * 1000)))
         except KafkaError as exc:
             failed = self.loop.create_future()
             failed.set_exception(exc)

@@ -36,7 +36,9 @@ from walkit import Position
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.batches import first_offset_at, info, with_base_offset
 from walkit.adapters.topics.errors import KafkaError
-from walkit.adapters.topics.partition import PartitionMachine, PartitionState, is_control, retain_record
+from walkit.adapters.topics.partition import (
+    PartitionMachine, PartitionState, delete_record, epoch_record, is_control, retain_record,
+)
 from walkit.adapters.topics.producers import DUPLICATE
 from walkit.errors import LogTruncated, RecordTooLarge, WalkitError
 from walkit.replication import batch as entries
@@ -85,6 +87,8 @@ class PartitionLeader:
         self._wake_due = False
         self._in_flight: dict[tuple[int, int, int], asyncio.Future] = {}
         self.retention_running = False
+        self.epoch = -1                           # the leader epoch while leading (epochs.py)
+        self.epoch_start = 0                      # the offset it leads from
         machine.on_applied = self._applied
 
     @property
@@ -111,6 +115,13 @@ class PartitionLeader:
         with self.machine.lock:                   # the node applied the whole log; nothing is in flight
             self.assigned = self.state.next_offset
             self.projected = self.state.producers.copy()
+        epoch = self.node.election.epoch
+        try:                                      # before any batch of this leadership (epochs.py)
+            self.node.submit_async(epoch_record(epoch)).add_done_callback(lambda done: done.exception())
+        except WalkitError as exc:
+            log.info("%s-%d: leadership ended at once: %s", self.topic, self.partition, exc)
+            return
+        self.epoch, self.epoch_start = epoch, self.assigned
         self._in_flight.clear()
         self.machine.serving(True)
         self.active = True
@@ -143,7 +154,7 @@ class PartitionLeader:
             done = self.loop.create_future()
             done.set_result(original)
             return done
-        stored = with_base_offset(batch, self.assigned)
+        stored = with_base_offset(batch, self.assigned, self.epoch)
         placed = info(stored)
         try:
             submitted = self.node.submit_async(stored)
@@ -299,6 +310,43 @@ class PartitionLeader:
             stamp, base = self.state.max_times[index], self.state.bases[index]
         found = await self.offset_for_time(stamp)
         return found if found[0] >= 0 else (base, stamp)
+
+    # -- leader epochs and DeleteRecords ----------------------------------------------------------
+    def end_offset_for(self, requested: int, current: int = -1) -> tuple[int, int]:
+        """end_offset_for is OffsetForLeaderEpoch's (epoch, end offset) of leadership `requested` (epochs.py).
+
+        `current` is the leader epoch the client knows (-1: not checked): FENCED_LEADER_EPOCH when
+        older than this leader's, UNKNOWN_LEADER_EPOCH when newer, as Kafka answers.
+        """
+        if not self.active:
+            raise KafkaError(errors.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition} moved")
+        if current >= 0 and current != self.epoch:
+            raise KafkaError(errors.FENCED_LEADER_EPOCH if current < self.epoch else errors.UNKNOWN_LEADER_EPOCH,
+                             f"{self.topic}-{self.partition} is at leader epoch {self.epoch}, not {current}")
+        with self.machine.lock:
+            return self.state.epochs.end_offset_for(requested, self.state.next_offset,
+                                                    (self.epoch, self.epoch_start))
+
+    async def delete_records(self, offset: int) -> int:
+        """delete_records moves the log start offset to `offset` (-1: the high watermark) on every broker and
+        returns the new log start offset; the log is truncated before it at the next snapshot, started now.
+
+        Raises OFFSET_OUT_OF_RANGE for an offset past the high watermark, NOT_LEADER_OR_FOLLOWER once the
+        leadership is gone.
+        """
+        if not self.active:
+            raise KafkaError(errors.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition} moved")
+        high = self.high_watermark
+        offset = high if offset == -1 else offset
+        if not 0 <= offset <= high:
+            raise KafkaError(errors.OFFSET_OUT_OF_RANGE, f"offset {offset} is outside [0, {high}]")
+        if offset > self.state.log_start_offset:
+            try:
+                await asyncio.wrap_future(self.node.submit_async(delete_record(offset)), loop=self.loop)
+            except WalkitError as exc:
+                raise KafkaError(errors.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition}: {exc}") from None
+            self.loop.run_in_executor(None, self.node.snapshot_now).add_done_callback(lambda done: done.exception())
+        return self.state.log_start_offset
 
     # -- retention ---------------------------------------------------------------------------
     async def enforce_retention(self, retention_ms: int, retention_bytes: int) -> int:

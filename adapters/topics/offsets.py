@@ -19,7 +19,8 @@ assignment instead of joining again.
 Records are JSON objects:
 
     {"commit": group, "offsets": [[topic, partition, offset, leader_epoch, metadata], ...], "ms": now}
-    {"commit": group, "offsets": [], "group": membership or null}        (null: the group emptied)
+    {"commit": group, "offsets": [], "group": membership or null, "ms": now}   (null: the group emptied)
+    {"commit": group, "offsets": [], "forget": [[topic, partition], ...] or null, "before": ms or null}
     {"checkpoint": {group: [[topic, partition, offset, leader_epoch, metadata, ms], ...]},
      "groups": {group: membership}}
 
@@ -32,6 +33,17 @@ reads only "commit" and "offsets") applies it as nothing; a checkpoint or record
 memberships (written by such a broker) holds none. A checkpoint holds the whole state and
 replaces it; it is what `snapshot` writes. The apply thread writes the state while the
 broker's event loop reads it, so both go through `lock`.
+
+A forget record removes committed offsets: those of the listed partitions (OffsetDelete), or
+all of the group's (null: DeleteGroups, which also drops its stored membership). With
+"before" it is expiry (`offsets.retention.minutes`): it removes only offsets committed before
+that time, and only if the group has no stored membership and emptied before that time too
+(the checkpoint's "emptied": {group: ms} keeps when each group's membership was last stored
+empty), as Kafka expires the offsets of a group once it has been empty for the retention
+period (KIP-211); offsets committed outside group management expire by their commit time. The
+times are the records' own, written by the coordinator, so every broker forgets exactly the
+same offsets. A broker from before forget records applies one as a commit of no offsets, that
+is, as nothing.
 """
 
 from __future__ import annotations
@@ -109,6 +121,7 @@ class OffsetsState(walkit.StateMachine):
     def __init__(self) -> None:
         self.groups: dict[str, dict[tuple[str, int], Committed]] = {}
         self.memberships: dict[str, Membership] = {}
+        self.emptied: dict[str, int] = {}           # group -> when its membership was last stored empty (ms)
         self.lock = threading.Lock()
 
     def apply(self, record: bytes, position: Position):
@@ -120,15 +133,20 @@ class OffsetsState(walkit.StateMachine):
                                for group, rows in doc["checkpoint"].items()}
                 self.memberships = {group: Membership.from_json(kept)
                                     for group, kept in doc.get("groups", {}).items()}
+                self.emptied = dict(doc.get("emptied", {}))
                 return None
             group = doc["commit"]
             if "group" in doc:
                 memberships = dict(self.memberships)         # replaced, never changed, as the offsets
                 if doc["group"] is None:
                     memberships.pop(group, None)
+                    self.emptied[group] = doc.get("ms", 0)
                 else:
                     memberships[group] = Membership.from_json(doc["group"])
                 self.memberships = memberships
+                return group
+            if "forget" in doc:
+                self._forget(group, doc["forget"], doc.get("before"))
                 return group
             committed = dict(self.groups.get(group, {}))
             for topic, partition, offset, epoch, metadata in doc["offsets"]:
@@ -136,14 +154,44 @@ class OffsetsState(walkit.StateMachine):
             self.groups[group] = committed              # replaced, never changed: readers hold a stable dict
         return group
 
+    def _forget(self, group: str, partitions, before: int | None) -> None:
+        """_forget applies a forget record (see the module doc); the caller holds the lock."""
+        if before is not None and (group in self.memberships or self.emptied.get(group, 0) >= before):
+            return                                          # the group came back before the record
+        committed = dict(self.groups.get(group, {}))
+        doomed = set(committed) if partitions is None else {(t, p) for t, p in partitions}
+        for key in doomed:
+            if key in committed and (before is None or committed[key].ms < before):
+                del committed[key]
+        if committed:
+            self.groups[group] = committed
+        else:
+            self.groups.pop(group, None)
+        if partitions is None and before is None:
+            memberships = dict(self.memberships)
+            memberships.pop(group, None)
+            self.memberships = memberships
+        if group not in self.groups and group not in self.memberships:
+            self.emptied.pop(group, None)
+
+    def expired(self, now_ms: int, retention_ms: int, active) -> list[str]:
+        """expired lists the groups with offsets to expire at `now_ms` (see the module doc); `active(group)`
+        tells whether the coordinator has members of it not yet stored."""
+        before = now_ms - retention_ms
+        with self.lock:
+            return [group for group, committed in self.groups.items()
+                    if group not in self.memberships and self.emptied.get(group, 0) < before and not active(group)
+                    and any(c.ms < before for c in committed.values())]
+
     def checkpoint_record(self) -> bytes:
         """checkpoint_record is a record that holds the whole state."""
         with self.lock:
+            emptied = dict(self.emptied)
             groups, memberships = dict(self.groups), self.memberships
         return json.dumps({"checkpoint": {
             group: [[t, p, c.offset, c.leader_epoch, c.metadata, c.ms] for (t, p), c in sorted(offsets.items())]
             for group, offsets in groups.items()},
-            "groups": {group: kept.to_json() for group, kept in memberships.items()}},
+            "groups": {group: kept.to_json() for group, kept in memberships.items()}, "emptied": emptied},
             separators=(",", ":")).encode()
 
     def snapshot(self, out) -> None:
@@ -176,7 +224,13 @@ def commit_record(group: str, offsets: list[tuple[str, int, int, int, str | None
                       separators=(",", ":")).encode()
 
 
-def membership_record(group: str, membership: Membership | None) -> bytes:
-    """membership_record is the log record of a group's membership (None: the group emptied)."""
-    return json.dumps({"commit": group, "offsets": [], "group": None if membership is None else membership.to_json()},
-                      separators=(",", ":")).encode()
+def membership_record(group: str, membership: Membership | None, ms: int = 0) -> bytes:
+    """membership_record is the log record of a group's membership (None: the group emptied, at `ms`)."""
+    return json.dumps({"commit": group, "offsets": [], "group": None if membership is None else membership.to_json(),
+                       "ms": ms}, separators=(",", ":")).encode()
+
+
+def forget_record(group: str, partitions: list[tuple[str, int]] | None, before: int | None = None) -> bytes:
+    """forget_record is the log record that removes a group's committed offsets (see the module doc)."""
+    return json.dumps({"commit": group, "offsets": [], "forget": None if partitions is None else
+                       [list(p) for p in partitions], "before": before}, separators=(",", ":")).encode()

@@ -6,6 +6,8 @@ Kafka record batch whose base offset the leader assigned (batches.py), or a cont
 (first byte 0xFF, which no stored batch has: its base offset is never negative):
 
     retain := 0xFF {"retain": "LEDGER:ENTRY"}        (JSON) retention: forget the batches before
+    delete := 0xFF {"delete_before": OFFSET}         DeleteRecords: the log start offset moves there
+    epoch  := 0xFF {"epoch": EPOCH}                  a leadership begins at the next offset (epochs.py)
 
 `PartitionState.apply(record, position)` is fed every record in log order, on every broker,
 and keeps:
@@ -15,8 +17,10 @@ and keeps:
   timestamps, in parallel lists searched by bisection, so Fetch and ListOffsets find any
   offset or time without reading the log;
 - the idempotent producers' sequence state (producers.py);
-- the log start offset (the first batch still in the log) and the next offset (the high
-  watermark: every applied batch is acknowledged by the ack quorum).
+- the log start offset (the first offset still readable: the first batch's, or the offset a
+  DeleteRecords asked for, which may fall inside a batch, as in Kafka) and the next offset
+  (the high watermark: every applied batch is acknowledged by the ack quorum);
+- the leader epochs: where each leadership's batches begin (epochs.py).
 
 It is deterministic, so every broker that applies the same log holds the same state.
 `truncate_before` is what a retain record does; `keep_from` is the earliest position the
@@ -35,6 +39,7 @@ import threading
 import walkit
 from walkit import Position
 from walkit.adapters.topics.batches import BatchInfo, info
+from walkit.adapters.topics.epochs import LeaderEpochs
 from walkit.adapters.topics.producers import ProducerTable
 
 log = logging.getLogger("walkit.adapters.topics")
@@ -48,6 +53,16 @@ FOLLOWER_CACHE_BYTES = 1 << 20
 def retain_record(before: Position) -> bytes:
     """retain_record is the control record that makes every replica forget the batches before `before`."""
     return CONTROL + json.dumps({"retain": str(before)}).encode()
+
+
+def delete_record(offset: int) -> bytes:
+    """delete_record is the control record that moves the log start offset to `offset` (DeleteRecords)."""
+    return CONTROL + json.dumps({"delete_before": offset}).encode()
+
+
+def epoch_record(epoch: int) -> bytes:
+    """epoch_record is the control record a new leader appends first: its leadership's epoch begins here."""
+    return CONTROL + json.dumps({"epoch": epoch}).encode()
 
 
 def is_control(record: bytes) -> bool:
@@ -66,6 +81,7 @@ class PartitionState:
         self.sizes: list[int] = []
         self.max_times: list[int] = []       # running maximum: non-decreasing, for bisection
         self.producers = ProducerTable()
+        self.epochs = LeaderEpochs()
         self.log_start_offset = 0
         self.next_offset = 0
         self.applied: Position | None = None
@@ -85,7 +101,12 @@ class PartitionState:
         self.applied = position
         if is_control(record):
             doc = json.loads(record[1:])
-            self.truncate_before(Position.parse(doc["retain"]))
+            if "epoch" in doc:
+                self.epochs.begin(doc["epoch"], self.next_offset)
+            elif "delete_before" in doc:
+                self.delete_before(doc["delete_before"], position)
+            else:
+                self.truncate_before(Position.parse(doc["retain"]))
             return None
         head = info(record)
         if head.base_offset < self.next_offset:
@@ -111,7 +132,7 @@ class PartitionState:
                "positions": [[p.ledger_id, p.entry_id] for p in self.positions], "subs": self.subs,
                "sizes": self.sizes, "max_times": self.max_times, "producers": self.producers.to_json(),
                "log_start_offset": self.log_start_offset, "next_offset": self.next_offset,
-               "applied": list(self.applied) if self.applied is not None else None,
+               "epochs": self.epochs.to_json(), "applied": list(self.applied) if self.applied is not None else None,
                "retained_from": list(self.retained_from) if self.retained_from is not None else None}
         out.write(json.dumps(doc, separators=(",", ":")).encode())
 
@@ -125,6 +146,7 @@ class PartitionState:
         self.subs = doc["subs"]
         self.producers = ProducerTable.from_json(doc["producers"])
         self.log_start_offset, self.next_offset = doc["log_start_offset"], doc["next_offset"]
+        self.epochs = LeaderEpochs.from_json(doc.get("epochs"))       # absent before leader epochs: none known
         self.applied = Position(*doc["applied"]) if doc["applied"] is not None else None
         self.retained_from = Position(*doc["retained_from"]) if doc["retained_from"] is not None else None
         self._sub = 0
@@ -135,6 +157,7 @@ class PartitionState:
         other.bases, other.nexts, other.positions = list(self.bases), list(self.nexts), list(self.positions)
         other.subs, other.sizes, other.max_times = list(self.subs), list(self.sizes), list(self.max_times)
         other.producers = self.producers.copy()
+        other.epochs = self.epochs.copy()
         other.log_start_offset, other.next_offset, other.applied = self.log_start_offset, self.next_offset, self.applied
         other.retained_from, other._sub = self.retained_from, self._sub
         return other
@@ -185,10 +208,23 @@ class PartitionState:
         if count:
             del self.bases[:count], self.nexts[:count], self.positions[:count], self.subs[:count]
             del self.sizes[:count], self.max_times[:count]
-        self.log_start_offset = self.bases[0] if self.bases else self.next_offset
+        first = self.bases[0] if self.bases else self.next_offset
+        self.log_start_offset = max(self.log_start_offset, first)    # a DeleteRecords may have moved it further
+        self.epochs.trim(self.log_start_offset)
         if self.retained_from is None or position > self.retained_from:
             self.retained_from = position
         return count
+
+    def delete_before(self, offset: int, position: Position) -> int:
+        """delete_before moves the log start offset to `offset` (at most the next offset; never back) and
+        forgets the batches wholly before it; it returns how many. `position` is the delete record's own."""
+        offset = min(offset, self.next_offset)
+        if offset <= self.log_start_offset:
+            return 0
+        count = bisect.bisect_right(self.nexts, offset)
+        kept = self.positions[count] if count < len(self.positions) else position
+        self.log_start_offset = offset
+        return self.truncate_before(kept)
 
 
 class PartitionMachine(walkit.StateMachine):

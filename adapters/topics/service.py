@@ -47,6 +47,7 @@ class ServeOptions:
     retention_check_ms: int = 5000
     snapshot_every: int = 10_000
     rebalance_delay_ms: int = 1000
+    offsets_retention_minutes: float = BrokerSettings.offsets_retention_ms / 60_000
     group_buckets: int | None = None                                # None: the cluster's (16 for a new one)
     max_message_bytes: int = BrokerSettings.max_message_bytes
     max_request_bytes: int = BrokerSettings.max_request_bytes
@@ -73,6 +74,7 @@ class ServeOptions:
                               snapshot_every=self.snapshot_every, max_message_bytes=self.max_message_bytes,
                               max_request_bytes=self.max_request_bytes,
                               initial_rebalance_delay_ms=self.rebalance_delay_ms,
+                              offsets_retention_ms=int(self.offsets_retention_minutes * 60_000),
                               group_buckets=self.group_buckets, ensemble=ensemble,
                               write_quorum=write_quorum, ack_quorum=ack_quorum)
 

@@ -19,16 +19,25 @@ v0-v2, and they get the connection closed, as from Kafka 4: the broker keeps onl
 batches of magic 2 (batches.py), and Produce v0-v2 carry message sets of magic 0 and 1.
 Fetch keeps its real minimum, v4: librdkafka's codec checks do not look at it, and Kafka 4
 reports v4 too.
+
+The admin APIs are served at every version kafka-python knows, which covers what librdkafka
+2.x asks for: CreatePartitions, DeleteRecords, AlterConfigs, IncrementalAlterConfigs
+(handlers/configs.py: topic configs only), DeleteGroups and OffsetDelete (handlers/commits.py),
+DescribeCluster, OffsetForLeaderEpoch (handlers/records.py: the partitions' walkit.replicate
+epochs, epochs.py), and CreateAcls, DescribeAcls, DeleteAcls (handlers/acls.py: stored, never
+enforced).
 """
 
 from __future__ import annotations
 
 from kafka.protocol.admin import (
-    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest,
+    AlterConfigsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, IncrementalAlterConfigsRequest, ListGroupsRequest,
 )
 from kafka.protocol.consumer import (
     FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest,
-    OffsetFetchRequest, SyncGroupRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
@@ -55,6 +64,17 @@ SUPPORTED: dict[int, tuple[type, int, int]] = {
         (DeleteTopicsRequest, 1, 5),
         (InitProducerIdRequest, 0, 4),
         (DescribeConfigsRequest, 1, 4),
+        (AlterConfigsRequest, 0, 2),
+        (IncrementalAlterConfigsRequest, 0, 1),
+        (CreatePartitionsRequest, 0, 3),
+        (DeleteRecordsRequest, 0, 2),
+        (OffsetForLeaderEpochRequest, 0, 4),
+        (DeleteGroupsRequest, 0, 2),
+        (OffsetDeleteRequest, 0, 0),
+        (DescribeClusterRequest, 0, 2),
+        (CreateAclsRequest, 0, 3),
+        (DescribeAclsRequest, 0, 3),
+        (DeleteAclsRequest, 0, 3),
         (SaslHandshakeRequest, 0, 1),
         (SaslAuthenticateRequest, 0, 2),
     )

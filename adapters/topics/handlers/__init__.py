@@ -8,10 +8,10 @@ codes (errors.py).
 
 from __future__ import annotations
 
-from walkit.adapters.topics.handlers import admin, cluster, commits, fetch, groups, produce, sasl
+from walkit.adapters.topics.handlers import acls, admin, cluster, commits, configs, fetch, groups, produce, records, sasl
 
 HANDLERS = {}
-for _module in (admin, cluster, commits, fetch, groups, produce, sasl):
+for _module in (acls, admin, cluster, commits, configs, fetch, groups, produce, records, sasl):
     HANDLERS.update(_module.HANDLERS)
 
 

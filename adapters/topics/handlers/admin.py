@@ -1,4 +1,4 @@
-"""walkit.adapters.topics.handlers.admin answers CreateTopics, DeleteTopics and DescribeConfigs.
+"""walkit.adapters.topics.handlers.admin answers CreateTopics, CreatePartitions, DeleteTopics and DescribeConfigs.
 
 Topics live in the metadata store (catalog.py), so any broker can create or delete one.
 CreateTopics waits (up to the request's timeout, at most CREATE_WAIT_S) until every new
@@ -8,21 +8,28 @@ DeleteTopics removes the topic's record, waits (at most DELETE_WAIT_S) until the
 leaders noticed and stepped down, then deletes the partitions' logs and snapshots. A topic
 created again under the same name gets a new id, and with it new replicated machines
 (catalog.partition_name), whatever the old topic left behind.
+
+CreatePartitions raises a topic's partition count by compare-and-set of its record (only
+upwards, at most catalog.MAX_PARTITIONS; manual assignments are refused), then waits like
+CreateTopics for the new partitions' leaders. Keys already produced keep their partition only
+while the count stays the same, as in Kafka. DescribeConfigs reads the topic's record from the
+metadata store, so a change made through any broker (handlers/configs.py) shows at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from kafka.protocol.admin import (
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
     DescribeConfigsResponse,
 )
 
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.catalog import (
-    DEFAULT_CONFIGS, check_configs, check_topic_name, partition_log, partition_name,
+    DEFAULT_CONFIGS, MAX_PARTITIONS, check_configs, check_topic_name, partition_log, partition_name,
 )
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.ownership import Slot, election_key
@@ -88,6 +95,48 @@ async def create_topics(broker, connection, request):
     for name, partitions in created:
         await _wait_for_leaders(broker, name, partitions, wait)
     return request.response(CreateTopicsResponse, throttle_time_ms=0, topics=results)
+
+
+def _more_partitions(count: int):
+    """_more_partitions is Catalog.update_topic's change to `count` partitions (INVALID_PARTITIONS unless more)."""
+    def change(topic):
+        if count <= topic.partitions:
+            raise KafkaError(errors.INVALID_PARTITIONS, f"topic {topic.name!r} has {topic.partitions} partitions; "
+                                                        f"the count can only grow, not to {count}")
+        if count > MAX_PARTITIONS:
+            raise KafkaError(errors.INVALID_PARTITIONS, f"{count} partitions (at most {MAX_PARTITIONS})")
+        return replace(topic, partitions=count)
+    return change
+
+
+async def create_partitions(broker, connection, request):
+    """create_partitions adds partitions to existing topics (or only validates, with validateOnly)."""
+    body = request.body
+    results, grown = [], []
+    for topic in body.topics or []:
+        code, message = errors.NONE, None
+        try:
+            if topic.assignments:
+                raise KafkaError(errors.INVALID_REQUEST, "manual replica assignments are not supported")
+            change = _more_partitions(topic.count)
+            if body.validate_only:
+                known = await broker.loop.run_in_executor(None, broker.catalog.topic, topic.name)
+                if known is None:
+                    raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic.name!r}")
+                change(known)
+            else:
+                await broker.loop.run_in_executor(None, broker.catalog.update_topic, topic.name, change)
+                grown.append((topic.name, topic.count))
+        except KafkaError as exc:
+            code, message = exc.code, str(exc)
+        except WalkitError as exc:
+            code, message = errors.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
+        results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=code,
+                                                                            error_message=message))
+    wait = min(max(body.timeout_ms, 0) / 1000, CREATE_WAIT_S)
+    for name, partitions in grown:
+        await _wait_for_leaders(broker, name, partitions, wait)
+    return request.response(CreatePartitionsResponse, throttle_time_ms=0, results=results)
 
 
 def _delete_partitions(client, topic) -> None:
@@ -163,7 +212,7 @@ async def describe_configs(broker, connection, request):
     for resource in request.body.resources or []:
         code, message, configs = errors.NONE, None, []
         if resource.resource_type == TOPIC_RESOURCE:
-            topic = await broker.lookup_topic(resource.resource_name)
+            topic = await broker.loop.run_in_executor(None, broker.catalog.topic, resource.resource_name)
             if topic is None:
                 code, message = errors.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {resource.resource_name!r}"
             else:
@@ -186,6 +235,7 @@ async def describe_configs(broker, connection, request):
 
 HANDLERS = {
     CreateTopicsRequest.API_KEY: create_topics,
+    CreatePartitionsRequest.API_KEY: create_partitions,
     DeleteTopicsRequest.API_KEY: delete_topics,
     DescribeConfigsRequest.API_KEY: describe_configs,
 }

@@ -1,15 +1,19 @@
-"""walkit.adapters.topics.handlers.cluster answers ApiVersions, Metadata and FindCoordinator.
+"""walkit.adapters.topics.handlers.cluster answers ApiVersions, Metadata, DescribeCluster and FindCoordinator.
 
 Metadata names, for every partition, the broker that leads it now (the partition's election
 winner once it finished replaying the log); a partition without one is LEADER_NOT_AVAILABLE
-and clients ask again. Replicas and ISR name the leader only: walkit replicates below the
+and clients ask again; its leader epoch is the partition's walkit.replicate epoch (epochs.py,
+Broker.leader_epoch). Replicas and ISR name the leader only: walkit replicates below the
 broker (the ledgers' quorums), and any live broker can become a partition's leader.
 Unknown topics are created on request when auto-creation is on (Kafka's default), answered
-LEADER_NOT_AVAILABLE until their leaders are elected.
+LEADER_NOT_AVAILABLE until their leaders are elected. DescribeCluster lists the same live brokers
+and controller as Metadata; no authorized operations are reported (ACLs are stored, not enforced:
+handlers/acls.py).
 """
 
 from __future__ import annotations
 
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.metadata import (
     ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest,
     MetadataResponse,
@@ -26,6 +30,9 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 TRANSACTIONS_UNSUPPORTED = "transactions are not supported by walkit topics (use an idempotent producer)"
 _TOPIC, _PARTITION = MetadataResponse.MetadataResponseTopic, MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
 _BROKER = MetadataResponse.MetadataResponseBroker
+_CLUSTER_BROKER = DescribeClusterResponse.DescribeClusterBroker
+#: authorized_operations when they were not asked for or are not known (Kafka's INT32_MIN).
+UNKNOWN_OPERATIONS = -2147483648
 
 
 async def api_versions(broker, connection, request):
@@ -80,7 +87,7 @@ async def metadata(broker, connection, request):
             leader = partition_leader(broker, topic.name, index, brokers)
             partitions.append(_PARTITION(
                 error_code=errors.NONE if leader >= 0 else errors.LEADER_NOT_AVAILABLE, partition_index=index,
-                leader_id=leader, leader_epoch=-1, replica_nodes=[leader] if leader >= 0 else [],
+                leader_id=leader, leader_epoch=broker.leader_epoch(Slot(topic.name, index)), replica_nodes=[leader] if leader >= 0 else [],
                 isr_nodes=[leader] if leader >= 0 else [], offline_replicas=[]))
         topics.append(_TOPIC(error_code=errors.NONE, name=topic.name, topic_id=topic.uuid, is_internal=False,
                              partitions=partitions))
@@ -88,6 +95,16 @@ async def metadata(broker, connection, request):
         MetadataResponse, throttle_time_ms=0, cluster_id=CLUSTER_ID, controller_id=view.controller(),
         brokers=[_BROKER(node_id=b.id, host=b.host, port=b.port, rack=None) for b in brokers.values()],
         topics=topics)
+
+
+async def describe_cluster(broker, connection, request):
+    """describe_cluster names the cluster, its controller and its live brokers."""
+    return request.response(
+        DescribeClusterResponse, throttle_time_ms=0, error_code=errors.NONE, error_message=None, endpoint_type=1,
+        cluster_id=CLUSTER_ID, controller_id=broker.view.controller(),
+        brokers=[_CLUSTER_BROKER(broker_id=b.id, host=b.host, port=b.port, rack=None, is_fenced=False)
+                 for b in live_brokers(broker).values()],
+        authorized_operations=UNKNOWN_OPERATIONS)
 
 
 def coordinator_of(broker, key: str, key_type: int) -> tuple[int, str, object]:
@@ -126,5 +143,6 @@ async def find_coordinator(broker, connection, request):
 HANDLERS = {
     ApiVersionsRequest.API_KEY: api_versions,
     MetadataRequest.API_KEY: metadata,
+    DescribeClusterRequest.API_KEY: describe_cluster,
     FindCoordinatorRequest.API_KEY: find_coordinator,
 }

@@ -1,4 +1,4 @@
-"""walkit.adapters.topics.handlers.commits answers OffsetCommit and OffsetFetch.
+"""walkit.adapters.topics.handlers.commits answers OffsetCommit, OffsetFetch, OffsetDelete and DeleteGroups.
 
 A commit is checked against the group's membership (generation and member id; a consumer
 outside group management commits with generation -1 and no member id) and, as Kafka does,
@@ -7,17 +7,28 @@ names would grow the group's state without end); the rest is appended to the
 group bucket's log and answered once acknowledged (offsets.py), so an answered commit
 survives the coordinator. OffsetFetch reads the bucket's applied state: -1 for partitions
 without a committed offset.
+
+DeleteGroups removes a group's committed offsets and stored membership (a forget record of
+its bucket, offsets.py); a group with members is NON_EMPTY_GROUP, an unknown one
+GROUP_ID_NOT_FOUND. OffsetDelete removes the offsets of the named partitions; a partition
+of a topic that a member of the group subscribes to is GROUP_SUBSCRIBED_TO_TOPIC (read from
+the members' consumer-protocol subscriptions), as in Kafka.
 """
 
 from __future__ import annotations
 
 import time
 
-from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse
+from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
+from kafka.protocol.consumer import (
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.errors import KafkaError
-from walkit.adapters.topics.offsets import commit_record
+from walkit.adapters.topics.offsets import commit_record, forget_record
 
 OFFSET_METADATA_TOO_LARGE = 12
 MAX_METADATA = 4096
@@ -92,7 +103,75 @@ async def offset_fetch(broker, connection, request):
     return request.response(OffsetFetchResponse, throttle_time_ms=0, topics=topics, error_code=code)
 
 
+def _known(bucket, group: str) -> bool:
+    """_known tells whether a bucket holds anything of `group`: committed offsets or a stored membership."""
+    return bool(bucket.state.offsets(group)) or group in bucket.state.stored_memberships()
+
+
+async def delete_groups(broker, connection, request):
+    """delete_groups removes empty groups: their committed offsets and stored memberships."""
+    results = []
+    for group_id in request.body.groups_names or []:
+        try:
+            bucket = broker.bucket_for(group_id)
+            group = broker.coordinator.groups.get(group_id)
+            if group is not None and group.members:
+                raise KafkaError(errors.NON_EMPTY_GROUP, f"group {group_id!r} has members")
+            if not _known(bucket, group_id):
+                raise KafkaError(errors.GROUP_ID_NOT_FOUND, f"no group {group_id!r}")
+            await bucket.commit(forget_record(group_id, None))
+            code = errors.NONE
+        except KafkaError as exc:
+            code = exc.code
+        results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code))
+    return request.response(DeleteGroupsResponse, throttle_time_ms=0, results=results)
+
+
+def subscribed_topics(group) -> set[str] | None:
+    """subscribed_topics are the topics a group's members subscribe to; None if a subscription does not decode."""
+    topics = set()
+    for member in group.members.values():
+        try:
+            topics.update(ConsumerProtocolSubscription.decode(member.metadata(group.protocol or "")).topics or [])
+        except Exception:  # noqa: BLE001 - any member's bytes: then every topic counts as subscribed
+            return None
+    return topics
+
+
+async def offset_delete(broker, connection, request):
+    """offset_delete removes a group's committed offsets of partitions it does not consume now."""
+    body = request.body
+    wanted = [(topic.name, part.partition_index) for topic in body.topics or [] for part in topic.partitions or []]
+    codes = {key: errors.NONE for key in wanted}
+    try:
+        bucket = broker.bucket_for(body.group_id)
+        if not _known(bucket, body.group_id):
+            raise KafkaError(errors.GROUP_ID_NOT_FOUND, f"no group {body.group_id!r}")
+        group = broker.coordinator.groups.get(body.group_id)
+        if group is not None and group.members:
+            if group.protocol_type != "consumer":
+                raise KafkaError(errors.NON_EMPTY_GROUP, f"group {body.group_id!r} has members")
+            subscribed = subscribed_topics(group)
+            for name, index in wanted:
+                if subscribed is None or name in subscribed:
+                    codes[(name, index)] = errors.GROUP_SUBSCRIBED_TO_TOPIC
+        doomed = [key for key in wanted if codes[key] == errors.NONE]
+        if doomed:
+            await bucket.commit(forget_record(body.group_id, doomed))
+        code = errors.NONE
+    except KafkaError as exc:
+        code = exc.code
+    topics: dict[str, list] = {}
+    for (name, index), value in codes.items():
+        topics.setdefault(name, []).append(OffsetDeleteResponse.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition(
+            partition_index=index, error_code=value if code == errors.NONE else errors.NONE))
+    return request.response(OffsetDeleteResponse, error_code=code, throttle_time_ms=0, topics=[
+        OffsetDeleteResponse.OffsetDeleteResponseTopic(name=name, partitions=parts) for name, parts in topics.items()])
+
+
 HANDLERS = {
     OffsetCommitRequest.API_KEY: offset_commit,
     OffsetFetchRequest.API_KEY: offset_fetch,
+    OffsetDeleteRequest.API_KEY: offset_delete,
+    DeleteGroupsRequest.API_KEY: delete_groups,
 }
