@@ -33,6 +33,7 @@ class ScriptedNode:
     """
 
     node_id = "1"
+    election = SimpleNamespace(epoch=4)              # the leadership's walkit.replicate epoch
 
     def __init__(self, machine, on_role) -> None:
         self.machine = machine
@@ -92,6 +93,8 @@ async def scripted_leader(cache_bytes: int = 1 << 20) -> tuple[PartitionLeader, 
     node = leader.node = ScriptedNode(leader.machine, lambda role: (roles.append(role), leader.on_role(role)))
     node.on_role("leader")
     await settle()
+    node.ack()                                       # the leadership's epoch record (epochs.py)
+    await settle()
     return leader, node, roles
 
 
@@ -106,6 +109,8 @@ def test_batches_get_dense_offsets_and_are_applied_only_once_acknowledged():
         assert (await first, await second) == (0, 3) and leader.high_watermark == 5
         data = await leader.read(4, 1 << 20)
         assert batches.info(data).base_offset == 3
+        assert batches.HEADER.unpack_from(data)[2] == 4                 # stamped with the leader epoch
+        assert leader.state.epochs.entries == [(4, 0)] and leader.end_offset_for(4) == (4, 5)
         with pytest.raises(KafkaError) as caught:
             await leader.read(6, 100)
         assert caught.value.code == errors.OFFSET_OUT_OF_RANGE
