@@ -97,9 +97,10 @@ def split(records: bytes | None, max_batch_bytes: int) -> list[bytes]:
     """split checks the record batches of a produce request and returns them one by one.
 
     Every batch must be magic v2, whole, at most `max_batch_bytes`, with a matching CRC, one of
-    Kafka's codecs, non-transactional and not a control batch, with lastOffsetDelta + 1 == records > 0.
-    Raises KafkaError: CORRUPT_MESSAGE (bad size, CRC, codec or counts), UNSUPPORTED_FOR_MESSAGE_FORMAT
-    (magic 0 or 1), MESSAGE_TOO_LARGE, INVALID_RECORD (transactional or control batches).
+    Kafka's codecs, not a control batch (markers are the broker's, transactions.py), transactional only
+    with a producer id, with lastOffsetDelta + 1 == records > 0. Raises KafkaError: CORRUPT_MESSAGE (bad
+    size, CRC, codec or counts), UNSUPPORTED_FOR_MESSAGE_FORMAT (magic 0 or 1), MESSAGE_TOO_LARGE,
+    INVALID_RECORD (control batches, transactional ones without a producer id).
     """
     if not records:
         raise KafkaError(errors.CORRUPT_MESSAGE, "a produce request without records")
@@ -121,8 +122,10 @@ def split(records: bytes | None, max_batch_bytes: int) -> list[bytes]:
             raise KafkaError(errors.MESSAGE_TOO_LARGE, f"a record batch of {size} bytes (limit {max_batch_bytes})")
         batch = bytes(view[position:position + size])
         head = info(batch)
-        if head.attributes & (TRANSACTIONAL | CONTROL):
-            raise KafkaError(errors.INVALID_RECORD, "transactional and control batches are not supported")
+        if head.attributes & CONTROL:
+            raise KafkaError(errors.INVALID_RECORD, "control batches are written by the broker only")
+        if head.attributes & TRANSACTIONAL and not head.idempotent:
+            raise KafkaError(errors.INVALID_RECORD, "a transactional batch without a producer id")
         if (head.attributes & COMPRESSION) not in CODECS:
             raise KafkaError(errors.CORRUPT_MESSAGE, f"a record batch of unknown codec {head.attributes & COMPRESSION}")
         if head.records <= 0 or head.last_offset_delta != head.records - 1:
@@ -141,6 +144,23 @@ def with_base_offset(batch: bytes, base_offset: int, leader_epoch: int | None = 
     if leader_epoch is None:
         return _OFFSET.pack(base_offset) + batch[8:]
     return _OFFSET.pack(base_offset) + batch[8:12] + _EPOCH.pack(leader_epoch) + batch[16:]
+
+
+def batches_before(data: bytes, offset: int) -> bytes:
+    """batches_before is the leading whole batches of `data` (stored batches, in offset order) that end before `offset`."""
+    position = 0
+    while position < len(data) and info(data[position:position + HEADER_SIZE]).next_offset <= offset:
+        position += struct.unpack_from(">i", data, position + 8)[0] + LOG_OVERHEAD
+    return data[:position]
+
+
+def last_offset(data: bytes) -> int:
+    """last_offset is the offset of the last record of `data` (stored batches, in offset order; not empty)."""
+    position = last = 0
+    while position < len(data):
+        last = info(data[position:position + HEADER_SIZE]).last_offset
+        position += struct.unpack_from(">i", data, position + 8)[0] + LOG_OVERHEAD
+    return last
 
 
 def records(batch: bytes):

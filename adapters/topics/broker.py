@@ -35,6 +35,7 @@ from walkit.adapters.topics.leader import PartitionLeader, on_loop
 from walkit.adapters.topics.offsets import SNAPSHOT_EVERY, OffsetsState, forget_record
 from walkit.adapters.topics.ownership import ClusterView, Ownership, Slot
 from walkit.adapters.topics.partition import PartitionMachine
+from walkit.adapters.topics.txncoordinator import EXPIRATION_MS, TransactionCoordinator
 from walkit.errors import ConfigError, NoSuchLog, WalkitError
 from walkit.replication import ReplicatedNode
 from walkit.replication.batch import max_record
@@ -56,6 +57,7 @@ class BrokerSettings:
     initial_rebalance_delay_ms: int = 1000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000   # Kafka's offsets.retention.minutes, 7 days
     group_buckets: int | None = None            # the cluster's (catalog.Catalog.group_buckets); None: keep it
+    transactional_id_expiration_ms: int = EXPIRATION_MS      # Kafka's transactional.id.expiration.ms, 7 days
     ensemble: int = 3
     write_quorum: int = 2
     ack_quorum: int = 2
@@ -134,6 +136,7 @@ class Broker:
         self.group_buckets = settings.group_buckets or DEFAULT_GROUP_BUCKETS     # the cluster's, once started
         self.coordinator = GroupCoordinator(loop, initial_delay_ms=settings.initial_rebalance_delay_ms,
                                             persist=self._persist, bucket_of=self.bucket_of)
+        self.transactions = TransactionCoordinator(self, expiration_ms=settings.transactional_id_expiration_ms)
         self.view = ClusterView(brokers={info.id: info})
         self._registration = None
         self.ownership: Ownership | None = None
@@ -273,6 +276,7 @@ class Broker:
                        campaign_when=lambda: self.ownership.may_campaign(slot, topic.id if topic else None))
         if topic is None:
             served = BucketLeader(self.loop, slot.partition, OffsetsState(), self.coordinator)
+            served.state.on_transaction = lambda: on_loop(self.loop, self.transactions.write_markers)
             node = ReplicatedNode(served.state, name=bucket_name(slot.partition), on_role=served.on_role,
                                   snapshot_every_records=SNAPSHOT_EVERY, **options)
             registry, key = self.buckets, slot.partition
@@ -314,6 +318,7 @@ class Broker:
             await asyncio.sleep(0.25)
             try:
                 self.coordinator.expire()
+                self.transactions.tick()
                 now = time.monotonic()
                 if now - last_retention >= self.settings.retention_check_ms / 1000:
                     last_retention = now

@@ -34,12 +34,13 @@ import time
 
 from walkit import Position
 from walkit.adapters.topics import errors
-from walkit.adapters.topics.batches import first_offset_at, info, with_base_offset
+from walkit.adapters.topics.batches import batches_before, first_offset_at, info, with_base_offset
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.partition import (
     PartitionMachine, PartitionState, delete_record, epoch_record, is_control, retain_record,
 )
 from walkit.adapters.topics.producers import DUPLICATE
+from walkit.adapters.topics.transactions import control_batch
 from walkit.errors import LogTruncated, RecordTooLarge, WalkitError
 from walkit.replication import batch as entries
 
@@ -183,6 +184,26 @@ class PartitionLeader:
         submitted.add_done_callback(lambda applied: on_loop(self.loop, lambda: finish(applied)))
         return result
 
+    def write_marker(self, producer_id: int, epoch: int, committed: bool, number: int, timestamp: int):
+        """write_marker appends a transaction's COMMIT or ABORT marker (transactions.py); the Future resolves
+        once it is applied. Raises NOT_LEADER_OR_FOLLOWER when the leadership is gone."""
+        if not self.active:
+            raise KafkaError(errors.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition} moved")
+        stored = with_base_offset(control_batch(producer_id, epoch, committed, number, timestamp), self.assigned,
+                                  self.epoch)
+        try:
+            submitted = self.node.submit_async(stored)
+        except WalkitError as exc:
+            raise KafkaError(errors.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition}: {exc}") from None
+        self.assigned += 1
+        self.projected.record_marker(producer_id, epoch)
+        return asyncio.wrap_future(submitted, loop=self.loop)
+
+    def stable(self, first: int, last: int) -> tuple[int, list[tuple[int, int]]]:
+        """stable is the last stable offset and the aborted transactions with records in [first, last]."""
+        with self.machine.lock:
+            return self.state.last_stable_offset, self.state.aborted_between(first, last)
+
     def _applied(self) -> None:
         """_applied (apply thread) wakes the long polls, at most one wake-up per loop turn."""
         if not self._wake_due:
@@ -212,12 +233,17 @@ class PartitionLeader:
         return waiter
 
     # -- fetch ------------------------------------------------------------------------------
-    async def read(self, offset: int, max_bytes: int) -> bytes:
+    async def read(self, offset: int, max_bytes: int, before: int | None = None) -> bytes:
         """read returns whole batches from the one holding `offset`, about `max_bytes` (at least one).
 
         Raises KafkaError(OFFSET_OUT_OF_RANGE) for an offset before the log start or after the
-        high watermark; at the high watermark it returns nothing.
+        high watermark; at the high watermark it returns nothing. With `before` (a read_committed
+        fetch's last stable offset) only the batches below it are returned.
         """
+        found = await self._read(offset, max_bytes)
+        return found if before is None else batches_before(found, before)
+
+    async def _read(self, offset: int, max_bytes: int) -> bytes:
         machine = self.machine
         with machine.lock:
             state = machine.state

@@ -22,7 +22,11 @@ Records are JSON objects:
     {"commit": group, "offsets": [], "group": membership or null, "ms": now}   (null: the group emptied)
     {"commit": group, "offsets": [], "forget": [[topic, partition], ...] or null, "before": ms or null}
     {"checkpoint": {group: [[topic, partition, offset, leader_epoch, metadata, ms], ...]},
-     "groups": {group: membership}}
+     "groups": {group: membership}, "transactions", "pending", "marked"}
+
+The bucket also coordinates the transactional ids that hash to it and keeps the offsets of
+open transactions until their markers: those records and the checkpoint's last three fields
+are transactions.py's (TxnBook).
 
     membership := {"generation", "protocol_type", "protocol", "leader", "members": [[id,
                    instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
@@ -55,6 +59,7 @@ from dataclasses import dataclass
 
 import walkit
 from walkit import Position
+from walkit.adapters.topics.transactions import TxnBook
 
 #: Commits between two snapshots of a bucket.
 SNAPSHOT_EVERY = 10_000
@@ -122,6 +127,8 @@ class OffsetsState(walkit.StateMachine):
         self.groups: dict[str, dict[tuple[str, int], Committed]] = {}
         self.memberships: dict[str, Membership] = {}
         self.emptied: dict[str, int] = {}           # group -> when its membership was last stored empty (ms)
+        self.txns = TxnBook()                       # the transactions of this bucket (transactions.py)
+        self.on_transaction = None                  # called (apply thread) after a transaction's record
         self.lock = threading.Lock()
 
     def apply(self, record: bytes, position: Position):
@@ -134,6 +141,16 @@ class OffsetsState(walkit.StateMachine):
                 self.memberships = {group: Membership.from_json(kept)
                                     for group, kept in doc.get("groups", {}).items()}
                 self.emptied = dict(doc.get("emptied", {}))
+                self.txns = TxnBook.from_json(doc)
+                return None
+            if TxnBook.handles(doc):
+                for group, rows in self.txns.apply(doc).items():        # a commit marker's offsets
+                    committed = dict(self.groups.get(group, {}))
+                    for topic, partition, offset, epoch, metadata, ms in rows:
+                        committed[(topic, partition)] = Committed(offset, epoch, metadata, ms)
+                    self.groups[group] = committed
+                if self.on_transaction is not None:
+                    self.on_transaction()                                # (it only wakes the event loop)
                 return None
             group = doc["commit"]
             if "group" in doc:
@@ -187,11 +204,11 @@ class OffsetsState(walkit.StateMachine):
         """checkpoint_record is a record that holds the whole state."""
         with self.lock:
             emptied = dict(self.emptied)
-            groups, memberships = dict(self.groups), self.memberships
+            groups, memberships, txns = dict(self.groups), self.memberships, self.txns.to_json()
         return json.dumps({"checkpoint": {
             group: [[t, p, c.offset, c.leader_epoch, c.metadata, c.ms] for (t, p), c in sorted(offsets.items())]
             for group, offsets in groups.items()},
-            "groups": {group: kept.to_json() for group, kept in memberships.items()}, "emptied": emptied},
+            "groups": {group: kept.to_json() for group, kept in memberships.items()}, "emptied": emptied, **txns},
             separators=(",", ":")).encode()
 
     def snapshot(self, out) -> None:

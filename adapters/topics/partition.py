@@ -17,6 +17,13 @@ and keeps:
   timestamps, in parallel lists searched by bisection, so Fetch and ListOffsets find any
   offset or time without reading the log;
 - the idempotent producers' sequence state (producers.py);
+- transactions (transactions.py): the first offset of each producer's open transaction (the
+  last stable offset is the earliest of them), the aborted transactions (producer id, first
+  offset, marker offset) that `read_committed` consumers are told to drop, and per producer
+  the number and offset of its last marker (the coordinator waits for it). A transactional
+  batch opens its producer's transaction; a marker (a control batch) closes it. Retention
+  forgets aborted transactions, markers and producers whose last batch lies before the log
+  start. Snapshots from before transactions lack these fields and restore as none;
 - the log start offset (the first offset still readable: the first batch's, or the offset a
   DeleteRecords asked for, which may fall inside a batch, as in Kafka) and the next offset
   (the high watermark: every applied batch is acknowledged by the ack quorum);
@@ -38,9 +45,10 @@ import threading
 
 import walkit
 from walkit import Position
-from walkit.adapters.topics.batches import BatchInfo, info
+from walkit.adapters.topics.batches import TRANSACTIONAL, BatchInfo, info
 from walkit.adapters.topics.epochs import LeaderEpochs
 from walkit.adapters.topics.producers import ProducerTable
+from walkit.adapters.topics.transactions import marker_of
 
 log = logging.getLogger("walkit.adapters.topics")
 
@@ -81,6 +89,9 @@ class PartitionState:
         self.sizes: list[int] = []
         self.max_times: list[int] = []       # running maximum: non-decreasing, for bisection
         self.producers = ProducerTable()
+        self.ongoing: dict[int, int] = {}                    # producer id -> first offset of its open transaction
+        self.aborted: list[tuple[int, int, int]] = []        # (producer id, first offset, marker offset), in order
+        self.markers: dict[int, tuple[int, int]] = {}        # producer id -> (transaction number, marker offset)
         self.epochs = LeaderEpochs()
         self.log_start_offset = 0
         self.next_offset = 0
@@ -123,14 +134,32 @@ class PartitionState:
         previous = self.max_times[-1] if self.max_times else -1
         self.max_times.append(max(previous, head.max_timestamp))
         self.next_offset = head.next_offset
-        self.producers.record(head)
+        self._transaction(record, head)
         return head
+
+    def _transaction(self, record: bytes, head: BatchInfo) -> None:
+        """_transaction keeps the producer and transaction state of an applied batch (see the module doc)."""
+        marker = marker_of(record)
+        if marker is None:
+            self.producers.record(head)
+            if head.attributes & TRANSACTIONAL and head.producer_id not in self.ongoing:
+                self.ongoing[head.producer_id] = head.base_offset
+            return
+        committed, number = marker
+        first = self.ongoing.pop(head.producer_id, None)
+        if first is not None and not committed:
+            self.aborted.append((head.producer_id, first, head.base_offset))
+        self.markers[head.producer_id] = (number, head.base_offset)
+        self.producers.record_marker(head.producer_id, head.producer_epoch)
 
     def snapshot(self, out) -> None:
         """snapshot writes the whole state to the binary file-like `out` (JSON)."""
         doc = {"format": SNAPSHOT_FORMAT, "bases": self.bases, "nexts": self.nexts,
                "positions": [[p.ledger_id, p.entry_id] for p in self.positions], "subs": self.subs,
                "sizes": self.sizes, "max_times": self.max_times, "producers": self.producers.to_json(),
+               "ongoing": {str(pid): first for pid, first in self.ongoing.items()},
+               "aborted": [list(a) for a in self.aborted],
+               "markers": {str(pid): list(marker) for pid, marker in self.markers.items()},
                "log_start_offset": self.log_start_offset, "next_offset": self.next_offset,
                "epochs": self.epochs.to_json(), "applied": list(self.applied) if self.applied is not None else None,
                "retained_from": list(self.retained_from) if self.retained_from is not None else None}
@@ -145,6 +174,9 @@ class PartitionState:
         self.positions = [Position(*p) for p in doc["positions"]]
         self.subs = doc["subs"]
         self.producers = ProducerTable.from_json(doc["producers"])
+        self.ongoing = {int(pid): first for pid, first in doc.get("ongoing", {}).items()}   # (absent before
+        self.aborted = [tuple(a) for a in doc.get("aborted", [])]                           # transactions)
+        self.markers = {int(pid): tuple(marker) for pid, marker in doc.get("markers", {}).items()}
         self.log_start_offset, self.next_offset = doc["log_start_offset"], doc["next_offset"]
         self.epochs = LeaderEpochs.from_json(doc.get("epochs"))       # absent before leader epochs: none known
         self.applied = Position(*doc["applied"]) if doc["applied"] is not None else None
@@ -157,6 +189,7 @@ class PartitionState:
         other.bases, other.nexts, other.positions = list(self.bases), list(self.nexts), list(self.positions)
         other.subs, other.sizes, other.max_times = list(self.subs), list(self.sizes), list(self.max_times)
         other.producers = self.producers.copy()
+        other.ongoing, other.aborted, other.markers = dict(self.ongoing), list(self.aborted), dict(self.markers)
         other.epochs = self.epochs.copy()
         other.log_start_offset, other.next_offset, other.applied = self.log_start_offset, self.next_offset, self.applied
         other.retained_from, other._sub = self.retained_from, self._sub
@@ -165,6 +198,16 @@ class PartitionState:
     # -- queries ------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.bases)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """last_stable_offset is the first offset of the oldest open transaction, else the next offset."""
+        return min(self.ongoing.values(), default=self.next_offset)
+
+    def aborted_between(self, first: int, last: int) -> list[tuple[int, int]]:
+        """aborted_between lists (producer id, first offset) of the aborted transactions with records in [first, last]."""
+        start = bisect.bisect_left(self.aborted, first, key=lambda a: a[2])
+        return [(pid, begin) for pid, begin, _ in self.aborted[start:] if begin <= last]
 
     def where(self, index: int) -> tuple[Position, int]:
         """where is the log entry and the index in it of batch `index`."""
@@ -211,6 +254,10 @@ class PartitionState:
         first = self.bases[0] if self.bases else self.next_offset
         self.log_start_offset = max(self.log_start_offset, first)    # a DeleteRecords may have moved it further
         self.epochs.trim(self.log_start_offset)
+        start = self.log_start_offset
+        self.aborted = [a for a in self.aborted if a[2] >= start]
+        self.markers = {pid: marker for pid, marker in self.markers.items() if marker[1] >= start}
+        self.producers.prune(start, self.ongoing)
         if self.retained_from is None or position > self.retained_from:
             self.retained_from = position
         return count

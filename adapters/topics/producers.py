@@ -9,6 +9,11 @@ duplicates, as Kafka does (a producer has at most 5 requests in flight).
 
 The table is part of the partition's replicated state (partition.py rebuilds it from the
 log), so a new leader after a failover recognises retries of batches its predecessor wrote.
+A transaction marker with a higher epoch (a transactional id given to a new producer, or a
+transaction aborted on timeout) moves the producer to that epoch, fencing the older one.
+Retention prunes the producers whose batches it removed (`prune`), so the table does not
+grow with every producer a partition ever saw; a retry of such a producer's batch is taken
+as new, as in Kafka.
 """
 
 from __future__ import annotations
@@ -79,6 +84,22 @@ class ProducerTable:
         entry.last_sequence = batch.last_sequence
         entry.recent.append((batch.base_sequence, batch.last_sequence, batch.base_offset))
         entry.last_timestamp = batch.max_timestamp
+
+    def record_marker(self, producer_id: int, epoch: int) -> None:
+        """record_marker takes in a transaction marker: an epoch above the producer's starts it afresh
+        (sequence 0 next), which fences the producer's older epoch (KIP-98)."""
+        entry = self.entries.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            self.entries[producer_id] = ProducerEntry(epoch)
+
+    def prune(self, log_start_offset: int, keep) -> int:
+        """prune forgets the producers whose last batch retention removed (all before `log_start_offset`),
+        except those in `keep` (an open transaction's); it returns how many, as Kafka's log cleaner does."""
+        gone = [pid for pid, entry in self.entries.items()
+                if entry.recent and entry.recent[-1][2] < log_start_offset and pid not in keep]
+        for pid in gone:
+            del self.entries[pid]
+        return len(gone)
 
     def copy(self) -> "ProducerTable":
         """copy is an independent copy (a leader checks new batches against it before they are acked)."""

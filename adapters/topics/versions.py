@@ -4,9 +4,13 @@ The ranges are those kafka-python, librdkafka (confluent-kafka, kcat) negotiate 
 brokers, capped where a later version needs what this broker does not keep: topic ids in
 Fetch (v13+) and Produce (v13+), KIP-848 consumer groups, two-phase commit. ApiVersions
 answers with this table; a request outside it gets UNSUPPORTED_VERSION (ApiVersions) or the
-connection closed, as Kafka does. Transactional APIs are absent on purpose: transactions are
-not supported (see handlers/produce.py). SaslHandshake and SaslAuthenticate are listed
-whether or not the broker requires SASL, as Kafka lists them (sasl.py, handlers/sasl.py).
+connection closed, as Kafka does. The transactional APIs stop before KIP-890's versions
+(AddPartitionsToTxn v4+ is the brokers' own verification, EndTxn and AddOffsetsToTxn v4+ and
+TxnOffsetCommit v4+ carry TRANSACTION_ABORTABLE and epoch bumps per transaction): librdkafka
+2.x and kafka-python ask for v0-v3 (handlers/transactions.py). WriteTxnMarkers is not served:
+brokers write markers into the partitions they lead themselves (txncoordinator.py).
+SaslHandshake and SaslAuthenticate are listed whether or not the broker requires SASL, as
+Kafka lists them (sasl.py, handlers/sasl.py).
 
 ApiVersions reports Produce from v0 although the broker serves it from v3 (`ADVERTISED_LOW`),
 as Kafka 4 does (KIP-896 removed Produce v0-v2; KAFKA-18659 put v0 back in ApiVersions only,
@@ -40,7 +44,10 @@ from kafka.protocol.consumer import (
     OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest, ProduceRequest,
+    TxnOffsetCommitRequest,
+)
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 #: api key -> (request class, lowest version, highest version) this broker serves.
@@ -63,6 +70,10 @@ SUPPORTED: dict[int, tuple[type, int, int]] = {
         (CreateTopicsRequest, 2, 5),
         (DeleteTopicsRequest, 1, 5),
         (InitProducerIdRequest, 0, 4),
+        (AddPartitionsToTxnRequest, 0, 3),
+        (AddOffsetsToTxnRequest, 0, 3),
+        (EndTxnRequest, 0, 3),
+        (TxnOffsetCommitRequest, 0, 3),
         (DescribeConfigsRequest, 1, 4),
         (AlterConfigsRequest, 0, 2),
         (IncrementalAlterConfigsRequest, 0, 1),

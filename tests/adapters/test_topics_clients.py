@@ -15,11 +15,10 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
-from kafka.errors import TransactionalIdAuthorizationFailedError
 from kafka.partitioner.default import murmur2
 
 from ..integration.helpers import wait_until
@@ -259,20 +258,6 @@ def test_retention_truncates_old_ledgers_and_a_consumer_behind_resets(broker):
     message = wait_until(next_new_record, 60, message="a record after the reset to latest")
     assert message.error() is None and message.offset() >= high and message.value() == b"after"
     latest.close()
-
-
-def test_transactional_producers_fail_fast_with_a_clear_error(broker):
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx"})
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as caught:
-        producer.init_transactions(30)
-    assert time.monotonic() - started < 10
-    assert "transactions are not supported" in str(caught.value)
-    # The traceback in `caught` holds this frame, so the producer would outlive the test (and the
-    # broker), retrying in the background until a garbage collection: destroy it now.
-    del caught, producer
-    with pytest.raises(TransactionalIdAuthorizationFailedError):
-        KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="tx2").init_transactions()
 
 
 def walkit_topics(broker: TopicsProcess, *args: str, input: str | None = None) -> str:

@@ -8,10 +8,10 @@ codes (errors.py).
 
 from __future__ import annotations
 
-from walkit.adapters.topics.handlers import acls, admin, cluster, commits, configs, fetch, groups, produce, records, sasl
+from walkit.adapters.topics.handlers import acls, admin, cluster, commits, configs, fetch, groups, produce, records, sasl, transactions
 
 HANDLERS = {}
-for _module in (acls, admin, cluster, commits, configs, fetch, groups, produce, records, sasl):
+for _module in (acls, admin, cluster, commits, configs, fetch, groups, produce, records, sasl, transactions):
     HANDLERS.update(_module.HANDLERS)
 
 

@@ -26,8 +26,6 @@ from walkit.adapters.topics.wire import api_table
 
 CLUSTER_ID = "walkit"
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-#: The answer to a transactional client: an error every client treats as fatal at once.
-TRANSACTIONS_UNSUPPORTED = "transactions are not supported by walkit topics (use an idempotent producer)"
 _TOPIC, _PARTITION = MetadataResponse.MetadataResponseTopic, MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
 _BROKER = MetadataResponse.MetadataResponseBroker
 _CLUSTER_BROKER = DescribeClusterResponse.DescribeClusterBroker
@@ -109,11 +107,11 @@ async def describe_cluster(broker, connection, request):
 
 def coordinator_of(broker, key: str, key_type: int) -> tuple[int, str, object]:
     """coordinator_of returns (error code, message, BrokerInfo or None) for a FindCoordinator key."""
-    if key_type == TRANSACTION_KEY:
-        return errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED, None
-    if key_type != GROUP_KEY:
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return errors.INVALID_REQUEST, f"unknown coordinator key type {key_type}", None
     if not isinstance(key, str) or not key:
+        if key_type == TRANSACTION_KEY:
+            return errors.INVALID_REQUEST, "an empty transactional id", None
         return errors.INVALID_GROUP_ID, "an empty group id", None
     brokers = live_brokers(broker)
     leader = broker.leader_of(Slot(None, broker.bucket_of(key)))

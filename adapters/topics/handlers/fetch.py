@@ -8,6 +8,11 @@ with what there is. Fetch sessions (KIP-227) are not kept: every answer has sess
 clients send full fetch requests. An offset outside [log start, high watermark] is
 OFFSET_OUT_OF_RANGE, and the consumer resets per its auto.offset.reset.
 
+A `read_committed` fetch (isolation level 1) gets the batches below the partition's last
+stable offset only (the first offset of its oldest open transaction) and the aborted
+transactions (producer id, first offset) among them, whose records the client drops
+(partition.py, transactions.py); ListOffsets LATEST answers it the last stable offset.
+
 ListOffsets answers EARLIEST (-2: the log start offset), LATEST (-1: the high watermark),
 MAX_TIMESTAMP (-3) and a timestamp: the first offset whose record is stamped at or after it,
 found through the index of running maximum timestamps and one batch read. A compressed batch
@@ -23,7 +28,7 @@ import logging
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 
 from walkit.adapters.topics import errors
-from walkit.adapters.topics.batches import MissingCodec
+from walkit.adapters.topics.batches import MissingCodec, last_offset
 from walkit.adapters.topics.errors import KafkaError
 
 log = logging.getLogger("walkit.adapters.topics")
@@ -32,6 +37,8 @@ EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 MAX_WAIT_MS = 60_000
 _FTOPIC = FetchResponse.FetchableTopicResponse
 _FPART = _FTOPIC.PartitionData
+_ABORTED = _FPART.AbortedTransaction
+READ_COMMITTED = 1
 _LTOPIC = ListOffsetsResponse.ListOffsetsTopicResponse
 _LPART = _LTOPIC.ListOffsetsPartitionResponse
 
@@ -39,23 +46,28 @@ _LPART = _LTOPIC.ListOffsetsPartitionResponse
 async def _collect(broker, body) -> tuple[list, int, list, bool]:
     """_collect reads every requested partition once: (topics, bytes, (leader, high watermark)s, any error)."""
     budget = body.max_bytes if body.max_bytes > 0 else 52_428_800
+    committed_only = body.isolation_level == READ_COMMITTED
     total, leaders, failed, topics = 0, [], False, []
     for topic in body.topics or []:
         parts = []
         for wanted in topic.partitions or []:
-            code, records, hw, start = errors.NONE, b"", -1, -1
+            code, records, hw, start, stable, aborted = errors.NONE, b"", -1, -1, -1, None
             try:
                 leader = broker.partition(topic.topic, wanted.partition)
                 hw, start = leader.high_watermark, leader.state.log_start_offset
+                stable = leader.stable(0, -1)[0]
                 leaders.append((leader, hw))
                 limit = min(max(wanted.partition_max_bytes, 1), max(budget - total, 1))
                 if budget - total > 0 or total == 0:
-                    records = await leader.read(wanted.fetch_offset, limit)
+                    records = await leader.read(wanted.fetch_offset, limit, stable if committed_only else None)
+                if committed_only:
+                    aborted = [_ABORTED(producer_id=pid, first_offset=first) for pid, first in
+                               leader.stable(wanted.fetch_offset, last_offset(records))[1]] if records else []
             except KafkaError as exc:
                 code, failed = exc.code, True
             total += len(records)
             parts.append(_FPART(partition_index=wanted.partition, error_code=code, high_watermark=hw,
-                                last_stable_offset=hw, log_start_offset=start, aborted_transactions=None,
+                                last_stable_offset=stable, log_start_offset=start, aborted_transactions=aborted,
                                 preferred_read_replica=-1, records=records))
         topics.append(_FTOPIC(topic=topic.topic, partitions=parts))
     return topics, total, leaders, failed
@@ -79,14 +91,15 @@ async def fetch(broker, connection, request):
                             responses=topics)
 
 
-async def _list_offset(broker, topic: str, partition: int, timestamp: int) -> tuple[int, int, int]:
+async def _list_offset(broker, topic: str, partition: int, timestamp: int,
+                       committed_only: bool = False) -> tuple[int, int, int]:
     """_list_offset returns (error code, timestamp, offset) of one ListOffsets partition."""
     try:
         leader = broker.partition(topic, partition)
         if timestamp == EARLIEST:
             return errors.NONE, -1, leader.state.log_start_offset
         if timestamp == LATEST:
-            return errors.NONE, -1, leader.high_watermark
+            return errors.NONE, -1, leader.stable(0, -1)[0] if committed_only else leader.high_watermark
         if timestamp == MAX_TIMESTAMP:
             offset, stamp = await leader.max_timestamp()
             return errors.NONE, stamp, offset
@@ -107,7 +120,8 @@ async def list_offsets(broker, connection, request):
     for topic in request.body.topics or []:
         parts = []
         for wanted in topic.partitions or []:
-            code, stamp, offset = await _list_offset(broker, topic.name, wanted.partition_index, wanted.timestamp)
+            code, stamp, offset = await _list_offset(broker, topic.name, wanted.partition_index, wanted.timestamp,
+                                                     request.body.isolation_level == READ_COMMITTED)
             parts.append(_LPART(partition_index=wanted.partition_index, error_code=code, timestamp=stamp,
                                 offset=offset, leader_epoch=-1))
         topics.append(_LTOPIC(name=topic.name, partitions=parts))

@@ -1,4 +1,4 @@
-"""walkit.adapters.topics.handlers.produce answers Produce and InitProducerId.
+"""walkit.adapters.topics.handlers.produce answers Produce.
 
 Produce with acks=1 and acks=all is answered once the batches are in the partition's log,
 acknowledged by the ledger's ack quorum (walkit acknowledges nothing earlier, so both mean
@@ -9,18 +9,16 @@ topic's `max.message.bytes` (Broker.max_message_bytes: never above what a log en
 answers MESSAGE_TOO_LARGE for its partition, as Kafka does; nothing of that partition is
 appended and the broker keeps leading it.
 
-InitProducerId hands out cluster-wide producer ids (a metadata counter) for idempotent
-producers, epoch 0. Transactions are not supported: a transactional id, in FindCoordinator,
-InitProducerId or Produce, is answered at once with TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-which librdkafka and kafka-python treat as fatal, so a transactional client fails fast with
-a clear error instead of retrying until its timeout.
+A transactional producer's batches are stored as any others; the partition opens the
+producer's transaction at its first one (partition.py), and the coordinator's markers close
+it (txncoordinator.py). InitProducerId is answered in handlers/transactions.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.batches import split
@@ -44,8 +42,6 @@ async def produce(broker, connection, request):
         for data in topic_data.partition_data or []:
             name, index = topic_data.name, data.index
             try:
-                if body.transactional_id is not None:
-                    raise KafkaError(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported")
                 if body.acks not in (0, 1, -1):
                     raise KafkaError(INVALID_REQUIRED_ACKS, f"acks={body.acks}")
                 leader = broker.partition(name, index)
@@ -84,18 +80,6 @@ async def produce(broker, connection, request):
         _TOPIC(name=name, partition_responses=parts) for name, parts in topics.items()])
 
 
-async def init_producer_id(broker, connection, request):
-    """init_producer_id gives an idempotent producer a new producer id (epoch 0)."""
-    if request.body.transactional_id is not None:
-        return request.response(InitProducerIdResponse, throttle_time_ms=0,
-                                error_code=errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                producer_id=-1, producer_epoch=-1)
-    producer_id = await broker.loop.run_in_executor(None, broker.catalog.new_producer_id)
-    return request.response(InitProducerIdResponse, throttle_time_ms=0, error_code=errors.NONE,
-                            producer_id=producer_id, producer_epoch=0)
-
-
 HANDLERS = {
     ProduceRequest.API_KEY: produce,
-    InitProducerIdRequest.API_KEY: init_producer_id,
 }

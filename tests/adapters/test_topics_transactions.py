@@ -1,0 +1,422 @@
+"""Kafka transactions on walkit topics (issue 44 item 4): markers, the last stable offset, fencing, failover.
+
+The state pieces are tested alone (markers, partition and bucket state, snapshots). The
+broker is tested with real clients (confluent-kafka, kafka-python) against brokers running in
+this process on in-process bookies (`InProcessBroker`: no process is started, so these are in
+the fast tier), and, for SIGKILLs, against `walkit topics serve` processes (marked slow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.record.default_records import DefaultRecordBatch
+
+from walkit import Position
+from walkit.adapters.topics import batches, errors
+from walkit.adapters.topics.errors import KafkaError
+from walkit.adapters.topics.offsets import OffsetsState, commit_record
+from walkit.adapters.topics.partition import PartitionState
+from walkit.adapters.topics.producers import APPEND, ProducerTable
+from walkit.adapters.topics.service import ServeOptions, start_broker
+from walkit.adapters.topics.transactions import (
+    COMPLETE_COMMIT, ONGOING, PREPARE_COMMIT, TxnMeta, control_batch, group_marker_record, marker_of,
+    txn_offsets_record, txn_record,
+)
+
+from ..integration.helpers import wait_until
+
+
+def transactional_batch(count: int, *, pid: int, epoch: int, seq: int, offset: int, value: bytes = b"v") -> bytes:
+    """transactional_batch is a stored batch of `count` records of a transactional producer at `offset`."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=pid,
+                                        producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
+    for i in range(count):
+        builder.append(i, timestamp=1000 + i, key=None, value=value, headers=[])
+    return batches.with_base_offset(bytes(builder.build()), offset)
+
+
+def marker(pid: int, epoch: int, committed: bool, number: int, offset: int) -> bytes:
+    return batches.with_base_offset(control_batch(pid, epoch, committed, number, 5000), offset)
+
+
+# -- state, without brokers -------------------------------------------------------------------------------
+def test_a_marker_is_a_control_batch_that_clients_read_as_commit_or_abort():
+    for committed in (True, False):
+        stored = marker(7, 3, committed, 12, 40)
+        read = DefaultRecordBatch(stored)
+        assert read.validate_crc() and read.is_control_batch and read.is_transactional
+        assert (read.base_offset, read.producer_id, read.producer_epoch) == (40, 7, 3)
+        [record] = list(DefaultRecordBatch(stored))
+        assert record.commit is committed and record.abort is not committed
+        assert marker_of(stored) == (committed, 12)
+    assert marker_of(transactional_batch(2, pid=7, epoch=3, seq=0, offset=0)) is None
+    with pytest.raises(KafkaError) as caught:                        # producers may not send markers
+        batches.split(control_batch(7, 3, True, 1, 0), 1 << 20)
+    assert caught.value.code == errors.INVALID_RECORD
+    data = transactional_batch(2, pid=7, epoch=3, seq=0, offset=0)
+    assert batches.split(data, 1 << 20) == [data]                    # transactional batches are accepted
+
+
+def test_partition_state_keeps_open_transactions_the_last_stable_offset_and_aborted_ones_through_a_snapshot():
+    state = PartitionState()
+    log = [transactional_batch(3, pid=1, epoch=0, seq=0, offset=0),      # pid 1 opens at 0
+           transactional_batch(2, pid=2, epoch=0, seq=0, offset=3),      # pid 2 opens at 3
+           transactional_batch(2, pid=1, epoch=0, seq=3, offset=5)]
+    for i, stored in enumerate(log):
+        state.apply(stored, Position(1, i))
+    assert state.ongoing == {1: 0, 2: 3} and state.last_stable_offset == 0 and state.next_offset == 7
+    state.apply(marker(1, 0, False, 1, 7), Position(1, 3))                # pid 1 aborts
+    assert state.last_stable_offset == 3 and state.aborted == [(1, 0, 7)]
+    assert state.aborted_between(0, 7) == [(1, 0)] and state.aborted_between(8, 20) == []
+    state.apply(marker(2, 0, True, 1, 8), Position(1, 4))                 # pid 2 commits
+    assert state.last_stable_offset == state.next_offset == 9 and state.markers == {1: (1, 7), 2: (1, 8)}
+    out = io.BytesIO()
+    state.snapshot(out)
+    restored = PartitionState()
+    restored.restore(io.BytesIO(out.getvalue()))
+    assert (restored.ongoing, restored.aborted, restored.markers) == (state.ongoing, state.aborted, state.markers)
+    open_again = transactional_batch(1, pid=2, epoch=0, seq=2, offset=9)
+    restored.apply(open_again, Position(1, 5))
+    assert restored.last_stable_offset == 9
+    # A snapshot from before transactions restores with none open, none aborted.
+    old = io.BytesIO()
+    PartitionState().snapshot(old)
+    doc = old.getvalue().replace(b',"ongoing":{},"aborted":[],"markers":{}', b"")
+    assert b"ongoing" not in doc
+    before = PartitionState()
+    before.restore(io.BytesIO(doc))
+    assert before.ongoing == {} and before.aborted == [] and before.last_stable_offset == 0
+
+
+def test_a_marker_of_a_newer_epoch_fences_the_older_producer_and_retention_prunes_what_it_removed():
+    table = ProducerTable()
+    table.record(batches.info(transactional_batch(2, pid=5, epoch=0, seq=0, offset=0)))
+    table.record_marker(5, 1)                                         # aborted by the coordinator, epoch bumped
+    with pytest.raises(KafkaError) as caught:
+        table.check(batches.info(transactional_batch(1, pid=5, epoch=0, seq=2, offset=3)))
+    assert caught.value.code == errors.INVALID_PRODUCER_EPOCH
+    assert table.check(batches.info(transactional_batch(1, pid=5, epoch=1, seq=0, offset=3))) == (APPEND, None)
+    state = PartitionState()
+    state.apply(transactional_batch(2, pid=8, epoch=0, seq=0, offset=0), Position(1, 0))
+    state.apply(marker(8, 0, False, 1, 2), Position(1, 1))
+    state.apply(transactional_batch(1, pid=9, epoch=0, seq=0, offset=3), Position(2, 0))   # still open
+    state.apply(batches.with_base_offset(transactional_batch(1, pid=10, epoch=0, seq=0, offset=0), 4),
+                Position(2, 1))
+    state.ongoing.pop(10)                                              # (10 as an idempotent producer)
+    assert set(state.producers.entries) == {8, 9, 10}
+    state.truncate_before(Position(2, 1))                              # retention removes offsets 0-3
+    assert state.log_start_offset == 4 and state.aborted == [] and state.markers == {}
+    assert set(state.producers.entries) == {8, 9, 10} - {8}            # 9's transaction is open: kept
+
+
+def test_bucket_state_commits_transaction_offsets_at_the_commit_marker_and_drops_them_at_abort():
+    state = OffsetsState()
+    woken = []
+    state.on_transaction = lambda: woken.append(1)
+    meta = TxnMeta(pid=4, epoch=0, state=ONGOING, timeout_ms=60000, partitions=(("t", 0), (None, 2)), number=1,
+                   started_ms=10, ms=10)
+    records = [txn_record("tx", meta), commit_record("g", [("t", 0, 1, -1, None)], 5),
+               txn_offsets_record("g", 4, [("t", 0, 10, -1, None)], 20),
+               txn_offsets_record("g", 5, [("t", 1, 30, -1, None)], 21)]
+    for i, record in enumerate(records):
+        state.apply(record, Position(1, i))
+    assert state.offsets("g")[("t", 0)].offset == 1 and ("t", 1) not in state.offsets("g")
+    state.apply(group_marker_record(4, 1, True), Position(1, 4))
+    assert state.offsets("g")[("t", 0)].offset == 10 and state.txns.marked == {4: 1}
+    state.apply(group_marker_record(5, 1, False), Position(1, 5))
+    assert ("t", 1) not in state.offsets("g") and state.txns.pending == {}
+    state.apply(txn_record("tx", replace(meta, state=COMPLETE_COMMIT)), Position(1, 6))
+    assert len(woken) == 6 and state.txns.transactions["tx"].state == COMPLETE_COMMIT
+    out = io.BytesIO()
+    state.snapshot(out)
+    restored = OffsetsState()
+    restored.restore(io.BytesIO(out.getvalue()))
+    assert restored.txns.transactions == state.txns.transactions and restored.txns.marked == {4: 1, 5: 1}
+    assert restored.offsets("g") == state.offsets("g")
+    restored.apply(txn_record("tx", None), Position(2, 0))               # the id expired
+    assert restored.txns.transactions == {}
+    old = OffsetsState()                                               # a checkpoint from before transactions
+    old.restore(io.BytesIO(b'{"checkpoint":{"g":[["t",0,5,-1,null,1]]}}'))
+    assert old.txns.transactions == {} and old.offsets("g")[("t", 0)].offset == 5
+
+
+# -- brokers in this process, real clients ------------------------------------------------------------------
+class InProcessBroker:
+    """InProcessBroker is a broker (service.start_broker) on its own event loop thread, on a MemoryCluster."""
+
+    def __init__(self, cluster, **options) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        settings = ServeOptions(port=0, advertise="127.0.0.1", rebalance_delay_ms=300, group_buckets=4, **options)
+        self.client = cluster.client()
+        self.broker, self.server = self.run(start_broker(settings, self.client))
+        self.bootstrap = f"127.0.0.1:{self.server.port}"
+
+    def run(self, coroutine, timeout: float = 60):
+        """run runs a coroutine on the broker's loop and returns its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def call(self, fn):
+        """call runs `fn()` on the broker's loop and returns its result."""
+        async def on_loop():
+            return fn()
+        return self.run(on_loop())
+
+    def stop(self) -> None:
+        async def down():
+            await self.server.close()
+            await self.broker.stop()
+        self.run(down())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def brokers(memory_cluster):
+    """brokers starts in-process brokers on one MemoryCluster (`brokers()`); all stop at the end."""
+    started: list[InProcessBroker] = []
+
+    def start() -> InProcessBroker:
+        started.append(InProcessBroker(memory_cluster))
+        return started[-1]
+    yield start
+    for broker in started:
+        if broker.thread.is_alive():
+            broker.stop()
+
+
+def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1)
+                                       for n in names]).values():
+        future.result(30)
+
+
+def read_committed(bootstrap: str, topic: str, expected: int, timeout: float = 30.0, group: str = "audit") -> list:
+    """read_committed is every value a read_committed confluent-kafka consumer gets from `topic` (until it has
+    `expected` and nothing more arrives for a second, or `timeout`)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    values, deadline, quiet_until = [], time.monotonic() + timeout, None
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+                quiet_until = None
+            elif len(values) >= expected:
+                quiet_until = quiet_until or time.monotonic() + 1.0
+                if time.monotonic() > quiet_until:
+                    break
+    finally:
+        consumer.close()
+    return values
+
+
+def test_read_committed_consumers_see_committed_records_once_and_never_aborted_ones(brokers):
+    broker = brokers()
+    create_topics(broker.bootstrap, "tx")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "writer"})
+    producer.init_transactions(30)
+    expected = []
+    for round_ in range(6):
+        producer.begin_transaction()
+        values = [b"r%d-%d" % (round_, i) for i in range(20)]
+        for value in values:
+            producer.produce("tx", key=value, value=value)
+        producer.flush(30)
+        if round_ % 2:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+            expected += values
+    python = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="python-writer")
+    python.init_transactions()
+    python.begin_transaction()
+    for i in range(5):
+        python.send("tx", b"python committed %d" % i)
+    python.commit_transaction()
+    python.begin_transaction()
+    for i in range(5):
+        python.send("tx", b"python aborted %d" % i)
+    python.flush()
+    python.abort_transaction()
+    python.close()
+    expected += [b"python committed %d" % i for i in range(5)]
+    seen = read_committed(broker.bootstrap, "tx", len(expected))
+    assert sorted(seen) == sorted(expected)                  # each committed record once, no aborted one
+    consumer = KafkaConsumer("tx", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                             isolation_level="read_committed", consumer_timeout_ms=3000)
+    assert sorted(m.value for m in consumer) == sorted(expected)
+    consumer.close()
+    uncommitted = KafkaConsumer("tx", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                                consumer_timeout_ms=3000)
+    assert len([m for m in uncommitted]) == len(expected) + 3 * 20 + 5     # read_uncommitted sees the aborted too
+    uncommitted.close()
+
+
+def test_an_open_transaction_holds_read_committed_consumers_at_its_first_offset(brokers):
+    broker = brokers()
+    create_topics(broker.bootstrap, "lso", partitions=1)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    plain.produce("lso", value=b"before")
+    plain.flush(10)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "slow"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("lso", value=b"inside")
+    producer.flush(10)
+    plain.produce("lso", value=b"after")                     # not transactional, but behind the open one
+    plain.flush(10)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lso", "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    uncommitted = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lso", "isolation.level": "read_uncommitted"})
+    assert uncommitted.get_watermark_offsets(TopicPartition("lso", 0), timeout=10) == (0, 3)
+    uncommitted.close()                                      # ListOffsets LATEST, read_committed: the LSO
+    assert consumer.get_watermark_offsets(TopicPartition("lso", 0), timeout=10) == (0, 1)
+    leader = broker.broker.partitions[("lso", 0)]
+    assert broker.call(lambda: leader.stable(0, -1)) == (1, [])
+    assert read_committed(broker.bootstrap, "lso", 1, timeout=5, group="lso-1") == [b"before"]
+    producer.commit_transaction(30)
+    assert read_committed(broker.bootstrap, "lso", 3, group="lso-2") == [b"before", b"inside", b"after"]
+    consumer.close()
+
+
+def test_a_new_producer_of_a_transactional_id_keeps_its_producer_id_and_fences_the_old_one(brokers):
+    broker = brokers()
+    create_topics(broker.bootstrap, "zombies")
+    first = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "same"})
+    first.init_transactions(30)
+    first.begin_transaction()
+    first.produce("zombies", value=b"zombie's")
+    first.flush(10)
+    meta = broker.call(lambda: broker.broker.bucket_for("same").state.txns.transactions["same"])
+    second = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "same"})
+    second.init_transactions(30)                              # aborts the open transaction, fences `first`
+    after = broker.call(lambda: broker.broker.bucket_for("same").state.txns.transactions["same"])
+    assert after.pid == meta.pid and after.epoch == meta.epoch + 1
+    with pytest.raises(KafkaException) as caught:
+        first.commit_transaction(10)
+    assert caught.value.args[0].fatal() and "fenced" in str(caught.value).lower()
+    second.begin_transaction()
+    second.produce("zombies", value=b"successor's")
+    second.commit_transaction(30)
+    assert read_committed(broker.bootstrap, "zombies", 1) == [b"successor's"]
+
+
+def test_consume_transform_produce_commits_the_input_offsets_with_the_output(brokers):
+    broker = brokers()
+    create_topics(broker.bootstrap, "in", "out")
+    source = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(200):
+        source.produce("in", key=b"%d" % i, value=b"%d" % i)
+    source.flush(30)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "pipeline", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.subscribe(["in"])
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "pipeline-1"})
+    producer.init_transactions(30)
+    done, aborted, deadline = 0, 0, time.monotonic() + 60
+    while done < 200 and time.monotonic() < deadline:
+        messages = [m for m in consumer.consume(25, 0.5) if m.error() is None]
+        if not messages:
+            continue
+        producer.begin_transaction()
+        for message in messages:
+            producer.produce("out", key=message.key(), value=b"out " + message.value())
+        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                             consumer.consumer_group_metadata(), 30)
+        if aborted < 2:                                        # the first two batches are aborted and redone
+            producer.abort_transaction(30)
+            aborted += 1
+            for part in consumer.committed(consumer.assignment(), 10):
+                consumer.seek(TopicPartition("in", part.partition, max(part.offset, 0)))
+            continue
+        producer.commit_transaction(30)
+        done += len(messages)
+    consumer.close()
+    out = read_committed(broker.bootstrap, "out", 200)
+    assert sorted(out) == sorted(b"out %d" % i for i in range(200))
+    checker = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "pipeline"})
+    committed = checker.committed([TopicPartition("in", 0), TopicPartition("in", 1)], 10)
+    low_high = [checker.get_watermark_offsets(TopicPartition("in", p), timeout=10)[1] for p in (0, 1)]
+    assert [tp.offset for tp in committed] == low_high
+    checker.close()
+
+
+def test_a_successor_completes_a_transaction_its_coordinator_prepared(brokers):
+    """The coordinator stops after writing PrepareCommit, before any marker: the next broker's
+    coordinator, knowing only the replicated state, writes the markers and completes it."""
+    first = brokers()
+    create_topics(first.bootstrap, "handover")
+    producer = Producer({"bootstrap.servers": first.bootstrap, "transactional.id": "handover"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce("handover", value=b"%d" % i)
+    producer.flush(10)
+    coordinator = first.broker.transactions
+
+    async def prepare_only():
+        coordinator.write_markers = lambda: None               # this coordinator dies before any marker
+        coordinator.tick = lambda: None
+        bucket = first.broker.bucket_for("handover")
+        meta = bucket.state.txns.transactions["handover"]
+        await bucket.commit(txn_record("handover", replace(meta, state=PREPARE_COMMIT, ms=int(time.time() * 1000))))
+        return meta
+    meta = first.run(prepare_only())
+    assert read_committed(first.bootstrap, "handover", 0, timeout=2, group="h1") == []
+    del producer
+    first.stop()
+    second = brokers()
+    values = read_committed(second.bootstrap, "handover", 10, group="h2")
+    assert sorted(values) == sorted(b"%d" % i for i in range(10))
+    wait_until(lambda: second.call(lambda: second.broker.bucket_for("handover").state.txns.transactions["handover"]
+                                   .state) == COMPLETE_COMMIT, 20, message="CompleteCommit written")
+    assert second.call(lambda: second.broker.bucket_for("handover").state.txns.transactions["handover"].pid) == meta.pid
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(brokers):
+    broker = brokers()
+    create_topics(broker.bootstrap, "late", partitions=1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "late",
+                         "transaction.timeout.ms": 1500})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("late", value=b"never")
+    producer.flush(10)
+    leader = broker.broker.partitions[("late", 0)]
+    wait_until(lambda: broker.call(lambda: list(leader.state.aborted)) != [], 20, message="the coordinator aborted it")
+    assert broker.call(lambda: leader.stable(0, -1)[0]) == broker.call(lambda: leader.high_watermark)
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(10)
+    assert read_committed(broker.bootstrap, "late", 0, timeout=2) == []
+
+
+def test_idle_transactional_ids_expire_and_come_back_with_a_new_producer_id(brokers):
+    broker = brokers()
+    create_topics(broker.bootstrap, "idle", partitions=1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "idle"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("idle", value=b"kept")
+    producer.commit_transaction(30)
+    bucket = broker.call(lambda: broker.broker.bucket_for("idle"))
+    pid = bucket.state.txns.transactions["idle"].pid
+    broker.broker.transactions.expiration_ms = 200                 # (Kafka's default: 7 days)
+    wait_until(lambda: "idle" not in bucket.state.txns.transactions, 20, message="the idle id expired")
+    again = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "idle"})
+    again.init_transactions(30)
+    assert bucket.state.txns.transactions["idle"].pid != pid
