@@ -32,15 +32,18 @@ except ImportError as _missing:  # pragma: no cover - depends on the installatio
 
 from walkit.adapters.sqlite.connection import Connection
 from walkit.adapters.sqlite.cursor import Cursor
+from walkit.adapters.sqlite.blob import Blob
+from walkit.adapters.sqlite.callbacks import enable_callback_tracebacks
 from walkit.adapters.sqlite.dbapi import (
     PARSE_COLNAMES, PARSE_DECLTYPES, Binary, Date, DateFromTicks, Row, Time, TimeFromTicks, Timestamp,
-    TimestampFromTicks, adapters, apilevel, complete_statement, converters, paramstyle, register_adapter,
-    register_converter, threadsafety,
+    TimestampFromTicks, adapt, adapters, apilevel, complete_statement, converters, paramstyle, parse_uri,
+    register_adapter, register_converter, threadsafety,
 )
 from walkit.adapters.sqlite.definition import create_aggregate, create_collation, create_function
 from walkit.adapters.sqlite.errors import (
     CommitFailed, DatabaseError, DataError, Error, IntegrityError, InterfaceError, InternalError, MissingFunction,
     NotLeader, NotSupportedError, OperationalError, ProgrammingError, ReplicaStopped, TransactionTooLarge, Warning,
+    translate,
 )
 from walkit.adapters.sqlite.restore import restore
 
@@ -52,18 +55,20 @@ sqlite_version_info = tuple(int(part) for part in sqlite_version.split("."))
 version = _sqlite3.version if hasattr(_sqlite3, "version") else "2.6.0"
 version_info = tuple(int(part) for part in version.split("."))
 PrepareProtocol = _sqlite3.PrepareProtocol
-SQLITE_OK, SQLITE_DENY, SQLITE_IGNORE = 0, 1, 2
+#: sqlite3's SQLITE_* constants (authorizer results and actions, limit categories, result codes), the same values.
+_CONSTANTS = {name: getattr(_sqlite3, name) for name in dir(_sqlite3) if name.startswith("SQLITE_")}
+globals().update(_CONSTANTS)
 
 __all__ = [
-    "Binary", "CommitFailed", "Connection", "Cursor", "DataError", "DatabaseError", "Date", "DateFromTicks",
+    "Binary", "Blob", "CommitFailed", "Connection", "Cursor", "DataError", "DatabaseError", "Date", "DateFromTicks",
     "Error", "IntegrityError", "InterfaceError", "InternalError", "MissingFunction", "NotLeader", "NotSupportedError",
     "OperationalError", "PARSE_COLNAMES", "PARSE_DECLTYPES", "PrepareProtocol", "ProgrammingError",
     "ReplicaStopped", "Row", "Time", "TimeFromTicks", "Timestamp", "TimestampFromTicks", "TransactionTooLarge",
     "Warning", "adapters",
-    "apilevel", "complete_statement", "connect", "converters", "create_aggregate", "create_collation",
-    "create_function", "paramstyle", "register_adapter",
+    "adapt", "apilevel", "complete_statement", "connect", "converters", "create_aggregate", "create_collation",
+    "create_function", "enable_callback_tracebacks", "paramstyle", "register_adapter",
     "register_converter", "restore", "sqlite_version", "sqlite_version_info", "threadsafety", "version",
-    "version_info",
+    "version_info", *_CONSTANTS,
 ]
 
 
@@ -89,18 +94,25 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
     """
     from walkit.adapters.sqlite.database import acquire, release
     path = os.fspath(database)
-    if uri:
-        path = path[len("file:"):] if path.startswith("file:") else path
-        path = path.split("?", 1)[0]
+    mode = "rwc"
+    if uri:                                        # percent-decoded, mode=ro read-only (dbapi.parse_uri)
+        path, mode = parse_uri(path)
+        path = ":memory:" if mode == "memory" else path
+        if mode in ("ro", "rw") and not os.path.exists(path):
+            raise OperationalError("unable to open database file")
     if path in ("", ":memory:"):
         raise NotSupportedError("a replicated database needs a file: in-memory databases cannot be shared")
     name = name or os.path.splitext(os.path.basename(path))[0]
-    shared = acquire(path, name, client=client, metadata=metadata, node_id=node_id, voting=not replica,
-                     options=replicate_options)
+    try:
+        shared = acquire(path, name, client=client, metadata=metadata, node_id=node_id, voting=not replica,
+                         options=replicate_options)
+    except _apsw.Error as exc:                     # the file cannot be opened: sqlite3's error
+        raise translate(exc) from None
     try:
         shared.wait_started(wait_s)
+        readonly = {"readonly": True} if mode == "ro" else {}
         return factory(shared, timeout=timeout, detect_types=detect_types, isolation_level=isolation_level,
-                       check_same_thread=check_same_thread, cached_statements=cached_statements)
+                       check_same_thread=check_same_thread, cached_statements=cached_statements, **readonly)
     except BaseException:
         release(shared)
         raise

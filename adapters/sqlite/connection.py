@@ -24,10 +24,10 @@ from __future__ import annotations
 import threading
 import weakref
 
-from walkit.adapters.sqlite import definition
+from walkit.adapters.sqlite import callbacks, dbapi, definition, errors, export
 from walkit.adapters.sqlite import statements as st
 from walkit.adapters.sqlite.cursor import Cursor
-from walkit.adapters.sqlite.errors import OperationalError, ProgrammingError, translate
+from walkit.adapters.sqlite.errors import NotSupportedError, OperationalError, ProgrammingError, translate
 from walkit.adapters.sqlite.capture import Open as _Open
 from walkit.adapters.sqlite.capture import capture_session, only_comments, record_created_table
 from walkit.adapters.sqlite.machine import now_ms
@@ -39,11 +39,20 @@ class Connection:
     `position` (the log position this file applied) and `read_barrier()`.
     """
 
+    Error, Warning, InterfaceError, DatabaseError, DataError = errors.Error, errors.Warning, errors.InterfaceError, \
+        errors.DatabaseError, errors.DataError
+    OperationalError, IntegrityError, InternalError, ProgrammingError, NotSupportedError = errors.OperationalError, \
+        errors.IntegrityError, errors.InternalError, errors.ProgrammingError, errors.NotSupportedError
+
     def __init__(self, database, *, timeout: float = 5.0, detect_types: int = 0, isolation_level: str | None = "",
-                 check_same_thread: bool = True, cached_statements: int = 128) -> None:
+                 check_same_thread: bool = True, cached_statements: int = 128, readonly: bool = False) -> None:
         import apsw
+        _check_isolation_level(isolation_level)
         self._database = database
-        self._db = apsw.Connection(database.path)
+        self._db = apsw.Connection(database.path, flags=apsw.SQLITE_OPEN_READONLY if readonly
+                                   else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
+        self._readonly = readonly
+        self._tracer = None
         self._db.set_busy_timeout(int(timeout * 1000))
         self._db.set_commit_hook(self._commit_hook)
         definition.register_all(self._db)
@@ -92,8 +101,7 @@ class Connection:
 
     @isolation_level.setter
     def isolation_level(self, value: str | None) -> None:
-        if value is not None and value.upper() not in ("", "DEFERRED", "IMMEDIATE", "EXCLUSIVE"):
-            raise ValueError("isolation_level string must be '', 'DEFERRED', 'IMMEDIATE', or 'EXCLUSIVE'")
+        _check_isolation_level(value)
         if value is None and self._txn is not None:
             self.commit()
         self._isolation_level = value
@@ -110,6 +118,12 @@ class Connection:
         """
         with self._lock:
             self._check()
+            if self._txn is not None:
+                self._trace("COMMIT")
+            self._commit()
+
+    def _commit(self) -> None:
+        with self._lock:
             txn = self._txn
             if txn is None:
                 return
@@ -137,10 +151,16 @@ class Connection:
         """rollback abandons the open transaction; the log never sees it."""
         with self._lock:
             self._check()
+            if self._txn is not None:
+                self._trace("ROLLBACK")
             self._end_locally()
 
     def close(self) -> None:
-        """close rolls back an open transaction and closes the connection."""
+        """close rolls back an open transaction and closes the connection (from the thread that made it, as sqlite3)."""
+        self._check_thread()
+        self._close()
+
+    def _close(self) -> None:
         with self._lock:
             if self._closed:
                 return
@@ -172,35 +192,112 @@ class Connection:
         (walkit.adapters.sqlite.definition); otherwise such a statement fails here, "no such function".
         """
         self._check()
-        self._db.create_scalar_function(name, func, narg, deterministic=deterministic)
+        self._db.create_scalar_function(name, None if func is None else callbacks.scalar(func), narg,
+                                        deterministic=deterministic)
 
     def create_aggregate(self, name: str, n_arg: int, aggregate_class) -> None:
         """create_aggregate defines aggregate `name` from a class with step() and finalize(), on this connection only."""
         self._check()
-        self._db.create_aggregate_function(name, definition.aggregate_factory(aggregate_class), n_arg)
+        self._db.create_aggregate_function(name, None if aggregate_class is None
+                                           else callbacks.aggregate(aggregate_class), n_arg)
 
-    def create_collation(self, name: str, callable_) -> None:
-        """create_collation defines collation `name` on this connection only; one the schema uses goes on the database."""
+    def create_window_function(self, name: str, num_params: int, aggregate_class, /) -> None:
+        """create_window_function defines aggregate window function `name` (step, value, inverse, finalize); None removes it."""
         self._check()
+        try:
+            self._db.create_window_function(name, None if aggregate_class is None
+                                            else callbacks.window(aggregate_class), num_params)
+        except Exception as exc:  # noqa: BLE001 - apsw's errors become DB-API errors
+            raise translate(exc) from None
+
+    def create_collation(self, name: str, callable_, /) -> None:
+        """create_collation defines collation `name` on this connection only (None removes it); the schema's go on the database."""
+        self._check()
+        if callable_ is not None and not callable(callable_):
+            raise TypeError("parameter must be callable")
         self._db.create_collation(name, callable_)
 
     def interrupt(self) -> None:
         """interrupt makes the running statement fail with 'interrupted'."""
+        if self._closed:
+            raise ProgrammingError("Cannot operate on a closed database.")
         self._db.interrupt()
 
-    def iterdump(self):
-        """iterdump yields the SQL text of a dump of the database (apsw's shell .dump)."""
-        import io
-        import apsw
-        import apsw.shell
+    # -- hooks of this connection (local: they see this connection's statements, never the log's) ------
+    def set_authorizer(self, authorizer_callback, /) -> None:
+        """set_authorizer calls `authorizer_callback(action, arg1, arg2, dbname, source)` as statements are prepared.
+
+        It returns SQLITE_OK, SQLITE_DENY or SQLITE_IGNORE; None removes it. It governs this
+        connection's statements; the log is applied on every node without it.
+        """
         self._check()
-        out = io.StringIO()
-        reader = apsw.Connection(self._database.path, flags=apsw.SQLITE_OPEN_READONLY)
+        self._db.authorizer = None if authorizer_callback is None else callbacks.authorizer(authorizer_callback)
+
+    def set_progress_handler(self, progress_handler, n: int) -> None:
+        """set_progress_handler calls `progress_handler()` every `n` SQLite instructions; a true result interrupts."""
+        self._check()
+        if progress_handler is None or n <= 0:
+            self._db.set_progress_handler(None)
+        else:
+            self._db.set_progress_handler(callbacks.progress(progress_handler), n)
+
+    def set_trace_callback(self, trace_callback, /) -> None:
+        """set_trace_callback calls `trace_callback(sql)` with each statement this connection runs; None stops it.
+
+        It sees what sqlite3 would show (the statements, the implicit BEGIN and COMMIT); the
+        replication's own statements and the statements run by triggers are not shown.
+        """
+        self._check()
+        self._tracer = None if trace_callback is None else callbacks.trace(trace_callback)
+
+    def getlimit(self, category: int, /) -> int:
+        """getlimit is this connection's run-time limit `category` (sqlite3.SQLITE_LIMIT_*)."""
+        return self.setlimit(category, -1)
+
+    def setlimit(self, category: int, limit: int, /) -> int:
+        """setlimit sets this connection's limit `category` (negative: unchanged) and returns the previous value."""
+        self._check()
+        if not 0 <= category < _LIMIT_CATEGORIES:
+            raise ProgrammingError("'category' is out of bounds")
+        return self._db.limit(category, limit)
+
+    # -- copies: read the database (walkit.adapters.sqlite.export); nothing writes it outside the log ------
+    def iterdump(self):
+        """iterdump yields the SQL statements that rebuild the database, as sqlite3 yields them (no walkit table)."""
+        self._check()
+        return export.iterdump(self)
+
+    def serialize(self, *, name: str = "main") -> bytes:
+        """serialize is the database `name` as the bytes of a plain SQLite file (no walkit table, not in WAL mode)."""
+        self._check()
+        return export.serialize(self._db, name)
+
+    def deserialize(self, data, /, *, name: str = "main") -> None:
+        """deserialize would replace the whole database outside the log: NotSupportedError (see docs/guides/sqlite.md)."""
+        self._check()
+        raise NotSupportedError("deserialize() would replace the replicated database outside the log; load the rows "
+                                "with INSERT statements (or executescript of a dump) instead")
+
+    def backup(self, target, *, pages: int = -1, progress=None, name: str = "main", sleep: float = 0.250) -> None:
+        """backup copies the database `name` into `target`, a sqlite3.Connection, as sqlite3's backup() does."""
+        self._check()
+        export.backup(self, target, pages=pages, progress=progress, name=name, sleep=sleep)
+
+    def blobopen(self, table: str, column: str, row: int, /, *, readonly: bool = False, name: str = "main"):
+        """blobopen opens the blob in `table`.`column` of rowid `row` for reading (walkit.adapters.sqlite.blob.Blob).
+
+        A blob of the replicated database cannot be written in place (a write would bypass the
+        log): its write() raises NotSupportedError; write with UPDATE instead. TEMP and attached
+        databases' blobs are this connection's own and writable.
+        """
+        self._check()
+        from walkit.adapters.sqlite.blob import Blob
+        replicated = name.lower() == "main"
         try:
-            apsw.shell.Shell(db=reader, stdout=out).process_command(".dump")
-        finally:
-            reader.close()
-        yield from out.getvalue().splitlines()
+            return Blob(self, self._db.blob_open(name, table, column, row, not readonly and not replicated),
+                        writable=not readonly, replicated=replicated)
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc) from None
 
     # -- walkit's additions ---------------------------------------------------------------------------
     @property
@@ -227,7 +324,9 @@ class Connection:
     # -- running statements (cursors call these) ------------------------------------------------------
     def _execute(self, cursor: Cursor, sql: str, parameters, *, single: bool, many: bool = False) -> None:
         if not isinstance(sql, str):
-            raise TypeError(f"sql must be str, not {type(sql).__name__}")
+            raise TypeError(f"execute() argument 1 must be str, not {type(sql).__name__}")
+        if "\0" in sql:
+            raise ProgrammingError("the query contains a null character")
         with self._lock:
             self._check()
             self._database.check()                 # a stopped replica serves nothing: its data is behind
@@ -236,7 +335,7 @@ class Connection:
                 raise ProgrammingError("You can only execute one statement at a time.")
             if many and statement.kind not in (st.WRITE,):
                 raise ProgrammingError("executemany() can only execute DML statements.")
-            self._run(cursor, statement, parameters, implicit=True)
+            self._run(cursor, statement, dbapi.bind(statement.parameters, parameters), implicit=True)
 
     def _execute_script(self, cursor: Cursor, script: str) -> None:
         with self._lock:
@@ -245,8 +344,7 @@ class Connection:
                 self.commit()
             for statement in st.split(self._db, script):
                 self._run(cursor, statement, (), implicit=False)
-                cursor.fetchall()
-                cursor._reset()
+                cursor._drain()
 
     def _run(self, cursor: Cursor, statement: st.Statement, parameters, *, implicit: bool) -> None:
         kind = statement.kind
@@ -267,17 +365,20 @@ class Connection:
         elif kind == st.BEGIN:
             if self._txn is not None:
                 raise OperationalError("cannot start a transaction within a transaction")
+            self._trace(statement.sql)
             self._begin()
             if statement.name in ("IMMEDIATE", "EXCLUSIVE"):
                 self._write_locked()
         elif kind == st.COMMIT:
             if self._txn is None:
                 raise OperationalError("cannot commit - no transaction is active")
-            self.commit()
+            self._trace(statement.sql)
+            self._commit()
         elif kind == st.ROLLBACK:
             if self._txn is None:
                 raise OperationalError("cannot rollback - no transaction is active")
-            self.rollback()
+            self._trace(statement.sql)
+            self._end_locally()
         elif kind == st.SAVEPOINT:
             started = self._txn is None
             cursor._run(statement, parameters)
@@ -285,7 +386,8 @@ class Connection:
                 self._txn = _Open(savepoint=statement.name)
         elif kind == st.RELEASE and self._txn is not None and self._txn.savepoint \
                 and statement.name.lower() == self._txn.savepoint.lower():
-            self.commit()                          # releasing the outermost savepoint commits
+            self._trace(statement.sql)
+            self._commit()                         # releasing the outermost savepoint commits
         elif kind == st.JOURNAL_MODE:               # the file stays in WAL mode: readers go on reading
             cursor._run(st.Statement("PRAGMA journal_mode", "", st.READ), ())
         elif kind == st.LOCAL:
@@ -298,9 +400,13 @@ class Connection:
             cursor._run(statement, parameters)
 
     def _run_write(self, cursor: Cursor, statement: st.Statement, parameters, implicit: bool) -> None:
+        if self._readonly:
+            raise OperationalError("attempt to write a readonly database")
         autocommit = self._txn is None and not (implicit and statement.kind == st.WRITE
                                                 and self._isolation_level is not None)
         if self._txn is None:
+            if not autocommit:
+                self._trace(f"BEGIN {self._isolation_level}")
             self._begin()
         try:
             self._write_locked()
@@ -313,7 +419,7 @@ class Connection:
                 self._end_locally()
             raise
         if autocommit:
-            self.commit()
+            self._commit()
 
     def _run_schema(self, cursor: Cursor, statement: st.Statement, parameters) -> None:
         """_run_schema runs a schema statement as its own step, between the changesets before and after it."""
@@ -399,10 +505,31 @@ class Connection:
     def _track(self, cursor: Cursor) -> None:
         self._cursors.add(cursor)
 
+    def _trace(self, sql: str) -> None:
+        """_trace shows `sql` to the set_trace_callback callable, if any."""
+        if self._tracer is not None:
+            self._tracer(sql)
+
     def _check(self) -> None:
         if self._closed:
             raise ProgrammingError("Cannot operate on a closed database.")
+        self._check_thread()
+
+    def _check_thread(self) -> None:
         if self._check_same_thread and threading.get_ident() != self._thread:
             raise ProgrammingError("SQLite objects created in a thread can only be used in that same thread. "
                                    f"The object was created in thread id {self._thread} and this is thread id "
                                    f"{threading.get_ident()}.")
+
+
+#: SQLite's run-time limit categories, SQLITE_LIMIT_LENGTH (0) to SQLITE_LIMIT_WORKER_THREADS (11).
+_LIMIT_CATEGORIES = 12
+
+
+def _check_isolation_level(value) -> None:
+    """_check_isolation_level refuses what sqlite3 refuses as an isolation_level, with its errors."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError("isolation_level must be str or None")
+    if value is not None and value.upper() not in ("", "DEFERRED", "IMMEDIATE", "EXCLUSIVE"):
+        raise ValueError("isolation_level string must be '', 'DEFERRED', 'IMMEDIATE', or 'EXCLUSIVE'")
+

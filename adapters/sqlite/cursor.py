@@ -9,6 +9,7 @@ as with sqlite3.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Iterable
 
 from walkit.adapters.sqlite import dbapi, statements
@@ -27,62 +28,87 @@ class Cursor:
         self.lastrowid: int | None = None
         self._rows = None           # an apsw cursor being read, or an iterator of the rows kept
         self._apsw = None
-        self._decltypes: list[str | None] = []
+        self._columns: list[tuple[str, str | None]] = []   # (name, declared type) of each result column
         self._closed = False
+        self._busy = False
         connection._track(self)
 
     # -- running ----------------------------------------------------------------------------------
-    def execute(self, sql: str, parameters: Any = ()) -> "Cursor":
-        """execute runs one SQL statement with `parameters` (a sequence for ?, a mapping for :name)."""
-        self._check()
-        self._reset()
-        self.connection._execute(self, sql, dbapi.adapt_parameters(parameters), single=True)
+    def execute(self, sql: str, parameters: Any = (), /) -> "Cursor":
+        """execute runs one SQL statement with `parameters` (a sequence for ?, a dict for :name)."""
+        with self._running():
+            self.connection._execute(self, sql, parameters, single=True)
         return self
 
-    def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> "Cursor":
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> "Cursor":
         """executemany runs one data-changing statement once per parameter set; rowcount is the total."""
-        self._check()
-        self._reset()
-        total = 0
-        for parameters in seq_of_parameters:
-            self.connection._execute(self, sql, dbapi.adapt_parameters(parameters), single=True, many=True)
-            total += max(self.rowcount, 0)
-        self.rowcount = total
+        with self._running():
+            total = 0
+            for parameters in seq_of_parameters:
+                self.connection._execute(self, sql, parameters, single=True, many=True)
+                total += max(self.rowcount, 0)
+            self.rowcount = total
         return self
 
-    def executescript(self, sql_script: str) -> "Cursor":
+    def executescript(self, sql_script: str, /) -> "Cursor":
         """executescript commits any pending transaction, then runs the statements of `sql_script` in order."""
-        self._check()
-        self._reset()
         if not isinstance(sql_script, str):
             raise ValueError("script argument must be unicode.")
-        self.connection._execute_script(self, sql_script)
+        if "\0" in sql_script:
+            raise ValueError("embedded null character")
+        with self._running():
+            self.connection._execute_script(self, sql_script)
         return self
 
-    def _run(self, statement: statements.Statement, parameters: Any) -> None:
-        """_run executes one classified statement on the connection's apsw connection (the connection decides when)."""
+    @contextlib.contextmanager
+    def _running(self):
+        """_running marks the cursor busy while a statement of it runs: a callback using it again is refused (sqlite3)."""
+        self._check()
+        self._reset()
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
+
+    def _run(self, statement: statements.Statement, parameters: tuple) -> None:
+        """_run executes one classified statement on the connection's apsw connection (the connection decides when).
+
+        The columns are read once the statement has stepped: a statement cached before a
+        schema change is prepared again by its first step, and `description` must be the new
+        one (a SELECT * after ALTER TABLE). A statement that returned no row is described by
+        preparing it afresh.
+        """
         import apsw
-        db = self.connection._db
+        connection = self.connection
+        db = connection._db
         cursor = db.cursor()
         described: list = []
 
-        def trace(running, sql, bindings) -> bool:     # the columns are known before the first step
+        def trace(running, sql, bindings) -> bool:
             described[:] = running.get_description()
+            connection._trace(running.expanded_sql)
             return True
         cursor.exec_trace = trace
         try:
             cursor.execute(statement.sql, parameters)
             self._apsw = cursor
             if described:
-                self.description = tuple((name, None, None, None, None, None, None) for name, _ in described)
-                self._decltypes = [decltype for _, decltype in described]
+                try:
+                    described = list(cursor.get_description())
+                except apsw.ExecutionCompleteError:
+                    described = list(statements.describe(db, statement.sql))
+                detect = connection.detect_types
+                self.description = tuple((dbapi.column_name(name, detect), None, None, None, None, None, None)
+                                         for name, _ in described)
+                self._columns = described
                 self._rows = cursor
             if statement.kind not in (statements.READ, statements.EMPTY):
                 self._rows = iter(list(cursor)) if described else None   # a write runs to its end now
                 self.rowcount = db.changes() if statement.kind == statements.WRITE else -1
                 if statement.inserts:
                     self.lastrowid = db.last_insert_rowid()
-        except apsw.Error as exc:
+        except Exception as exc:  # noqa: BLE001 - apsw's and callbacks' errors become DB-API errors
             self._rows = None
             raise translate(exc) from None
 
@@ -99,18 +125,11 @@ class Cursor:
 
     def _apply_converters(self, values: tuple) -> tuple:
         out = list(values)
+        detect = self.connection.detect_types
         for i, value in enumerate(values):
-            if value is None:
+            if value is None or i >= len(self._columns):
                 continue
-            converter = None
-            if self.connection.detect_types & dbapi.PARSE_COLNAMES and self.description:
-                name = self.description[i][0]
-                if "[" in name and name.endswith("]"):
-                    converter = dbapi.converters.get(name[name.rindex("[") + 1:-1].upper())
-            if converter is None and self.connection.detect_types & dbapi.PARSE_DECLTYPES and i < len(self._decltypes):
-                decltype = self._decltypes[i]
-                if decltype:
-                    converter = dbapi.converters.get(decltype.split("(")[0].split()[0].upper())
+            converter = dbapi.converter_for(*self._columns[i], detect)
             if converter is not None:
                 out[i] = converter(dbapi.as_bytes(value))
         return tuple(out)
@@ -125,9 +144,15 @@ class Cursor:
         except StopIteration:
             self._rows = None
             return None
-        except apsw.Error as exc:
+        except Exception as exc:  # noqa: BLE001 - apsw's and callbacks' errors become DB-API errors
             self._rows = None
             raise translate(exc) from None
+
+    def _drain(self) -> None:
+        """_drain runs the current statement to its end and forgets it (executescript)."""
+        while self._next_raw() is not None:
+            pass
+        self._reset()
 
     def fetchone(self):
         """fetchone returns the next row, or None when there are no more."""
@@ -196,9 +221,11 @@ class Cursor:
         self._rows = None
         self.description = None
         self.rowcount = -1
-        self._decltypes = []
+        self._columns = []
 
     def _check(self) -> None:
         if self._closed:
             raise ProgrammingError("Cannot operate on a closed cursor.")
+        if self._busy:
+            raise ProgrammingError("Recursive use of cursors not allowed.")
         self.connection._check()

@@ -7,7 +7,9 @@ date and datetime, so `register_adapter` / `register_converter` and `detect_type
 
 from __future__ import annotations
 
+import collections.abc
 import datetime
+import re
 import sqlite3
 import time
 from typing import Any, Callable
@@ -43,11 +45,20 @@ def TimestampFromTicks(ticks: float) -> datetime.datetime:  # noqa: N802
 adapters: dict[tuple[type, Any], Callable[[Any], Any]] = {}
 #: Upper-case type name -> converter of bytes, as sqlite3.converters.
 converters: dict[str, Callable[[bytes], Any]] = {}
-_NATIVE = (int, float, str, bytes, type(None))
+_BASE_TYPES = (int, float, str, bytearray)
+#: True once an adapter was registered for int, float, str or bytearray: then every value is adapted (sqlite3's rule).
+_base_type_adapted = False
+_NO_ALTERNATIVE = object()
 
 
-def register_adapter(kind: type, adapter: Callable[[Any], Any]) -> None:
-    """register_adapter makes values of type `kind` bind as `adapter(value)` (sqlite3.register_adapter)."""
+def register_adapter(kind: type, adapter: Callable[[Any], Any], /) -> None:
+    """register_adapter makes values of type `kind` bind as `adapter(value)` (sqlite3.register_adapter).
+
+    As in sqlite3, an adapter for int, float, str or bytearray makes every value go through adapt().
+    """
+    global _base_type_adapted
+    if kind in _BASE_TYPES:
+        _base_type_adapted = True
     adapters[(kind, sqlite3.PrepareProtocol)] = adapter
 
 
@@ -83,39 +94,110 @@ register_converter("date", _convert_date)
 register_converter("timestamp", _convert_timestamp)
 
 
-def adapt(value: Any) -> Any:
-    """adapt turns one parameter into a value SQLite binds (int, float, str, bytes-like, None).
 
-    Registered adapters come first, then objects with `__conform__`; anything else unbindable
-    is a ProgrammingError, as in sqlite3.
+
+def adapt(obj: Any, proto: Any = sqlite3.PrepareProtocol, alt: Any = _NO_ALTERNATIVE, /) -> Any:
+    """adapt is `obj` adapted for `proto` (sqlite3.adapt): a registered adapter, `proto.__adapt__`, `obj.__conform__`.
+
+    Without any, it is `alt` if given, else ProgrammingError "can't adapt".
     """
-    if type(value) in _NATIVE:
-        return value
-    adapter = adapters.get((type(value), sqlite3.PrepareProtocol))
+    adapter = adapters.get((type(obj), proto))
     if adapter is not None:
-        return adapter(value)
-    conform = getattr(value, "__conform__", None)
+        return adapter(obj)
+    adapt_method = getattr(proto, "__adapt__", None)
+    if adapt_method is not None:
+        try:
+            adapted = adapt_method(obj)
+        except TypeError:
+            adapted = None
+        if adapted is not None:
+            return adapted
+    conform = getattr(obj, "__conform__", None)
     if conform is not None:
-        converted = conform(sqlite3.PrepareProtocol)
-        if converted is not None:
-            return converted
-    if isinstance(value, (int, float, str, bytes, bytearray, memoryview)):
+        try:
+            adapted = conform(proto)
+        except TypeError:
+            adapted = None
+        if adapted is not None:
+            return adapted
+    if alt is not _NO_ALTERNATIVE:
+        return alt
+    raise sqlite3.ProgrammingError("can't adapt")
+
+
+def _bindable(value: Any, index: int) -> Any:
+    """_bindable is one parameter as SQLite binds it, adapted as sqlite3 adapts it (`index` counts from 1)."""
+    if _base_type_adapted or type(value) not in _BASE_TYPES:
+        value = adapt(value, sqlite3.PrepareProtocol, value)
+    if value is None or isinstance(value, (int, float, str)):
+        if isinstance(value, int) and not -2**63 <= value < 2**63:
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
         return value
-    raise sqlite3.ProgrammingError(f"Error binding parameter: type {type(value).__name__!r} is not supported")
-
-
-def adapt_parameters(parameters: Any) -> Any:
-    """adapt_parameters adapts a sequence or a mapping of parameters (named style)."""
-    if parameters is None:
-        return ()
-    if isinstance(parameters, dict) or (hasattr(parameters, "keys") and hasattr(parameters, "__getitem__")):
-        return {key: adapt(parameters[key]) for key in parameters.keys()}
-    if isinstance(parameters, (str, bytes)):
-        raise sqlite3.ProgrammingError("parameters are of unsupported type")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return value
     try:
-        return tuple(adapt(value) for value in parameters)
+        return memoryview(value)                   # any other object with the buffer protocol is a blob
     except TypeError:
-        raise sqlite3.ProgrammingError("parameters are of unsupported type") from None
+        raise sqlite3.ProgrammingError(f"Error binding parameter {index}: type {type(value).__name__!r} is not "
+                                       f"supported") from None
+
+
+def bind(names: tuple, parameters: Any) -> tuple:
+    """bind is the values for a statement's parameters (`names`: each one's name, None if positional), in order.
+
+    sqlite3's rules: a tuple, a list or any other sequence that is not a dict is indexed and
+    must hold one value per parameter; a dict (or a subclass) is looked up by name; anything
+    else is refused.
+    """
+    if _is_sequence(parameters):
+        supplied = len(parameters)
+        if supplied != len(names):
+            raise sqlite3.ProgrammingError(f"Incorrect number of bindings supplied. The current statement uses "
+                                           f"{len(names)}, and there are {supplied} supplied.")
+        return tuple(_bindable(parameters[i], i + 1) for i in range(supplied))
+    if isinstance(parameters, dict):
+        values = []
+        for i, name in enumerate(names, 1):
+            if name is None:
+                raise sqlite3.ProgrammingError(f"Binding {i} has no name, but you supplied a dictionary (which has "
+                                               f"only names).")
+            try:
+                value = parameters[name]
+            except LookupError:
+                raise sqlite3.ProgrammingError(f"You did not supply a value for binding parameter :{name}.") from None
+            values.append(_bindable(value, i))
+        return tuple(values)
+    raise sqlite3.ProgrammingError("parameters are of unsupported type")
+
+
+def _is_sequence(parameters: Any) -> bool:
+    """_is_sequence is CPython's PySequence_Check: the type defines __getitem__ and is not a dict."""
+    return not isinstance(parameters, dict) and hasattr(type(parameters), "__getitem__")
+
+
+def parse_uri(uri: str) -> tuple[str, str]:
+    """parse_uri is the file path and the access mode ("ro", "rw", "rwc", "memory") of a `file:` URI, as SQLite reads it.
+
+    The path and the parameters are percent-decoded; `file://localhost/p` and `file:///p` name
+    /p; an unknown mode is OperationalError "no such access mode: X", as in sqlite3.
+    """
+    from urllib.parse import parse_qsl, unquote
+    if not uri.startswith("file:"):
+        return uri, "rwc"
+    rest = uri[len("file:"):].split("#", 1)[0]
+    path, _, query = rest.partition("?")
+    if path.startswith("//"):
+        authority, slash, path = path[2:].partition("/")
+        if authority not in ("", "localhost"):
+            raise sqlite3.OperationalError(f"invalid uri authority: {authority}")
+        path = slash + path
+    mode = "rwc"
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key == "mode":
+            if value not in ("ro", "rw", "rwc", "memory"):
+                raise sqlite3.OperationalError(f"no such access mode: {value}")
+            mode = value
+    return unquote(path), mode
 
 
 def as_bytes(value: Any) -> bytes:
@@ -165,6 +247,35 @@ class Row:
 
     def __repr__(self) -> str:
         return f"<walkit.adapters.sqlite.Row object at {id(self):#x}>"
+
+
+collections.abc.Sequence.register(Row)     # as sqlite3 registers its Row
+
+
+def column_name(name: str, detect_types: int) -> str:
+    """column_name is a result column's name in `description`: under PARSE_COLNAMES, without its ' [type]' (sqlite3)."""
+    if detect_types & PARSE_COLNAMES and "[" in name:
+        name = name[:name.index("[")]
+        return name[:-1] if name.endswith(" ") else name
+    return name
+
+
+def converter_for(name: str | None, decltype: str | None, detect_types: int) -> Callable[[bytes], Any] | None:
+    """converter_for is the converter of a result column, found as sqlite3 finds it.
+
+    PARSE_COLNAMES first: the text between the column name's first '[' and the next ']'; then
+    PARSE_DECLTYPES: the declared type up to its first blank or '('; both case-insensitive.
+    """
+    if detect_types & PARSE_COLNAMES and name and "[" in name:
+        start = name.index("[") + 1
+        end = name.find("]", start)
+        if end >= 0:
+            found = converters.get(name[start:end].upper())
+            if found is not None:
+                return found
+    if detect_types & PARSE_DECLTYPES and decltype:
+        return converters.get(re.split(r"[ (]", decltype, maxsplit=1)[0].upper())
+    return None
 
 
 def complete_statement(statement: str) -> bool:

@@ -114,10 +114,17 @@ _TRANSLATION = {
 def translate(exc: BaseException) -> BaseException:
     """translate returns the DB-API exception for apsw exception `exc` (other exceptions come back as they are).
 
+    An application callback that failed (walkit.adapters.sqlite.callbacks) becomes sqlite3's
+    OperationalError ("user-defined function raised exception").
+
     The message is SQLite's own (`sqlite3_errmsg`, as the sqlite3 module reports it), and the
     result code is kept as `sqlite_errorcode` / `sqlite_errorname`.
     """
     import apsw
+
+    from walkit.adapters.sqlite.callbacks import CallbackFailed
+    if isinstance(exc, CallbackFailed):
+        return OperationalError(str(exc))
     if not isinstance(exc, apsw.Error):
         return exc
     name = type(exc).__name__

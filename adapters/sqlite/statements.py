@@ -10,6 +10,7 @@ with an authorizer recording the actions SQLite will take, then stopped before i
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -41,7 +42,8 @@ class Statement:
 
     `sql` is its text, `rest` the text after it, `kind` one of the constants above; `inserts`
     says it inserts rows (lastrowid changes); `name` is a savepoint's name or BEGIN's mode;
-    `table` the table a CREATE TABLE ... AS creates; `pragma` a pragma's name.
+    `table` the table a CREATE TABLE ... AS creates; `pragma` a pragma's name; `parameters`
+    names each parameter it takes, in order (None for a `?`), for binding as sqlite3 binds.
     """
 
     sql: str
@@ -51,6 +53,7 @@ class Statement:
     name: str = ""
     table: str = ""
     pragma: str = ""
+    parameters: tuple = ()
 
 
 def _actions(db, sql: str):
@@ -60,7 +63,7 @@ def _actions(db, sql: str):
     actions: list[tuple[int, str | None, str | None, str | None]] = []
 
     def tracer(cursor, first: str, bindings) -> bool:
-        seen.update(first=first, readonly=cursor.is_readonly, code=cursor.has_vdbe)
+        seen.update(first=first, readonly=cursor.is_readonly, code=cursor.has_vdbe, parameters=cursor.bindings_names)
         return False
 
     def authorizer(code, third, fourth, dbname, trigger) -> int:
@@ -81,15 +84,38 @@ def _actions(db, sql: str):
         db.authorizer = previous
         cursor.exec_trace = None
     if not seen:
-        return "", True, False, actions
-    return seen["first"], seen["readonly"], seen["code"], actions
+        return "", True, False, actions, ()
+    return seen["first"], seen["readonly"], seen["code"], actions, seen["parameters"]
+
+
+def describe(db, sql: str) -> tuple:
+    """describe is the (name, declared type) of each result column of the first statement of `sql`, prepared afresh."""
+    import apsw
+    described: list = []
+
+    def tracer(cursor, first: str, bindings) -> bool:
+        described[:] = cursor.get_description()
+        return False
+    cursor = db.cursor()
+    cursor.exec_trace = tracer
+    try:
+        cursor.execute(sql, apsw._null_bindings, can_cache=False)
+    except apsw.ExecTraceAbort:
+        pass
+    finally:
+        cursor.exec_trace = None
+    return tuple(described)
 
 
 def classify(db, sql: str) -> Statement:
     """classify describes the first statement of `sql` (EMPTY if it holds none), preparing it on `db`."""
-    import apsw
-    first, readonly, has_code, actions = _actions(db, sql)
+    first, readonly, has_code, actions, parameters = _actions(db, sql)
     rest = sql[len(first):] if first and sql.startswith(first) else ""
+    return dataclasses.replace(_kind_of(first, rest, readonly, has_code, actions), parameters=parameters)
+
+
+def _kind_of(first: str, rest: str, readonly: bool, has_code: bool, actions: list) -> Statement:
+    import apsw
     if not has_code:
         return Statement(first, rest, EMPTY)
     codes = {code for code, *_ in actions}
