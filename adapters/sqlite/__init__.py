@@ -105,7 +105,7 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
     name = name or os.path.splitext(os.path.basename(path))[0]
     try:
         shared = acquire(path, name, client=client, metadata=metadata, node_id=node_id, voting=not replica,
-                         options=replicate_options)
+                         options=replicate_options, timeout=timeout)
     except _apsw.Error as exc:                     # the file cannot be opened: sqlite3's error
         raise translate(exc) from None
     try:

@@ -54,7 +54,7 @@ class Connection:
         self._readonly = readonly
         self._tracer = None
         self._db.set_busy_timeout(int(timeout * 1000))
-        self._db.set_commit_hook(self._commit_hook)
+        self._db.set_commit_hook(_weak_hook(self))     # no cycle: a connection dropped is closed at once (__del__)
         definition.register_all(self._db)
         database.connections.add(self)
         self._timeout = timeout
@@ -173,6 +173,15 @@ class Connection:
                 self._db.close()
                 from walkit.adapters.sqlite.database import release
                 release(self._database)
+
+    def __del__(self) -> None:
+        """__del__ closes a connection dropped without close(), as sqlite3 does: its node goes with its last one."""
+        if getattr(self, "_closed", True):
+            return
+        try:
+            self._close()                              # any thread: the collector's, not the creator's
+        except Exception:  # noqa: BLE001 - nothing to tell in a finalizer; the node was released or is gone
+            pass
 
     def __enter__(self) -> "Connection":
         return self
@@ -533,3 +542,12 @@ def _check_isolation_level(value) -> None:
     if value is not None and value.upper() not in ("", "DEFERRED", "IMMEDIATE", "EXCLUSIVE"):
         raise ValueError("isolation_level string must be '', 'DEFERRED', 'IMMEDIATE', or 'EXCLUSIVE'")
 
+
+def _weak_hook(connection: Connection):
+    """_weak_hook is `connection._commit_hook` held weakly, so the apsw connection does not keep it alive."""
+    ref = weakref.ref(connection)
+
+    def hook() -> bool:
+        alive = ref()
+        return alive._commit_hook() if alive is not None else False
+    return hook

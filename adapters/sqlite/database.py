@@ -47,7 +47,7 @@ class Database:
     """
 
     def __init__(self, path: str, name: str, *, client, owns_client: bool, node_id: str | None = None,
-                 voting: bool = True, options: dict | None = None) -> None:
+                 voting: bool = True, options: dict | None = None, timeout: float | None = None) -> None:
         self.path = path
         self.name = name
         self.client = client
@@ -58,7 +58,7 @@ class Database:
         self.users = 0
         #: The connections of this process to the file (definitions registered later reach them too).
         self.connections: weakref.WeakSet = weakref.WeakSet()
-        self.machine = SqliteMachine(path, name)      # MissingFunction: the schema needs what is not registered
+        self.machine = SqliteMachine(path, name, timeout)   # MissingFunction: the schema needs what is not registered
         self.machine.find_skip = self._find_skip
         options = dict(options or {})
         options.setdefault("snapshot_every_records", 10_000)
@@ -229,11 +229,12 @@ definition.listeners.append(_register_everywhere)
 
 
 def acquire(path: str, name: str, *, client=None, metadata: str | None = None, node_id: str | None = None,
-            voting: bool = True, options: dict | None = None) -> Database:
+            voting: bool = True, options: dict | None = None, timeout: float | None = None) -> Database:
     """acquire returns this process's Database of `path`, starting it on first use (`release` when done).
 
     The node uses `client`, or a Client of its own on `metadata` (default: the embedded
-    cluster under ./walkit-data, or WALKIT_METADATA).
+    cluster under ./walkit-data, or WALKIT_METADATA). `timeout` bounds the wait for another
+    program's lock on the file when it is opened.
     """
     key = os.path.realpath(path)
     with _registry_lock:
@@ -245,7 +246,7 @@ def acquire(path: str, name: str, *, client=None, metadata: str | None = None, n
                 client = walkit.Client(metadata or os.environ.get("WALKIT_METADATA") or default_metadata())
             try:
                 database = Database(path, name, client=client, owns_client=owns, node_id=node_id, voting=voting,
-                                    options=options)
+                                    options=options, timeout=timeout)
             except BaseException:
                 if owns:
                     client.close()

@@ -59,25 +59,36 @@ class _Halt(BaseException):
         self.error = error
 
 
-def open_file(path: str, name: str):
+def open_file(path: str, name: str, timeout: float | None = None, *, adopting: bool = False):
     """open_file opens `path` as the apply connection of database `name` (creating it) and checks its name.
 
     `_walkit_position` is created with the first record applied (after that record's own
     tables), so a program listing sqlite_schema finds its first table first. A file with tables
-    but no position is a plain SQLite database the log knows nothing of: it is refused.
+    but no position is a plain SQLite database the log knows nothing of: it is refused, unless
+    it is being adopted (`adopting`, walkit.adapters.sqlite.adoption). Opening waits at most
+    `timeout` seconds (connect's `timeout`; None: _BUSY_WAIT_MS) for another program's lock on
+    the file, then raises OperationalError "database is locked"; applying the log afterwards
+    waits as long as it takes.
     """
     import apsw
+    from walkit.adapters.sqlite.errors import translate
     db = apsw.Connection(path)
     try:
+        db.set_busy_timeout(_BUSY_WAIT_MS if timeout is None else max(0, int(timeout * 1000)))
+        try:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
+            if mode.lower() != "wal":
+                raise OperationalError(f"{path}: cannot switch to WAL mode (it is {mode}); is another program "
+                                       "holding it?")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+            db.execute("PRAGMA foreign_keys=OFF")
+            definition.register_all(db)
+            if not adopting:
+                check_name(db, path, name)
+        except apsw.Error as exc:
+            raise translate(exc) from None
         db.set_busy_timeout(_BUSY_WAIT_MS)
-        mode = db.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
-        if mode.lower() != "wal":
-            raise OperationalError(f"{path}: cannot switch to WAL mode (it is {mode}); is another program holding it?")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
-        db.execute("PRAGMA foreign_keys=OFF")
-        definition.register_all(db)
-        check_name(db, path, name)
     except BaseException:
         db.close()
         raise
@@ -129,10 +140,10 @@ def begin_immediate(db) -> None:
 class SqliteMachine(walkit.StateMachine):
     """SqliteMachine applies transaction records to the SQLite file at `path` (see the module doc)."""
 
-    def __init__(self, path: str, name: str) -> None:
+    def __init__(self, path: str, name: str, timeout: float | None = None, *, adopting: bool = False) -> None:
         self.path = path
         self.name = name
-        self.db = open_file(path, name)
+        self.db = open_file(path, name, timeout, adopting=adopting)
         self.position, self.commit_ms = read_position(self.db)
         self.failed: ReplicaStopped | None = None
         self._entry: tuple[int, int] | None = None
