@@ -4,6 +4,7 @@
     election.campaign(timeout=30)          # blocks until this candidate leads
     election.epoch                         # larger for every new leadership
     election.leader()                      # the leading candidate, from anywhere
+    election.leadership()                  # (the leading candidate, its epoch), from anywhere
     election.resign()
 
 The leader holds the ephemeral key ``elections/<name>/leader`` through `store.register`, so the
@@ -78,11 +79,18 @@ class LeaderElection:
 
     def leader(self) -> str | None:
         """leader returns the candidate that leads now, or None if nobody does."""
+        held = self.leadership()
+        return None if held is None else held[0]
+
+    def leadership(self) -> tuple[str, int | None] | None:
+        """leadership returns (candidate, epoch) of the leadership now, None if nobody leads; the epoch is
+        None for a moment after the candidate won, until it published it."""
         try:
             value, _ = self.store.get(self.leader_key)
         except NoSuchKey:
             return None
-        return json.loads(value)["candidate"]
+        doc = json.loads(value)
+        return doc["candidate"], doc.get("epoch")
 
     def campaign(self, timeout: float, *, recheck_s: float = RECHECK_S, wake: threading.Event | None = None,
                  give_up: Callable[[], bool] | None = None) -> int:

@@ -9,7 +9,8 @@ kafka-python, confluent-kafka (librdkafka) and kcat work unchanged. Modules:
   request and response bodies are kafka-python's `kafka.protocol` messages;
 - batches.py: record batches as producers send them (CRC checked, renumbered);
 - partition.py, producers.py, offsets.py: the replicated state machines (apply, snapshot,
-  restore) of a partition and of a group bucket's committed offsets;
+  restore) of a partition and of a group bucket's committed offsets; epochs.py: a partition's
+  leader epochs; acls.py: the ACL bindings (stored, not enforced);
 - leader.py: a partition on this broker: its walkit.replicate machine (every broker applies
   every partition's log, so followers are hot) and, while it leads, produce, fetch, retention;
 - ownership.py, catalog.py: a node of every slot on every broker and which broker should

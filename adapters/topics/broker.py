@@ -186,21 +186,28 @@ class Broker:
         death, and librdkafka members timed their sessions out), the slot's own node says whom it
         last read as leader (walkit.replicate's `node.leader`, renewed each second, never waiting).
         """
-        if self._serving(slot) is not None:
-            return self.id
-        leader = self.view.leaders.get(slot, -1)
-        if leader not in self.view.brokers:
-            leader = self._node_leader(slot)
-        return -1 if leader == self.id else leader       # won, still replaying (or just lost)
+        return self.leadership(slot)[0]
 
-    def leader_epoch(self, slot: Slot) -> int:
-        """leader_epoch is a partition's leader epoch as this broker knows it (epochs.py): its own while it
-        leads, else the last leadership that began in its replicated state (-1 if none did)."""
+    def leadership(self, slot: Slot) -> tuple[int, int]:
+        """leadership is (leader_of, its leader epoch) of a slot: the epoch always of the leader named
+        (librdkafka moves a partition to another leader only with a larger epoch), -1 if unknown.
+
+        This broker's own epoch while it leads; the epoch its ownership thread read with the leader
+        from the election; with the node's fallback leader, the last leadership that began in the
+        partition's replicated state (epochs.py).
+        """
         served = self._serving(slot)
         if served is not None:
-            return served.epoch
-        known = self._slot(slot)
-        return known.state.epochs.latest if known is not None and slot.topic is not None else -1
+            return self.id, served.epoch if slot.topic is not None else -1
+        leader = self.view.leaders.get(slot, -1)
+        epoch = self.view.epochs.get(slot, -1)
+        if leader not in self.view.brokers:
+            leader = self._node_leader(slot)
+            known = self._slot(slot) if slot.topic is not None else None
+            epoch = known.state.epochs.latest if known is not None else -1
+        if leader == self.id:
+            return -1, -1                                 # won, still replaying (or just lost)
+        return leader, epoch
 
     def _node_leader(self, slot: Slot) -> int:
         """_node_leader is the broker id this broker's node of `slot` last read as its leader, -1 if none."""
@@ -332,13 +339,13 @@ class Broker:
 
     def _expire_offsets(self) -> None:
         """_expire_offsets submits a forget record for each group whose committed offsets expired (offsets.py)."""
-        now = int(time.time() * 1000)
-        before = now - self.settings.offsets_retention_ms
+        now, retention = int(time.time() * 1000), self.settings.offsets_retention_ms
+        before = now - retention
         for bucket in list(self.buckets.values()):
             if not bucket.active:
                 continue
-            for group in bucket.state.expired(now, self.settings.offsets_retention_ms, self.coordinator.groups.__contains__):
-                log.info("group %s: committed offsets older than %d ms expire", group, self.settings.offsets_retention_ms)
+            for group in bucket.state.expired(now, retention, self.coordinator.groups.__contains__):
+                log.info("group %s: committed offsets older than %d ms expire", group, retention)
                 try:
                     bucket.commit(forget_record(group, None, before)).add_done_callback(lambda done: done.exception())
                 except KafkaError:

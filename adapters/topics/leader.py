@@ -18,6 +18,11 @@ Fetch: the recently applied batches stay in memory (up to `cache_bytes`), so con
 tail are served without touching the bookies; older offsets are read from the log, starting
 at the entry the offset index names. Long polls wait on `wait_for_data`.
 
+Leader epochs (epochs.py): on "leader" the partition first appends an epoch record with its
+walkit.replicate epoch, then stamps that epoch into every batch it appends; `end_offset_for`
+answers OffsetForLeaderEpoch. DeleteRecords (`delete_records`) appends a delete record that
+moves every broker's log start offset, then snapshots, so the log is truncated behind it.
+
 Retention (`retention.ms`, `retention.bytes`): whole ledgers before the current one expire
 when all their records are older than retention.ms, or while the partition would still hold
 retention.bytes without them. The leader submits a retain record (every broker's index then

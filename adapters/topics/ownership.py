@@ -87,6 +87,7 @@ class ClusterView:
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
     topics: dict[str, Topic] = field(default_factory=dict)
     leaders: dict[Slot, int] = field(default_factory=dict)
+    epochs: dict[Slot, int] = field(default_factory=dict)     # the leaders' election epochs, where published
 
     def controller(self) -> int:
         """controller is the broker Metadata names as controller (the lowest live id), -1 if none."""
@@ -127,6 +128,7 @@ class Ownership:
         self._catalog_dirty = True
         self._next_full = self._next_leaders = 0.0
         self._known: dict[Slot, int | None] = {}      # each slot's leader as last read
+        self._epochs: dict[Slot, int | None] = {}     # and its epoch (None: not published when read)
         self._dirty: set[str] = set()                 # election keys changed since they were read
         self._dirty_lock = threading.Lock()
         self._may: dict[Slot, bool] = {}
@@ -203,12 +205,13 @@ class Ownership:
         if all_leaders:
             self._next_leaders = now + LEADERS_REFRESH_S
         leaders = self._leaders(all_leaders)
+        epochs = {slot: self._epochs[slot] for slot in leaders if self._epochs.get(slot) is not None}
         for slot in wanted:
             if leaders.get(slot) in brokers:
                 self._orphaned_since.pop(slot, None)
             else:
                 self._orphaned_since.setdefault(slot, now)
-        self.view = view = ClusterView(brokers, topics, leaders)
+        self.view = view = ClusterView(brokers, topics, leaders, epochs)
         if view != self._published:
             self._published = view
             self._publish(view)
@@ -240,13 +243,14 @@ class Ownership:
         for slot, node in list(self.nodes.items()):
             me = int(node.node_id)
             if node.is_leader:
-                self._known[slot] = me
+                self._known[slot], self._epochs[slot] = me, node.election.epoch
             elif (everything or slot not in self._known or node.election.leader_key in dirty
-                  or self._known[slot] == me):
+                  or self._known[slot] == me or (self._known[slot] is not None and self._epochs.get(slot) is None)):
                 # the last entry: this node led and no longer does; the change of key that told of its
                 # successor may have come while it still led (and been taken then), so read it again
-                leader = node.election.leader()
-                self._known[slot] = None if leader is None else int(leader)
+                held = node.election.leadership()
+                self._known[slot] = None if held is None else int(held[0])
+                self._epochs[slot] = None if held is None else held[1]
             if self._known.get(slot) is not None:
                 leaders[slot] = self._known[slot]
         return leaders
@@ -265,6 +269,7 @@ class Ownership:
         self._topic_ids.pop(slot, None)
         self._orphaned_since.pop(slot, None)
         self._known.pop(slot, None)
+        self._epochs.pop(slot, None)
         self._may.pop(slot, None)
         try:
             self._closing.submit(self._close_slot, slot, node)

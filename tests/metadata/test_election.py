@@ -39,11 +39,11 @@ def campaign_in_thread(election: LeaderElection, timeout: float = 30.0) -> tuple
 def test_one_leader_at_a_time_and_takeover_on_resign(metadata_store_factory):
     first = LeaderElection(metadata_store_factory(), "auditor", "first")
     second = LeaderElection(metadata_store_factory(), "auditor", "second")
-    assert first.leader() is None and first.epoch is None
+    assert first.leader() is None and first.leadership() is None and first.epoch is None
 
     first_epoch = first.campaign(timeout=10)
     assert first.is_leader and first.epoch == first_epoch
-    assert second.leader() == "first"
+    assert second.leader() == "first" and second.leadership() == ("first", first_epoch)
     thread, outcome = campaign_in_thread(second)
     assert not second.is_leader and not outcome
 
@@ -52,7 +52,7 @@ def test_one_leader_at_a_time_and_takeover_on_resign(metadata_store_factory):
     assert outcome == [second.epoch] and second.is_leader
     assert second.epoch > first_epoch
     assert not first.is_leader
-    assert first.leader() == "second"
+    assert first.leader() == "second" and first.leadership() == ("second", second.epoch)
 
     second.resign()
     assert first.campaign(timeout=10) > second.epoch

@@ -23,8 +23,8 @@ import time
 from dataclasses import replace
 
 from kafka.protocol.admin import (
-    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest,
-    DescribeConfigsResponse,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
 )
 
 from walkit.adapters.topics import errors

@@ -3,7 +3,8 @@
 Metadata names, for every partition, the broker that leads it now (the partition's election
 winner once it finished replaying the log); a partition without one is LEADER_NOT_AVAILABLE
 and clients ask again; its leader epoch is the partition's walkit.replicate epoch (epochs.py,
-Broker.leader_epoch). Replicas and ISR name the leader only: walkit replicates below the
+Broker.leadership: always the epoch of the leader named, as librdkafka moves to a new leader
+only with a larger epoch). Replicas and ISR name the leader only: walkit replicates below the
 broker (the ledgers' quorums), and any live broker can become a partition's leader.
 Unknown topics are created on request when auto-creation is on (Kafka's default), answered
 LEADER_NOT_AVAILABLE until their leaders are elected. DescribeCluster lists the same live brokers
@@ -56,10 +57,10 @@ def live_brokers(broker) -> dict:
     return brokers
 
 
-def partition_leader(broker, topic: str, partition: int, brokers: dict) -> int:
-    """partition_leader is the live broker leading a partition, -1 if none."""
-    leader = broker.leader_of(Slot(topic, partition))
-    return leader if leader in brokers else -1
+def partition_leader(broker, topic: str, partition: int, brokers: dict) -> tuple[int, int]:
+    """partition_leader is (the live broker leading a partition, -1 if none; its leader epoch)."""
+    leader, epoch = broker.leadership(Slot(topic, partition))
+    return (leader if leader in brokers else -1), epoch
 
 
 async def metadata(broker, connection, request):
@@ -82,10 +83,10 @@ async def metadata(broker, connection, request):
             continue
         partitions = []
         for index in range(topic.partitions):
-            leader = partition_leader(broker, topic.name, index, brokers)
+            leader, epoch = partition_leader(broker, topic.name, index, brokers)
             partitions.append(_PARTITION(
                 error_code=errors.NONE if leader >= 0 else errors.LEADER_NOT_AVAILABLE, partition_index=index,
-                leader_id=leader, leader_epoch=broker.leader_epoch(Slot(topic.name, index)), replica_nodes=[leader] if leader >= 0 else [],
+                leader_id=leader, leader_epoch=epoch, replica_nodes=[leader] if leader >= 0 else [],
                 isr_nodes=[leader] if leader >= 0 else [], offline_replicas=[]))
         topics.append(_TOPIC(error_code=errors.NONE, name=topic.name, topic_id=topic.uuid, is_internal=False,
                              partitions=partitions))

@@ -49,7 +49,10 @@ def incremental(configs: dict[str, str], defaults: dict[str, str], operations) -
                                                         f"apply to it")
             items = [v for v in changed.get(name, defaults.get(name, "")).split(",") if v]
             given = [v for v in (value or "").split(",") if v]
-            items = items + [v for v in given if v not in items] if op == APPEND else [v for v in items if v not in given]
+            if op == APPEND:
+                items += [v for v in given if v not in items]
+            else:
+                items = [v for v in items if v not in given]
             changed[name] = ",".join(items)
         else:
             raise KafkaError(errors.INVALID_REQUEST, f"config operation {op} of {name}")
