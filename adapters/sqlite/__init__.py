@@ -30,7 +30,7 @@ try:
 except ImportError as _missing:  # pragma: no cover - depends on the installation
     raise ImportError("walkit.adapters.sqlite needs apsw 3.50 or newer: pip install 'walkit[sqlite]'") from _missing
 
-from walkit.adapters.sqlite.connection import Connection
+from walkit.adapters.sqlite.connection import Connection, check_isolation_level
 from walkit.adapters.sqlite.cursor import Cursor
 from walkit.adapters.sqlite.blob import Blob
 from walkit.adapters.sqlite.callbacks import enable_callback_tracebacks
@@ -93,6 +93,7 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
     rolls it back; it is refused, never split, and the node keeps leading.
     """
     from walkit.adapters.sqlite.database import acquire, release
+    check_isolation_level(isolation_level)
     path = os.fspath(database)
     mode = "rwc"
     if uri:                                        # percent-decoded, mode=ro read-only (dbapi.parse_uri)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import traceback
 import types
+from typing import Callable
 
 _tracebacks = False
 
@@ -110,9 +111,14 @@ def window(aggregate_class):
     return lambda: _Aggregate(aggregate_class)
 
 
-def authorizer(func):
-    """authorizer wraps a set_authorizer callable: an exception or a result that is not an int denies, as in sqlite3."""
+def authorizer(func, paused: Callable[[], bool]):
+    """authorizer wraps a set_authorizer callable: an exception or a result that is not an int denies, as in sqlite3.
+
+    While `paused()` (the connection builds a changeset) it allows everything unasked.
+    """
     def call(action, arg1, arg2, dbname, source):
+        if paused():
+            return 0                                # SQLITE_OK
         try:
             result = func(action, arg1, arg2, dbname, source)
         except Exception as exc:  # noqa: BLE001
@@ -122,9 +128,14 @@ def authorizer(func):
     return call
 
 
-def progress(func):
-    """progress wraps a set_progress_handler callable: a true result or an exception interrupts the statement."""
+def progress(func, paused: Callable[[], bool]):
+    """progress wraps a set_progress_handler callable: a true result or an exception interrupts the statement.
+
+    While `paused()` it is not called.
+    """
     def call():
+        if paused():
+            return False
         try:
             return bool(func())
         except Exception as exc:  # noqa: BLE001

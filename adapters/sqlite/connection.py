@@ -21,6 +21,7 @@ and SAVEPOINT work; a statement that fails undoes itself only, as in SQLite.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 
@@ -47,12 +48,13 @@ class Connection:
     def __init__(self, database, *, timeout: float = 5.0, detect_types: int = 0, isolation_level: str | None = "",
                  check_same_thread: bool = True, cached_statements: int = 128, readonly: bool = False) -> None:
         import apsw
-        _check_isolation_level(isolation_level)
+        check_isolation_level(isolation_level)
         self._database = database
         self._db = apsw.Connection(database.path, flags=apsw.SQLITE_OPEN_READONLY if readonly
                                    else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
         self._readonly = readonly
         self._tracer = None
+        self._hooks_paused = 0
         self._db.set_busy_timeout(int(timeout * 1000))
         self._db.set_commit_hook(_weak_hook(self))     # no cycle: a connection dropped is closed at once (__del__)
         definition.register_all(self._db)
@@ -101,7 +103,7 @@ class Connection:
 
     @isolation_level.setter
     def isolation_level(self, value: str | None) -> None:
-        _check_isolation_level(value)
+        check_isolation_level(value)
         if value is None and self._txn is not None:
             self.commit()
         self._isolation_level = value
@@ -134,7 +136,8 @@ class Connection:
                 return
             database = self._database
             try:
-                txn.flush()
+                with self._capturing():
+                    txn.flush()
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 if txn.record.steps:
@@ -240,7 +243,8 @@ class Connection:
         connection's statements; the log is applied on every node without it.
         """
         self._check()
-        self._db.authorizer = None if authorizer_callback is None else callbacks.authorizer(authorizer_callback)
+        self._db.authorizer = None if authorizer_callback is None else callbacks.authorizer(
+            authorizer_callback, lambda: self._hooks_paused > 0)
 
     def set_progress_handler(self, progress_handler, n: int) -> None:
         """set_progress_handler calls `progress_handler()` every `n` SQLite instructions; a true result interrupts."""
@@ -248,7 +252,7 @@ class Connection:
         if progress_handler is None or n <= 0:
             self._db.set_progress_handler(None)
         else:
-            self._db.set_progress_handler(callbacks.progress(progress_handler), n)
+            self._db.set_progress_handler(callbacks.progress(progress_handler, lambda: self._hooks_paused > 0), n)
 
     def set_trace_callback(self, trace_callback, /) -> None:
         """set_trace_callback calls `trace_callback(sql)` with each statement this connection runs; None stops it.
@@ -433,15 +437,18 @@ class Connection:
     def _run_schema(self, cursor: Cursor, statement: st.Statement, parameters) -> None:
         """_run_schema runs a schema statement as its own step, between the changesets before and after it."""
         txn = self._txn
-        txn.flush()
+        with self._capturing():
+            txn.flush()
         try:
             cursor._run(statement, parameters)
-            if statement.kind == st.CREATE_AS:
-                record_created_table(self._db, txn, statement.table)
-            else:
-                txn.record.add_sql(statement.sql)
+            with self._capturing():
+                if statement.kind == st.CREATE_AS:
+                    record_created_table(self._db, txn, statement.table)
+                else:
+                    txn.record.add_sql(statement.sql)
         finally:
-            txn.session = capture_session(self._db)
+            with self._capturing():
+                txn.session = capture_session(self._db)
             self._statements.clear()
 
     # -- transactions ---------------------------------------------------------------------------------
@@ -467,7 +474,8 @@ class Connection:
             database.check()
             if not database.is_leader:
                 raise database.not_leader()
-            txn.session = capture_session(self._db)
+            with self._capturing():
+                txn.session = capture_session(self._db)
         except BaseException:
             database.write_lock.release()
             raise
@@ -514,6 +522,20 @@ class Connection:
     def _track(self, cursor: Cursor) -> None:
         self._cursors.add(cursor)
 
+    @contextlib.contextmanager
+    def _capturing(self):
+        """_capturing pauses this connection's authorizer and progress handler while a changeset is built.
+
+        The Session module reads the rows it records with statements of its own on this
+        connection: an authorizer answering SQLITE_IGNORE would record NULLs in the log, a
+        progress handler would interrupt the capture.
+        """
+        self._hooks_paused += 1
+        try:
+            yield
+        finally:
+            self._hooks_paused -= 1
+
     def _trace(self, sql: str) -> None:
         """_trace shows `sql` to the set_trace_callback callable, if any."""
         if self._tracer is not None:
@@ -535,8 +557,8 @@ class Connection:
 _LIMIT_CATEGORIES = 12
 
 
-def _check_isolation_level(value) -> None:
-    """_check_isolation_level refuses what sqlite3 refuses as an isolation_level, with its errors."""
+def check_isolation_level(value) -> None:
+    """check_isolation_level refuses what sqlite3 refuses as an isolation_level, with sqlite3's errors."""
     if value is not None and not isinstance(value, str):
         raise TypeError("isolation_level must be str or None")
     if value is not None and value.upper() not in ("", "DEFERRED", "IMMEDIATE", "EXCLUSIVE"):

@@ -1,0 +1,501 @@
+"""sqlite3's documented behaviours, run on `sqlite3` and on `walkit.adapters.sqlite` by the same test bodies (fast tier).
+
+Each test runs twice, once per module (`api.module`): a test asserts the result or the exception
+class and message that sqlite3 gives, so a difference between the two shows up as the walkit
+case failing. What a replicated database cannot honour (a write outside the log) is asserted
+as NotSupportedError on walkit (`api.replicated`), and listed in docs/guides/sqlite.md.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import sqlite3
+import sys
+import threading
+import urllib.parse
+
+import pytest
+
+import walkit.adapters.sqlite as sq
+
+from .sqlitehelpers import memory_cluster, unique
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """cluster is a walkit client on in-process bookies, and one replicated database kept open for the module.
+
+    Electing a new database's leader takes about a second; tests that need no empty database
+    share this one (each with tables of its own names), on connections of their own.
+    """
+    directory = tmp_path_factory.mktemp("sqlite-compat")
+    with memory_cluster(directory) as made:
+        client = made.client()
+        shared = str(directory / f"{unique('shared')}.db")
+        keeper = sq.connect(shared, client=client, check_same_thread=False)
+        yield client, shared
+        keeper.close()
+        client.close()
+
+
+class Api:
+    """Api is one module under test and how its tests open databases."""
+
+    def __init__(self, module, directory, cluster) -> None:
+        self.module = module
+        self.directory = directory
+        self.client, self.shared = cluster if cluster else (None, None)
+        self.replicated = module is sq
+        self.opened: list = []
+
+    def path(self, stem: str = "compat") -> str:
+        """path is a new database file (on walkit, the replicated database named after it)."""
+        return str(self.directory / f"{unique(stem)}.db")
+
+    def connect(self, database: str | None = None, *, fresh: bool = False, **options):
+        """connect opens `database` with sqlite3's `options`; by default a new file on sqlite3 and the shared database
+        on walkit, an empty database on both with `fresh=True`."""
+        if self.replicated:
+            options.setdefault("client", self.client)
+            database = database or (self.path() if fresh else self.shared)
+        conn = self.module.connect(database or self.path(), **options)
+        self.opened.append(conn)
+        return conn
+
+    def close(self) -> None:
+        for conn in reversed(self.opened):
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - a test closed it, or made it in another thread
+                pass
+
+
+@pytest.fixture(params=["sqlite3", "walkit"])
+def api(request, tmp_path):
+    module = sqlite3 if request.param == "sqlite3" else sq
+    made = Api(module, tmp_path, request.getfixturevalue("cluster") if module is sq else None)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def conn(api):
+    return api.connect()
+
+
+def outcome(call):
+    """outcome is ("ok", result) or (exception class, message) of `call()`: what both modules must agree on."""
+    try:
+        return "ok", call()
+    except Exception as exc:  # noqa: BLE001 - the exception is the result compared
+        return type(exc), str(exc)
+
+
+# -- the module ----------------------------------------------------------------------------------
+def test_module_has_sqlite3_constants(api):
+    names = [name for name in dir(sqlite3) if name.startswith("SQLITE_")]
+    assert {name: getattr(api.module, name) for name in names} == {name: getattr(sqlite3, name) for name in names}
+
+
+def test_adapt_uses_registered_adapters_and_conform_else_cannot_adapt(api):
+    class Point:
+        def __conform__(self, protocol):
+            return "1;2" if protocol is sqlite3.PrepareProtocol else None
+    assert api.module.adapt(Point()) == "1;2"
+    assert outcome(lambda: api.module.adapt(object())) == (sqlite3.ProgrammingError, "can't adapt")
+    assert api.module.adapt(object(), api.module.PrepareProtocol, "alt") == "alt"
+
+
+def test_connection_has_the_exception_classes(conn, api):
+    for name in ("Warning", "Error", "InterfaceError", "DatabaseError", "DataError", "OperationalError",
+                 "IntegrityError", "InternalError", "ProgrammingError", "NotSupportedError"):
+        assert getattr(conn, name) is getattr(sqlite3, name) is getattr(api.module, name)
+
+
+def test_row_is_a_sequence(conn, api):
+    conn.row_factory = api.module.Row
+    row = conn.execute("SELECT 1 AS a, 2 AS b").fetchone()
+    assert isinstance(row, collections.abc.Sequence)
+    assert (list(row), row["B"], row.keys(), len(row)) == ([1, 2], 2, ["a", "b"], 2)
+
+
+# -- parameters ----------------------------------------------------------------------------------
+def test_parameter_sequences_are_indexed_not_iterated(conn):
+    class Indexed:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            if index >= 2:
+                raise IndexError(index)
+            return index * 10
+
+        def __iter__(self):
+            raise AssertionError("sqlite3 indexes parameter sequences")
+    assert conn.execute("SELECT ?, ?", Indexed()).fetchall() == [(0, 10)]
+    assert conn.execute("SELECT ?", "a").fetchall() == [("a",)]       # a str is a sequence of one here
+
+
+def test_wrong_number_of_bindings_is_a_programming_error(conn):
+    assert outcome(lambda: conn.execute("SELECT ?", (1, 2))) == (
+        sqlite3.ProgrammingError, "Incorrect number of bindings supplied. The current statement uses 1, and there "
+                                  "are 2 supplied.")
+
+
+def test_missing_named_parameter_is_a_programming_error(conn):
+    assert outcome(lambda: conn.execute("SELECT :a, :b", {"a": 1})) == (
+        sqlite3.ProgrammingError, "You did not supply a value for binding parameter :b.")
+
+
+def test_dict_for_positional_parameters_is_a_programming_error(conn):
+    assert outcome(lambda: conn.execute("SELECT ?", {"a": 1})) == (
+        sqlite3.ProgrammingError, "Binding 1 has no name, but you supplied a dictionary (which has only names).")
+
+
+def test_unsupported_parameter_type_is_a_programming_error(conn):
+    assert outcome(lambda: conn.execute("SELECT ?, ?", (1, object()))) == (
+        sqlite3.ProgrammingError, "Error binding parameter 2: type 'object' is not supported")
+    assert outcome(lambda: conn.execute("SELECT 1", None)) == (
+        sqlite3.ProgrammingError, "parameters are of unsupported type")
+
+
+def test_register_adapter_for_int_adapts_ints(conn, api):
+    api.module.register_adapter(int, lambda value: f"int {value}")
+    try:
+        assert conn.execute("SELECT ?", (7,)).fetchone() == ("int 7",)
+    finally:
+        del api.module.adapters[(int, sqlite3.PrepareProtocol)]
+
+
+def test_null_character_in_sql_is_refused(conn):
+    assert outcome(lambda: conn.execute("SELECT 1\x00")) == (
+        sqlite3.ProgrammingError, "the query contains a null character")
+    assert outcome(lambda: conn.executescript("SELECT 1;\x00")) == (ValueError, "embedded null character")
+
+
+# -- callbacks -----------------------------------------------------------------------------------
+def test_user_function_exception_is_an_operational_error(conn):
+    conn.create_function("boom", 0, lambda: 1 / 0)
+    assert outcome(lambda: conn.execute("SELECT boom()").fetchall()) == (
+        sqlite3.OperationalError, "user-defined function raised exception")
+
+
+def test_callback_tracebacks_go_to_unraisablehook(conn, api, monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda args: seen.append(args.exc_type))
+    conn.create_function("boom", 0, lambda: 1 / 0)
+    api.module.enable_callback_tracebacks(True)
+    try:
+        with pytest.raises(sqlite3.OperationalError):
+            conn.execute("SELECT boom()").fetchall()
+    finally:
+        api.module.enable_callback_tracebacks(False)
+    with pytest.raises(sqlite3.OperationalError):
+        conn.execute("SELECT boom()").fetchall()
+    assert seen == [ZeroDivisionError]
+
+
+class Sum:
+    def __init__(self):
+        self.total = 0
+
+    def step(self, value):
+        self.total += value
+
+    def value(self):
+        return self.total
+
+    def inverse(self, value):
+        self.total -= value
+
+    def finalize(self):
+        return self.total
+
+
+def test_aggregate_over_no_rows_is_null(conn):
+    conn.create_aggregate("mysum", 1, Sum)
+    assert conn.execute("SELECT mysum(x) FROM (SELECT 1 AS x WHERE 0)").fetchone() == (None,)
+    assert conn.execute("SELECT mysum(x) FROM (SELECT 2 AS x UNION SELECT 3)").fetchone() == (5,)
+
+
+def test_aggregate_errors_name_the_failing_method(conn):
+    class FailsIn(Sum):
+        def __init__(self):
+            super().__init__()
+            raise ValueError("init")
+
+    class FailsStep(Sum):
+        def step(self, value):
+            raise ValueError("step")
+
+    class FailsFinalize(Sum):
+        def finalize(self):
+            raise ValueError("finalize")
+    for name, cls in (("a_init", FailsIn), ("a_step", FailsStep), ("a_final", FailsFinalize)):
+        conn.create_aggregate(name, 1, cls)
+    assert [outcome(lambda n=name: conn.execute(f"SELECT {n}(1)").fetchall())
+            for name in ("a_init", "a_step", "a_final")] == [
+        (sqlite3.OperationalError, "user-defined aggregate's '__init__' method raised error"),
+        (sqlite3.OperationalError, "user-defined aggregate's 'step' method raised error"),
+        (sqlite3.OperationalError, "user-defined aggregate's 'finalize' method raised error")]
+
+
+def test_window_function_slides_with_inverse(conn):
+    conn.create_window_function("winsum", 1, Sum)
+    rows = conn.execute("SELECT x, winsum(x) OVER (ORDER BY x ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) "
+                        "FROM (SELECT 1 AS x UNION SELECT 2 UNION SELECT 4)").fetchall()
+    assert rows == [(1, 1), (2, 3), (4, 6)]
+
+    class NoValue:
+        def step(self, value):
+            pass
+    conn.create_window_function("novalue", 1, NoValue)
+    assert outcome(lambda: conn.execute("SELECT novalue(x) OVER () FROM (SELECT 1 AS x)").fetchall()) == (
+        sqlite3.OperationalError, "user-defined aggregate's 'value' method not defined")
+
+
+def test_create_collation_none_removes_it(conn):
+    conn.create_collation("reverse", lambda a, b: (a < b) - (a > b))
+    assert conn.execute("SELECT x FROM (SELECT 'a' AS x UNION SELECT 'b') ORDER BY x COLLATE reverse").fetchall() \
+        == [("b",), ("a",)]
+    conn.create_collation("reverse", None)
+    assert outcome(lambda: conn.execute("SELECT 'a' ORDER BY 1 COLLATE reverse").fetchall()) == (
+        sqlite3.OperationalError, "no such collation sequence: reverse")
+    assert outcome(lambda: conn.create_collation("bad", 42)) == (TypeError, "parameter must be callable")
+
+
+def test_authorizer_denies_and_ignores(conn, api):
+    conn.execute("CREATE TABLE secrets(public, private)")
+    conn.commit()
+
+    def authorizer(action, table, column, database, source):
+        if action == api.module.SQLITE_READ and column == "private":
+            return api.module.SQLITE_IGNORE if table == "secrets" else api.module.SQLITE_DENY
+        return api.module.SQLITE_OK
+    conn.set_authorizer(authorizer)
+    with conn:
+        conn.execute("INSERT INTO secrets VALUES (1, 2)")
+    assert conn.execute("SELECT public, private FROM secrets").fetchall() == [(1, None)]
+    conn.set_authorizer(lambda *args: api.module.SQLITE_DENY)
+    assert outcome(lambda: conn.execute("SELECT 1")) == (sqlite3.DatabaseError, "not authorized")
+    conn.set_authorizer(None)
+    assert conn.execute("SELECT private FROM secrets").fetchall() == [(2,)]
+
+
+def test_progress_handler_interrupts_a_statement(conn):
+    conn.set_progress_handler(lambda: 1, 1)
+    assert outcome(lambda: conn.execute("SELECT 1").fetchall()) == (sqlite3.OperationalError, "interrupted")
+    conn.set_progress_handler(None, 1)
+    assert conn.execute("SELECT 1").fetchall() == [(1,)]
+
+
+def test_trace_callback_sees_each_statement_expanded(conn):
+    seen = []
+    conn.set_trace_callback(seen.append)
+    conn.execute("CREATE TABLE traced(x)")
+    conn.execute("INSERT INTO traced VALUES (?)", (5,))
+    conn.execute("SELECT x FROM traced").fetchall()
+    conn.commit()
+    with conn:
+        conn.execute("UPDATE traced SET x = 'it''s'")
+    conn.set_trace_callback(None)
+    conn.execute("SELECT 1")
+    assert seen == ["CREATE TABLE traced(x)", "BEGIN ", "INSERT INTO traced VALUES (5)", "SELECT x FROM traced",
+                    "COMMIT", "BEGIN ", "UPDATE traced SET x = 'it''s'", "COMMIT"]
+
+
+def test_limits_are_read_and_set(conn, api):
+    length = api.module.SQLITE_LIMIT_LENGTH
+    previous = conn.getlimit(length)
+    assert conn.setlimit(length, 100) == previous and conn.getlimit(length) == 100
+    assert outcome(lambda: conn.execute("SELECT ?", ("x" * 101,)).fetchall())[0] is sqlite3.DataError
+    assert outcome(lambda: conn.getlimit(99)) == (sqlite3.ProgrammingError, "'category' is out of bounds")
+
+
+# -- cursors and descriptions --------------------------------------------------------------------
+def test_description_follows_alter_table(conn):
+    conn.execute("CREATE TABLE grows(a)")
+    cur = conn.cursor()
+    cur.execute("SELECT * FROM grows")
+    conn.execute("ALTER TABLE grows ADD COLUMN b")
+    cur.execute("SELECT * FROM grows")
+    assert [column[0] for column in cur.description] == ["a", "b"]
+
+
+def test_parse_colnames_strips_the_type_and_converts(api):
+    conn = api.connect(detect_types=api.module.PARSE_COLNAMES)
+    cur = conn.execute("SELECT '2024-02-29' AS \"day [date]\", 1 AS plain")
+    assert [column[0] for column in cur.description] == ["day", "plain"]
+    import datetime
+    assert cur.fetchone() == (datetime.date(2024, 2, 29), 1)
+
+
+def test_recursive_use_of_a_cursor_is_refused(conn):
+    cur = conn.cursor()
+    conn.create_function("reenter", 1, lambda value: cur.execute("SELECT 2") and value)
+    assert outcome(lambda: cur.execute("SELECT reenter(1)").fetchall()) == (
+        sqlite3.OperationalError, "user-defined function raised exception")
+    conn.create_function("refetch", 1, lambda value: cur.fetchone() and value)
+    with pytest.raises(sqlite3.OperationalError):
+        cur.execute("SELECT refetch(1)")
+
+
+# -- connections ---------------------------------------------------------------------------------
+def test_isolation_level_is_validated(api):
+    assert outcome(lambda: api.connect(isolation_level="BOGUS")) == (
+        ValueError, "isolation_level string must be '', 'DEFERRED', 'IMMEDIATE', or 'EXCLUSIVE'")
+    assert outcome(lambda: api.connect(isolation_level=1)) == (TypeError, "isolation_level must be str or None")
+    conn = api.connect()
+
+    def set_level(value):
+        conn.isolation_level = value
+    assert outcome(lambda: set_level("NOPE"))[0] is ValueError
+    assert outcome(lambda: set_level(7)) == (TypeError, "isolation_level must be str or None")
+
+
+def test_close_from_another_thread_is_refused(conn):
+    seen = []
+
+    def close():
+        seen.append(outcome(conn.close))
+    thread = threading.Thread(target=close)
+    thread.start()
+    thread.join()
+    assert seen[0][0] is sqlite3.ProgrammingError
+    assert seen[0][1].startswith("SQLite objects created in a thread can only be used in that same thread.")
+    assert conn.execute("SELECT 1").fetchall() == [(1,)]
+
+
+def test_cannot_open_a_file_in_a_missing_directory(api, tmp_path):
+    assert outcome(lambda: api.connect(str(tmp_path / "missing" / "x.db"))) == (
+        sqlite3.OperationalError, "unable to open database file")
+
+
+def test_uri_paths_are_percent_decoded(api, tmp_path):
+    (tmp_path / "with space").mkdir()
+    path = str(tmp_path / "with space" / f"{unique('uri')}.db")
+    conn = api.connect("file:" + urllib.parse.quote(path), uri=True)
+    conn.execute("CREATE TABLE t(x)")
+    conn.commit()
+    assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    import os
+    assert os.path.exists(path)
+
+
+def test_uri_mode_ro_refuses_writes(api):
+    path = api.path()
+    writer = api.connect(path)
+    writer.execute("CREATE TABLE t(x)")
+    writer.execute("INSERT INTO t VALUES (1)")
+    writer.commit()
+    reader = api.connect(f"file:{path}?mode=ro", uri=True)
+    assert reader.execute("SELECT x FROM t").fetchall() == [(1,)]
+    assert outcome(lambda: reader.execute("INSERT INTO t VALUES (2)")) == (
+        sqlite3.OperationalError, "attempt to write a readonly database")
+    assert outcome(lambda: api.connect(f"file:{path}?mode=bogus", uri=True)) == (
+        sqlite3.OperationalError, "no such access mode: bogus")
+
+
+# -- blobs ---------------------------------------------------------------------------------------
+@pytest.fixture
+def blob_conn(api):
+    conn = api.connect(fresh=True)
+    conn.execute("CREATE TABLE files(data BLOB)")
+    conn.execute("INSERT INTO files VALUES (x'0102030405')")
+    conn.commit()
+    return conn
+
+
+def test_blob_reads_like_a_file_and_a_sequence(blob_conn):
+    with blob_conn.blobopen("files", "data", 1, readonly=True) as blob:
+        assert (len(blob), blob.read(2), blob.tell(), blob[0], blob[-1], blob[1:3]) == (
+            5, b"\x01\x02", 2, 1, 5, b"\x02\x03")
+        blob.seek(-1, 2)
+        assert blob.read() == b"\x05"
+        assert outcome(lambda: blob.seek(9)) == (ValueError, "offset out of blob range")
+        assert outcome(lambda: blob[9]) == (IndexError, "Blob index out of range")
+    assert outcome(blob.read) == (sqlite3.ProgrammingError, "Cannot operate on a closed blob.")
+    assert outcome(lambda: blob_conn.blobopen("files", "data", 99)) == (
+        sqlite3.OperationalError, "no such rowid: 99")
+
+
+def test_blob_write_of_the_replicated_database_is_not_supported(blob_conn, api):
+    readonly = blob_conn.blobopen("files", "data", 1, readonly=True)
+    assert outcome(lambda: readonly.write(b"x")) == (sqlite3.OperationalError, "attempt to write a readonly database")
+    readonly.close()
+    blob = blob_conn.blobopen("files", "data", 1)
+    if api.replicated:                             # a write in place would bypass the log
+        with pytest.raises(sqlite3.NotSupportedError, match="bypass the log"):
+            blob.write(b"\xff")
+    else:
+        blob.write(b"\xff")
+    blob.close()
+    blob_conn.commit()
+    expected = b"\x01\x02\x03\x04\x05" if api.replicated else b"\xff\x02\x03\x04\x05"
+    assert blob_conn.execute("SELECT data FROM files").fetchone() == (expected,)
+
+
+# -- copies --------------------------------------------------------------------------------------
+@pytest.fixture
+def filled(api):
+    conn = api.connect(fresh=True)
+    conn.executescript("""
+        CREATE TABLE accounts(id INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT, balance INTEGER);
+        INSERT INTO accounts(owner, balance) VALUES ('ann', 100), ('it''s bob', 0);
+        CREATE INDEX accounts_owner ON accounts(owner);
+        CREATE VIEW rich AS SELECT owner FROM accounts WHERE balance > 10;
+    """)
+    return conn
+
+
+DUMP = [
+    "BEGIN TRANSACTION;",
+    "CREATE TABLE accounts(id INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT, balance INTEGER);",
+    "INSERT INTO \"accounts\" VALUES(1,'ann',100);",
+    "INSERT INTO \"accounts\" VALUES(2,'it''s bob',0);",
+    "CREATE INDEX accounts_owner ON accounts(owner);",
+    "CREATE VIEW rich AS SELECT owner FROM accounts WHERE balance > 10;",
+    "DELETE FROM \"sqlite_sequence\";",
+    "INSERT INTO \"sqlite_sequence\" VALUES('accounts',2);",
+    "COMMIT;",
+]
+
+
+def test_iterdump_yields_sqlite3s_statements_and_restores_into_sqlite3(filled):
+    lines = list(filled.iterdump())
+    assert lines == DUMP
+    restored = sqlite3.connect(":memory:")
+    restored.executescript("\n".join(lines))
+    assert restored.execute("SELECT * FROM rich").fetchall() == [("ann",)]
+    assert restored.execute("SELECT seq FROM sqlite_sequence").fetchall() == [(2,)]
+
+
+def test_serialize_is_a_plain_database_file(filled):
+    data = filled.serialize()
+    restored = sqlite3.connect(":memory:")
+    restored.deserialize(data)
+    assert restored.execute("SELECT owner FROM accounts ORDER BY id").fetchall() == [("ann",), ("it's bob",)]
+    assert restored.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall() == [
+        ("accounts",), ("sqlite_sequence",)]
+
+
+def test_deserialize_into_a_replicated_database_is_not_supported(filled, api):
+    data = filled.serialize()
+    target = api.connect()
+    if api.replicated:                             # it would replace the database outside the log
+        with pytest.raises(sqlite3.NotSupportedError, match="outside the log"):
+            target.deserialize(data)
+    else:
+        target.deserialize(data)
+        assert target.execute("SELECT count(*) FROM accounts").fetchone() == (2,)
+
+
+def test_backup_copies_into_a_sqlite3_connection_with_progress(filled, tmp_path):
+    steps = []
+    target = sqlite3.connect(tmp_path / "backup.db")
+    filled.backup(target, pages=1, progress=lambda status, remaining, total: steps.append(remaining))
+    assert target.execute("SELECT owner FROM accounts ORDER BY id").fetchall() == [("ann",), ("it's bob",)]
+    assert steps and steps[-1] == 0
+    assert list(target.iterdump()) == DUMP
+    assert outcome(lambda: filled.backup(object())) == (
+        TypeError, "backup() argument 'target' must be sqlite3.Connection, not object")
