@@ -21,22 +21,24 @@ and SAVEPOINT work; a statement that fails undoes itself only, as in SQLite.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 
-from walkit.adapters.sqlite import callbacks, dbapi, definition, errors, export
+from walkit.adapters.sqlite import dbapi, definition, errors
 from walkit.adapters.sqlite import statements as st
 from walkit.adapters.sqlite.cursor import Cursor
-from walkit.adapters.sqlite.errors import NotSupportedError, OperationalError, ProgrammingError, translate
+from walkit.adapters.sqlite.export import Copies
+from walkit.adapters.sqlite.hooks import Hooks
+from walkit.adapters.sqlite.errors import OperationalError, ProgrammingError, translate
 from walkit.adapters.sqlite.capture import Open as _Open
 from walkit.adapters.sqlite.capture import capture_session, only_comments, record_created_table
 from walkit.adapters.sqlite.machine import now_ms
 
-class Connection:
+class Connection(Hooks, Copies):
     """Connection is a DB-API 2.0 connection to a replicated SQLite file (sqlite3.Connection's interface).
 
-    Made by walkit.adapters.sqlite.connect. Besides sqlite3's interface: `is_leader`, `leader`,
+    Made by walkit.adapters.sqlite.connect. Its callbacks and hooks are walkit.adapters.sqlite.hooks.Hooks,
+    its copies (iterdump, serialize, backup) walkit.adapters.sqlite.export.Copies. Besides sqlite3's interface: `is_leader`, `leader`,
     `position` (the log position this file applied) and `read_barrier()`.
     """
 
@@ -196,106 +198,13 @@ class Connection:
             self.rollback()
         return False
 
-    def create_function(self, name: str, narg: int, func, *, deterministic: bool = False) -> None:
-        """create_function defines SQL function `name` on this connection only, as sqlite3 does; its results travel as values.
-
-        A schema that calls it (an index, a CHECK, a trigger, a view) needs it on every node:
-        register it on the database with walkit.adapters.sqlite.create_function before connect
-        (walkit.adapters.sqlite.definition); otherwise such a statement fails here, "no such function".
-        """
-        self._check()
-        self._db.create_scalar_function(name, None if func is None else callbacks.scalar(func), narg,
-                                        deterministic=deterministic)
-
-    def create_aggregate(self, name: str, n_arg: int, aggregate_class) -> None:
-        """create_aggregate defines aggregate `name` from a class with step() and finalize(), on this connection only."""
-        self._check()
-        self._db.create_aggregate_function(name, None if aggregate_class is None
-                                           else callbacks.aggregate(aggregate_class), n_arg)
-
-    def create_window_function(self, name: str, num_params: int, aggregate_class, /) -> None:
-        """create_window_function defines aggregate window function `name` (step, value, inverse, finalize); None removes it."""
-        self._check()
-        try:
-            self._db.create_window_function(name, None if aggregate_class is None
-                                            else callbacks.window(aggregate_class), num_params)
-        except Exception as exc:  # noqa: BLE001 - apsw's errors become DB-API errors
-            raise translate(exc) from None
-
-    def create_collation(self, name: str, callable_, /) -> None:
-        """create_collation defines collation `name` on this connection only (None removes it); the schema's go on the database."""
-        self._check()
-        if callable_ is not None and not callable(callable_):
-            raise TypeError("parameter must be callable")
-        self._db.create_collation(name, callable_)
-
     def interrupt(self) -> None:
         """interrupt makes the running statement fail with 'interrupted'."""
         if self._closed:
             raise ProgrammingError("Cannot operate on a closed database.")
         self._db.interrupt()
 
-    # -- hooks of this connection (local: they see this connection's statements, never the log's) ------
-    def set_authorizer(self, authorizer_callback, /) -> None:
-        """set_authorizer calls `authorizer_callback(action, arg1, arg2, dbname, source)` as statements are prepared.
-
-        It returns SQLITE_OK, SQLITE_DENY or SQLITE_IGNORE; None removes it. It governs this
-        connection's statements; the log is applied on every node without it.
-        """
-        self._check()
-        self._db.authorizer = None if authorizer_callback is None else callbacks.authorizer(
-            authorizer_callback, lambda: self._hooks_paused > 0)
-
-    def set_progress_handler(self, progress_handler, n: int) -> None:
-        """set_progress_handler calls `progress_handler()` every `n` SQLite instructions; a true result interrupts."""
-        self._check()
-        if progress_handler is None or n <= 0:
-            self._db.set_progress_handler(None)
-        else:
-            self._db.set_progress_handler(callbacks.progress(progress_handler, lambda: self._hooks_paused > 0), n)
-
-    def set_trace_callback(self, trace_callback, /) -> None:
-        """set_trace_callback calls `trace_callback(sql)` with each statement this connection runs; None stops it.
-
-        It sees what sqlite3 would show (the statements, the implicit BEGIN and COMMIT); the
-        replication's own statements and the statements run by triggers are not shown.
-        """
-        self._check()
-        self._tracer = None if trace_callback is None else callbacks.trace(trace_callback)
-
-    def getlimit(self, category: int, /) -> int:
-        """getlimit is this connection's run-time limit `category` (sqlite3.SQLITE_LIMIT_*)."""
-        return self.setlimit(category, -1)
-
-    def setlimit(self, category: int, limit: int, /) -> int:
-        """setlimit sets this connection's limit `category` (negative: unchanged) and returns the previous value."""
-        self._check()
-        if not 0 <= category < _LIMIT_CATEGORIES:
-            raise ProgrammingError("'category' is out of bounds")
-        return self._db.limit(category, limit)
-
-    # -- copies: read the database (walkit.adapters.sqlite.export); nothing writes it outside the log ------
-    def iterdump(self):
-        """iterdump yields the SQL statements that rebuild the database, as sqlite3 yields them (no walkit table)."""
-        self._check()
-        return export.iterdump(self)
-
-    def serialize(self, *, name: str = "main") -> bytes:
-        """serialize is the database `name` as the bytes of a plain SQLite file (no walkit table, not in WAL mode)."""
-        self._check()
-        return export.serialize(self._db, name)
-
-    def deserialize(self, data, /, *, name: str = "main") -> None:
-        """deserialize would replace the whole database outside the log: NotSupportedError (see docs/guides/sqlite.md)."""
-        self._check()
-        raise NotSupportedError("deserialize() would replace the replicated database outside the log; load the rows "
-                                "with INSERT statements (or executescript of a dump) instead")
-
-    def backup(self, target, *, pages: int = -1, progress=None, name: str = "main", sleep: float = 0.250) -> None:
-        """backup copies the database `name` into `target`, a sqlite3.Connection, as sqlite3's backup() does."""
-        self._check()
-        export.backup(self, target, pages=pages, progress=progress, name=name, sleep=sleep)
-
+    # -- blobs: read in place (walkit.adapters.sqlite.blob) ----------------------------------------------
     def blobopen(self, table: str, column: str, row: int, /, *, readonly: bool = False, name: str = "main"):
         """blobopen opens the blob in `table`.`column` of rowid `row` for reading (walkit.adapters.sqlite.blob.Blob).
 
@@ -522,25 +431,6 @@ class Connection:
     def _track(self, cursor: Cursor) -> None:
         self._cursors.add(cursor)
 
-    @contextlib.contextmanager
-    def _capturing(self):
-        """_capturing pauses this connection's authorizer and progress handler while a changeset is built.
-
-        The Session module reads the rows it records with statements of its own on this
-        connection: an authorizer answering SQLITE_IGNORE would record NULLs in the log, a
-        progress handler would interrupt the capture.
-        """
-        self._hooks_paused += 1
-        try:
-            yield
-        finally:
-            self._hooks_paused -= 1
-
-    def _trace(self, sql: str) -> None:
-        """_trace shows `sql` to the set_trace_callback callable, if any."""
-        if self._tracer is not None:
-            self._tracer(sql)
-
     def _check(self) -> None:
         if self._closed:
             raise ProgrammingError("Cannot operate on a closed database.")
@@ -551,10 +441,6 @@ class Connection:
             raise ProgrammingError("SQLite objects created in a thread can only be used in that same thread. "
                                    f"The object was created in thread id {self._thread} and this is thread id "
                                    f"{threading.get_ident()}.")
-
-
-#: SQLite's run-time limit categories, SQLITE_LIMIT_LENGTH (0) to SQLITE_LIMIT_WORKER_THREADS (11).
-_LIMIT_CATEGORIES = 12
 
 
 def check_isolation_level(value) -> None:

@@ -19,8 +19,8 @@ _POSITION_LINES = (f"CREATE TABLE {POSITION_TABLE}", f'CREATE TABLE "{POSITION_T
                    f'INSERT INTO "{POSITION_TABLE}" ')
 
 
-def iterdump(connection):
-    """iterdump yields the statements of sqlite3's dump of `connection` (sqlite3.Connection.iterdump), run on it.
+def dump(connection):
+    """dump yields the statements of sqlite3's dump of `connection` (sqlite3.Connection.iterdump), run on it.
 
     sqlite3 dumps through the connection's own cursors, so the dump sees the connection's open
     transaction as sqlite3's does; the position table's statements are left out.
@@ -51,8 +51,8 @@ def plain_copy(db, name: str = "main") -> sqlite3.Connection:
     return copy
 
 
-def serialize(db, name: str = "main") -> bytes:
-    """serialize is database `name` of apsw connection `db` as the bytes of a plain SQLite file (sqlite3's serialize)."""
+def plain_bytes(db, name: str = "main") -> bytes:
+    """plain_bytes is database `name` of apsw connection `db` as the bytes of a plain SQLite file (sqlite3's serialize)."""
     copy = plain_copy(db, name)
     try:
         copy.execute("VACUUM")                     # the position table's pages are not left behind
@@ -61,8 +61,8 @@ def serialize(db, name: str = "main") -> bytes:
         copy.close()
 
 
-def backup(connection, target, *, pages: int, progress, name: str, sleep: float) -> None:
-    """backup copies database `name` of `connection` into `target` with sqlite3's own backup() (same steps and progress).
+def copy_into(connection, target, *, pages: int, progress, name: str, sleep: float) -> None:
+    """copy_into copies database `name` of `connection` into `target` with sqlite3's own backup() (same steps and progress).
 
     The target must be a sqlite3.Connection: writing a replicated database except through its
     log is refused (NotSupportedError), as it would be for deserialize().
@@ -77,3 +77,28 @@ def backup(connection, target, *, pages: int, progress, name: str, sleep: float)
         copy.backup(target, pages=pages, progress=progress, name="main", sleep=sleep)
     finally:
         copy.close()
+
+
+class Copies:
+    """Copies is the part of Connection that copies the database out (sqlite3.Connection's); it uses `_db` and `_check()`."""
+
+    def iterdump(self):
+        """iterdump yields the SQL statements that rebuild the database, as sqlite3 yields them (no walkit table)."""
+        self._check()
+        return dump(self)
+
+    def serialize(self, *, name: str = "main") -> bytes:
+        """serialize is the database `name` as the bytes of a plain SQLite file (no walkit table, not in WAL mode)."""
+        self._check()
+        return plain_bytes(self._db, name)
+
+    def deserialize(self, data, /, *, name: str = "main") -> None:
+        """deserialize would replace the whole database outside the log: NotSupportedError (see docs/guides/sqlite.md)."""
+        self._check()
+        raise NotSupportedError("deserialize() would replace the replicated database outside the log; load the rows "
+                                "with INSERT statements (or executescript of a dump) instead")
+
+    def backup(self, target, *, pages: int = -1, progress=None, name: str = "main", sleep: float = 0.250) -> None:
+        """backup copies the database `name` into `target`, a sqlite3.Connection, as sqlite3's backup() does."""
+        self._check()
+        copy_into(self, target, pages=pages, progress=progress, name=name, sleep=sleep)

@@ -1,0 +1,117 @@
+"""walkit.adapters.sqlite.hooks holds what a program attaches to one connection: functions, hooks, limits.
+
+They are sqlite3's and stay on the connection that set them: its statements see them, the log
+does not. A function defined here computes values that travel in the changeset; a schema that
+calls one needs it on the database (walkit.adapters.sqlite.definition). The authorizer and the
+progress handler are paused while the connection builds a changeset (`_capturing`), because
+the Session module reads the rows it records through this connection. Callbacks are wrapped by
+walkit.adapters.sqlite.callbacks so that they fail as under sqlite3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from walkit.adapters.sqlite import callbacks
+from walkit.adapters.sqlite.errors import ProgrammingError, translate
+
+#: SQLite's run-time limit categories, SQLITE_LIMIT_LENGTH (0) to SQLITE_LIMIT_WORKER_THREADS (11).
+_LIMIT_CATEGORIES = 12
+
+
+class Hooks:
+    """Hooks is the part of Connection that defines functions and sets hooks and limits (sqlite3.Connection's).
+
+    It uses the connection's `_db` (apsw), `_check()`, `_tracer` and `_hooks_paused`.
+    """
+
+    def create_function(self, name: str, narg: int, func, *, deterministic: bool = False) -> None:
+        """create_function defines SQL function `name` on this connection only, as sqlite3 does; its results travel as values.
+
+        A schema that calls it (an index, a CHECK, a trigger, a view) needs it on every node:
+        register it on the database with walkit.adapters.sqlite.create_function before connect
+        (walkit.adapters.sqlite.definition); otherwise such a statement fails here, "no such function".
+        """
+        self._check()
+        self._db.create_scalar_function(name, None if func is None else callbacks.scalar(func), narg,
+                                        deterministic=deterministic)
+
+    def create_aggregate(self, name: str, n_arg: int, aggregate_class) -> None:
+        """create_aggregate defines aggregate `name` from a class with step() and finalize(), on this connection only."""
+        self._check()
+        self._db.create_aggregate_function(name, None if aggregate_class is None
+                                           else callbacks.aggregate(aggregate_class), n_arg)
+
+    def create_window_function(self, name: str, num_params: int, aggregate_class, /) -> None:
+        """create_window_function defines aggregate window function `name` (step, value, inverse, finalize); None removes it."""
+        self._check()
+        try:
+            self._db.create_window_function(name, None if aggregate_class is None
+                                            else callbacks.window(aggregate_class), num_params)
+        except Exception as exc:  # noqa: BLE001 - apsw's errors become DB-API errors
+            raise translate(exc) from None
+
+    def create_collation(self, name: str, callable_, /) -> None:
+        """create_collation defines collation `name` on this connection only (None removes it); the schema's go on the database."""
+        self._check()
+        if callable_ is not None and not callable(callable_):
+            raise TypeError("parameter must be callable")
+        self._db.create_collation(name, callable_)
+
+    # -- hooks of this connection (local: they see this connection's statements, never the log's) ------
+    def set_authorizer(self, authorizer_callback, /) -> None:
+        """set_authorizer calls `authorizer_callback(action, arg1, arg2, dbname, source)` as statements are prepared.
+
+        It returns SQLITE_OK, SQLITE_DENY or SQLITE_IGNORE; None removes it. It governs this
+        connection's statements; the log is applied on every node without it.
+        """
+        self._check()
+        self._db.authorizer = None if authorizer_callback is None else callbacks.authorizer(
+            authorizer_callback, lambda: self._hooks_paused > 0)
+
+    def set_progress_handler(self, progress_handler, n: int) -> None:
+        """set_progress_handler calls `progress_handler()` every `n` SQLite instructions; a true result interrupts."""
+        self._check()
+        if progress_handler is None or n <= 0:
+            self._db.set_progress_handler(None)
+        else:
+            self._db.set_progress_handler(callbacks.progress(progress_handler, lambda: self._hooks_paused > 0), n)
+
+    def set_trace_callback(self, trace_callback, /) -> None:
+        """set_trace_callback calls `trace_callback(sql)` with each statement this connection runs; None stops it.
+
+        It sees what sqlite3 would show (the statements, the implicit BEGIN and COMMIT); the
+        replication's own statements and the statements run by triggers are not shown.
+        """
+        self._check()
+        self._tracer = None if trace_callback is None else callbacks.trace(trace_callback)
+
+    def getlimit(self, category: int, /) -> int:
+        """getlimit is this connection's run-time limit `category` (sqlite3.SQLITE_LIMIT_*)."""
+        return self.setlimit(category, -1)
+
+    def setlimit(self, category: int, limit: int, /) -> int:
+        """setlimit sets this connection's limit `category` (negative: unchanged) and returns the previous value."""
+        self._check()
+        if not 0 <= category < _LIMIT_CATEGORIES:
+            raise ProgrammingError("'category' is out of bounds")
+        return self._db.limit(category, limit)
+
+    @contextlib.contextmanager
+    def _capturing(self):
+        """_capturing pauses this connection's authorizer and progress handler while a changeset is built.
+
+        The Session module reads the rows it records with statements of its own on this
+        connection: an authorizer answering SQLITE_IGNORE would record NULLs in the log, a
+        progress handler would interrupt the capture.
+        """
+        self._hooks_paused += 1
+        try:
+            yield
+        finally:
+            self._hooks_paused -= 1
+
+    def _trace(self, sql: str) -> None:
+        """_trace shows `sql` to the set_trace_callback callable, if any."""
+        if self._tracer is not None:
+            self._tracer(sql)
