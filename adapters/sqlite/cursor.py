@@ -42,12 +42,14 @@ class Cursor:
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> "Cursor":
         """executemany runs one data-changing statement once per parameter set; rowcount is the total."""
+        lastrowid = self.lastrowid                 # sqlite3 leaves it as it was
         with self._running():
             total = 0
             for parameters in seq_of_parameters:
                 self.connection._execute(self, sql, parameters, single=True, many=True)
                 total += max(self.rowcount, 0)
             self.rowcount = total
+        self.lastrowid = lastrowid
         return self
 
     def executescript(self, sql_script: str, /) -> "Cursor":
@@ -106,8 +108,7 @@ class Cursor:
             if statement.kind not in (statements.READ, statements.EMPTY):
                 self._rows = iter(list(cursor)) if described else None   # a write runs to its end now
                 self.rowcount = db.changes() if statement.kind == statements.WRITE else -1
-                if statement.inserts:
-                    self.lastrowid = db.last_insert_rowid()
+            self.lastrowid = db.last_insert_rowid()   # after any statement, as sqlite3 sets it
         except Exception as exc:  # noqa: BLE001 - apsw's and callbacks' errors become DB-API errors
             self._rows = None
             raise translate(exc) from None

@@ -119,6 +119,135 @@ def test_row_is_a_sequence(conn, api):
     assert (list(row), row["B"], row.keys(), len(row)) == ([1, 2], 2, ["a", "b"], 2)
 
 
+# -- statements, cursors and transactions --------------------------------------------------------
+def test_lastrowid_follows_each_execute_but_not_executemany(conn):
+    cur = conn.cursor()
+    cur.execute("CREATE TABLE ids(id INTEGER PRIMARY KEY, v)")
+    cur.execute("INSERT INTO ids(v) VALUES ('a')")
+    assert cur.lastrowid == 1
+    cur.execute("UPDATE ids SET v = 'b'")
+    assert (cur.rowcount, cur.lastrowid) == (1, 1)               # the connection's last inserted rowid
+    many = conn.executemany("INSERT INTO ids(v) VALUES (?)", [("c",), ("d",)])
+    assert (many.rowcount, many.lastrowid) == (2, None)
+
+
+def test_description_is_none_without_result_columns(conn):
+    cur = conn.execute("CREATE TABLE described(a, b)")
+    assert (cur.description, cur.rowcount) == (None, -1)
+    cur.execute("INSERT INTO described VALUES (1, 2)")
+    assert cur.description is None
+    cur.execute("SELECT a, b AS bee FROM described WHERE 0")
+    assert cur.description == (("a",) + (None,) * 6, ("bee",) + (None,) * 6)
+
+
+def test_fetchmany_uses_arraysize(conn):
+    cur = conn.execute("SELECT 1 UNION SELECT 2 UNION SELECT 3")
+    cur.arraysize = 2
+    assert (cur.fetchmany(), cur.fetchmany(), cur.fetchmany()) == ([(1,), (2,)], [(3,)], [])
+
+
+def test_text_factory_decodes_text(conn):
+    conn.text_factory = bytes
+    assert conn.execute("SELECT 'é'").fetchone() == ("é".encode(),)
+    conn.text_factory = lambda data: data.decode() + "!"
+    assert conn.execute("SELECT 'a'").fetchone() == ("a!",)
+
+
+def test_row_factory_builds_rows(conn):
+    conn.row_factory = lambda cursor, row: {column[0]: value for column, value in zip(cursor.description, row)}
+    assert conn.execute("SELECT 1 AS a, 2 AS b").fetchall() == [{"a": 1, "b": 2}]
+
+
+def test_parse_decltypes_converts_by_declared_type(api):
+    import datetime
+    conn = api.connect(detect_types=api.module.PARSE_DECLTYPES)
+    conn.execute("CREATE TABLE typed(d date, ts timestamp, n NUMBER(10))")
+    conn.execute("INSERT INTO typed VALUES (?, ?, 5)", (datetime.date(2020, 1, 2), datetime.datetime(2020, 1, 2, 3, 4)))
+    api.module.register_converter("number", lambda data: int(data) * 100)
+    try:
+        assert conn.execute("SELECT * FROM typed").fetchall() == [
+            (datetime.date(2020, 1, 2), datetime.datetime(2020, 1, 2, 3, 4), 500)]
+    finally:
+        del api.module.converters["NUMBER"]
+
+
+def test_python_values_bind_as_sqlite_values(conn):
+    assert conn.execute("SELECT ?, ?, ?, ?, ?", (True, 1.5, bytearray(b"ab"), memoryview(b"c"), None)).fetchone() \
+        == (1, 1.5, b"ab", b"c", None)
+    assert outcome(lambda: conn.execute("SELECT ?", (2 ** 63,))) == (
+        OverflowError, "Python int too large to convert to SQLite INTEGER")
+    assert outcome(lambda: conn.execute(b"SELECT 1")) == (TypeError, "execute() argument 1 must be str, not bytes")
+
+
+def test_sql_errors_carry_sqlites_message(conn):
+    assert outcome(lambda: conn.execute("SELECT * FROM nowhere")) == (
+        sqlite3.OperationalError, "no such table: nowhere")
+    assert outcome(lambda: conn.execute("SELEC 1")) == (sqlite3.OperationalError, 'near "SELEC": syntax error')
+    conn.execute("CREATE TABLE uniq(a UNIQUE)")
+    conn.execute("INSERT INTO uniq VALUES (1)")
+    assert outcome(lambda: conn.execute("INSERT INTO uniq VALUES (1)")) == (
+        sqlite3.IntegrityError, "UNIQUE constraint failed: uniq.a")
+    conn.rollback()
+
+
+def test_one_statement_per_execute(conn):
+    assert outcome(lambda: conn.execute("SELECT 1; SELECT 2")) == (
+        sqlite3.ProgrammingError, "You can only execute one statement at a time.")
+    assert outcome(lambda: conn.executemany("SELECT ?", [(1,)])) == (
+        sqlite3.ProgrammingError, "executemany() can only execute DML statements.")
+
+
+def test_closed_cursor_and_connection_refuse_use(api):
+    conn = api.connect()
+    cur = conn.cursor()
+    cur.close()
+    assert outcome(lambda: cur.execute("SELECT 1")) == (sqlite3.ProgrammingError, "Cannot operate on a closed cursor.")
+    conn.close()
+    assert outcome(lambda: conn.execute("SELECT 1")) == (
+        sqlite3.ProgrammingError, "Cannot operate on a closed database.")
+    assert outcome(conn.commit) == (sqlite3.ProgrammingError, "Cannot operate on a closed database.")
+    assert outcome(conn.close) == ("ok", None)
+
+
+def test_dml_opens_a_transaction_that_rollback_undoes(conn):
+    conn.execute("CREATE TABLE undone(a)")
+    assert not conn.in_transaction
+    conn.execute("INSERT INTO undone VALUES (1)")
+    assert conn.in_transaction
+    conn.rollback()
+    assert (conn.in_transaction, conn.execute("SELECT * FROM undone").fetchall()) == (False, [])
+
+
+def test_with_block_commits_or_rolls_back(conn):
+    conn.execute("CREATE TABLE blocks(a)")
+    with conn:
+        conn.execute("INSERT INTO blocks VALUES (1)")
+    with pytest.raises(KeyError):
+        with conn:
+            conn.execute("INSERT INTO blocks VALUES (2)")
+            raise KeyError("undo")
+    assert conn.execute("SELECT a FROM blocks").fetchall() == [(1,)]
+
+
+def test_executescript_commits_the_open_transaction_first(conn):
+    conn.execute("CREATE TABLE scripted(a)")
+    conn.execute("INSERT INTO scripted VALUES (1)")
+    conn.executescript("INSERT INTO scripted VALUES (2); INSERT INTO scripted VALUES (3);")
+    assert (conn.in_transaction, conn.execute("SELECT a FROM scripted").fetchall()) == (False, [(1,), (2,), (3,)])
+
+
+def test_isolation_level_none_autocommits(api):
+    conn = api.connect(isolation_level=None)
+    conn.execute("CREATE TABLE auto(a)")
+    conn.execute("INSERT INTO auto VALUES (1)")
+    assert not conn.in_transaction
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO auto VALUES (2)")
+    assert conn.in_transaction
+    conn.execute("ROLLBACK")
+    assert conn.execute("SELECT a FROM auto").fetchall() == [(1,)]
+
+
 # -- parameters ----------------------------------------------------------------------------------
 def test_parameter_sequences_are_indexed_not_iterated(conn):
     class Indexed:
