@@ -36,8 +36,8 @@ from walkit.adapters.sqlite.blob import Blob
 from walkit.adapters.sqlite.callbacks import enable_callback_tracebacks
 from walkit.adapters.sqlite.dbapi import (
     PARSE_COLNAMES, PARSE_DECLTYPES, Binary, Date, DateFromTicks, Row, Time, TimeFromTicks, Timestamp,
-    TimestampFromTicks, adapt, adapters, apilevel, complete_statement, converters, paramstyle, parse_uri,
-    register_adapter, register_converter, threadsafety,
+    TimestampFromTicks, adapt, adapters, apilevel, complete_statement, converters, enable_shared_cache, paramstyle,
+    parse_uri, register_adapter, register_converter, threadsafety,
 )
 from walkit.adapters.sqlite.definition import create_aggregate, create_collation, create_function
 from walkit.adapters.sqlite.errors import (
@@ -66,7 +66,7 @@ __all__ = [
     "ReplicaStopped", "Row", "Time", "TimeFromTicks", "Timestamp", "TimestampFromTicks", "TransactionTooLarge",
     "Warning", "adapters",
     "adapt", "apilevel", "complete_statement", "connect", "converters", "create_aggregate", "create_collation",
-    "create_function", "enable_callback_tracebacks", "paramstyle", "register_adapter",
+    "create_function", "enable_callback_tracebacks", "enable_shared_cache", "paramstyle", "register_adapter",
     "register_converter", "restore", "sqlite_version", "sqlite_version_info", "threadsafety", "version",
     "version_info", *_CONSTANTS,
 ]
@@ -75,7 +75,8 @@ __all__ = [
 def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_level: str | None = "",
             check_same_thread: bool = True, factory=Connection, cached_statements: int = 128, uri: bool = False,
             *, name: str | None = None, client=None, metadata: str | None = None, node_id: str | None = None,
-            replica: bool = False, wait_s: float = 60.0, **replicate_options) -> Connection:
+            replica: bool = False, wait_s: float = 60.0, forward_writes: bool = True,
+            forward_address: str | bool | None = None, **replicate_options) -> Connection:
     """connect opens the replicated SQLite database `name` with its local copy in file `database`.
 
     The sqlite3 arguments mean what they mean there (`timeout`: how long a write waits for
@@ -86,6 +87,12 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
     `replica=True` never campaigns for leadership. `wait_s` bounds how long connect waits for
     the file to catch up with the log and a leader to be known. Other keywords go to
     walkit.replicate (snapshot_every_records, retention_s, quorums, max_record_bytes, ...).
+
+    `forward_writes=True`: a write transaction on a node that does not lead runs on the
+    leader's process, and COMMIT returns once this node applied it (a round trip to the
+    leader per statement; walkit.adapters.sqlite.forwarding); False: NotLeader, as before.
+    `forward_address` is where this node takes other nodes' forwarded writes when it leads
+    ("HOST[:PORT]"; default 127.0.0.1 when the metadata store is on this machine; False: none).
 
     A committed transaction (its changeset, or a schema statement) is one record, at most
     `max_record_bytes` (default: the client's max_entry_bytes, 60 MiB, less 9 bytes). COMMIT of
@@ -106,14 +113,16 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
     name = name or os.path.splitext(os.path.basename(path))[0]
     try:
         shared = acquire(path, name, client=client, metadata=metadata, node_id=node_id, voting=not replica,
-                         options=replicate_options, timeout=timeout)
+                         options=replicate_options, timeout=timeout, forward_address=forward_address)
     except _apsw.Error as exc:                     # the file cannot be opened: sqlite3's error
         raise translate(exc) from None
     try:
         shared.wait_started(wait_s)
-        readonly = {"readonly": True} if mode == "ro" else {}
+        extra = {"readonly": True} if mode == "ro" else {}
+        if not forward_writes:
+            extra["forward_writes"] = False
         return factory(shared, timeout=timeout, detect_types=detect_types, isolation_level=isolation_level,
-                       check_same_thread=check_same_thread, cached_statements=cached_statements, **readonly)
+                       check_same_thread=check_same_thread, cached_statements=cached_statements, **extra)
     except BaseException:
         release(shared)
         raise

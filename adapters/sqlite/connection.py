@@ -48,7 +48,8 @@ class Connection(Hooks, Copies):
         errors.IntegrityError, errors.InternalError, errors.ProgrammingError, errors.NotSupportedError
 
     def __init__(self, database, *, timeout: float = 5.0, detect_types: int = 0, isolation_level: str | None = "",
-                 check_same_thread: bool = True, cached_statements: int = 128, readonly: bool = False) -> None:
+                 check_same_thread: bool = True, cached_statements: int = 128, readonly: bool = False,
+                 forward_writes: bool = True) -> None:
         import apsw
         check_isolation_level(isolation_level)
         self._database = database
@@ -62,6 +63,8 @@ class Connection(Hooks, Copies):
         definition.register_all(self._db)
         database.connections.add(self)
         self._timeout = timeout
+        self._forward_writes = forward_writes
+        self._remote = None                            # a forwarding.Forwarder once a write went to the leader
         self.detect_types = detect_types
         self.row_factory = None
         self.text_factory = str
@@ -96,7 +99,7 @@ class Connection(Hooks, Copies):
     @property
     def in_transaction(self) -> bool:
         """in_transaction is True while a transaction is open."""
-        return self._txn is not None
+        return self._txn is not None or self._forwarding()
 
     @property
     def isolation_level(self) -> str | None:
@@ -128,6 +131,8 @@ class Connection(Hooks, Copies):
 
     def _commit(self) -> None:
         with self._lock:
+            if self._forwarding():
+                return self._remote.commit()
             txn = self._txn
             if txn is None:
                 return
@@ -175,6 +180,8 @@ class Connection(Hooks, Copies):
                 self._closed = True
                 for cursor in list(self._cursors):
                     cursor._reset()
+                if self._remote is not None:
+                    self._remote.close()
                 self._db.close()
                 from walkit.adapters.sqlite.database import release
                 release(self._database)
@@ -252,6 +259,8 @@ class Connection(Hooks, Copies):
         with self._lock:
             self._check()
             self._database.check()                 # a stopped replica serves nothing: its data is behind
+            if self._forwarding():                   # the leader runs the transaction: it knows its tables
+                return self._remote.run(cursor, sql, parameters, "many" if many else "one")
             statement = self._statements.classify(self._db, sql)
             if single and statement.rest and not only_comments(statement.rest):
                 raise ProgrammingError("You can only execute one statement at a time.")
@@ -262,14 +271,19 @@ class Connection(Hooks, Copies):
     def _execute_script(self, cursor: Cursor, script: str) -> None:
         with self._lock:
             self._check()
-            if self._txn is not None and self._isolation_level is not None:
+            if self.in_transaction and self._isolation_level is not None:
                 self.commit()
             for statement in st.split(self._db, script):
+                if self._forwarding() or self._forwards(statement):     # the rest of the script runs on the leader
+                    self._forwarder().begin(cursor, statement.sql + statement.rest, (), "script")
+                    return
                 self._run(cursor, statement, (), implicit=False)
                 cursor._drain()
 
     def _run(self, cursor: Cursor, statement: st.Statement, parameters, *, implicit: bool) -> None:
         kind = statement.kind
+        if self._forwards(statement):
+            return self._forwarder().begin(cursor, statement.sql, parameters)
         try:
             if kind in (st.READ, st.SAVEPOINT, st.RELEASE, st.ROLLBACK_TO, st.BEGIN, st.COMMIT, st.ROLLBACK,
                         st.EMPTY, st.JOURNAL_MODE, st.LOCAL):
@@ -290,7 +304,10 @@ class Connection(Hooks, Copies):
             self._trace(statement.sql)
             self._begin()
             if statement.name in ("IMMEDIATE", "EXCLUSIVE"):
-                self._write_locked()
+                if self._forward_writes and not self._database.is_leader:
+                    self._forwarder().begin(cursor, None, ())
+                else:
+                    self._write_locked()
         elif kind == st.COMMIT:
             if self._txn is None:
                 raise OperationalError("cannot commit - no transaction is active")
@@ -391,7 +408,9 @@ class Connection(Hooks, Copies):
         txn.locked = True
 
     def _end_locally(self) -> None:
-        """_end_locally rolls the open transaction back here and lets the write lock go."""
+        """_end_locally rolls the open transaction back here (and on the leader, if it went there) and lets the write lock go."""
+        if self._remote is not None:
+            self._remote.rollback()
         txn, self._txn = self._txn, None
         if txn is None:
             return
@@ -423,6 +442,22 @@ class Connection(Hooks, Copies):
         if self._allow_commit:
             return False
         return self._db.txn_state("main") == apsw.SQLITE_TXN_WRITE
+
+    # -- writes from a follower (walkit.adapters.sqlite.forwarding) --------------------------------------
+    def _forwards(self, statement: st.Statement) -> bool:
+        """_forwards is True if `statement` writes the database and goes to the leader: this node does not lead."""
+        return (statement.kind in st.REPLICATED and self._forward_writes and not self._readonly
+                and not self._database.is_leader)
+
+    def _forwarding(self) -> bool:
+        """_forwarding is True while this connection's transaction is open on the leader."""
+        return self._remote is not None and self._remote.active
+
+    def _forwarder(self):
+        if self._remote is None:
+            from walkit.adapters.sqlite.forwarding import Forwarder
+            self._remote = Forwarder(self)
+        return self._remote
 
     def _detach_cursors(self) -> None:
         for cursor in list(self._cursors):

@@ -113,6 +113,18 @@ class Cursor:
             self._rows = None
             raise translate(exc) from None
 
+    def _take(self, columns: list | None, rows: list, rowcount: int, lastrowid: int | None) -> None:
+        """_take is the result of a statement the leader ran for this cursor (walkit.adapters.sqlite.forwarding)."""
+        if columns is not None:
+            detect = self.connection.detect_types
+            self.description = tuple((dbapi.column_name(name, detect), None, None, None, None, None, None)
+                                     for name, _ in columns)
+            self._columns = [tuple(column) for column in columns]
+            self._rows = iter([tuple(row) for row in rows])
+        self.rowcount = rowcount
+        if lastrowid is not None:
+            self.lastrowid = lastrowid
+
     # -- fetching ---------------------------------------------------------------------------------
     def _convert(self, values: tuple):
         connection = self.connection

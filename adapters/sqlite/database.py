@@ -23,7 +23,7 @@ import walkit
 from walkit.errors import NotLeader as WalkitNotLeader
 from walkit.errors import RecordTooLarge, WalkitError
 
-from walkit.adapters.sqlite import definition
+from walkit.adapters.sqlite import definition, forwarding
 from walkit.adapters.sqlite.errors import CommitFailed, NotLeader, ReplicaStopped, TransactionTooLarge
 from walkit.adapters.sqlite.machine import SqliteMachine, _show
 
@@ -47,7 +47,8 @@ class Database:
     """
 
     def __init__(self, path: str, name: str, *, client, owns_client: bool, node_id: str | None = None,
-                 voting: bool = True, options: dict | None = None, timeout: float | None = None) -> None:
+                 voting: bool = True, options: dict | None = None, timeout: float | None = None,
+                 forward_address: str | bool | None = None) -> None:
         self.path = path
         self.name = name
         self.client = client
@@ -60,6 +61,8 @@ class Database:
         self.connections: weakref.WeakSet = weakref.WeakSet()
         self.machine = SqliteMachine(path, name, timeout)   # MissingFunction: the schema needs what is not registered
         self.machine.find_skip = self._find_skip
+        self._applied = threading.Condition()
+        self.machine.on_applied = self._on_applied
         options = dict(options or {})
         options.setdefault("snapshot_every_records", 10_000)
         if not voting:
@@ -68,6 +71,13 @@ class Database:
         if self.retention_ms > 0:
             options.setdefault("keep_log_from", self._keep_log_from)
         self.node = walkit.replicate(self.machine, client=client, name=name, node_id=self.node_id, **options)
+        #: The Server of forwarded writes (walkit.adapters.sqlite.forwarding), or why there is none (a str).
+        try:
+            self.forwarding = forwarding.serve(self, forward_address) if voting else "it is a replica: it never leads"
+        except BaseException:
+            self.node.close()
+            self.machine.close()
+            raise
         self._stop = threading.Event()
         self._registration = None
         self._publisher = threading.Thread(target=self._publish_loop, name=f"walkit-sqlite-status-{name}", daemon=True)
@@ -94,12 +104,23 @@ class Database:
             raise error if isinstance(error, ReplicaStopped) else ReplicaStopped(
                 f"the node of {self.name!r} stopped: {type(failed).__name__}: {failed}")
 
-    def not_leader(self) -> NotLeader:
-        """not_leader is the error for a write on this node while it does not lead."""
+    def not_leader(self, why: str | None = None) -> NotLeader:
+        """not_leader is the error for a write on this node while it does not lead (`why` the writes cannot be forwarded)."""
         leader = self.node.leader
-        where = f"node {leader!r} leads it" if leader else "no leader is known yet"
+        where = why or (f"node {leader!r} leads it" if leader else "no leader is known yet")
         return NotLeader(f"cannot write {self.name!r} on node {self.node_id!r}: it is not the leader; {where}",
                          leader)
+
+    def wait_applied(self, at) -> None:
+        """wait_applied waits until this file applied the record at position `at` (a write forwarded from here).
+
+        It waits as long as the log takes, as a local COMMIT does; ReplicaStopped if the file
+        stopped applying the log.
+        """
+        with self._applied:
+            while self.machine.position is None or self.machine.position < at:
+                self.check()
+                self._applied.wait(0.05)
 
     def wait_started(self, timeout: float) -> None:
         """wait_started waits until the node applied what the log held and knows a leader (or `timeout` ran out)."""
@@ -128,6 +149,10 @@ class Database:
         """trial applies `record` as every node will and rolls it back (SqliteMachine.trial); the caller holds `write_lock`."""
         self.check()
         self.machine.trial(record)
+
+    def _on_applied(self, at) -> None:
+        with self._applied:
+            self._applied.notify_all()
 
     def _find_skip(self, at) -> bool:
         from walkit.adapters.sqlite.skips import skip_recorded
@@ -200,6 +225,8 @@ class Database:
     def close(self) -> None:
         """close stops the node (it steps down cleanly if it leads) and closes the file."""
         self._stop.set()
+        if isinstance(self.forwarding, forwarding.Server):
+            self.forwarding.close()
         self._publisher.join(5)
         if self._registration is not None:
             try:
@@ -229,7 +256,8 @@ definition.listeners.append(_register_everywhere)
 
 
 def acquire(path: str, name: str, *, client=None, metadata: str | None = None, node_id: str | None = None,
-            voting: bool = True, options: dict | None = None, timeout: float | None = None) -> Database:
+            voting: bool = True, options: dict | None = None, timeout: float | None = None,
+            forward_address: str | bool | None = None) -> Database:
     """acquire returns this process's Database of `path`, starting it on first use (`release` when done).
 
     The node uses `client`, or a Client of its own on `metadata` (default: the embedded
@@ -246,7 +274,7 @@ def acquire(path: str, name: str, *, client=None, metadata: str | None = None, n
                 client = walkit.Client(metadata or os.environ.get("WALKIT_METADATA") or default_metadata())
             try:
                 database = Database(path, name, client=client, owns_client=owns, node_id=node_id, voting=voting,
-                                    options=options, timeout=timeout)
+                                    options=options, timeout=timeout, forward_address=forward_address)
             except BaseException:
                 if owns:
                     client.close()

@@ -75,7 +75,7 @@ def test_followers_apply_data_schema_and_leader_values(nodes):
 
 
 def test_write_on_a_follower_raises_not_leader_naming_the_leader(nodes):
-    leader, follower = pair(nodes)
+    leader, follower = pair(nodes, forward_writes=False)
     leader.execute("CREATE TABLE t(x)")
     follower.read_barrier()
     before = len(log_records(leader))
