@@ -278,6 +278,12 @@ def converter_for(name: str | None, decltype: str | None, detect_types: int) -> 
     return None
 
 
+def enable_shared_cache(enable: bool) -> None:
+    """enable_shared_cache is refused: SQLite's shared-cache mode is a setting of the C library, not of a replicated database."""
+    raise sqlite3.NotSupportedError("enable_shared_cache() sets SQLite's C library (deprecated in sqlite3); "
+                                    "walkit.adapters.sqlite connections do not share a cache")
+
+
 def complete_statement(statement: str) -> bool:
     """complete_statement is True if `statement` holds complete SQL statements (ends with a semicolon)."""
     import apsw

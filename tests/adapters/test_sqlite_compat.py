@@ -97,6 +97,15 @@ def test_module_has_sqlite3_constants(api):
     assert {name: getattr(api.module, name) for name in names} == {name: getattr(sqlite3, name) for name in names}
 
 
+def test_enable_shared_cache_is_deprecated_and_not_supported_by_walkit(api):
+    if api.replicated:                             # a setting of the C library, not of a replicated database
+        with pytest.raises(sqlite3.NotSupportedError, match="do not share a cache"):
+            api.module.enable_shared_cache(False)
+    else:
+        with pytest.warns(DeprecationWarning):
+            api.module.enable_shared_cache(False)
+
+
 def test_adapt_uses_registered_adapters_and_conform_else_cannot_adapt(api):
     class Point:
         def __conform__(self, protocol):
