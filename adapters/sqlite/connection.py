@@ -80,9 +80,12 @@ class Connection(Hooks, Copies):
 
     # -- sqlite3's interface ------------------------------------------------------------------------
     def cursor(self, factory=Cursor) -> Cursor:
-        """cursor returns a new cursor of this connection."""
+        """cursor returns a new cursor of this connection, made by `factory` (a Cursor subclass)."""
         self._check()
-        return factory(self)
+        cursor = factory(self)
+        if not isinstance(cursor, Cursor):
+            raise TypeError(f"factory must return a cursor, not {type(cursor).__name__}")
+        return cursor
 
     def execute(self, sql: str, parameters=()) -> Cursor:
         """execute runs one statement on a new cursor and returns it."""
@@ -301,7 +304,7 @@ class Connection(Hooks, Copies):
         elif kind == st.BEGIN:
             if self._txn is not None:
                 raise OperationalError("cannot start a transaction within a transaction")
-            self._trace(statement.sql)
+            self._trace(statement.sql.strip())
             self._begin()
             if statement.name in ("IMMEDIATE", "EXCLUSIVE"):
                 if self._forward_writes and not self._database.is_leader:
@@ -311,12 +314,12 @@ class Connection(Hooks, Copies):
         elif kind == st.COMMIT:
             if self._txn is None:
                 raise OperationalError("cannot commit - no transaction is active")
-            self._trace(statement.sql)
+            self._trace(statement.sql.strip())
             self._commit()
         elif kind == st.ROLLBACK:
             if self._txn is None:
                 raise OperationalError("cannot rollback - no transaction is active")
-            self._trace(statement.sql)
+            self._trace(statement.sql.strip())
             self._end_locally()
         elif kind == st.SAVEPOINT:
             started = self._txn is None
@@ -325,7 +328,7 @@ class Connection(Hooks, Copies):
                 self._txn = _Open(savepoint=statement.name)
         elif kind == st.RELEASE and self._txn is not None and self._txn.savepoint \
                 and statement.name.lower() == self._txn.savepoint.lower():
-            self._trace(statement.sql)
+            self._trace(statement.sql.strip())
             self._commit()                         # releasing the outermost savepoint commits
         elif kind == st.JOURNAL_MODE:               # the file stays in WAL mode: readers go on reading
             cursor._run(st.Statement("PRAGMA journal_mode", "", st.READ), ())

@@ -257,6 +257,36 @@ def test_isolation_level_none_autocommits(api):
     assert conn.execute("SELECT a FROM auto").fetchall() == [(1,)]
 
 
+def test_cursor_factory_must_make_a_cursor(conn, api):
+    class Counting(api.module.Cursor):
+        pass
+    assert isinstance(conn.cursor(Counting), Counting)
+    assert outcome(lambda: conn.cursor(factory=lambda connection: 1)) == (
+        TypeError, "factory must return a cursor, not int")
+
+
+def test_returning_gives_rows_rowcount_and_lastrowid(conn):
+    conn.execute("CREATE TABLE returned(id INTEGER PRIMARY KEY, a)")
+    cur = conn.execute("INSERT INTO returned(a) VALUES (7) RETURNING id, a")
+    assert (cur.description[0][0], cur.fetchall(), cur.rowcount, cur.lastrowid) == ("id", [(1, 7)], 1, 1)
+
+
+def test_executescript_stops_at_the_failing_statement_keeping_the_ones_before(conn):
+    assert outcome(lambda: conn.executescript("CREATE TABLE halfway(a); INSERT INTO halfway VALUES (1); "
+                                              "INSERT INTO nowhere VALUES (2); INSERT INTO halfway VALUES (3);")) \
+        == (sqlite3.OperationalError, "no such table: nowhere")
+    assert (conn.in_transaction, conn.execute("SELECT a FROM halfway").fetchall()) == (False, [(1,)])
+
+
+def test_dropping_a_table_being_read_is_locked(conn):
+    conn.execute("CREATE TABLE busy(a)")
+    conn.execute("INSERT INTO busy VALUES (1)")
+    conn.commit()
+    cur = conn.execute("SELECT a FROM busy")
+    assert outcome(lambda: conn.execute("DROP TABLE busy")) == (sqlite3.OperationalError, "database table is locked")
+    assert cur.fetchall() == [(1,)]
+
+
 # -- parameters ----------------------------------------------------------------------------------
 def test_parameter_sequences_are_indexed_not_iterated(conn):
     class Indexed:
@@ -436,10 +466,16 @@ def test_trace_callback_sees_each_statement_expanded(conn):
     conn.commit()
     with conn:
         conn.execute("UPDATE traced SET x = 'it''s'")
+    conn.execute("BEGIN")
+    conn.execute("SAVEPOINT inner")
+    conn.execute("DELETE FROM traced")
+    conn.execute("RELEASE inner")
+    conn.execute("ROLLBACK")
     conn.set_trace_callback(None)
     conn.execute("SELECT 1")
     assert seen == ["CREATE TABLE traced(x)", "BEGIN ", "INSERT INTO traced VALUES (5)", "SELECT x FROM traced",
-                    "COMMIT", "BEGIN ", "UPDATE traced SET x = 'it''s'", "COMMIT"]
+                    "COMMIT", "BEGIN ", "UPDATE traced SET x = 'it''s'", "COMMIT", "BEGIN", "SAVEPOINT inner",
+                    "DELETE FROM traced", "RELEASE inner", "ROLLBACK"]
 
 
 def test_limits_are_read_and_set(conn, api):
