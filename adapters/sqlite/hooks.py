@@ -5,7 +5,9 @@ does not. A function defined here computes values that travel in the changeset; 
 calls one needs it on the database (walkit.adapters.sqlite.definition). The authorizer and the
 progress handler are paused while the connection builds a changeset (`_capturing`), because
 the Session module reads the rows it records through this connection. Callbacks are wrapped by
-walkit.adapters.sqlite.callbacks so that they fail as under sqlite3.
+walkit.adapters.sqlite.callbacks so that they fail as under sqlite3. On a follower, a write
+transaction forwarded to the leader (walkit.adapters.sqlite.forwarding) runs on a connection
+of the leader's process: none of this connection's functions and hooks apply to it.
 """
 
 from __future__ import annotations
