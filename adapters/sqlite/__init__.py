@@ -23,6 +23,9 @@ their own file and serve reads; when the leader dies another is elected. Modules
 from __future__ import annotations
 
 import os
+import socket
+import tempfile
+import uuid
 import sqlite3 as _sqlite3
 
 try:
@@ -76,7 +79,7 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
             check_same_thread: bool = True, factory=Connection, cached_statements: int = 128, uri: bool = False,
             *, name: str | None = None, client=None, metadata: str | None = None, node_id: str | None = None,
             replica: bool = False, wait_s: float = 60.0, forward_writes: bool = True,
-            forward_address: str | bool | None = None, **replicate_options) -> Connection:
+            forward_address: str | bool | None = None, adopt: bool = False, **replicate_options) -> Connection:
     """connect opens the replicated SQLite database `name` with its local copy in file `database`.
 
     The sqlite3 arguments mean what they mean there (`timeout`: how long a write waits for
@@ -94,6 +97,12 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
     `forward_address` is where this node takes other nodes' forwarded writes when it leads
     ("HOST[:PORT]"; default 127.0.0.1 when the metadata store is on this machine; False: none).
 
+    `adopt=True` makes an existing SQLite file (tables, no walkit position) the database: its
+    content becomes the log's first record (walkit.adapters.sqlite.adoption); refused if the
+    replicated database `name` exists. ":memory:" (or "") is a private replicated database of
+    this connection, under a name of its own, in a temporary file: closing the connection
+    deletes the file and the log.
+
     A committed transaction (its changeset, or a schema statement) is one record, at most
     `max_record_bytes` (default: the client's max_entry_bytes, 60 MiB, less 9 bytes). COMMIT of
     a larger one raises TransactionTooLarge (a sqlite3.DataError, as for SQLITE_TOOBIG) and
@@ -108,12 +117,17 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
         path = ":memory:" if mode == "memory" else path
         if mode in ("ro", "rw") and not os.path.exists(path):
             raise OperationalError("unable to open database file")
-    if path in ("", ":memory:"):
-        raise NotSupportedError("a replicated database needs a file: in-memory databases cannot be shared")
+    private = path in ("", ":memory:")
+    if private:                                    # a database of this connection alone (database.Database.private)
+        path = os.path.join(tempfile.mkdtemp(prefix="walkit-sqlite-memory-"), "memory.db")
+        name = name or f"memory-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        forward_address = False
+        replicate_options.setdefault("snapshot_every_records", 0)
     name = name or os.path.splitext(os.path.basename(path))[0]
     try:
         shared = acquire(path, name, client=client, metadata=metadata, node_id=node_id, voting=not replica,
-                         options=replicate_options, timeout=timeout, forward_address=forward_address)
+                         options=replicate_options, timeout=timeout, forward_address=forward_address,
+                         adopt=adopt, private=private)
     except _apsw.Error as exc:                     # the file cannot be opened: sqlite3's error
         raise translate(exc) from None
     try:

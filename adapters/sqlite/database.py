@@ -14,6 +14,7 @@ import concurrent.futures
 import json
 import logging
 import os
+import shutil
 import socket
 import threading
 import time
@@ -23,12 +24,14 @@ import walkit
 from walkit.errors import NotLeader as WalkitNotLeader
 from walkit.errors import RecordTooLarge, WalkitError
 
-from walkit.adapters.sqlite import definition, forwarding
+from walkit.adapters.sqlite import adoption, definition, forwarding
 from walkit.adapters.sqlite.errors import CommitFailed, NotLeader, ReplicaStopped, TransactionTooLarge
 from walkit.adapters.sqlite.machine import SqliteMachine, _show
 
 log = logging.getLogger("walkit.adapters.sqlite")
 
+#: The options of walkit.replicate that an adoption's image ledger is written with too.
+ADOPTION_OPTIONS = ("ensemble", "write_quorum", "ack_quorum", "password")
 #: How often a node refreshes what it publishes for `walkit sqlite status`.
 STATUS_EVERY_S = 1.0
 _registry: dict[str, "Database"] = {}
@@ -44,12 +47,14 @@ class Database:
     """Database is the node and write lock of one replicated SQLite file (see the module doc).
 
     `voting=False` makes a replica that never campaigns for leadership (`walkit sqlite replica`).
+    `private` is a ":memory:" database: its file's directory and its log are deleted at close.
     """
 
     def __init__(self, path: str, name: str, *, client, owns_client: bool, node_id: str | None = None,
                  voting: bool = True, options: dict | None = None, timeout: float | None = None,
-                 forward_address: str | bool | None = None) -> None:
+                 forward_address: str | bool | None = None, adopt: bool = False, private: bool = False) -> None:
         self.path = path
+        self.private = private
         self.name = name
         self.client = client
         self.owns_client = owns_client
@@ -59,11 +64,16 @@ class Database:
         self.users = 0
         #: The connections of this process to the file (definitions registered later reach them too).
         self.connections: weakref.WeakSet = weakref.WeakSet()
-        self.machine = SqliteMachine(path, name, timeout)   # MissingFunction: the schema needs what is not registered
+        options = dict(options or {})
+        adopting = adopt and adoption.needs_adoption(path)
+        if adopting:                                   # its content becomes the first record (AdoptionRefused)
+            adoption.adopt(client, path, name, self.node_id,
+                           **{key: options[key] for key in ADOPTION_OPTIONS if key in options})
+        self.machine = SqliteMachine(path, name, timeout, adopting=adopting)   # MissingFunction: see definition
         self.machine.find_skip = self._find_skip
+        self.machine.load_image = adoption.image_loader(client, options.get("password", b""))
         self._applied = threading.Condition()
         self.machine.on_applied = self._on_applied
-        options = dict(options or {})
         options.setdefault("snapshot_every_records", 10_000)
         if not voting:
             options["campaign_when"] = lambda: False
@@ -235,6 +245,12 @@ class Database:
                 pass
         self.node.close()
         self.machine.close()
+        if self.private:
+            shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
+            try:
+                self.client.delete_log(f"replicated-{self.name}")
+            except WalkitError as exc:
+                log.warning("%s: the log of private database %r was not deleted: %s", self.node_id, self.name, exc)
         if self.owns_client:
             self.client.close()
 
@@ -257,7 +273,7 @@ definition.listeners.append(_register_everywhere)
 
 def acquire(path: str, name: str, *, client=None, metadata: str | None = None, node_id: str | None = None,
             voting: bool = True, options: dict | None = None, timeout: float | None = None,
-            forward_address: str | bool | None = None) -> Database:
+            forward_address: str | bool | None = None, adopt: bool = False, private: bool = False) -> Database:
     """acquire returns this process's Database of `path`, starting it on first use (`release` when done).
 
     The node uses `client`, or a Client of its own on `metadata` (default: the embedded
@@ -274,7 +290,8 @@ def acquire(path: str, name: str, *, client=None, metadata: str | None = None, n
                 client = walkit.Client(metadata or os.environ.get("WALKIT_METADATA") or default_metadata())
             try:
                 database = Database(path, name, client=client, owns_client=owns, node_id=node_id, voting=voting,
-                                    options=options, timeout=timeout, forward_address=forward_address)
+                                    options=options, timeout=timeout, forward_address=forward_address,
+                                    adopt=adopt, private=private)
             except BaseException:
                 if owns:
                     client.close()

@@ -106,7 +106,8 @@ def check_name(db, path: str, name: str) -> None:
     if tables:
         raise OperationalError(f"{path} is a SQLite database that was not made by replicating {name!r} (it has "
                                f"{tables} schema objects and no {POSITION_TABLE}); give walkit a new file, or "
-                               "one restored or replicated from this database")
+                               "one restored or replicated from this database, or adopt this one "
+                               "(connect(..., adopt=True): its content becomes the database's)")
 
 
 def has_position_table(db) -> bool:
@@ -153,6 +154,8 @@ class SqliteMachine(walkit.StateMachine):
         self.on_applied: Callable[[RecordPosition], None] | None = None
         #: Called when the record at a position fails: True if a skip record later in the log names it.
         self.find_skip: Callable[[RecordPosition], bool] | None = None
+        #: Called for an adoption record: the file image it names, checked (adoption.image_loader).
+        self.load_image: Callable[[dict], BinaryIO] | None = None
         try:
             self.check_definitions()
         except BaseException:
@@ -231,6 +234,8 @@ class SqliteMachine(walkit.StateMachine):
 
     def apply_transaction(self, txn: Transaction, at: RecordPosition) -> None:
         """apply_transaction runs `txn`'s steps and moves the position to `at`, all in one SQLite transaction."""
+        if txn.adopted is not None:
+            return self._adopt(txn, at)
         db = self.db
         with self._using:
             begin_immediate(db)
@@ -245,6 +250,47 @@ class SqliteMachine(walkit.StateMachine):
                     db.execute("ROLLBACK")
                 raise
         self.position, self.commit_ms = at, txn.commit_ms
+
+    def _adopt(self, txn: Transaction, at: RecordPosition) -> None:
+        """_adopt makes the file the image an adoption record names, with position `at`, in one SQLite backup.
+
+        The image gets the position row first, so the file's content and position change
+        together. An image whose page size differs from the file's is rebuilt with the file's
+        (VACUUM): a file in WAL mode takes a backup of its own page size only.
+        """
+        import apsw
+        from walkit.adapters.sqlite.adoption import copy_to
+        if self.load_image is None:
+            raise OperationalError(f"{self.path} cannot read the image of adopted database {self.name!r}")
+        with tempfile.TemporaryDirectory(prefix="walkit-sqlite-") as scratch:
+            copy_path = os.path.join(scratch, "adopted.db")
+            src = self.load_image(txn.adopted)
+            try:
+                copy_to(src, copy_path)
+            finally:
+                src.close()
+            image = apsw.Connection(copy_path)
+            try:
+                image.execute("PRAGMA journal_mode=DELETE").fetchall()
+                page_size = self.db.execute("PRAGMA page_size").fetchall()[0][0]
+                if image.execute("PRAGMA page_size").fetchall()[0][0] != page_size:
+                    image.execute(f"PRAGMA page_size={int(page_size)}")
+                    image.execute("VACUUM")
+                image.execute(_CREATE_POSITION)
+                image.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
+                              "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, txn.commit_ms))
+                with self._using:
+                    with self.db.backup("main", image, "main") as backup:
+                        backup.step(-1)
+                    self.db.execute("PRAGMA journal_mode=WAL").fetchall()
+            finally:
+                image.close()
+        self.position, self.commit_ms = at, txn.commit_ms
+        log.info("%s: %s adopted the image of %d bytes in ledger %d at %s", self.name, self.path,
+                 txn.adopted["size"], txn.adopted["ledger"], _show(at))
+        lacking = definition.missing(self.db)
+        if lacking is not None:
+            raise self._missing(lacking, at)
 
     def trial(self, record: bytes) -> None:
         """trial applies `record` as every node will (this connection, the database's definitions), then rolls it back.

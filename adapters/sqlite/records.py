@@ -11,7 +11,10 @@ in the order the transaction ran them:
   PRAGMA user_version / application_id), run as it is;
 - ``["skip", [ledger, entry, record]]``: the record at that position is skipped by every node
   that has not applied it (`walkit sqlite skip`); a record holds this step alone. Nodes from
-  before skips stop at it ("unknown step"), so every node is upgraded before a skip.
+  before skips stop at it ("unknown step"), so every node is upgraded before a skip;
+- ``["adopt", {"ledger": id, "size": n, "crc32c": c}]``: the database's content is the SQLite
+  file image in that ledger (walkit.adapters.sqlite.adoption); only the first record of a log
+  holds it, alone. Nodes from before adoption stop at it ("unknown step").
 
 `t` is the leader's wall clock at COMMIT: point-in-time restores by time stop there.
 """
@@ -29,6 +32,7 @@ _HEAD = struct.Struct(">4sBI")
 CHANGESET = "cs"
 SQL = "sql"
 SKIP = "skip"
+ADOPT = "adopt"
 
 
 class RecordError(ValueError):
@@ -60,6 +64,16 @@ class Transaction:
     def skipped(self) -> tuple[int, int, int] | None:
         """skipped is the position this record skips, None for a transaction."""
         return next((value for kind, value in self.steps if kind == SKIP), None)
+
+    def add_adopt(self, image: dict) -> None:
+        """add_adopt appends the step making the database the file image described by `image` (ledger, size, crc32c)."""
+        self.steps.append((ADOPT, {"ledger": int(image["ledger"]), "size": int(image["size"]),
+                                   "crc32c": int(image["crc32c"])}))
+
+    @property
+    def adopted(self) -> dict | None:
+        """adopted describes the file image an adoption record makes the database (None for other records)."""
+        return next((value for kind, value in self.steps if kind == ADOPT), None)
 
     @property
     def has_schema(self) -> bool:
@@ -100,6 +114,8 @@ class Transaction:
                 at += value
             elif kind == SQL:
                 steps.append((kind, value))
+            elif kind == ADOPT:
+                steps.append((kind, dict(value)))
             elif kind == SKIP:
                 steps.append((kind, tuple(int(part) for part in value)))
             else:

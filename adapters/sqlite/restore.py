@@ -23,6 +23,7 @@ from walkit.replication import batch
 from walkit.replication.snapshots import list_snapshots, load_snapshot
 
 from walkit.adapters.sqlite import records
+from walkit.adapters.sqlite.adoption import image_loader
 from walkit.adapters.sqlite.machine import SqliteMachine, _Halt, _show
 from walkit.adapters.sqlite.skips import skip_recorded
 
@@ -118,6 +119,7 @@ def _rebuild(client, name: str, path: str, target: Position | None, until_ms: in
         break
     machine = SqliteMachine(path, name)
     machine.find_skip = lambda at: skip_recorded(client, name, at)
+    machine.load_image = image_loader(client, password)
     try:
         if until_ms is not None and machine.commit_ms > until_ms:
             raise RestoreError(f"the oldest snapshot kept holds transactions committed after {_iso(until_ms)}; "

@@ -18,8 +18,10 @@ The skip record itself changes nothing where it is applied.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import walkit
 from walkit.core.loglist import Position
@@ -99,17 +101,38 @@ def inspect(client, name: str, at: tuple[int, int, int]) -> Inspected:
     raise SkipRefused(f"the log of {name!r} holds no record at {show(at)}")
 
 
-class _Nothing(walkit.StateMachine):
-    """_Nothing is the skipping node's state machine: it applies nothing and never writes a snapshot."""
+class NoState(walkit.StateMachine):
+    """NoState is the state machine of a node that only appends (a skip, an adoption): it applies nothing."""
 
     def apply(self, record, position):
         return None
 
     def snapshot(self, out):
-        raise WalkitError("the node of `walkit sqlite skip` keeps no state")
+        raise WalkitError("a node that only appends keeps no state")
 
     def restore(self, src) -> None:
         return None
+
+
+@contextlib.contextmanager
+def lead_alone(client, name: str, node_id: str, refuse: Callable[[str | None], Exception]):
+    """lead_alone joins database `name` as a node that applies nothing and yields it once it leads.
+
+    It leads only when no node does: `refuse(leader)` is raised if node `leader` leads, and
+    `refuse(None)` if leading takes over LEAD_WAIT_S. The node is closed on the way out.
+    """
+    node = walkit.replicate(NoState(), client=client, name=name, node_id=node_id, snapshot_every_records=0)
+    try:
+        deadline = time.monotonic() + LEAD_WAIT_S
+        while not node.is_leader:
+            if node.leader not in (None, node_id):
+                raise refuse(node.leader)
+            if time.monotonic() > deadline:
+                raise refuse(None)
+            time.sleep(0.05)
+        yield node
+    finally:
+        node.close()
 
 
 def record_skip(client, name: str, at: tuple[int, int, int], applied_by: list[str], node_id: str) -> Position:
@@ -124,20 +147,13 @@ def record_skip(client, name: str, at: tuple[int, int, int], applied_by: list[st
                           f"latest snapshot)")
     if skip_recorded(client, name, at):
         raise SkipRefused(f"the log of {name!r} skips the record at {show(at)} already; start the stopped nodes again")
-    node = walkit.replicate(_Nothing(), client=client, name=name, node_id=node_id, snapshot_every_records=0)
-    try:
-        deadline = time.monotonic() + LEAD_WAIT_S
-        while not node.is_leader:
-            if node.leader not in (None, node_id):
-                raise SkipRefused(f"node {node.leader!r} leads {name!r}: a leader applies every record it has, so the "
-                                  f"record at {show(at)} applies there and is not skipped; replace the stopped nodes' "
-                                  f"files instead")
-            if time.monotonic() > deadline:
-                raise SkipRefused(f"could not lead {name!r} within {LEAD_WAIT_S:g} s to record the skip")
-            time.sleep(0.05)
+    def refuse(leader: str | None) -> SkipRefused:
+        if leader is None:
+            return SkipRefused(f"could not lead {name!r} within {LEAD_WAIT_S:g} s to record the skip")
+        return SkipRefused(f"node {leader!r} leads {name!r}: a leader applies every record it has, so the record at "
+                           f"{show(at)} applies there and is not skipped; replace the stopped nodes' files instead")
+    with lead_alone(client, name, node_id, refuse) as node:
         skip = Transaction(commit_ms=time.time_ns() // 1_000_000, node=node_id)
         skip.add_skip(at)
         node.submit(skip.encode())
         return node.applied
-    finally:
-        node.close()

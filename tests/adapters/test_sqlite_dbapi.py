@@ -180,8 +180,6 @@ def test_closed_connection_and_cursor(nodes):
     other.close()
     with pytest.raises(sq.ProgrammingError):
         other.execute("SELECT 1")
-    with pytest.raises(sq.NotSupportedError):
-        sq.connect(":memory:")
 
 
 def test_functions_aggregates_and_collations(conn):

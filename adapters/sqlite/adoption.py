@@ -1,0 +1,179 @@
+"""walkit.adapters.sqlite.adoption makes an existing SQLite file a replicated database: its content is the first record.
+
+    conn = walkit.adapters.sqlite.connect("existing.db", name="app", adopt=True)
+
+`adopt` (connect calls it with `adopt=True` when the file holds tables but no log position):
+
+1. copies the file with the SQLite backup API into an image (a consistent copy, even while
+   another program reads the file) and checks that this process registered every function the
+   schema uses (walkit.adapters.sqlite.definition);
+2. joins the database as a node that applies nothing and leads it, only when no node does
+   (skips.lead_alone): a running node means the replicated database exists;
+3. refuses unless the log and the snapshots are empty: a replicated database of that name
+   holds acknowledged data, which an adoption never overwrites. The exception is this file's
+   own adoption, interrupted after its record was appended (the same image: size and crc32c),
+   which goes on;
+4. writes the image into a ledger of its own (custom metadata ``sqlite-adopted``), closes it,
+   and appends the adoption record naming it (records.ADOPT), the first record of the log.
+
+Every node then applies that record as any other (SqliteMachine.apply): one SQLite backup
+replaces its file's content with the image and its position with the record's, so the
+adopting node's file holds what it held and every other node's file the same. The image's
+ledger is kept as long as the database: a node or a restore replaying the log from its start
+reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import BinaryIO
+
+import crc32c
+
+from walkit.errors import NoSuchLog, WalkitError
+from walkit.replication import batch
+from walkit.replication.snapshots import read_pointer, spool
+
+from walkit.adapters.sqlite import definition
+from walkit.adapters.sqlite.errors import MissingFunction, OperationalError
+from walkit.adapters.sqlite.records import RecordError, Transaction
+
+CHUNK_BYTES = 1 << 20
+_IN_FLIGHT = 16
+
+
+class AdoptionRefused(WalkitError, OperationalError):
+    """AdoptionRefused is raised when a file is not adopted: the replicated database exists, or the file cannot be."""
+
+
+def needs_adoption(path: str) -> bool:
+    """needs_adoption is True for a SQLite file with tables and no log position (a database walkit did not make)."""
+    import apsw
+    from walkit.adapters.sqlite.machine import has_position_table
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return False
+    db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        if has_position_table(db):
+            return False
+        return db.execute("SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'").fetchall()[0][0] > 0
+    finally:
+        db.close()
+
+
+def take_image(path: str, out_path: str) -> dict:
+    """take_image copies the database at `path` into `out_path` (SQLite backup API); it returns its size and crc32c."""
+    import apsw
+    from walkit.adapters.sqlite.machine import backup_into
+    source = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        definition.register_all(source)
+        lacking = definition.missing(source)
+        if lacking is not None:
+            raise MissingFunction(f"{path} cannot be adopted: its schema uses SQL {lacking.what} {lacking.name!r}, "
+                                  f"which is not registered in this process; call walkit.adapters.sqlite."
+                                  f"create_function({lacking.name!r}, ...) before connect, in every process of the "
+                                  f"database (docs/guides/sqlite.md#functions-the-schema-uses)", lacking.name)
+        backup_into(out_path, source)
+    finally:
+        source.close()
+    size = crc = 0
+    with open(out_path, "rb") as image:
+        while chunk := image.read(CHUNK_BYTES):
+            size += len(chunk)
+            crc = crc32c.crc32c(chunk, crc)
+    return {"size": size, "crc32c": crc}
+
+
+def adopt(client, path: str, name: str, node_id: str, *, ensemble: int = 3, write_quorum: int = 2,
+          ack_quorum: int = 2, password: bytes | str = b"") -> None:
+    """adopt appends the adoption record of the file at `path` as the first record of database `name` (module doc).
+
+    AdoptionRefused if the database exists (another node leads it, or its log or snapshots hold
+    anything but this file's own adoption).
+    """
+    from walkit.adapters.sqlite.skips import lead_alone
+
+    def refuse(leader: str | None) -> AdoptionRefused:
+        if leader is None:
+            return AdoptionRefused(f"could not lead {name!r} to adopt {path}: no node may run the database while a "
+                                   f"file is adopted")
+        return AdoptionRefused(f"{path} is not adopted: node {leader!r} runs replicated database {name!r}, which "
+                               f"exists; an adoption never overwrites a database (adopt under another name, or "
+                               f"move the file away to get the replicated copy)")
+    with tempfile.TemporaryDirectory(prefix="walkit-sqlite-adopt-") as scratch:
+        image_path = os.path.join(scratch, "image.db")
+        image = take_image(path, image_path)
+        with lead_alone(client, name, f"{node_id}#adopt", refuse) as node:
+            first = _first_record(client, name)
+            if first is not None or node.applied is not None or read_pointer(client.store, name)[0] is not None:
+                adopted = first.adopted if first is not None else None
+                if adopted is not None and (adopted["size"], adopted["crc32c"]) == (image["size"], image["crc32c"]):
+                    return                            # this file's adoption, interrupted after its record
+                raise AdoptionRefused(f"{path} is not adopted: replicated database {name!r} exists (its log or "
+                                      f"snapshots hold data), and an adoption never overwrites acknowledged data; "
+                                      f"adopt under another name, or move the file away to get the replicated copy")
+            image["ledger"] = write_image(client, name, image_path, ensemble=ensemble, write_quorum=write_quorum,
+                                          ack_quorum=ack_quorum, password=password)
+            record = Transaction(commit_ms=time.time_ns() // 1_000_000, node=node_id)
+            record.add_adopt(image)
+            node.submit(record.encode())
+
+
+def _first_record(client, name: str) -> Transaction | None:
+    """_first_record is the first record of database `name`'s log (None if it holds none)."""
+    try:
+        for entry in client.read_log(f"replicated-{name}"):
+            for record in batch.decode(entry.payload):
+                try:
+                    return Transaction.decode(record)
+                except RecordError:
+                    return Transaction()
+    except NoSuchLog:
+        return None
+    return None
+
+
+def write_image(client, name: str, image_path: str, *, ensemble: int, write_quorum: int, ack_quorum: int,
+                password: bytes | str = b"") -> int:
+    """write_image copies the file image at `image_path` into a new closed ledger and returns its id."""
+    writer = client.create_ledger(ensemble, write_quorum, ack_quorum, password=password,
+                                  custom={"sqlite-adopted": name})
+    pending = []
+    with open(image_path, "rb") as image:
+        while chunk := image.read(CHUNK_BYTES):
+            pending.append(writer.append_async(chunk))
+            if len(pending) >= _IN_FLIGHT:
+                pending.pop(0).result(client.timeout)
+    for future in pending:
+        future.result(client.timeout)
+    writer.close()
+    return writer.ledger_id
+
+
+def image_loader(client, password: bytes | str = b""):
+    """image_loader is the function SqliteMachine calls for an adoption record: the image, checked, in a buffer."""
+    def load(image: dict) -> BinaryIO:
+        reader = client.open_ledger(image["ledger"], password=password)
+        out, size, crc = spool(), 0, 0
+        last = reader.last_add_confirmed
+        for first in range(0, last + 1, _IN_FLIGHT):
+            for entry in reader.read(first, min(last, first + _IN_FLIGHT - 1)):
+                out.write(entry.payload)
+                size += len(entry.payload)
+                crc = crc32c.crc32c(entry.payload, crc)
+        if (size, crc) != (image["size"], image["crc32c"]):
+            raise WalkitError(f"adopted image ledger {image['ledger']} holds {size} bytes (crc {crc:#x}), the "
+                              f"adoption record says {image['size']} (crc {image['crc32c']:#x})")
+        out.seek(0)
+        return out
+    return load
+
+
+def copy_to(src: BinaryIO, path: str) -> None:
+    """copy_to writes a loaded image into a file."""
+    with open(path, "wb") as out:
+        shutil.copyfileobj(src, out, CHUNK_BYTES)
