@@ -79,7 +79,9 @@ class Cursor:
         The columns are read once the statement has stepped: a statement cached before a
         schema change is prepared again by its first step, and `description` must be the new
         one (a SELECT * after ALTER TABLE). A statement that returned no row is described by
-        preparing it afresh.
+        preparing it afresh if its columns can differ after a schema change without an error:
+        a `*` (the table's columns now) or declared types (PARSE_DECLTYPES); a column named in
+        the SQL is named the same, or the statement fails to prepare.
         """
         import apsw
         connection = self.connection
@@ -89,7 +91,8 @@ class Cursor:
 
         def trace(running, sql, bindings) -> bool:
             described[:] = running.get_description()
-            connection._trace(running.expanded_sql)
+            if connection._tracer is not None:
+                connection._trace(running.expanded_sql)
             return True
         cursor.exec_trace = trace
         try:
@@ -98,8 +101,9 @@ class Cursor:
             if described:
                 try:
                     described = list(cursor.get_description())
-                except apsw.ExecutionCompleteError:
-                    described = list(statements.describe(db, statement.sql))
+                except apsw.ExecutionCompleteError:  # no row: only a `*` or a declared type can have changed
+                    if "*" in statement.sql or connection.detect_types & dbapi.PARSE_DECLTYPES:
+                        described = list(statements.describe(db, statement.sql))
                 detect = connection.detect_types
                 self.description = tuple((dbapi.column_name(name, detect), None, None, None, None, None, None)
                                          for name, _ in described)

@@ -545,6 +545,16 @@ def test_cannot_open_a_file_in_a_missing_directory(api, tmp_path):
         sqlite3.OperationalError, "unable to open database file")
 
 
+def test_memory_databases_are_private_to_their_connection(api):
+    first = api.connect(":memory:")
+    second = api.connect("file:scratch?mode=memory", uri=True)
+    first.execute("CREATE TABLE mine(a)")
+    first.execute("INSERT INTO mine VALUES (1)")
+    first.commit()
+    assert first.execute("SELECT a FROM mine").fetchall() == [(1,)]
+    assert outcome(lambda: second.execute("SELECT a FROM mine")) == (sqlite3.OperationalError, "no such table: mine")
+
+
 def test_uri_paths_are_percent_decoded(api, tmp_path):
     (tmp_path / "with space").mkdir()
     path = str(tmp_path / "with space" / f"{unique('uri')}.db")
