@@ -26,6 +26,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
+from walkit.adapters.sqlite import callbacks
+
 _lock = threading.Lock()
 #: (kind, name, narg) -> how to register it on an apsw connection.
 _registered: dict[tuple[str, str, int], Callable] = {}
@@ -55,21 +57,18 @@ def create_function(name: str, narg: int, func, *, deterministic: bool = False) 
 
 
 def create_aggregate(name: str, n_arg: int, aggregate_class) -> None:
-    """create_aggregate registers aggregate `name` (a class with step() and finalize()) on every replicated database."""
+    """create_aggregate registers aggregate `name` (a class with step() and finalize()) on every replicated database.
+
+    It behaves as sqlite3's Connection.create_aggregate (walkit.adapters.sqlite.callbacks.aggregate):
+    over no rows it is NULL, and a failing method is sqlite3's OperationalError.
+    """
     _add(("aggregate", name.lower(), n_arg),
-         lambda db: db.create_aggregate_function(name, aggregate_factory(aggregate_class), n_arg))
+         lambda db: db.create_aggregate_function(name, callbacks.aggregate(aggregate_class), n_arg))
 
 
 def create_collation(name: str, callable_) -> None:
     """create_collation registers collation `name` on every replicated database of this process."""
     _add(("collation", name.lower(), -1), lambda db: db.create_collation(name, callable_))
-
-
-def aggregate_factory(aggregate_class):
-    """aggregate_factory adapts a sqlite3 aggregate class (step(), finalize()) to apsw's aggregate factory."""
-    def factory():
-        return aggregate_class(), lambda ctx, *args: ctx.step(*args), lambda ctx: ctx.finalize()
-    return factory
 
 
 def register_all(db) -> None:

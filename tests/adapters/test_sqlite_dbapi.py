@@ -233,3 +233,23 @@ def test_cli_commands_have_help():
     for command in ("replica", "restore", "status", "shell"):
         result = runner.invoke(main, ["sqlite", command, "--help"])
         assert result.exit_code == 0 and "--metadata" in result.output and "Example" in result.output, command
+
+
+def test_database_aggregates_are_null_over_no_rows_and_fail_as_in_sqlite3(conn):
+    class Total:
+        def __init__(self):
+            self.total = 0
+
+        def step(self, value):
+            self.total += value
+
+        def finalize(self):
+            return self.total if self.total < 100 else 1 / 0
+    sq.create_aggregate("db_total", 1, Total)                 # on the database, as connection aggregates behave
+    conn.execute("CREATE TABLE totals(x)")
+    with conn:
+        conn.executemany("INSERT INTO totals VALUES (?)", [(2,), (3,), (200,)])
+    assert conn.execute("SELECT db_total(x) FROM totals WHERE x < 0").fetchone() == (None,)
+    assert conn.execute("SELECT db_total(x) FROM totals WHERE x < 10").fetchone() == (5,)
+    with pytest.raises(sq.OperationalError, match="user-defined aggregate's 'finalize' method raised error"):
+        conn.execute("SELECT db_total(x) FROM totals").fetchone()
