@@ -15,11 +15,11 @@ leader committed and this node applied the record (read-your-writes on the node 
     COMMIT       ── commit ────────────────────►   commit: trial, append, apply ─► position P
     returns once this node's file applied P  ◄──
 
-Channel: TCP, frames of JSON (bytes as base64). The leader listens on `forward_address`
-(default: 127.0.0.1 when the metadata store is on this machine, walkit.advertise) and
-publishes its address and a random key under ``sqlite/<name>/forward/<node_id>``
-(ephemeral); a follower proves it holds the key (HMAC-SHA256 of a nonce) before anything
-runs. So a process that can read the cluster's metadata can forward writes, which on a
+The channel (walkit.adapters.sqlite.channel) is TCP with frames of JSON. The leader listens
+on `forward_address` (default: 127.0.0.1 when the metadata store is on this machine,
+walkit.advertise) and publishes its address and a random key under
+``sqlite/<name>/forward/<node_id>`` (ephemeral); a follower proves it holds the key (an HMAC
+of a nonce) before anything runs. So a process that can read the cluster's metadata can forward writes, which on a
 cluster without keys it can append to the log anyway. A secured cluster (CurveZMQ keys and
 ACLs, walkit.security) decides who may write by key; this channel does not check keys, so
 nodes there serve no forwarding and a follower's write raises NotLeader saying so.
@@ -40,14 +40,10 @@ run the transaction again.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import logging
 import os
 import socket
-import struct
 import threading
 import time
 
@@ -56,136 +52,17 @@ from walkit.errors import ConfigError, NoSuchKey, WalkitError
 
 from walkit.adapters.sqlite import errors
 from walkit.adapters.sqlite import statements as st
-from walkit.adapters.sqlite.errors import CommitFailed, NotLeader, OperationalError
+from walkit.adapters.sqlite.channel import (
+    as_error, endpoint_key, error_doc, proof, read_parameters, receive, secured, send, verify, wire_parameters,
+)
+from walkit.adapters.sqlite.errors import CommitFailed, OperationalError
 
 log = logging.getLogger("walkit.adapters.sqlite")
 
-_FRAME = struct.Struct(">I")
-#: The largest frame either side accepts (a transaction's record is at most 60 MiB; rows may be more).
-MAX_FRAME = 1 << 30
 #: How long a follower waits for the leader's first frame (the nonce) and a leader for the proof.
 HANDSHAKE_S = 5.0
 #: How often a follower waiting for an answer looks whether the leader it waits for still leads.
 POLL_S = 0.5
-_PROOF = b"walkit-sqlite-forward"
-
-
-def endpoint_key(name: str, node_id: str) -> str:
-    """endpoint_key is where node `node_id` of database `name` publishes its forwarding address and key."""
-    return f"sqlite/{name}/forward/{node_id.replace('/', '_')}"
-
-
-def secured(client) -> bool:
-    """secured is True on a cluster whose clients hold CurveZMQ keys (walkit.security): no forwarding there."""
-    return bool(getattr(client, "principal", ""))
-
-
-# -- frames -------------------------------------------------------------------------------------------
-def _default(value):
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$b": base64.b64encode(bytes(value)).decode()}
-    raise TypeError(f"cannot forward a value of type {type(value).__name__}")
-
-
-def _hook(doc: dict):
-    return base64.b64decode(doc["$b"]) if len(doc) == 1 and "$b" in doc else doc
-
-
-def encode(doc: dict) -> bytes:
-    """encode is a frame's JSON; bytes travel as {"$b": base64} (named parameters travel as pairs, so no key is "$b")."""
-    return json.dumps(doc, default=_default, separators=(",", ":")).encode()
-
-
-def decode(data: bytes) -> dict:
-    """decode reads what `encode` wrote."""
-    return json.loads(data, object_hook=_hook)
-
-
-def send(sock: socket.socket, doc: dict) -> None:
-    """send writes one frame."""
-    payload = encode(doc)
-    sock.sendall(_FRAME.pack(len(payload)) + payload)
-
-
-def receive(sock: socket.socket, give_up=None) -> dict:
-    """receive reads one frame; with `give_up`, the socket has a timeout and `give_up()` is asked at each one."""
-    size = _FRAME.unpack(_exactly(sock, _FRAME.size, give_up))[0]
-    if size > MAX_FRAME:
-        raise ConnectionError(f"a frame of {size} bytes is over the limit of {MAX_FRAME}")
-    return decode(_exactly(sock, size, give_up))
-
-
-def _exactly(sock: socket.socket, size: int, give_up) -> bytes:
-    chunks, got = [], 0
-    while got < size:
-        try:
-            chunk = sock.recv(min(size - got, 1 << 20))
-        except socket.timeout:
-            if give_up is not None and give_up():
-                raise ConnectionError("gave up waiting for the leader's answer") from None
-            continue
-        if not chunk:
-            raise ConnectionError("the channel was closed")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def _proof(key: bytes, nonce: bytes) -> str:
-    return hmac.new(key, _PROOF + nonce, hashlib.sha256).hexdigest()
-
-
-# -- errors across the channel ------------------------------------------------------------------------
-_CLASSES = {cls.__name__: cls for cls in (
-    errors.Warning, errors.Error, errors.InterfaceError, errors.DatabaseError, errors.DataError,
-    errors.OperationalError, errors.IntegrityError, errors.InternalError, errors.ProgrammingError,
-    errors.NotSupportedError, TypeError, ValueError, OverflowError, KeyError, IndexError)}
-
-
-def error_doc(exc: BaseException) -> dict:
-    """error_doc describes an exception of the leader's session for the follower (`raise_error`)."""
-    doc = {"class": type(exc).__name__, "message": str(exc), "leader": getattr(exc, "leader", None)}
-    for attribute in ("sqlite_errorcode", "sqlite_errorname"):
-        if hasattr(exc, attribute):
-            doc[attribute] = getattr(exc, attribute)
-    if isinstance(exc, errors.TransactionTooLarge):
-        doc.update(size=exc.size, limit=exc.limit, setting=exc.setting)
-    return doc
-
-
-def as_error(doc: dict) -> BaseException:
-    """as_error is the exception an `error_doc` describes, of the same DB-API class."""
-    name, message = doc["class"], doc["message"]
-    if name == "NotLeader":
-        error = NotLeader(message, doc.get("leader"))
-    elif name == "CommitFailed":
-        error = CommitFailed(message, doc.get("leader"))
-    elif name == "TransactionTooLarge":
-        error = errors.TransactionTooLarge(message, doc.get("size", 0), doc.get("limit", 0), doc.get("setting", ""))
-    elif name in ("ReplicaStopped", "MissingFunction"):
-        error = OperationalError(f"the leader's node cannot write: {message}")
-    else:
-        error = _CLASSES.get(name, errors.OperationalError)(message)
-    for attribute in ("sqlite_errorcode", "sqlite_errorname"):
-        if attribute in doc:
-            setattr(error, attribute, doc[attribute])
-    return error
-
-
-def wire_parameters(parameters):
-    """wire_parameters is a statement's parameters as they travel: a list of values, or {"named": [[name, value]]}."""
-    from walkit.adapters.sqlite import dbapi
-    if isinstance(parameters, dict):
-        return {"named": [[name, dbapi._bindable(value, i)] for i, (name, value) in enumerate(parameters.items(), 1)]}
-    if parameters is None:
-        return []
-    if not hasattr(type(parameters), "__getitem__"):
-        raise errors.ProgrammingError("parameters are of unsupported type")
-    return [dbapi._bindable(parameters[i], i + 1) for i in range(len(parameters))]
-
-
-def _parameters(wired):
-    return dict(wired["named"]) if isinstance(wired, dict) else tuple(wired)
 
 
 # -- the leader's side ----------------------------------------------------------------------------------
@@ -264,8 +141,7 @@ class Server:
             nonce = os.urandom(32)
             channel.settimeout(HANDSHAKE_S)
             send(channel, {"nonce": nonce})
-            proof = receive(channel).get("proof", "")
-            if not hmac.compare_digest(str(proof), _proof(self.key, nonce)):
+            if not verify(self.key, nonce, receive(channel).get("proof", "")):
                 send(channel, {"error": error_doc(errors.OperationalError("forwarding refused: wrong key"))})
                 return
             send(channel, {"ok": True, "node": self.database.node_id})
@@ -369,9 +245,9 @@ class _Session:
                     conn._run(cursor, statement, (), implicit=False)
                     cursor._drain()
         elif mode == "many":
-            cursor.executemany(sql, [_parameters(request.get("params", []))])
+            cursor.executemany(sql, [read_parameters(request.get("params", []))])
         else:
-            cursor.execute(sql, _parameters(request.get("params", [])))
+            cursor.execute(sql, read_parameters(request.get("params", [])))
         if cursor.description is not None:
             reply["columns"] = [list(column) for column in cursor._columns]
             reply["rows"] = [list(row) for row in cursor.fetchall()]
@@ -533,7 +409,7 @@ class Forwarder:
             channel = socket.create_connection((host, port), timeout=HANDSHAKE_S)
             channel.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             nonce = receive(channel)["nonce"]
-            send(channel, {"proof": _proof(bytes.fromhex(endpoint["key"]), nonce)})
+            send(channel, {"proof": proof(bytes.fromhex(endpoint["key"]), nonce)})
             hello = receive(channel)
         except (OSError, ConnectionError, ValueError, KeyError) as exc:
             raise database.not_leader(f"the channel to leader {leader!r} at {endpoint['address']} could not be "

@@ -15,7 +15,7 @@ import types
 import pytest
 
 import walkit.adapters.sqlite as sq
-from walkit.adapters.sqlite import forwarding
+from walkit.adapters.sqlite import channel, forwarding
 
 from .sqlitehelpers import Nodes, log_records, memory_cluster, unique
 from walkit.testing.processes import wait_until
@@ -237,10 +237,10 @@ def test_a_wrong_key_is_refused_before_anything_runs(nodes):
     leader, follower = pair(nodes)
     server = leader._database.forwarding
     host, port = server.address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as channel:
-        nonce = forwarding.receive(channel)["nonce"]
-        forwarding.send(channel, {"proof": forwarding._proof(b"not the key", nonce)})
-        assert "wrong key" in forwarding.receive(channel)["error"]["message"]
-    value, _ = leader._database.client.store.get(forwarding.endpoint_key(leader._database.name,
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        nonce = channel.receive(sock)["nonce"]
+        channel.send(sock, {"proof": channel.proof(b"not the key", nonce)})
+        assert "wrong key" in channel.receive(sock)["error"]["message"]
+    value, _ = leader._database.client.store.get(channel.endpoint_key(leader._database.name,
                                                                          leader._database.node_id))
     assert json.loads(value)["address"] == server.address
