@@ -63,6 +63,9 @@ log = logging.getLogger("walkit.adapters.sqlite")
 HANDSHAKE_S = 5.0
 #: How often a follower waiting for an answer looks whether the leader it waits for still leads.
 POLL_S = 0.5
+#: How long the leader keeps a forwarded transaction open with no request from its follower (it
+#: holds the file's write lock): then it rolls it back and closes the channel.
+IDLE_S = 60.0
 
 
 # -- the leader's side ----------------------------------------------------------------------------------
@@ -148,7 +151,9 @@ class Server:
             channel.settimeout(None)
             session = _Session(self.database)
             while not self._stopped.is_set():
-                request = receive(channel)
+                idle = session.conn is not None and session.conn.in_transaction
+                channel.settimeout(IDLE_S if idle else None)        # a silent follower lets the write lock go
+                request = receive(channel, give_up=(lambda: True) if idle else None)
                 send(channel, session.handle(request))
         except (OSError, ConnectionError, ValueError) as exc:
             log.debug("%s: a forwarding channel ended: %s", self.database.node_id, exc)
@@ -227,14 +232,17 @@ class _Session:
         begin = request.get("begin")
         if begin:
             cursor.execute(begin)
-            conn._write_locked()
-            if "read_at" in request:
-                read_at = request["read_at"]
-                at = self.database.machine.position
-                if (tuple(read_at) if read_at is not None else None) != at:
+            try:
+                conn._write_locked()
+                read_at = request.get("read_at", "unread")
+                if read_at != "unread" and (tuple(read_at) if read_at is not None else None) != \
+                        self.database.machine.position:
                     error = errors.OperationalError("database is locked")
                     error.sqlite_errorcode, error.sqlite_errorname = 517, "SQLITE_BUSY_SNAPSHOT"
                     raise error
+            except BaseException:
+                conn.rollback()                       # a transaction that could not start holds no lock
+                raise
         sql = request.get("sql")
         if sql is None:
             return

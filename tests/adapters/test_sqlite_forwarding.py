@@ -244,3 +244,21 @@ def test_a_wrong_key_is_refused_before_anything_runs(nodes):
     value, _ = leader._database.client.store.get(channel.endpoint_key(leader._database.name,
                                                                          leader._database.node_id))
     assert json.loads(value)["address"] == server.address
+
+
+def test_a_silent_follower_transaction_lets_the_leaders_write_lock_go(nodes, monkeypatch):
+    monkeypatch.setattr(forwarding, "IDLE_S", 0.5)
+    leader, follower = pair(nodes)
+    follower.execute("INSERT INTO t(v) VALUES ('abandoned')")            # the leader's write lock is held for it
+
+    def lock_free() -> bool:
+        lock = leader._database.write_lock
+        if lock.acquire(blocking=False):
+            lock.release()
+            return True
+        return False
+    wait_until(lock_free, 10, "the idle forwarded transaction kept the leader's write lock")
+    with pytest.raises(sq.OperationalError, match="rolled back"):
+        follower.execute("INSERT INTO t(v) VALUES ('too late')")
+    assert not follower.in_transaction
+    assert leader.execute("SELECT count(*) FROM t").fetchone() == (0,)
