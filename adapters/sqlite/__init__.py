@@ -7,8 +7,9 @@
 
 Every committed transaction is a record in the log `replicated-<name>`, acknowledged by the
 bookies before COMMIT returns (docs/guides/sqlite.md#guarantees). Processes that connect to the same name on one
-cluster are nodes of walkit.replicate: one leads and takes writes, the others apply the log to
-their own file and serve reads; when the leader dies another is elected. Modules:
+cluster are nodes of walkit.replicate: one leads and runs the writes, the others apply the log
+to their own file, serve reads and send their write transactions to the leader; when the
+leader dies another is elected. Modules:
 
 - connection.py, cursor.py, dbapi.py, statements.py, errors.py: the DB-API 2.0 interface,
   statements classified by SQLite itself; capture.py: transactions captured as apsw Session
@@ -17,7 +18,9 @@ their own file and serve reads; when the leader dies another is elected. Modules
 - definition.py: the functions, aggregates and collations the schema may use, registered on
   every database of the process before connect (`create_function` here);
 - database.py: a file's node and write lock in this process; restore.py: point-in-time
-  restores; status.py: what `walkit sqlite status` shows; skips.py: `walkit sqlite skip`.
+  restores; status.py: what `walkit sqlite status` shows; skips.py: `walkit sqlite skip`;
+- forwarding.py, channel.py: a follower's write transactions run on the leader;
+  adoption.py: an existing SQLite file becomes a replicated database.
 """
 
 from __future__ import annotations
