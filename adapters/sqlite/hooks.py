@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 
 from walkit.adapters.sqlite import callbacks
-from walkit.adapters.sqlite.errors import ProgrammingError, translate
+from walkit.adapters.sqlite.errors import NotSupportedError, ProgrammingError, translate
 
+_NO_EXTENSIONS = ("loading a SQLite extension is not supported: C code loaded into one connection (its functions, "
+                  "collations, virtual tables) is not on the other nodes, and walkit cannot see what it writes")
 #: SQLite's run-time limit categories, SQLITE_LIMIT_LENGTH (0) to SQLITE_LIMIT_WORKER_THREADS (11).
 _LIMIT_CATEGORIES = 12
 
@@ -98,6 +100,16 @@ class Hooks:
         if not 0 <= category < _LIMIT_CATEGORIES:
             raise ProgrammingError("'category' is out of bounds")
         return self._db.limit(category, limit)
+
+    def enable_load_extension(self, enabled: bool, /) -> None:
+        """enable_load_extension is refused: see load_extension."""
+        self._check()
+        raise NotSupportedError(_NO_EXTENSIONS)
+
+    def load_extension(self, path: str, /, *, entrypoint: str | None = None) -> None:
+        """load_extension is refused: C code loaded into one connection is not on the nodes that apply the log."""
+        self._check()
+        raise NotSupportedError(_NO_EXTENSIONS)
 
     @contextlib.contextmanager
     def _capturing(self):

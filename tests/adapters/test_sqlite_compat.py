@@ -486,6 +486,18 @@ def test_limits_are_read_and_set(conn, api):
     assert outcome(lambda: conn.getlimit(99)) == (sqlite3.ProgrammingError, "'category' is out of bounds")
 
 
+def test_loading_extensions_is_not_supported_by_walkit(conn, api):
+    if api.replicated:                             # C code in one connection is not on the other nodes
+        with pytest.raises(sqlite3.NotSupportedError, match="not on the other nodes"):
+            conn.enable_load_extension(True)
+        with pytest.raises(sqlite3.NotSupportedError, match="not on the other nodes"):
+            conn.load_extension("./extension")
+    elif hasattr(conn, "enable_load_extension"):   # sqlite3 has it when its SQLite was built with it
+        conn.enable_load_extension(False)
+    else:
+        assert not hasattr(conn, "load_extension")
+
+
 # -- cursors and descriptions --------------------------------------------------------------------
 def test_description_follows_alter_table(conn):
     conn.execute("CREATE TABLE grows(a)")
