@@ -224,7 +224,9 @@ def main() -> None:
     metadata, name, node_id, path, workdir, seed, *flags = sys.argv[1:]
     trust_role = "--trust-role" in flags
     run = secrets.token_hex(3)
-    options = dict(name=name, metadata=metadata, node_id=node_id, isolation_level=None)
+    # forward_writes=False: a follower's transfer fails at BEGIN IMMEDIATE, before anything is sent
+    # (the history's "definite failure"); forwarded writes are tested in tests/adapters
+    options = dict(name=name, metadata=metadata, node_id=node_id, isolation_level=None, forward_writes=False)
 
     def connect():
         return sqlite3.connect(path, **options)
