@@ -518,12 +518,16 @@ def test_parse_colnames_strips_the_type_and_converts(api):
 
 def test_recursive_use_of_a_cursor_is_refused(conn):
     cur = conn.cursor()
-    conn.create_function("reenter", 1, lambda value: cur.execute("SELECT 2") and value)
-    assert outcome(lambda: cur.execute("SELECT reenter(1)").fetchall()) == (
-        sqlite3.OperationalError, "user-defined function raised exception")
-    conn.create_function("refetch", 1, lambda value: cur.fetchone() and value)
-    with pytest.raises(sqlite3.OperationalError):
-        cur.execute("SELECT refetch(1)")
+
+    def reenter(use):
+        try:
+            cur.execute("SELECT 2") if use == "execute" else cur.fetchone()
+        except sqlite3.ProgrammingError as exc:
+            return str(exc)
+        return "allowed"
+    conn.create_function("reenter", 1, reenter)
+    assert cur.execute("SELECT reenter('execute')").fetchone() == ("Recursive use of cursors not allowed.",)
+    assert cur.execute("SELECT reenter('fetch')").fetchone() == ("Recursive use of cursors not allowed.",)
 
 
 # -- connections ---------------------------------------------------------------------------------
