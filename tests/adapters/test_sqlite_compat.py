@@ -556,6 +556,28 @@ def test_close_from_another_thread_is_refused(conn):
     assert conn.execute("SELECT 1").fetchall() == [(1,)]
 
 
+def test_check_same_thread_false_shares_the_connection(api):
+    conn = api.connect(check_same_thread=False)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(conn.execute("SELECT 1").fetchall()))
+    thread.start()
+    thread.join()
+    assert seen == [[(1,)]]
+
+
+def test_interrupt_from_another_thread_stops_the_running_statement(conn):
+    def interrupt_from_a_thread(value):
+        thread = threading.Thread(target=conn.interrupt)
+        thread.start()
+        thread.join()
+        return value
+    conn.create_function("interrupt_now", 1, interrupt_from_a_thread)
+    query = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000) "
+             "SELECT interrupt_now(i) FROM n")
+    assert outcome(lambda: conn.execute(query).fetchall()) == (sqlite3.OperationalError, "interrupted")
+    assert conn.execute("SELECT 1").fetchall() == [(1,)]
+
+
 def test_cannot_open_a_file_in_a_missing_directory(api, tmp_path):
     assert outcome(lambda: api.connect(str(tmp_path / "missing" / "x.db"))) == (
         sqlite3.OperationalError, "unable to open database file")
@@ -633,6 +655,16 @@ def test_blob_write_of_the_replicated_database_is_not_supported(blob_conn, api):
     blob_conn.commit()
     expected = b"\x01\x02\x03\x04\x05" if api.replicated else b"\xff\x02\x03\x04\x05"
     assert blob_conn.execute("SELECT data FROM files").fetchone() == (expected,)
+
+
+def test_blob_of_a_temp_table_is_writable(conn):
+    conn.execute("CREATE TEMP TABLE scratch(data BLOB)")
+    conn.execute("INSERT INTO scratch VALUES (zeroblob(3))")
+    conn.commit()
+    with conn.blobopen("scratch", "data", 1, name="temp") as blob:
+        blob.write(b"ab")
+        blob[2] = 99
+    assert conn.execute("SELECT data FROM temp.scratch").fetchone() == (b"abc",)
 
 
 # -- copies --------------------------------------------------------------------------------------
