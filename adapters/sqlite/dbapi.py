@@ -104,22 +104,14 @@ def adapt(obj: Any, proto: Any = sqlite3.PrepareProtocol, alt: Any = _NO_ALTERNA
     adapter = adapters.get((type(obj), proto))
     if adapter is not None:
         return adapter(obj)
-    adapt_method = getattr(proto, "__adapt__", None)
-    if adapt_method is not None:
-        try:
-            adapted = adapt_method(obj)
-        except TypeError:
-            adapted = None
-        if adapted is not None:
-            return adapted
-    conform = getattr(obj, "__conform__", None)
-    if conform is not None:
-        try:
-            adapted = conform(proto)
-        except TypeError:
-            adapted = None
-        if adapted is not None:
-            return adapted
+    for method, argument in ((getattr(proto, "__adapt__", None), obj), (getattr(obj, "__conform__", None), proto)):
+        if method is not None:
+            try:
+                adapted = method(argument)
+            except TypeError:                      # sqlite3 goes on to the next way
+                adapted = None
+            if adapted is not None:
+                return adapted
     if alt is not _NO_ALTERNATIVE:
         return alt
     raise sqlite3.ProgrammingError("can't adapt")
