@@ -64,7 +64,15 @@ class BrokerSettings:
 
 
 class BucketLeader:
-    """BucketLeader is a group bucket on this broker: its committed offsets, served while the broker leads it."""
+    """BucketLeader is a group bucket on this broker: its committed offsets, served while the broker leads it.
+
+    A commit whose submission failed (leadership lost mid-write) may still be in the log: the
+    next leader's replay decides. Until then the bucket's offsets are in doubt, so `settled`, which
+    OffsetFetch awaits, waits for the commits in flight and refuses (NOT_COORDINATOR, the client
+    asks again) while a failed one is undecided: a client that reads back its failed commit must
+    never be told "not committed" of a commit that later takes effect. A later commit applied,
+    or the bucket led anew, decides it.
+    """
 
     def __init__(self, loop, bucket: int, state: OffsetsState, coordinator: GroupCoordinator) -> None:
         self.loop = loop
@@ -73,6 +81,9 @@ class BucketLeader:
         self.coordinator = coordinator
         self.node = None                          # the walkit.replicate node, set by the broker
         self.active = False
+        self._in_flight: set[asyncio.Future] = set()
+        self._submitted = 0                       # commits submitted in this process, numbered
+        self._undecided = 0                       # the last failed commit's number while its fate is open
 
     def on_role(self, role: str) -> None:
         """on_role starts coordinating on "leader", with the groups the bucket stored; on "follower" it
@@ -85,6 +96,7 @@ class BucketLeader:
     def _lead(self) -> None:
         if self.node is not None and self.node.is_leader:
             self.coordinator.load(self.bucket, self.state.stored_memberships())
+            self._undecided = 0                   # the replay before leading applied it or not
             self.active = True
 
     def _follow(self) -> None:
@@ -100,18 +112,34 @@ class BucketLeader:
         except WalkitError as exc:
             raise KafkaError(errors.NOT_COORDINATOR, f"group bucket {self.bucket}: {exc}") from None
         result = self.loop.create_future()
+        self._submitted += 1
+        number = self._submitted
+        self._in_flight.add(result)
+        result.add_done_callback(self._in_flight.discard)
 
         def finish(applied) -> None:
             if result.done():
                 return
             error = applied.exception()
             if error is None:
+                if number > self._undecided:      # applied after it, in log order: the failed one is decided
+                    self._undecided = 0
                 result.set_result(applied.result())
             else:
+                self._undecided = max(self._undecided, number)
                 result.set_exception(KafkaError(errors.NOT_COORDINATOR,
                                                 f"group bucket {self.bucket}: {type(error).__name__}: {error}"))
         submitted.add_done_callback(lambda applied: on_loop(self.loop, lambda: finish(applied)))
         return result
+
+    async def settled(self) -> None:
+        """settled returns once no commit is in flight or in doubt (see the class doc); it raises
+        KafkaError NOT_COORDINATOR while a failed commit's fate is open or the bucket moved."""
+        if self._in_flight:
+            await asyncio.wait(list(self._in_flight))
+        if not self.active or self._undecided:
+            raise KafkaError(errors.NOT_COORDINATOR, f"group bucket {self.bucket}: a failed commit may still apply; "
+                                                     f"the next leader decides")
 
 
 class Broker:

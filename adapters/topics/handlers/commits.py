@@ -5,8 +5,10 @@ outside group management commits with generation -1 and no member id) and, as Ka
 refused for partitions that do not exist (UNKNOWN_TOPIC_OR_PARTITION: offsets for made-up
 names would grow the group's state without end); the rest is appended to the
 group bucket's log and answered once acknowledged (offsets.py), so an answered commit
-survives the coordinator. OffsetFetch reads the bucket's applied state: -1 for partitions
-without a committed offset.
+survives the coordinator. OffsetFetch reads the bucket's applied state once no commit is in
+flight or in doubt (broker.BucketLeader.settled: a commit answered with an error may still take
+effect until the next leader's replay decides, and a client reading back its failed commit must
+not be told it did not): -1 for partitions without a committed offset.
 
 DeleteGroups removes a group's committed offsets and stored membership (a forget record of
 its bucket, offsets.py); a group with members is NON_EMPTY_GROUP, an unknown one
@@ -80,7 +82,9 @@ async def offset_fetch(broker, connection, request):
     """offset_fetch returns a group's committed offsets (all of them when no topics are named)."""
     body = request.body
     try:
-        committed = broker.bucket_for(body.group_id).state.offsets(body.group_id)
+        bucket = broker.bucket_for(body.group_id)
+        await bucket.settled()                  # no commit in flight or in doubt (broker.BucketLeader)
+        committed = bucket.state.offsets(body.group_id)
         code = errors.NONE
     except KafkaError as exc:
         committed, code = {}, exc.code
