@@ -23,7 +23,7 @@ class CallbackFailed(Exception):
 
 
 def enable_callback_tracebacks(flag: bool, /) -> None:
-    """enable_callback_tracebacks makes failing callbacks report their exception (sqlite3.enable_callback_tracebacks)."""
+    """enable_callback_tracebacks makes failing callbacks report their exception, as sqlite3's does."""
     global _tracebacks
     _tracebacks = bool(flag)
 

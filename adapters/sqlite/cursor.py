@@ -64,7 +64,7 @@ class Cursor:
 
     @contextlib.contextmanager
     def _running(self):
-        """_running marks the cursor busy while a statement of it runs: a callback using it again is refused (sqlite3)."""
+        """_running marks the cursor busy while its statement runs: a callback using it again is refused."""
         self._check()
         self._reset()
         self._busy = True
@@ -152,7 +152,6 @@ class Cursor:
         return tuple(out)
 
     def _next_raw(self):
-        import apsw
         rows = self._rows
         if rows is None:
             return None

@@ -168,7 +168,7 @@ def _is_sequence(parameters: Any) -> bool:
 
 
 def parse_uri(uri: str) -> tuple[str, str]:
-    """parse_uri is the file path and the access mode ("ro", "rw", "rwc", "memory") of a `file:` URI, as SQLite reads it.
+    """parse_uri is the file path and the access mode ("ro", "rw", "rwc", "memory") of a `file:` URI.
 
     The path and the parameters are percent-decoded; `file://localhost/p` and `file:///p` name
     /p; an unknown mode is OperationalError "no such access mode: X", as in sqlite3.
@@ -271,7 +271,7 @@ def converter_for(name: str | None, decltype: str | None, detect_types: int) -> 
 
 
 def enable_shared_cache(enable: bool) -> None:
-    """enable_shared_cache is refused: SQLite's shared-cache mode is a setting of the C library, not of a replicated database."""
+    """enable_shared_cache is refused: shared-cache mode is a setting of SQLite's C library, not of a database."""
     raise sqlite3.NotSupportedError("enable_shared_cache() sets SQLite's C library (deprecated in sqlite3); "
                                     "walkit.adapters.sqlite connections do not share a cache")
 

@@ -25,13 +25,13 @@ def dump(connection):
     sqlite3 dumps through the connection's own cursors, so the dump sees the connection's open
     transaction as sqlite3's does; the position table's statements are left out.
     """
-    for line in sqlite3.dump._iterdump(connection):
+    for line in sqlite3.dump._iterdump(connection):     # the standard library's: the same text as sqlite3's
         if not line.startswith(_POSITION_LINES):
             yield line
 
 
 def plain_copy(db, name: str = "main") -> sqlite3.Connection:
-    """plain_copy is a sqlite3 in-memory database holding database `name` of apsw connection `db`, as a plain file would.
+    """plain_copy is database `name` of apsw connection `db` in a sqlite3 in-memory database, as a plain file.
 
     The serialized file says WAL mode in its header (bytes 18 and 19 are 2); a database in
     memory cannot be in WAL mode, so they are set to 1 (rollback journal), which is what
@@ -52,17 +52,16 @@ def plain_copy(db, name: str = "main") -> sqlite3.Connection:
 
 
 def plain_bytes(db, name: str = "main") -> bytes:
-    """plain_bytes is database `name` of apsw connection `db` as the bytes of a plain SQLite file (sqlite3's serialize)."""
+    """plain_bytes is database `name` of apsw connection `db` as the bytes of a plain SQLite file."""
     copy = plain_copy(db, name)
-    try:
-        copy.execute("VACUUM")                     # the position table's pages are not left behind
+    try:                                           # no VACUUM: it would run the schema's functions, not here
         return copy.serialize()
     finally:
         copy.close()
 
 
 def copy_into(connection, target, *, pages: int, progress, name: str, sleep: float) -> None:
-    """copy_into copies database `name` of `connection` into `target` with sqlite3's own backup() (same steps and progress).
+    """copy_into copies database `name` of `connection` into `target` with sqlite3's own backup() and its steps.
 
     The target must be a sqlite3.Connection: writing a replicated database except through its
     log is refused (NotSupportedError), as it would be for deserialize().
@@ -80,7 +79,7 @@ def copy_into(connection, target, *, pages: int, progress, name: str, sleep: flo
 
 
 class Copies:
-    """Copies is the part of Connection that copies the database out (sqlite3.Connection's); it uses `_db` and `_check()`."""
+    """Copies is the part of Connection that copies the database out; it uses `_db` and `_check()`."""
 
     def iterdump(self):
         """iterdump yields the SQL statements that rebuild the database, as sqlite3 yields them (no walkit table)."""
@@ -93,7 +92,7 @@ class Copies:
         return plain_bytes(self._db, name)
 
     def deserialize(self, data, /, *, name: str = "main") -> None:
-        """deserialize would replace the whole database outside the log: NotSupportedError (see docs/guides/sqlite.md)."""
+        """deserialize would replace the whole database outside the log: NotSupportedError."""
         self._check()
         raise NotSupportedError("deserialize() would replace the replicated database outside the log; load the rows "
                                 "with INSERT statements (or executescript of a dump) instead")

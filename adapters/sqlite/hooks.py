@@ -30,7 +30,7 @@ class Hooks:
     """
 
     def create_function(self, name: str, narg: int, func, *, deterministic: bool = False) -> None:
-        """create_function defines SQL function `name` on this connection only, as sqlite3 does; its results travel as values.
+        """create_function defines SQL function `name` on this connection only; its results travel as values.
 
         A schema that calls it (an index, a CHECK, a trigger, a view) needs it on every node:
         register it on the database with walkit.adapters.sqlite.create_function before connect
@@ -41,13 +41,13 @@ class Hooks:
                                         deterministic=deterministic)
 
     def create_aggregate(self, name: str, n_arg: int, aggregate_class) -> None:
-        """create_aggregate defines aggregate `name` from a class with step() and finalize(), on this connection only."""
+        """create_aggregate defines aggregate `name` (a class with step() and finalize()) on this connection."""
         self._check()
         self._db.create_aggregate_function(name, None if aggregate_class is None
                                            else callbacks.aggregate(aggregate_class), n_arg)
 
     def create_window_function(self, name: str, num_params: int, aggregate_class, /) -> None:
-        """create_window_function defines aggregate window function `name` (step, value, inverse, finalize); None removes it."""
+        """create_window_function defines window function `name` (step, value, inverse, finalize); None removes it."""
         self._check()
         try:
             self._db.create_window_function(name, None if aggregate_class is None
@@ -56,7 +56,7 @@ class Hooks:
             raise translate(exc) from None
 
     def create_collation(self, name: str, callable_, /) -> None:
-        """create_collation defines collation `name` on this connection only (None removes it); the schema's go on the database."""
+        """create_collation defines collation `name` on this connection only; None removes it."""
         self._check()
         if callable_ is not None and not callable(callable_):
             raise TypeError("parameter must be callable")

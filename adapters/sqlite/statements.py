@@ -57,7 +57,7 @@ class Statement:
 
 
 def _actions(db, sql: str):
-    """_actions prepares the first statement of `sql`; it returns (its text, read-only, has code, authorizer actions)."""
+    """_actions prepares the first statement of `sql`: its text, read-only, has code, actions, parameters."""
     import apsw
     seen: dict = {}
     actions: list[tuple[int, str | None, str | None, str | None]] = []

@@ -1,4 +1,4 @@
-"""sqlite3's documented behaviours, run on `sqlite3` and on `walkit.adapters.sqlite` by the same test bodies (fast tier).
+"""sqlite3's documented behaviours, run on `sqlite3` and `walkit.adapters.sqlite` by the same test bodies (fast tier).
 
 Each test runs twice, once per module (`api.module`): a test asserts the result or the exception
 class and message that sqlite3 gives, so a difference between the two shows up as the walkit
