@@ -74,8 +74,9 @@ class Blob:
         self._check()
         if isinstance(key, slice):
             start, stop, step = key.indices(self._length)
-            data = self._read_at(start, max(stop - start, 0)) if step > 0 else self._read_at(0, self._length)
-            return data[::step] if step > 0 else data[start:stop:step]
+            if step > 0:
+                return self._read_at(start, max(stop - start, 0))[::step]
+            return self._read_at(0, self._length)[key]
         index = self._index(key)
         return self._read_at(index, 1)[0]
 
@@ -83,14 +84,19 @@ class Blob:
         self._check()
         if isinstance(key, slice):
             start, stop, step = key.indices(self._length)
-            if step != 1:
-                raise NotSupportedError("a Blob slice assignment with a step is not supported")
             data = bytes(memoryview(value))
-            if len(data) != stop - start:
+            if len(data) != len(range(start, stop, step)):
                 raise IndexError("Blob slice assignment is wrong size")
-            self._write_at(start, data)
+            if step == 1:
+                self._write_at(start, data)
+            else:
+                whole = bytearray(self._read_at(0, self._length))
+                whole[key] = data
+                self._write_at(0, bytes(whole))
             return
-        if not isinstance(value, int) or not 0 <= value <= 255:
+        if not isinstance(value, int):
+            raise TypeError(f"{type(value).__name__!r} object cannot be interpreted as an integer")
+        if not 0 <= value <= 255:
             raise ValueError("byte must be in range(0, 256)")
         self._write_at(self._index(key), bytes([value]))
 

@@ -630,8 +630,8 @@ def blob_conn(api):
 
 def test_blob_reads_like_a_file_and_a_sequence(blob_conn):
     with blob_conn.blobopen("files", "data", 1, readonly=True) as blob:
-        assert (len(blob), blob.read(2), blob.tell(), blob[0], blob[-1], blob[1:3]) == (
-            5, b"\x01\x02", 2, 1, 5, b"\x02\x03")
+        assert (len(blob), blob.read(2), blob.tell(), blob[0], blob[-1], blob[1:3], blob[::2]) == (
+            5, b"\x01\x02", 2, 1, 5, b"\x02\x03", b"\x01\x03\x05")
         blob.seek(-1, 2)
         assert blob.read() == b"\x05"
         assert outcome(lambda: blob.seek(9)) == (ValueError, "offset out of blob range")
@@ -664,7 +664,11 @@ def test_blob_of_a_temp_table_is_writable(conn):
     with conn.blobopen("scratch", "data", 1, name="temp") as blob:
         blob.write(b"ab")
         blob[2] = 99
-    assert conn.execute("SELECT data FROM temp.scratch").fetchone() == (b"abc",)
+        assert outcome(lambda: blob.__setitem__(0, 256)) == (ValueError, "byte must be in range(0, 256)")
+        assert outcome(lambda: blob.__setitem__(slice(0, 2), b"xyz")) == (
+            IndexError, "Blob slice assignment is wrong size")
+        blob[0:3:2] = b"AC"
+    assert conn.execute("SELECT data FROM temp.scratch").fetchone() == (b"AbC",)
 
 
 # -- copies --------------------------------------------------------------------------------------
