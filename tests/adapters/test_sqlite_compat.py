@@ -432,7 +432,7 @@ def test_create_collation_none_removes_it(conn):
     assert outcome(lambda: conn.create_collation("bad", 42)) == (TypeError, "parameter must be callable")
 
 
-def test_authorizer_denies_and_ignores(conn, api):
+def test_authorizer_denies_and_ignores_without_changing_what_is_written(conn, api):
     conn.execute("CREATE TABLE secrets(public, private)")
     conn.commit()
 
@@ -614,7 +614,10 @@ def test_uri_mode_ro_refuses_writes(api):
     assert reader.execute("SELECT x FROM t").fetchall() == [(1,)]
     assert outcome(lambda: reader.execute("INSERT INTO t VALUES (2)")) == (
         sqlite3.OperationalError, "attempt to write a readonly database")
-    assert outcome(lambda: api.connect(f"file:{path}?mode=bogus", uri=True)) == (
+
+
+def test_uri_unknown_mode_is_refused(api):
+    assert outcome(lambda: api.connect(f"file:{api.path()}?mode=bogus", uri=True)) == (
         sqlite3.OperationalError, "no such access mode: bogus")
 
 
@@ -733,5 +736,15 @@ def test_backup_copies_into_a_sqlite3_connection_with_progress(filled, tmp_path)
     assert target.execute("SELECT owner FROM accounts ORDER BY id").fetchall() == [("ann",), ("it's bob",)]
     assert steps and steps[-1] == 0
     assert list(target.iterdump()) == DUMP
+
+
+def test_backup_target_must_be_a_sqlite3_connection(filled, api):
     assert outcome(lambda: filled.backup(object())) == (
         TypeError, "backup() argument 'target' must be sqlite3.Connection, not object")
+    other = api.connect(fresh=True)
+    if api.replicated:                             # it would replace a replicated database outside the log
+        with pytest.raises(sqlite3.NotSupportedError, match="outside the log"):
+            filled.backup(other)
+    else:
+        filled.backup(other)
+        assert other.execute("SELECT count(*) FROM accounts").fetchone() == (2,)
