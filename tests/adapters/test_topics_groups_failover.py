@@ -108,6 +108,7 @@ class GroupRun:
         self.failures: list[BaseException] = []
         self.stopping = threading.Event()
         self.stopped_at = float("inf")
+        self.killed_at = 0.0                          # set by the test, for failure messages
         target = self._confluent if library == "confluent-kafka" else self._kafka_python
         self.threads = [threading.Thread(target=self._run, args=(target, i), daemon=True) for i in range(3)]
 
@@ -124,6 +125,13 @@ class GroupRun:
 
     def consumed(self) -> set[bytes]:
         return {d.value for d in self.deliveries}
+
+    def last_per_partition(self) -> dict[int, float]:
+        """last_per_partition is when each partition's last record was consumed (for failure messages)."""
+        last: dict[int, float] = {}
+        for delivery in list(self.deliveries):
+            last[delivery.partition] = delivery.at
+        return {partition: round(at - self.killed_at, 2) for partition, at in sorted(last.items())}
 
     def _assigned(self, index: int, partitions) -> None:
         if partitions:
@@ -295,6 +303,8 @@ def failover(brokers: list[TopicsProcess], *, kill_coordinator: bool) -> dict:
                                                                                   for g in groups}
         victim.kill()
         killed_at = time.monotonic()
+        for run in runs:
+            run.killed_at = killed_at
         if not kill_coordinator:                      # the issue's group: started on the survivors
             survivors = ",".join(b.bootstrap for b in brokers if b is not victim)
             late = GroupRun(f"{confluent_group}-late", survivors, "confluent-kafka").start()
@@ -309,7 +319,10 @@ def failover(brokers: list[TopicsProcess], *, kill_coordinator: bool) -> dict:
         assert not producer.is_alive() and produce_errors == [] and acked
         for run in runs + ([late] if late else []):
             wait_until(lambda: set(acked) <= run.consumed(), 60, interval=0.2, message=lambda: (
-                f"{run.name}: {len(set(acked) - run.consumed())} acknowledged records not consumed"))
+                f"{run.name}: {len(set(acked) - run.consumed())} acknowledged records not consumed; "
+                f"last consumed per partition {run.last_per_partition()} s after the kill; members own {run.owned}; "
+                f"assigned at {[round(at - killed_at, 2) for at in run.assigned_at]} s after the kill; "
+                f"commit errors {sorted({d.error for d in run.deliveries if d.error})[:5]}"))
         done_at = time.monotonic()
     finally:
         for run in runs + ([late] if late else []):
