@@ -28,7 +28,7 @@ from walkit.adapters.sqlite import dbapi, definition, errors
 from walkit.adapters.sqlite import statements as st
 from walkit.adapters.sqlite.cursor import Cursor
 from walkit.adapters.sqlite.export import Copies
-from walkit.adapters.sqlite.hooks import Hooks
+from walkit.adapters.sqlite.hooks import SAVEPOINT, TRANSACTION, Hooks
 from walkit.adapters.sqlite.errors import OperationalError, ProgrammingError, translate
 from walkit.adapters.sqlite.capture import Open as _Open
 from walkit.adapters.sqlite.capture import capture_session, only_comments, record_created_table
@@ -57,6 +57,7 @@ class Connection(Hooks, Copies):
                                    else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
         self._readonly = readonly
         self._tracer = None
+        self._authorizer = None
         self._hooks_paused = 0
         self._db.set_busy_timeout(int(timeout * 1000))
         self._db.set_commit_hook(_weak_hook(self))     # no cycle: a connection dropped is closed at once (__del__)
@@ -128,8 +129,8 @@ class Connection(Hooks, Copies):
         """
         with self._lock:
             self._check()
-            if self._txn is not None:
-                self._trace("COMMIT")
+            if self._txn is not None and not self._ending("COMMIT", TRANSACTION, "COMMIT"):
+                return
             self._commit()
 
     def _commit(self) -> None:
@@ -146,10 +147,10 @@ class Connection(Hooks, Copies):
                 return
             database = self._database
             try:
-                with self._capturing():
+                with self._capturing():                # the replication's own statements: no hook refuses them
                     txn.flush()
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
                 if txn.record.steps:
                     txn.record.commit_ms = now_ms()
                     txn.record.node = database.node_id
@@ -164,9 +165,10 @@ class Connection(Hooks, Copies):
         """rollback abandons the open transaction; the log never sees it."""
         with self._lock:
             self._check()
-            if self._txn is not None:
-                self._trace("ROLLBACK")
-            self._end_locally()
+            if self._txn is not None and not self._ending("ROLLBACK", TRANSACTION, "ROLLBACK"):
+                return
+            with self._capturing():                    # asked above; the ROLLBACK below is walkit's
+                self._end_locally()
 
     def close(self) -> None:
         """close rolls back an open transaction and closes the connection (from the thread that made it, as sqlite3)."""
@@ -314,13 +316,14 @@ class Connection(Hooks, Copies):
         elif kind == st.COMMIT:
             if self._txn is None:
                 raise OperationalError("cannot commit - no transaction is active")
-            self._trace(statement.sql.strip())
-            self._commit()
+            if self._ending(statement.sql.strip(), TRANSACTION, "COMMIT"):
+                self._commit()
         elif kind == st.ROLLBACK:
             if self._txn is None:
                 raise OperationalError("cannot rollback - no transaction is active")
-            self._trace(statement.sql.strip())
-            self._end_locally()
+            if self._ending(statement.sql.strip(), TRANSACTION, "ROLLBACK"):
+                with self._capturing():
+                    self._end_locally()
         elif kind == st.SAVEPOINT:
             started = self._txn is None
             cursor._run(statement, parameters)
@@ -328,8 +331,8 @@ class Connection(Hooks, Copies):
                 self._txn = _Open(savepoint=statement.name)
         elif kind == st.RELEASE and self._txn is not None and self._txn.savepoint \
                 and statement.name.lower() == self._txn.savepoint.lower():
-            self._trace(statement.sql.strip())
-            self._commit()                         # releasing the outermost savepoint commits
+            if self._ending(statement.sql.strip(), SAVEPOINT, "RELEASE", statement.name):
+                self._commit()                     # releasing the outermost savepoint commits
         elif kind == st.JOURNAL_MODE:               # the file stays in WAL mode: readers go on reading
             cursor._run(st.Statement("PRAGMA journal_mode", "", st.READ), ())
         elif kind == st.LOCAL:

@@ -13,12 +13,16 @@ of the leader's process: none of this connection's functions and hooks apply to 
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 
 from walkit.adapters.sqlite import callbacks
-from walkit.adapters.sqlite.errors import NotSupportedError, ProgrammingError, translate
+from walkit.adapters.sqlite.errors import DatabaseError, NotSupportedError, ProgrammingError, translate
 
 _NO_EXTENSIONS = ("loading a SQLite extension is not supported: C code loaded into one connection (its functions, "
                   "collations, virtual tables) is not on the other nodes, and walkit cannot see what it writes")
+#: The authorizer's action codes and answers that _ending uses.
+TRANSACTION, SAVEPOINT = sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT
+_DENY, _IGNORE = sqlite3.SQLITE_DENY, sqlite3.SQLITE_IGNORE
 #: SQLite's run-time limit categories, SQLITE_LIMIT_LENGTH (0) to SQLITE_LIMIT_WORKER_THREADS (11).
 _LIMIT_CATEGORIES = 12
 
@@ -70,8 +74,9 @@ class Hooks:
         connection's statements; the log is applied on every node without it.
         """
         self._check()
-        self._db.authorizer = None if authorizer_callback is None else callbacks.authorizer(
+        self._authorizer = None if authorizer_callback is None else callbacks.authorizer(
             authorizer_callback, lambda: self._hooks_paused > 0)
+        self._db.authorizer = self._authorizer
 
     def set_progress_handler(self, progress_handler, n: int) -> None:
         """set_progress_handler calls `progress_handler()` every `n` SQLite instructions; a true result interrupts."""
@@ -117,13 +122,32 @@ class Hooks:
 
         The Session module reads the rows it records with statements of its own on this
         connection: an authorizer answering SQLITE_IGNORE would record NULLs in the log, a
-        progress handler would interrupt the capture.
+        progress handler would interrupt the capture. COMMIT's local ROLLBACK (the record is
+        applied from the log) runs paused too: a hook refusing transactions must not leave the
+        local transaction open once the record is built.
         """
         self._hooks_paused += 1
         try:
             yield
         finally:
             self._hooks_paused -= 1
+
+    def _ending(self, text: str, action: int, operation: str, savepoint: str | None = None) -> bool:
+        """_ending asks the authorizer about a statement that ends the transaction, and traces it; False: do nothing.
+
+        walkit ends a transaction without running that statement (a COMMIT goes through the
+        log), so the authorizer is asked here as SQLite asks when it prepares one: SQLITE_DENY
+        raises DatabaseError "not authorized" and the transaction stays open; SQLITE_IGNORE
+        makes the statement a no-op.
+        """
+        if self._authorizer is not None:
+            verdict = self._authorizer(action, operation, savepoint, None, None)
+            if verdict == _DENY:
+                raise DatabaseError("not authorized")
+            if verdict == _IGNORE:
+                return False
+        self._trace(text)
+        return True
 
     def _trace(self, sql: str) -> None:
         """_trace shows `sql` to the set_trace_callback callable, if any."""

@@ -450,6 +450,31 @@ def test_authorizer_denies_and_ignores_without_changing_what_is_written(conn, ap
     assert conn.execute("SELECT private FROM secrets").fetchall() == [(2,)]
 
 
+def test_authorizer_denying_transactions_denies_commit(conn, api):
+    conn.execute("CREATE TABLE guarded(a)")
+    conn.execute("INSERT INTO guarded VALUES (1)")
+    conn.set_authorizer(lambda action, *args: api.module.SQLITE_DENY if action == api.module.SQLITE_TRANSACTION
+                        else api.module.SQLITE_OK)
+    assert outcome(conn.commit) == (sqlite3.DatabaseError, "not authorized")
+    assert outcome(lambda: conn.execute("COMMIT")) == (sqlite3.DatabaseError, "not authorized")
+    assert conn.in_transaction
+    conn.set_authorizer(None)
+    conn.commit()
+    assert (conn.in_transaction, conn.execute("SELECT a FROM guarded").fetchall()) == (False, [(1,)])
+
+
+def test_authorizer_ignoring_commit_leaves_the_transaction_open(conn, api):
+    conn.execute("CREATE TABLE kept(a)")
+    conn.execute("INSERT INTO kept VALUES (1)")
+    conn.set_authorizer(lambda action, operation, *args: api.module.SQLITE_IGNORE
+                        if action == api.module.SQLITE_TRANSACTION and operation == "COMMIT" else api.module.SQLITE_OK)
+    conn.commit()
+    assert conn.in_transaction
+    conn.set_authorizer(None)
+    conn.commit()
+    assert (conn.in_transaction, conn.execute("SELECT a FROM kept").fetchall()) == (False, [(1,)])
+
+
 def test_progress_handler_interrupts_a_statement(conn):
     conn.set_progress_handler(lambda: 1, 1)
     assert outcome(lambda: conn.execute("SELECT 1").fetchall()) == (sqlite3.OperationalError, "interrupted")
