@@ -30,8 +30,6 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 _TOPIC, _PARTITION = MetadataResponse.MetadataResponseTopic, MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
 _BROKER = MetadataResponse.MetadataResponseBroker
 _CLUSTER_BROKER = DescribeClusterResponse.DescribeClusterBroker
-#: authorized_operations when they were not asked for or are not known (Kafka's INT32_MIN).
-UNKNOWN_OPERATIONS = -2147483648
 
 
 async def api_versions(broker, connection, request):
@@ -103,7 +101,7 @@ async def describe_cluster(broker, connection, request):
         cluster_id=CLUSTER_ID, controller_id=broker.view.controller(),
         brokers=[_CLUSTER_BROKER(broker_id=b.id, host=b.host, port=b.port, rack=None, is_fenced=False)
                  for b in live_brokers(broker).values()],
-        authorized_operations=UNKNOWN_OPERATIONS)
+        authorized_operations=None)
 
 
 def coordinator_of(broker, key: str, key_type: int) -> tuple[int, str, object]:
