@@ -149,6 +149,7 @@ def test_each_interval_of_a_sustained_run_says_what_the_cpu_did():
     assert len(monitor._probes) >= 6                   # about one per 0.25 s of the 3 s run
 
 
+@pytest.mark.slow                      # the monitor's probe runs in a process of its own
 def test_a_monitor_watches_one_run_only():
     monitor = IntervalMonitor([], probe_every=10)
     monitor.start(time.perf_counter(), 1.0)
