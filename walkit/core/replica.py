@@ -136,7 +136,9 @@ class ReplicaConfig:
     entry limit. `session_ttl_ms` is how long an idle client session is remembered. `poll_ms`
     paces retried reads and reads of the log's list; `tail_poll_ms` is how long the follower's
     reader long-polls the LAC before it reads the ledger's metadata again (LogChanged, from the
-    shell's watch of the log's metadata, cuts that short).
+    shell's watch of the log's metadata, cuts that short). `explicit_lac_ms` is how long the
+    leader's writer stays idle before it tells the bookies its LAC, so followers see the last
+    entry (walkit.core.writer): the longest a follower waits to apply it when nothing follows.
     """
 
     log: LogConfig
@@ -153,6 +155,7 @@ class ReplicaConfig:
     add_timeout_ms: int = 5000
     recovery_timeout_ms: int = 30_000
     read_timeout_ms: int = 10_000
+    explicit_lac_ms: int = 100
 
     def __post_init__(self) -> None:
         if self.lease_ms < 0 or not 0 <= self.max_clock_drift < 0.5:
@@ -588,7 +591,8 @@ class ReplicaMachine:
         self._replayed = False
         writer = LogMachine(self.log_name, master_key=self.master_key, password_check=self.password_check,
                             digest_for=self.digest_for, config=self.config.log, add_timeout_ms=self.config.add_timeout_ms,
-                            recovery_timeout_ms=self.config.recovery_timeout_ms, owner=self.owner, now_ms=self._now,
+                            recovery_timeout_ms=self.config.recovery_timeout_ms,
+                            explicit_lac_ms=self.config.explicit_lac_ms, owner=self.owner, now_ms=self._now,
                             wall_ms=self._wall)
         self._writer_key, opened = self._new_sub("w", writer, writer.start())
         return commands + opened

@@ -42,7 +42,9 @@ def replicate(machine: StateMachine, *, client, name: str, node_id: str, **optio
     untouched); group commit limits `max_batch_records`, `max_batch_bytes`, `max_entries_in_flight`,
     and `linger_ms` (0: off; at most 60,000), how long the batch after an acknowledged entry may
     wait for a record of each submitter that entry answered or that was queued behind it
-    (`submit_async(record, submitter)` names them; by default each record is one); `poll_s`, how often failed reads are retried (0.2); `tail_poll_s`, how long
+    (`submit_async(record, submitter)` names them; by default each record is one); `explicit_lac_ms`,
+    how long the leader stays idle before it tells the bookies how far the log is acknowledged
+    (100): the longest a follower waits to see the last record when nothing follows it; `poll_s`, how often failed reads are retried (0.2); `tail_poll_s`, how long
     an idle follower long-polls the bookies before it reads the ledger's metadata again (30; a
     watch of the log's metadata makes it look at once after a roll or a leader change); `on_role(role)`, called with
     "leader" or "follower" when this node's role changes; `campaign_when()`, asked before each

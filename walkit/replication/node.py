@@ -193,6 +193,7 @@ class ReplicatedNode:
                  lease_ms: int = 1000, max_clock_drift: float = 0.05, max_batch_records: int = 4096,
                  max_batch_bytes: int = 1 << 20, max_entries_in_flight: int = 8, linger_ms: float = 0.0,
                  poll_s: float = 0.2, tail_poll_s: float = 30.0, max_record_bytes: int | None = None, session_ttl_s: float = DEFAULT_TTL_MS / 1000,
+                 explicit_lac_ms: int = 100,
                  on_role: Callable[[str], None] | None = None, campaign_when: Callable[[], bool] | None = None,
                  keep_log_from: Callable[[], Position | None] | None = None) -> None:
         if not isinstance(machine, StateMachine):
@@ -204,6 +205,8 @@ class ReplicatedNode:
                               ("snapshot_every_bytes", snapshot_every_bytes), ("snapshot_every_s", snapshot_every_s)):
             if value < 0:
                 raise ConfigError(f"{option} must not be negative, got {value}")
+        if not 1 <= explicit_lac_ms <= 60_000:
+            raise ConfigError(f"explicit_lac_ms is from 1 to 60,000, got {explicit_lac_ms}")
         if not linger_ms <= MAX_LINGER_MS:
             raise ConfigError(f"linger_ms is at most {MAX_LINGER_MS}, got {linger_ms}")
         if session_ttl_s <= 0:
@@ -239,7 +242,7 @@ class ReplicatedNode:
             max_batch_bytes=max_batch_bytes, max_entries_in_flight=max_entries_in_flight, linger_ms=linger_ms,
             max_entry_bytes=client.max_entry_bytes, session_ttl_ms=int(session_ttl_s * 1000),
             poll_ms=max(1, int(poll_s * 1000)), tail_poll_ms=max(1, int(tail_poll_s * 1000)), add_timeout_ms=int(client.add_timeout * 1000),
-            read_timeout_ms=int(client.timeout * 1000))
+            read_timeout_ms=int(client.timeout * 1000), explicit_lac_ms=int(explicit_lac_ms))
         self.election = LeaderElection(client.store, f"replication/{name}", node_id, on_lost=self._election_lost)
         self.core: ReplicaMachine | None = None      # created at start, once the snapshot is loaded
         self._loop = client._loop
