@@ -1,0 +1,111 @@
+"""Writes from any node and adopted files of walkit.adapters.sqlite, with each node a real process (issue 45's tests).
+
+Nodes are tests/adapters/sqlite_sql_node.py processes on a LocalCluster whose metadata store is
+on this machine, so every node serves forwarded writes on 127.0.0.1 by default. A follower
+process writes and reads its own write at once (no read barrier); an adopted file keeps its
+rows, and a node started on an empty file gets them and writes through the adopting leader.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from walkit.local import LocalCluster
+from walkit.testing.processes import wait_until
+
+pytestmark = pytest.mark.slow
+
+NODE = __file__.replace("test_sqlite_any_node_processes.py", "sqlite_sql_node.py")
+
+
+class Node:
+    """Node is one sqlite_sql_node.py process and its request pipe."""
+
+    def __init__(self, url: str, name: str, node_id: str, path: str, **options) -> None:
+        self.node_id = node_id
+        self.process = subprocess.Popen([sys.executable, NODE, url, name, node_id, path, json.dumps(options)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        hello = self.process.stdout.readline()
+        assert hello, f"{node_id} exited ({self.process.wait(10)})"
+
+    def ask(self, **request) -> dict:
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"{self.node_id} exited ({self.process.poll()})"
+        return json.loads(line)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+
+
+def roles(nodes: list[Node]) -> tuple[Node, Node]:
+    leader = wait_until(lambda: next((n for n in nodes if n.ask(op="state")["is_leader"]), None), 60, "no leader")
+    return leader, next(n for n in nodes if n is not leader)
+
+
+def test_a_follower_process_writes_and_reads_its_own_write(tmp_path):
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), storage="memory") as cluster:
+        nodes = [Node(cluster.metadata_url, "notes", f"node{i}", str(tmp_path / f"node{i}.db")) for i in range(2)]
+        try:
+            leader, follower = roles(nodes)
+            made = leader.ask(op="transaction", statements=[["CREATE TABLE notes(id TEXT PRIMARY KEY, body)", []]])
+            assert "error" not in made, made
+            follower.ask(op="read", sql="SELECT 1", barrier=True)          # the follower knows the table
+            wrote = follower.ask(op="transaction", statements=[
+                ["INSERT INTO notes VALUES (?, ?)", ["n1", "from the follower"]],
+                ["SELECT body FROM notes WHERE id = 'n1'", []],            # its own write, before COMMIT
+            ], then="SELECT id, body FROM notes")                          # right after COMMIT, no barrier
+            assert "error" not in wrote, wrote
+            assert wrote["is_leader"] is False
+            assert wrote["results"][1] == [["from the follower"]]
+            assert wrote["then"] == [["n1", "from the follower"]]
+            assert leader.ask(op="read", sql="SELECT id FROM notes", barrier=True)["rows"] == [["n1"]]
+
+            refused = follower.ask(op="transaction", statements=[["INSERT INTO notes VALUES ('n1', 'again')", []]])
+            assert refused["error"] == "IntegrityError", refused                # the leader's error, its class
+
+            sql = "INSERT INTO notes(id) VALUES (?)"
+            local = leader.ask(op="time", sql=sql, count=100)["latencies_ms"]
+            forwarded = follower.ask(op="time", sql=sql, count=100)["latencies_ms"]
+            print(f"\nCOMMIT of a one-row transaction, median of 100: {statistics.median(local):.2f} ms on the "
+                  f"leader, {statistics.median(forwarded):.2f} ms forwarded from a follower (p90 "
+                  f"{statistics.quantiles(local, n=10)[-1]:.2f} / {statistics.quantiles(forwarded, n=10)[-1]:.2f} ms)")
+            assert follower.ask(op="read", sql="SELECT count(*) FROM notes")["rows"] == [[201]]
+        finally:
+            for node in nodes:
+                node.stop()
+
+
+def test_an_adopted_file_keeps_its_rows_and_replicates(tmp_path):
+    plain = str(tmp_path / "shop.db")
+    with sqlite3.connect(plain) as made:
+        made.execute("CREATE TABLE items(id INTEGER PRIMARY KEY, name TEXT NOT NULL, price REAL)")
+        made.executemany("INSERT INTO items VALUES (?, ?, ?)", [(i, f"item {i}", i * 1.5) for i in range(1000)])
+    made.close()
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), storage="memory") as cluster:
+        adopter = Node(cluster.metadata_url, "shop", "adopter", plain, adopt=True)
+        nodes = [adopter]
+        try:
+            count = "SELECT count(*), sum(price) FROM items"
+            assert adopter.ask(op="read", sql=count)["rows"] == [[1000, 749250.0]]
+            nodes.append(Node(cluster.metadata_url, "shop", "newcomer", str(tmp_path / "newcomer.db")))
+            newcomer = nodes[1]
+            assert newcomer.ask(op="read", sql=count, barrier=True)["rows"] == [[1000, 749250.0]]
+            leader, follower = roles(nodes)
+            assert leader is adopter                                        # it led first; it still does
+            wrote = follower.ask(op="transaction", statements=[["INSERT INTO items VALUES (1000, 'new', 1.0)", []]],
+                                 then="SELECT name FROM items WHERE id = 1000")
+            assert wrote["then"] == [["new"]], wrote
+            assert adopter.ask(op="read", sql=count, barrier=True)["rows"] == [[1001, 749251.0]]
+        finally:
+            for node in nodes:
+                node.stop()
