@@ -352,7 +352,13 @@ class Forwarder:
         """_call sends `request` and takes its answer: rows into `cursor`, the end of the transaction, errors."""
         deadline = time.monotonic() + max(self.connection._timeout, 0.0)
         while True:
-            channel = self._connect(deadline) if first else self._channel
+            try:
+                channel = self._connect(deadline) if first else self._channel
+            except _Unreachable as unreachable:          # nothing was sent: a new leader may take it
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise unreachable.error from None
             if channel is None:
                 raise OperationalError("the transaction forwarded to the leader was lost; it was rolled back")
             try:
@@ -420,8 +426,8 @@ class Forwarder:
             send(channel, {"proof": proof(bytes.fromhex(endpoint["key"]), nonce)})
             hello = receive(channel)
         except (OSError, ConnectionError, ValueError, KeyError) as exc:
-            raise database.not_leader(f"the channel to leader {leader!r} at {endpoint['address']} could not be "
-                                      f"opened ({exc}); nothing was sent") from None
+            raise _Unreachable(database.not_leader(f"the channel to leader {leader!r} at {endpoint['address']} "
+                                                   f"could not be opened ({exc}); nothing was sent")) from None
         if "error" in hello:
             channel.close()
             raise as_error(hello["error"])
@@ -436,6 +442,14 @@ class Forwarder:
             except OSError:
                 pass
         self._channel, self._leader = None, None
+
+
+class _Unreachable(Exception):
+    """_Unreachable is a leader whose channel could not be opened (it died, or was deposed): `error` if it stays so."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _may_commit(request: dict, active: bool) -> bool:

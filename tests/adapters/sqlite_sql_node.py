@@ -11,6 +11,10 @@ Each line of stdin is a JSON request, answered by one JSON line on stdout (rows 
 - {"op": "read", "sql": sql, "barrier": bool}: rows of a read (after a read barrier if asked);
 - {"op": "time", "sql": sql, "count": n}: runs `sql` n times, one transaction each, and answers
   each COMMIT's latency in milliseconds;
+- {"op": "stream", "sql": sql, "count": n}: runs `sql` with parameter NODE_ID-i n times, one
+  transaction each, going on after errors; answers each one's outcome: "ok" (COMMIT returned),
+  "unknown" (CommitFailed: it may or may not be in the log) or the class of any other error
+  (nothing was committed);
 - {"op": "quit"}.
 
 An error is answered as {"error": class name, "message": text}.
@@ -64,6 +68,20 @@ def main() -> None:
                         conn.execute(request["sql"], (f"{node_id}-{i}",))
                     latencies.append((time.perf_counter() - started) * 1000)
                 reply({"latencies_ms": latencies, "is_leader": conn.is_leader})
+            elif op == "stream":
+                outcomes = []
+                for i in range(request["count"]):
+                    ident = f"{node_id}-{i}"
+                    try:
+                        with conn:
+                            conn.execute(request["sql"], (ident,))
+                        outcomes.append([ident, "ok"])
+                    except sqlite3.CommitFailed:
+                        outcomes.append([ident, "unknown"])
+                    except sqlite3.Error as exc:
+                        outcomes.append([ident, type(exc).__name__])
+                        time.sleep(0.05)           # paces retries while a new leader is elected
+                reply({"outcomes": outcomes, "is_leader": conn.is_leader})
             else:
                 reply({"error": "ValueError", "message": f"unknown op {op!r}"})
         except Exception as exc:  # noqa: BLE001 - the test reads the error

@@ -85,6 +85,44 @@ def test_a_follower_process_writes_and_reads_its_own_write(tmp_path):
                 node.stop()
 
 
+def test_a_leader_killed_under_forwarded_writes_loses_none_and_doubles_none(tmp_path):
+    """A follower forwards one-row transactions while the leader process is SIGKILLed. Every write
+    whose COMMIT returned is in the database once; one that failed with another error is not in it;
+    one whose COMMIT raised CommitFailed is in it at most once. The table has no key, so a write
+    applied twice would show as two rows."""
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), storage="memory") as cluster:
+        url = cluster.metadata_url + "?ttl=1"
+        nodes = [Node(url, "stream", f"node{i}", str(tmp_path / f"node{i}.db")) for i in range(2)]
+        try:
+            leader, follower = roles(nodes)
+            assert "error" not in leader.ask(op="transaction", statements=[["CREATE TABLE w(id TEXT)", []]])
+            follower.ask(op="read", sql="SELECT 1", barrier=True)
+            follower.process.stdin.write(json.dumps({"op": "stream", "sql": "INSERT INTO w VALUES (?)",
+                                                     "count": 600}) + "\n")
+            follower.process.stdin.flush()
+            wait_until(lambda: leader.ask(op="read", sql="SELECT count(*) FROM w")["rows"][0][0] >= 100, 60,
+                       "the forwarded writes did not get going")
+            leader.process.kill()
+            leader.process.wait(10)
+            streamed = json.loads(follower.process.stdout.readline())
+            outcomes = dict(streamed["outcomes"])
+            rows = follower.ask(op="read", sql="SELECT id, count(*) FROM w GROUP BY id", barrier=True)["rows"]
+            held = dict(rows)
+            assert all(count == 1 for count in held.values()), [r for r in rows if r[1] > 1]
+            acked = {ident for ident, outcome in outcomes.items() if outcome == "ok"}
+            unknown = {ident for ident, outcome in outcomes.items() if outcome == "unknown"}
+            failed = {ident for ident, outcome in outcomes.items() if outcome not in ("ok", "unknown")}
+            assert acked <= set(held), f"acknowledged writes lost: {sorted(acked - set(held))[:5]}"
+            assert not failed & set(held), f"writes that failed are in the database: {sorted(failed & set(held))[:5]}"
+            assert set(held) <= acked | unknown
+            assert streamed["is_leader"] and len(acked) > 300       # the follower was promoted and wrote on
+            print(f"\n{len(acked)} acknowledged, {len(unknown)} unknown ({len(unknown & set(held))} of them in the "
+                  f"database), {len(failed)} failed: {sorted({o for o in outcomes.values()} - {'ok', 'unknown'})}")
+        finally:
+            for node in nodes:
+                node.stop()
+
+
 def test_an_adopted_file_keeps_its_rows_and_replicates(tmp_path):
     plain = str(tmp_path / "shop.db")
     with sqlite3.connect(plain) as made:
