@@ -380,7 +380,12 @@ class Broker:
                     return                                      # the bucket moved: its next leader expires them
 
     async def _retention(self, leader: PartitionLeader, topic: Topic) -> None:
+        """_retention applies the topic's cleanup.policy: delete (retention) and compact (compaction.py)."""
+        policy = topic.config("cleanup.policy").replace(" ", "").split(",")
         try:
-            await leader.enforce_retention(topic.int_config("retention.ms"), topic.int_config("retention.bytes"))
+            if "delete" in policy:
+                await leader.enforce_retention(topic.int_config("retention.ms"), topic.int_config("retention.bytes"))
+            if "compact" in policy:
+                await leader.compactor.run(topic.int_config("delete.retention.ms"))
         except Exception:  # noqa: BLE001 - retried at the next check
             log.exception("retention of %s-%d failed", leader.topic, leader.partition)

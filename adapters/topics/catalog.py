@@ -53,6 +53,7 @@ UPDATE_ATTEMPTS = 20
 #: Topic configs the broker understands, with Kafka's defaults (segment.bytes: walkit's roll size).
 DEFAULT_CONFIGS = {
     "cleanup.policy": "delete",
+    "delete.retention.ms": "86400000",
     "retention.ms": "604800000",
     "retention.bytes": "-1",
     "segment.ms": "604800000",
@@ -60,7 +61,10 @@ DEFAULT_CONFIGS = {
     "max.message.bytes": "1048588",
     "message.timestamp.type": "CreateTime",
 }
-_INTEGER_CONFIGS = {"retention.ms", "retention.bytes", "segment.ms", "segment.bytes", "max.message.bytes"}
+_INTEGER_CONFIGS = {"retention.ms", "retention.bytes", "segment.ms", "segment.bytes", "max.message.bytes",
+                    "delete.retention.ms"}
+#: cleanup.policy's values: delete (retention), compact (compaction.py) or both.
+CLEANUP_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
 #: The largest record batch a partition stores with walkit's default entry size: a batch is one
 #: walkit.replicate record, and a record must fit a log entry of its own (the client's
 #: max_entry_bytes, 60 MiB, less 9 bytes). `max.message.bytes` and the broker's
@@ -126,8 +130,8 @@ def check_configs(configs: dict[str, str], largest_message: int = MAX_MESSAGE_BY
                 raise KafkaError(errors.INVALID_CONFIG, f"max.message.bytes = {value} is above {largest_message}, "
                                                         f"the largest record batch a partition's log entry holds "
                                                         f"(batches are refused, not split)")
-        elif name == "cleanup.policy" and value != "delete":
-            raise KafkaError(errors.INVALID_CONFIG, "only cleanup.policy=delete is supported (no compaction)")
+        elif name == "cleanup.policy" and value.replace(" ", "") not in CLEANUP_POLICIES:
+            raise KafkaError(errors.INVALID_CONFIG, f"cleanup.policy is delete, compact or compact,delete, not {value!r}")
         elif name == "message.timestamp.type" and value != "CreateTime":
             raise KafkaError(errors.INVALID_CONFIG, "only message.timestamp.type=CreateTime is supported")
     return dict(configs)

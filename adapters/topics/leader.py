@@ -39,10 +39,11 @@ import time
 
 from walkit import Position
 from walkit.adapters.topics import errors
-from walkit.adapters.topics.batches import batches_before, first_offset_at, info, with_base_offset
+from walkit.adapters.topics.batches import batches_before, first_offset_at, info, last_offset, with_base_offset
+from walkit.adapters.topics.compaction import Compactor, is_swap, swap_batches
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.partition import (
-    PartitionMachine, PartitionState, delete_record, epoch_record, is_control, retain_record,
+    PartitionMachine, PartitionState, delete_record, epoch_record, retain_record,
 )
 from walkit.adapters.topics.producers import DUPLICATE
 from walkit.adapters.topics.transactions import control_batch
@@ -72,6 +73,22 @@ def on_loop(loop: asyncio.AbstractEventLoop, fn, wait: bool = False) -> None:
         done.wait(ROLE_WAIT_S)
 
 
+def log_run(state: PartitionState, index: int, stop: int, max_bytes: int) -> tuple[list[tuple[Position, int]], int]:
+    """log_run is where the batches from `index` are stored, as far as one forward pass over the log reads
+    them (compaction puts batches out of log order), before `stop` and about max_bytes: their distinct
+    (position, record index) keys in log order, and the index after the last batch."""
+    keys, size, end = [state.where(index)], state.sizes[index], index + 1
+    while end < stop and size < max_bytes:
+        key = state.where(end)
+        if key < keys[-1]:
+            break
+        if key != keys[-1]:
+            keys.append(key)
+        size += state.sizes[end]
+        end += 1
+    return keys, end
+
+
 class PartitionLeader:
     """PartitionLeader is a partition on this broker, served while the broker leads it (see the module doc)."""
 
@@ -93,6 +110,7 @@ class PartitionLeader:
         self._wake_due = False
         self._in_flight: dict[tuple[int, int, int], asyncio.Future] = {}
         self.retention_running = False
+        self.compactor = Compactor(self)          # used when the topic's cleanup.policy has compact
         self.epoch = -1                           # the leader epoch while leading (epochs.py)
         self.epoch_start = 0                      # the offset it leads from
         machine.on_applied = self._applied
@@ -258,22 +276,25 @@ class PartitionLeader:
             if index is None:
                 raise KafkaError(errors.OFFSET_OUT_OF_RANGE,
                                  f"offset {offset} is outside [{state.log_start_offset}, {state.next_offset}]")
+            if index == len(state):
+                return b""                          # past the last batch, in a gap compaction left
             cache_start = len(state) - len(machine.cache)
             if index >= cache_start:
                 return self._from_cache(index - cache_start, max_bytes)
-            start, stop = state.where(index), state.where(cache_start) if cache_start < len(state) else None
-            first = state.bases[index]
+            keys, end = log_run(state, index, cache_start, max_bytes)
+            stop = state.where(end) if end == cache_start and end < len(state) else None
+            run_end, first = state.nexts[end - 1], state.bases[index]
         try:
-            head = await self.loop.run_in_executor(None, self._read_log, start, stop, first, max_bytes)
+            head = await self.loop.run_in_executor(None, self._read_log, keys, first, max_bytes)
         except LogTruncated:
             raise KafkaError(errors.OFFSET_OUT_OF_RANGE, f"offset {offset} was removed by retention") from None
         except (WalkitError, ValueError) as exc:
             raise KafkaError(errors.KAFKA_STORAGE_ERROR, f"reading offset {offset}: {exc}") from None
-        if len(head) < max_bytes and stop is not None:
-            with machine.lock:                     # the log reader stopped where the cache began: go on from memory
+        if len(head) < max_bytes and stop is not None and head and last_offset(head) + 1 == run_end:
+            with machine.lock:                     # the log reader read up to the cache: go on from memory
                 cached = len(state) - len(machine.cache)
                 if cached < len(state) and state.where(cached) == stop:
-                    head += self._from_cache(0, max_bytes - len(head), at_least_one=not head)
+                    head += self._from_cache(0, max_bytes - len(head), at_least_one=False)
         return head
 
     def _from_cache(self, first: int, max_bytes: int, at_least_one: bool = True) -> bytes:
@@ -285,32 +306,30 @@ class PartitionLeader:
             size += len(stored)
         return b"".join(parts)
 
-    def _read_log(self, start: tuple[Position, int], stop: tuple[Position, int] | None, first: int,
-                  max_bytes: int) -> bytes:
-        """_read_log reads whole batches from the log at `start` up to `stop` or max_bytes (worker thread).
-
-        Batches are those of the index: from base offset `first` on, offsets increasing
-        (control records and batches apply skipped are left out).
-        """
+    def _read_log(self, keys: list[tuple[Position, int]], first: int, max_bytes: int) -> bytes:
+        """_read_log reads the batches the index stores at `keys` (log order), from base offset `first`, up to
+        max_bytes (at least one; worker thread). A key naming a swap record stands for its batches."""
+        wanted, last = set(keys), keys[-1]
         parts, size, expected = [], 0, first
-        with self.client.read_log(self.log_name, start=start[0], follow=False, password=self.password) as reading:
+        with self.client.read_log(self.log_name, start=keys[0][0], follow=False, password=self.password) as reading:
             for record in reading:
                 for sub, stored in enumerate(entries.decode(record.payload)):
                     where = (record.position, sub)
-                    if where < start or is_control(stored):
+                    if where > last:
+                        return b"".join(parts)
+                    if where not in wanted:
                         continue
-                    if stop is not None and where >= stop:
-                        return b"".join(parts)
-                    head = info(stored)
-                    if head.base_offset < expected:
-                        continue
-                    if parts and size + len(stored) > max_bytes:
-                        return b"".join(parts)
-                    parts.append(stored)
-                    size += len(stored)
-                    expected = head.next_offset
-                    if size >= max_bytes:
-                        return b"".join(parts)
+                    for batch in swap_batches(stored) if is_swap(stored) else (stored,):
+                        head = info(batch)
+                        if head.base_offset < expected:
+                            continue
+                        if parts and size + len(batch) > max_bytes:
+                            return b"".join(parts)
+                        parts.append(batch)
+                        size += len(batch)
+                        expected = head.next_offset
+                        if size >= max_bytes:
+                            return b"".join(parts)
         return b"".join(parts)
 
     # -- list offsets --------------------------------------------------------------------

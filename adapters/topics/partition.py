@@ -8,6 +8,7 @@ Kafka record batch whose base offset the leader assigned (batches.py), or a cont
     retain := 0xFF {"retain": "LEDGER:ENTRY"}        (JSON) retention: forget the batches before
     delete := 0xFF {"delete_before": OFFSET}         DeleteRecords: the log start offset moves there
     epoch  := 0xFF {"epoch": EPOCH}                  a leadership begins at the next offset (epochs.py)
+    swap   := 0xFF 0x00 ...                          compaction: batches replace a range (compaction.py)
 
 `PartitionState.apply(record, position)` is fed every record in log order, on every broker,
 and keeps:
@@ -45,6 +46,7 @@ import threading
 
 import walkit
 from walkit import Position
+from walkit.adapters.topics import compaction
 from walkit.adapters.topics.batches import TRANSACTIONAL, BatchInfo, info
 from walkit.adapters.topics.epochs import LeaderEpochs
 from walkit.adapters.topics.producers import ProducerTable
@@ -110,6 +112,9 @@ class PartitionState:
             return None
         self._sub = self._sub + 1 if position == self.applied else 0
         self.applied = position
+        if compaction.is_swap(record):
+            compaction.apply_swap(self, record, position, self._sub)
+            return None
         if is_control(record):
             doc = json.loads(record[1:])
             if "epoch" in doc:
@@ -214,10 +219,12 @@ class PartitionState:
         return self.positions[index], self.subs[index]
 
     def locate(self, offset: int) -> int | None:
-        """locate returns the index of the batch holding `offset` (None if outside the log)."""
+        """locate returns the index of the batch holding `offset`, or of the next batch if compaction removed
+        it (len(self) past the last batch); None if outside the log."""
         if offset < self.log_start_offset or offset >= self.next_offset:
             return None
-        return bisect.bisect_right(self.bases, offset) - 1
+        index = bisect.bisect_right(self.bases, offset) - 1
+        return index if index >= 0 and offset < self.nexts[index] else index + 1
 
     def locate_time(self, timestamp: int) -> int | None:
         """locate_time returns the index of the first batch holding a record stamped >= timestamp."""
@@ -242,17 +249,20 @@ class PartitionState:
         return [tuple(row) for row in out]
 
     def keep_from(self) -> Position | None:
-        """keep_from is the earliest log position the partition still reads (None: none yet)."""
-        return self.positions[0] if self.positions else self.retained_from
+        """keep_from is the earliest log position the partition still reads (None: none yet); after a
+        compaction the index's positions are not in log order (compaction.py)."""
+        return min(self.positions) if self.positions else self.retained_from
 
     def truncate_before(self, position: Position) -> int:
-        """truncate_before forgets the batches stored before `position`; it returns how many."""
-        count = bisect.bisect_left(self.positions, position)
-        if count:
+        """truncate_before forgets the leading batches stored before `position`; it returns how many.
+
+        After a compaction the positions are not in log order (compaction.py): it stops at the first
+        batch stored at or after `position`."""
+        count = next((i for i, p in enumerate(self.positions) if p >= position), len(self.positions))
+        if count:                          # a DeleteRecords may have moved the log start further
+            self.log_start_offset = max(self.log_start_offset, self.nexts[count - 1])
             del self.bases[:count], self.nexts[:count], self.positions[:count], self.subs[:count]
             del self.sizes[:count], self.max_times[:count]
-        first = self.bases[0] if self.bases else self.next_offset
-        self.log_start_offset = max(self.log_start_offset, first)    # a DeleteRecords may have moved it further
         self.epochs.trim(self.log_start_offset)
         start = self.log_start_offset
         self.aborted = [a for a in self.aborted if a[2] >= start]
@@ -307,6 +317,8 @@ class PartitionMachine(walkit.StateMachine):
             if head is not None:
                 self.cache.append(record)
                 self._cached += len(record)
+            elif compaction.is_swap(record):
+                self._uncache_swapped(record)
             self._trim_cache()
         if head is not None and self.on_applied is not None:
             self.on_applied()
@@ -329,6 +341,16 @@ class PartitionMachine(walkit.StateMachine):
         """keep_log_from is where the partition's data begins in its log (walkit.replicate's option)."""
         with self.lock:
             return self.state.keep_from()
+
+    def _uncache_swapped(self, record: bytes) -> None:
+        """_uncache_swapped drops the cached batches a swap record may have replaced: the cache keeps
+        only batches after its range, so it stays the tail of the index."""
+        upto = compaction.parse_swap(record)[1]
+        after = len(self.state) - bisect.bisect_left(self.state.bases, upto)
+        drop = max(len(self.cache) - after, 0)
+        if drop:
+            self._cached -= sum(len(b) for b in self.cache[:drop])
+            del self.cache[:drop]
 
     def _trim_cache(self) -> None:
         """_trim_cache drops the oldest cached batches beyond cache_bytes, and those retention removed."""

@@ -2,13 +2,16 @@
 
 Nodes are tests/adapters/sqlite_sql_node.py processes on a LocalCluster whose metadata store is
 on this machine, so every node serves forwarded writes on 127.0.0.1 by default. A follower
-process writes and reads its own write at once (no read barrier); an adopted file keeps its
-rows, and a node started on an empty file gets them and writes through the adopting leader.
+process writes and reads its own write at once (no read barrier); a leader SIGKILLed under
+forwarded writes loses none that was acknowledged and applies none twice; an adopted file keeps
+its rows, and a node started on an empty file gets them and writes through the adopting leader;
+a secured cluster takes no forwarded writes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import statistics
 import subprocess
@@ -16,6 +19,7 @@ import sys
 
 import pytest
 
+import walkit
 from walkit.local import LocalCluster
 from walkit.testing.processes import wait_until
 
@@ -27,10 +31,11 @@ NODE = __file__.replace("test_sqlite_any_node_processes.py", "sqlite_sql_node.py
 class Node:
     """Node is one sqlite_sql_node.py process and its request pipe."""
 
-    def __init__(self, url: str, name: str, node_id: str, path: str, **options) -> None:
+    def __init__(self, url: str, name: str, node_id: str, path: str, key: str | None = None, **options) -> None:
         self.node_id = node_id
+        env = {**os.environ, "WALKIT_KEY": key} if key else None          # a secured cluster's client key
         self.process = subprocess.Popen([sys.executable, NODE, url, name, node_id, path, json.dumps(options)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         hello = self.process.stdout.readline()
         assert hello, f"{node_id} exited ({self.process.wait(10)})"
 
@@ -144,6 +149,26 @@ def test_an_adopted_file_keeps_its_rows_and_replicates(tmp_path):
                                  then="SELECT name FROM items WHERE id = 1000")
             assert wrote["then"] == [["new"]], wrote
             assert adopter.ask(op="read", sql=count, barrier=True)["rows"] == [[1001, 749251.0]]
+        finally:
+            for node in nodes:
+                node.stop()
+
+
+def test_a_secured_cluster_takes_no_forwarded_writes(tmp_path):
+    """On a cluster with CurveZMQ keys the forwarding channel would bypass the log's ACLs: no node
+    publishes a forwarding address, and a follower's write raises NotLeader saying why."""
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster"), storage="memory", security=True) as cluster:
+        nodes = [Node(cluster.metadata_url, "vault", f"node{i}", str(tmp_path / f"node{i}.db"), key=cluster.client_key)
+                 for i in range(2)]
+        try:
+            leader, follower = roles(nodes)
+            assert "error" not in leader.ask(op="transaction", statements=[["CREATE TABLE v(x)", []]])
+            follower.ask(op="read", sql="SELECT 1", barrier=True)
+            refused = follower.ask(op="transaction", statements=[["INSERT INTO v VALUES (1)", []]])
+            assert refused["error"] == "NotLeader" and "secured cluster" in refused["message"], refused
+            assert leader.ask(op="read", sql="SELECT count(*) FROM v", barrier=True)["rows"] == [[0]]
+            with walkit.Client(cluster.metadata_url, key=cluster.client_key) as client:
+                assert client.store.children("sqlite/vault") == ["nodes"]      # no forward/ addresses
         finally:
             for node in nodes:
                 node.stop()
