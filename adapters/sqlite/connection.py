@@ -113,7 +113,7 @@ class Connection(Hooks, Copies):
     @isolation_level.setter
     def isolation_level(self, value: str | None) -> None:
         check_isolation_level(value)
-        if value is None and self._txn is not None:
+        if value is None and self.in_transaction:
             self.commit()
         self._isolation_level = value
 

@@ -15,6 +15,7 @@ import types
 import pytest
 
 import walkit.adapters.sqlite as sq
+import walkit.errors
 from walkit.adapters.sqlite import channel, forwarding
 
 from .sqlitehelpers import Nodes, log_records, memory_cluster, unique
@@ -97,8 +98,10 @@ def test_forwarded_statements_report_rowcount_lastrowid_and_errors_of_their_clas
     assert follower.execute("SELECT sum(a) FROM s").fetchone() == (3,)
     with pytest.raises(sq.OperationalError, match="no such function: nowhere"):
         follower.execute("CREATE INDEX t_nowhere ON t(v) WHERE nowhere(v)")   # the leader's checks, as its own
-    follower.isolation_level = None
-    follower.execute("DELETE FROM t WHERE v = 'w'")                        # autocommit: committed at once
+    follower.execute("INSERT INTO t(v) VALUES ('pending')")
+    follower.isolation_level = None                                        # commits the pending transaction, as sqlite3
+    assert not follower.in_transaction and leader.execute("SELECT count(*) FROM t").fetchone() == (5,)
+    follower.execute("DELETE FROM t WHERE v IN ('w', 'pending')")          # autocommit: committed at once
     assert not follower.in_transaction and follower.execute("SELECT count(*) FROM t").fetchone() == (3,)
 
 
@@ -262,3 +265,12 @@ def test_a_silent_follower_transaction_lets_the_leaders_write_lock_go(nodes, mon
         follower.execute("INSERT INTO t(v) VALUES ('too late')")
     assert not follower.in_transaction
     assert leader.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def test_a_node_guesses_no_forwarding_address(nodes):
+    remote = types.SimpleNamespace(client=types.SimpleNamespace(principal="", metadata_url="zk://10.0.0.2:2181/walkit"))
+    why = forwarding.serve(remote, None)
+    assert isinstance(why, str) and "forward_address" in why               # not an address others could not dial
+    assert "forward_address=False" in forwarding.serve(remote, False)
+    with pytest.raises(walkit.errors.ConfigError, match="wildcard"):
+        forwarding.serve(remote, "0.0.0.0:7000")
