@@ -171,6 +171,10 @@ def untouchable(batch: bytes) -> bool:
     return bool(info(batch[:HEADER_SIZE]).attributes & (TRANSACTIONAL | CONTROL))
 
 
+class RangeChanged(Exception):
+    """RangeChanged is a run's range that changed while it read it (retention, DeleteRecords): the next run plans anew."""
+
+
 class Compactor:
     """Compactor compacts one partition while this broker leads it (see the module doc)."""
 
@@ -188,7 +192,7 @@ class Compactor:
         self.running = True
         try:
             return await self._run(delete_retention_ms, int(time.time() * 1000) if now_ms is None else now_ms)
-        except (WalkitError, KafkaError) as exc:
+        except (WalkitError, KafkaError, RangeChanged) as exc:
             log.warning("%s-%d: compaction failed: %s: %s", leader.topic, leader.partition, type(exc).__name__, exc)
             return 0
         finally:
@@ -213,13 +217,13 @@ class Compactor:
         while offset < upto:
             data = await self.leader.read(offset, READ_BYTES)
             if not data:
-                raise KafkaError(0, f"the range ended at {offset} before {upto}")
+                raise RangeChanged(f"the range ended at {offset} before {upto}")
             for batch in split_stored(data):
                 head = info(batch)
                 if head.base_offset >= upto:
                     return
                 if head.base_offset != next(expected, None):
-                    raise KafkaError(0, f"the index changed at offset {head.base_offset} during compaction")
+                    raise RangeChanged(f"the index changed at offset {head.base_offset} during compaction")
                 yield batch
                 offset = head.next_offset
 

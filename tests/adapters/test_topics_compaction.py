@@ -1,7 +1,9 @@
 """Compaction of a partition (compaction.py) over a scripted node whose log the leader reads back:
 the latest record per key at its offset, gaps that Fetch steps over, tombstones kept for
 delete.retention.ms, transactional batches untouched, codecs re-encoded, swaps that no longer match
-the index ignored, snapshots of a compacted partition."""
+the index ignored, snapshots of a compacted partition; and over real walkit.replicate nodes on
+in-process bookies: every broker applies the same swaps, a late one restores them from a snapshot,
+the replaced ledgers leave the log, and a follower that takes over reads the compacted log."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from walkit.adapters.topics.leader import PartitionLeader
 from walkit.adapters.topics.partition import PartitionMachine, PartitionState
 from walkit.replication import batch as entries
 
-from .test_topics_leader import ScriptedNode, settle
+from .test_topics_leader import ScriptedNode, partition_on, settle, until
 
 
 def keyed_batch(pairs, first_ts: int = 1000, *, codec: int = 0, pid: int = -1, transactional: bool = False) -> bytes:
@@ -179,3 +181,37 @@ def test_retention_after_a_compaction_never_forgets_a_batch_still_read_before_th
     assert state.keep_from() == Position(1, 2)
     assert state.truncate_before(Position(2, 0)) == 0                   # the swap's batch is stored later
     assert state.locate(0) == 0 and state.locate(1) == 0 and state.locate(2) == 1
+
+
+def test_every_broker_holds_the_same_compacted_index_and_a_follower_takes_over_reading_it(memory_cluster):
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        first = partition_on(memory_cluster, loop, 1, roll_entries=3)
+        await until(lambda: first.active)
+        second = partition_on(memory_cluster, loop, 2, roll_entries=3)
+        produced = [(key, b"%s%d" % (key, round_)) for round_ in range(4) for key in (b"a", b"b", b"c")]
+        for pair in produced + [(b"z", b"last")]:
+            await first.append(keyed_batch([pair]))
+        client = memory_cluster.client()
+        ledgers = client.log_metadata(first.log_name).ledger_ids
+        assert await first.compactor.run(delete_retention_ms=1000) >= 1
+        upto = first.compactor.checked_upto              # the closed ledgers' batches were rewritten
+        latest = {key: offset for offset, (key, _) in enumerate(produced[:upto])}
+        expected = [(offset, key, value) for offset, (key, value) in enumerate(produced + [(b"z", b"last")])
+                    if offset >= upto or latest[key] == offset]
+        assert 3 <= upto < 13 and len(expected) < 13
+        assert await consume(first) == expected
+        assert ledgers[0] not in client.log_metadata(first.log_name).ledger_ids      # replaced, then truncated
+        await until(lambda: second.state.applied == first.state.applied)
+        index = (first.state.bases, first.state.positions, first.state.subs)
+        assert (second.state.bases, second.state.positions, second.state.subs) == index
+        late = partition_on(memory_cluster, loop, 3)                       # starts from the snapshot
+        await until(lambda: late.state.applied == first.state.applied)
+        assert (late.state.bases, late.state.positions, late.state.subs) == index
+        await loop.run_in_executor(None, first.node.step_down)
+        await until(lambda: second.active or late.active)
+        successor = second if second.active else late
+        assert await consume(successor) == expected
+        for leader in (first, second, late):
+            await loop.run_in_executor(None, leader.node.close)
+    asyncio.run(scenario())
