@@ -35,14 +35,13 @@ import crc32c
 
 from walkit.errors import NoSuchLog, WalkitError
 from walkit.replication import batch
-from walkit.replication.snapshots import read_pointer, spool
+from walkit.replication.snapshots import append_chunks, read_chunks, read_pointer
 
 from walkit.adapters.sqlite import definition
 from walkit.adapters.sqlite.errors import MissingFunction, OperationalError
 from walkit.adapters.sqlite.records import RecordError, Transaction
 
 CHUNK_BYTES = 1 << 20
-_IN_FLIGHT = 16
 
 
 class AdoptionRefused(WalkitError, OperationalError):
@@ -142,14 +141,8 @@ def write_image(client, name: str, image_path: str, *, ensemble: int, write_quor
     """write_image copies the file image at `image_path` into a new closed ledger and returns its id."""
     writer = client.create_ledger(ensemble, write_quorum, ack_quorum, password=password,
                                   custom={"sqlite-adopted": name})
-    pending = []
     with open(image_path, "rb") as image:
-        while chunk := image.read(CHUNK_BYTES):
-            pending.append(writer.append_async(chunk))
-            if len(pending) >= _IN_FLIGHT:
-                pending.pop(0).result(client.timeout)
-    for future in pending:
-        future.result(client.timeout)
+        append_chunks(client, writer, image)
     writer.close()
     return writer.ledger_id
 
@@ -158,17 +151,11 @@ def image_loader(client, password: bytes | str = b""):
     """image_loader is the function SqliteMachine calls for an adoption record: the image, checked, in a buffer."""
     def load(image: dict) -> BinaryIO:
         reader = client.open_ledger(image["ledger"], password=password)
-        out, size, crc = spool(), 0, 0
-        last = reader.last_add_confirmed
-        for first in range(0, last + 1, _IN_FLIGHT):
-            for entry in reader.read(first, min(last, first + _IN_FLIGHT - 1)):
-                out.write(entry.payload)
-                size += len(entry.payload)
-                crc = crc32c.crc32c(entry.payload, crc)
+        out, size, crc = read_chunks(reader, 0, reader.last_add_confirmed)
         if (size, crc) != (image["size"], image["crc32c"]):
+            out.close()
             raise WalkitError(f"adopted image ledger {image['ledger']} holds {size} bytes (crc {crc:#x}), the "
                               f"adoption record says {image['size']} (crc {image['crc32c']:#x})")
-        out.seek(0)
         return out
     return load
 

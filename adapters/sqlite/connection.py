@@ -188,8 +188,12 @@ class Connection(Hooks, Copies):
                 if self._remote is not None:
                     self._remote.close()
                 self._db.close()
-                from walkit.adapters.sqlite.database import release
-                release(self._database)
+                self._release()
+
+    def _release(self) -> None:
+        """_release ends this connection's use of its database: the last one stops the node."""
+        from walkit.adapters.sqlite.database import release
+        release(self._database)
 
     def __del__(self) -> None:
         """__del__ closes a connection dropped without close(), as sqlite3 does: its node goes with its last one."""

@@ -55,6 +55,7 @@ from walkit.adapters.sqlite import statements as st
 from walkit.adapters.sqlite.channel import (
     as_error, endpoint_key, error_doc, proof, read_parameters, receive, secured, send, verify, wire_parameters,
 )
+from walkit.adapters.sqlite.connection import Connection
 from walkit.adapters.sqlite.errors import CommitFailed, OperationalError
 
 log = logging.getLogger("walkit.adapters.sqlite")
@@ -270,21 +271,11 @@ class _Session:
                 log.debug("closing a forwarded session: %s", exc)
 
 
-def _ForwardedConnection(database, **options):
-    """_ForwardedConnection is a Connection of the leader for one follower's transactions (no use of its own)."""
-    from walkit.adapters.sqlite.connection import Connection
+class _ForwardedConnection(Connection):
+    """_ForwardedConnection is a Connection of the leader for one follower's transactions: not a use of the database."""
 
-    class ForwardedConnection(Connection):
-        def _close(self) -> None:
-            with self._lock:
-                if self._closed:
-                    return
-                try:
-                    self._end_locally()
-                finally:
-                    self._closed = True
-                    self._db.close()             # the follower's use: not counted in the database's users
-    return ForwardedConnection(database, **options)
+    def _release(self) -> None:
+        """_release does nothing: the follower's use does not keep the leader's node running (Server.close ends it)."""
 
 
 # -- the follower's side --------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import time
 
+import pytest
+
 import walkit.adapters.sqlite as sq
 from walkit.testing.memory import MemoryCluster
 from walkit.testing.processes import wait_until
@@ -40,6 +42,21 @@ class Nodes:
                 conn.close()
             except Exception:  # noqa: BLE001 - a test may have closed it
                 pass
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """cluster is a memory_cluster for the tests of one module (import it into the module with `nodes`)."""
+    with memory_cluster(tmp_path_factory.mktemp("sqlite")) as made:
+        yield made
+
+
+@pytest.fixture
+def nodes(cluster, tmp_path):
+    """nodes opens a test's nodes on the module's cluster, each its own file in the test's directory, and closes them."""
+    made = Nodes(cluster, tmp_path)
+    yield made
+    made.close()
 
 
 def memory_cluster(path) -> MemoryCluster:

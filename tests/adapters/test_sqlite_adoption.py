@@ -18,24 +18,10 @@ import walkit.adapters.sqlite as sq
 from walkit.adapters.sqlite import adoption
 from walkit.errors import NoSuchLog
 
-from .sqlitehelpers import Nodes, log_records, memory_cluster, unique
+from .sqlitehelpers import cluster, log_records, nodes, unique  # noqa: F401 - cluster and nodes are fixtures
 
 SCHEMA = ("SELECT type, name, tbl_name, sql FROM sqlite_schema WHERE name NOT LIKE '\\_walkit%' ESCAPE '\\' "
           "ORDER BY name")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("sqlite-adoption")
-    with memory_cluster(directory) as made:
-        yield made
-
-
-@pytest.fixture
-def nodes(cluster, tmp_path):
-    made = Nodes(cluster, tmp_path)
-    yield made
-    made.close()
 
 
 def plain_file(path, page_size: int = 4096) -> None:

@@ -18,24 +18,10 @@ import walkit.adapters.sqlite as sq
 import walkit.errors
 from walkit.adapters.sqlite import channel, forwarding
 
-from .sqlitehelpers import Nodes, log_records, memory_cluster, unique
+from .sqlitehelpers import cluster, log_records, nodes, unique  # noqa: F401 - cluster and nodes are fixtures
 from walkit.testing.processes import wait_until
 
 FORWARD = {"forward_address": "127.0.0.1"}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("sqlite-forwarding")
-    with memory_cluster(directory) as made:
-        yield made
-
-
-@pytest.fixture
-def nodes(cluster, tmp_path):
-    made = Nodes(cluster, tmp_path)
-    yield made
-    made.close()
 
 
 def pair(nodes, **options):

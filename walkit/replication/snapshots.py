@@ -117,15 +117,35 @@ def write_snapshot(client, name: str, state: BinaryIO, position: Position, *, en
     header = {"format": FORMAT, "name": name, "position": str(position), "size": size, "crc32c": crc}
     if sessions:
         header["sessions"] = sessions.decode()
-    pending = [writer.append_async(json.dumps(header).encode())]
+    append_chunks(client, writer, state, [writer.append_async(json.dumps(header).encode())])
+    writer.close()
+    return SnapshotPointer(writer.ledger_id, position, size, created_ms=created_ms)
+
+
+def append_chunks(client, writer, state: BinaryIO, pending: list | None = None) -> None:
+    """append_chunks appends what `state` holds from where it is, CHUNK_BYTES an entry, at most _IN_FLIGHT
+    entries unacknowledged (`pending` ones included), and waits for every acknowledgement."""
+    pending = list(pending or [])
     while chunk := state.read(CHUNK_BYTES):
         pending.append(writer.append_async(chunk))
         if len(pending) >= _IN_FLIGHT:
             pending.pop(0).result(client.timeout)
     for future in pending:
         future.result(client.timeout)
-    writer.close()
-    return SnapshotPointer(writer.ledger_id, position, size, created_ms=created_ms)
+
+
+def read_chunks(reader, first: int, last: int) -> tuple[BinaryIO, int, int]:
+    """read_chunks reads entries `first` to `last` of an open ledger into a buffer (`spool`), _IN_FLIGHT entries
+    a request, each range streamed in before the next is asked for; it returns (the buffer at its start, its
+    size, its crc32c)."""
+    out, size, crc = spool(), 0, 0
+    for start in range(first, last + 1, _IN_FLIGHT):
+        for entry in reader.read(start, min(last, start + _IN_FLIGHT - 1)):
+            out.write(entry.payload)
+            size += len(entry.payload)
+            crc = crc32c.crc32c(entry.payload, crc)
+    out.seek(0)
+    return out, size, crc
 
 
 def publish(store, name: str, pointer: SnapshotPointer) -> SnapshotPointer | None:
@@ -171,12 +191,7 @@ def load_snapshot_and_sessions(client, pointer: SnapshotPointer, password: bytes
     header = json.loads(next(iter(reader.read(0, 0))).payload)
     if header.get("format") != FORMAT or header.get("position") != str(pointer.position):
         raise SnapshotError(f"snapshot ledger {pointer.ledger_id} holds {header}, not position {pointer.position}")
-    out, size, crc = spool(), 0, 0
-    for first in range(1, last + 1, _IN_FLIGHT):
-        for entry in reader.read(first, min(last, first + _IN_FLIGHT - 1)):
-            out.write(entry.payload)
-            size += len(entry.payload)
-            crc = crc32c.crc32c(entry.payload, crc)
+    out, size, crc = read_chunks(reader, 1, last)
     if (size, crc) != (header["size"], header["crc32c"]):
         raise SnapshotError(f"snapshot ledger {pointer.ledger_id} holds {size} bytes (crc {crc:#x}), its header "
                             f"says {header['size']} (crc {header['crc32c']:#x})")
