@@ -220,7 +220,9 @@ class Database:
                                                                                         else "replica"),
                 "leader": self.node.leader, "applied": _show(machine.position) if machine.position else None,
                 "commit_ms": machine.commit_ms, "lag": self.node.lag, "file": os.path.abspath(self.path),
-                "stopped": str(machine.failed) if machine.failed else None, "updated_ms": int(time.time() * 1000)}
+                "stopped": str(machine.failed) if machine.failed else None, "updated_ms": int(time.time() * 1000),
+                "forwarding": (self.forwarding.address if isinstance(self.forwarding, forwarding.Server)
+                               else f"none: {self.forwarding}")}
 
     def _publish_loop(self) -> None:
         key = f"{status_prefix(self.name)}/{self.node_id.replace('/', '_')}"

@@ -53,6 +53,9 @@ class Status:
         for node in self.nodes:
             if node.get("stopped"):
                 out.append(f"  {node['node_id']}: {node['stopped']}")
+            forwarding = node.get("forwarding") or ""
+            if forwarding.startswith("none: ") and node.get("role") in ("leader", "follower"):
+                out.append(f"  {node['node_id']} takes no writes forwarded from other nodes: {forwarding[6:]}")
         return out
 
 

@@ -260,3 +260,18 @@ def test_a_node_guesses_no_forwarding_address(nodes):
     assert "forward_address=False" in forwarding.serve(remote, False)
     with pytest.raises(walkit.errors.ConfigError, match="wildcard"):
         forwarding.serve(remote, "0.0.0.0:7000")
+
+
+def test_status_says_which_nodes_take_no_forwarded_writes_and_why(nodes):
+    from walkit.adapters.sqlite import status
+    name = unique("fwd")
+    served = nodes.connect(name, "served", **FORWARD)
+    unserved = nodes.connect(name, "unserved", forward_address=False)
+
+    def lines() -> list[str]:
+        found = status.gather(served._database.client, name)
+        return found.lines() if len(found.nodes) == 2 else []
+    text = "\n".join(wait_until(lines, 10, "the nodes did not publish their status"))
+    assert "unserved takes no writes forwarded from other nodes: it was started with forward_address=False" in text
+    assert "served takes no" not in text.replace("unserved takes no", "")
+    assert unserved._database.forwarding == "it was started with forward_address=False"
