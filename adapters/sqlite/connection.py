@@ -455,9 +455,13 @@ class Connection(Hooks, Copies):
 
     # -- writes from a follower (walkit.adapters.sqlite.forwarding) --------------------------------------
     def _forwards(self, statement: st.Statement) -> bool:
-        """_forwards is True if `statement` writes the database and goes to the leader: this node does not lead."""
+        """_forwards is True if `statement` writes the database and goes to the leader: this node does not lead.
+
+        A transaction that wrote here while this node led stays here (its COMMIT raises NotLeader):
+        moving it would leave its first writes behind.
+        """
         return (statement.kind in st.REPLICATED and self._forward_writes and not self._readonly
-                and not self._database.is_leader)
+                and not self._database.is_leader and (self._txn is None or not self._txn.locked))
 
     def _forwarding(self) -> bool:
         """_forwarding is True while this connection's transaction is open on the leader."""

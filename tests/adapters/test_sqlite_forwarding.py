@@ -275,3 +275,18 @@ def test_status_says_which_nodes_take_no_forwarded_writes_and_why(nodes):
     assert "unserved takes no writes forwarded from other nodes: it was started with forward_address=False" in text
     assert "served takes no" not in text.replace("unserved takes no", "")
     assert unserved._database.forwarding == "it was started with forward_address=False"
+
+
+def test_a_transaction_that_wrote_while_its_node_led_is_not_moved_to_the_new_leader(nodes):
+    leader, follower = pair(nodes)
+    leader.execute("INSERT INTO t(v) VALUES ('first')")                   # written here, while this node leads
+    leader._database.node.step_down()
+    wait_until(lambda: follower.is_leader, 30, "the other node was not elected")
+    leader.execute("INSERT INTO t(v) VALUES ('second')")                  # stays here: forwarding it would drop 'first'
+    with pytest.raises(sq.OperationalError):                               # NotLeader: rolled back
+        leader.commit()
+    assert not leader.in_transaction
+    assert follower.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    with leader:                                                           # the next one goes to the new leader
+        leader.execute("INSERT INTO t(v) VALUES ('third')")
+    assert follower.execute("SELECT v FROM t").fetchall() == [("third",)]
