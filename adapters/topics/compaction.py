@@ -33,7 +33,8 @@ A run (`Compactor.run`, on the leader's event loop, from the broker's periodic t
 1. The range: the index's leading batches stored in closed ledgers (before the ledger the
    leader appends to), less the partition's last batch, which is never rewritten (the log end
    always holds a batch). A run starts when that range grew since the last run, or when a
-   tombstone kept by the last run has expired; a new leader runs once.
+   tombstone kept by the last run has expired (by the delete.retention.ms of now); a broker that
+   has not led the partition yet runs once.
 2. Pass one reads the range (through PartitionLeader.read, compressed batches decompressed) and
    keeps the offset of the latest record of each key.
 3. Pass two rewrites each batch: a keyed record stays if it is its key's latest, and, if its
@@ -181,8 +182,8 @@ class Compactor:
     def __init__(self, leader) -> None:
         self.leader = leader
         self.running = False
-        self.checked_upto = -1          # the end of the range the last run read (-1: none yet)
-        self.deadline: int | None = None  # when the first tombstone the last run kept expires (ms)
+        self.checked_upto = -1          # the end of the range the last run finished (-1: none yet)
+        self.tombstone: int | None = None  # the timestamp of the oldest tombstone the last run kept (ms)
 
     async def run(self, delete_retention_ms: int, now_ms: int | None = None) -> int:
         """run compacts the closed part of the partition if due; it returns the swaps applied."""
@@ -233,7 +234,7 @@ class Compactor:
             return 0
         bases, nexts, keys = planned
         upto = nexts[-1]
-        if upto <= self.checked_upto and (self.deadline is None or now < self.deadline):
+        if upto <= self.checked_upto and (self.tombstone is None or now < self.tombstone + delete_retention_ms):
             return 0
         latest: dict[bytes, int] = {}
         async for batch in self._batches(bases, upto):
@@ -241,7 +242,7 @@ class Compactor:
                 for r in records(batch):
                     if r.key is not None:
                         latest[r.key] = r.offset
-        deadlines: list[int] = []
+        tombstones: list[int] = []
 
         def keep(r) -> bool:
             if r.key is None:
@@ -251,7 +252,7 @@ class Compactor:
             if r.value is None:
                 if r.timestamp + delete_retention_ms <= now:
                     return False
-                deadlines.append(r.timestamp + delete_retention_ms)
+                tombstones.append(r.timestamp)
             return True
         budget = max_record(self.leader.client.max_entry_bytes) - SWAP_OVERHEAD
         swaps, chunk, chunk_keys, size, changed, index = [], [], [], 0, False, 0
@@ -281,10 +282,12 @@ class Compactor:
                     size += len(out)
             index += 1
         close(upto)
-        self.checked_upto, self.deadline = upto, min(deadlines, default=None)
-        if not changed:
+        applied = await self._swap(swaps) if changed else 0
+        if applied < len(swaps) and changed:
+            return applied                          # the leadership ended: the next run starts over
+        self.checked_upto, self.tombstone = upto, min(tombstones, default=None)     # done: due again when
+        if not changed:                                                            # it grows or one expires
             return 0
-        applied = await self._swap(swaps)
         log.info("%s-%d: compaction rewrote offsets [%d, %d) (%d batches) into %d swaps, %d applied",
                  self.leader.topic, self.leader.partition, bases[0], upto, len(bases), len(swaps), applied)
         return applied
