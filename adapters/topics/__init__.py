@@ -16,6 +16,8 @@ kafka-python, confluent-kafka (librdkafka) and kcat work unchanged. Modules:
 - ownership.py, catalog.py: a node of every slot on every broker and which broker should
   lead each (walkit.replicate elects, fences and snapshots); topics and brokers in the
   metadata store;
-- coordinator.py: consumer group membership; broker.py, server.py, handlers/: the broker,
-  its connections and one module per family of requests; service.py: `walkit topics serve`.
+- coordinator.py: consumer group membership; transactions.py, txncoordinator.py: Kafka
+  transactions (an id's state in its group bucket, markers, the coordinator); broker.py,
+  server.py, handlers/: the broker, its connections and one module per family of requests;
+  service.py: `walkit topics serve`.
 """

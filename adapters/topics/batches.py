@@ -147,7 +147,7 @@ def with_base_offset(batch: bytes, base_offset: int, leader_epoch: int | None = 
 
 
 def batches_before(data: bytes, offset: int) -> bytes:
-    """batches_before is the leading whole batches of `data` (stored batches, in offset order) that end before `offset`."""
+    """batches_before is the leading whole batches of `data` (stored batches, by offset) that end before `offset`."""
     position = 0
     while position < len(data) and info(data[position:position + HEADER_SIZE]).next_offset <= offset:
         position += struct.unpack_from(">i", data, position + 8)[0] + LOG_OVERHEAD

@@ -4,11 +4,14 @@ The broker runs a walkit.replicate node of every partition and group bucket (own
 opens and closes them): `partitions` maps (topic, partition) to a PartitionLeader,
 `buckets` maps a group bucket to a BucketLeader, each serving while this broker leads it, and
 `coordinator` holds the membership of the groups in the buckets it leads (stored in the buckets,
-and loaded by the broker that takes a bucket over). The cluster's count of buckets is read (or,
-on a new cluster, recorded) before any slot opens (catalog.Catalog.group_buckets). The request
-handlers (handlers/) read and change these only on the event loop. A periodic task expires
+and loaded by the broker that takes a bucket over); `transactions` coordinates the transactional
+ids of those buckets and writes the markers of the slots this broker leads (txncoordinator.py).
+The cluster's count of buckets is read (or, on a new cluster, recorded) before any slot opens
+(catalog.Catalog.group_buckets). The request handlers (handlers/) read and change these only on
+the event loop. A periodic task expires
 silent group members, applies retention and, in the buckets this broker leads, expires the
-committed offsets of groups empty for `offsets_retention_ms` (forget records, offsets.py).
+committed offsets of groups empty for `offsets_retention_ms` (forget records, offsets.py) and
+times out and expires transactions (TransactionCoordinator.tick).
 
 Message size: a record batch is one walkit.replicate record, so it must fit a log entry of its
 own (`largest_message`: the client's max_entry_bytes less 9 bytes). A topic's

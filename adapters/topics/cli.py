@@ -145,6 +145,10 @@ def topics() -> None:
               help="Committed offsets of a group expire once it has had no members for this long and they were "
                    "not committed again meanwhile (Kafka's offsets.retention.minutes: 7 days); checked every "
                    "--retention-check-ms.")
+@click.option("--transactional-id-expiration-ms", type=click.IntRange(min=1), default=604_800_000,
+              show_default=True,
+              help="A transactional id without a transaction for this long is removed; its next producer gets a "
+                   "new producer id (Kafka's transactional.id.expiration.ms: 7 days).")
 @click.option("--group-buckets", type=click.IntRange(min=1, max=10_000), default=None,
               help="Buckets of consumer groups, each a replicated machine with its own coordinator (Kafka's "
                    "offsets.topic.num.partitions), recorded by a new cluster's first broker [default: the "

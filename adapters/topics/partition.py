@@ -210,7 +210,7 @@ class PartitionState:
         return min(self.ongoing.values(), default=self.next_offset)
 
     def aborted_between(self, first: int, last: int) -> list[tuple[int, int]]:
-        """aborted_between lists (producer id, first offset) of the aborted transactions with records in [first, last]."""
+        """aborted_between lists (producer id, first offset) of aborted transactions with records in [first, last]."""
         start = bisect.bisect_left(self.aborted, first, key=lambda a: a[2])
         return [(pid, begin) for pid, begin, _ in self.aborted[start:] if begin <= last]
 

@@ -49,6 +49,7 @@ class ServeOptions:
     rebalance_delay_ms: int = 1000
     offsets_retention_minutes: float = BrokerSettings.offsets_retention_ms / 60_000
     group_buckets: int | None = None                                # None: the cluster's (16 for a new one)
+    transactional_id_expiration_ms: int = BrokerSettings.transactional_id_expiration_ms
     max_message_bytes: int = BrokerSettings.max_message_bytes
     max_request_bytes: int = BrokerSettings.max_request_bytes
     password: str = field(default="", repr=False)
@@ -76,6 +77,7 @@ class ServeOptions:
                               initial_rebalance_delay_ms=self.rebalance_delay_ms,
                               offsets_retention_ms=int(self.offsets_retention_minutes * 60_000),
                               group_buckets=self.group_buckets, ensemble=ensemble,
+                              transactional_id_expiration_ms=self.transactional_id_expiration_ms,
                               write_quorum=write_quorum, ack_quorum=ack_quorum)
 
 

@@ -1,4 +1,4 @@
-"""walkit.adapters.topics.transactions holds Kafka transactions as data: a transactional id's state, its records, its markers.
+"""walkit.adapters.topics.transactions holds Kafka transactions as data: an id's state, its records, its markers.
 
 Kafka's transactions (KIP-98), as this broker keeps them. A transactional id is coordinated by
 the group bucket its id hashes to (catalog.group_bucket, the same hash as a consumer group's),
@@ -167,7 +167,8 @@ def marker_of(batch: bytes) -> tuple[bool, int] | None:
 class TxnBook:
     """TxnBook is the transaction part of a group bucket's state: transactional ids, waiting offsets, markers.
 
-    `transactions` maps the transactional ids this bucket coordinates to their TxnMeta;
+    `transactions` maps the transactional ids this bucket coordinates to their TxnMeta, and
+    `prepared` those of them in PrepareCommit or PrepareAbort (what markers are written for);
     `pending` maps a producer id to the offsets its open transaction committed per group of
     this bucket ([topic, partition, offset, leader epoch, metadata, ms] rows); `marked` maps a
     producer id to the number of its last transaction marked in this bucket. The dicts are
@@ -178,6 +179,7 @@ class TxnBook:
 
     def __init__(self) -> None:
         self.transactions: dict[str, TxnMeta] = {}
+        self.prepared: dict[str, TxnMeta] = {}
         self.pending: dict[int, dict[str, list]] = {}
         self.marked: dict[int, int] = {}
 
@@ -189,12 +191,15 @@ class TxnBook:
     def apply(self, doc: dict) -> dict[str, list]:
         """apply applies a transaction's record; it returns the offsets a commit marker commits, per group."""
         if "txn" in doc:
-            transactions = dict(self.transactions)
-            if doc["meta"] is None:
-                transactions.pop(doc["txn"], None)
-            else:
-                transactions[doc["txn"]] = TxnMeta.from_json(doc["meta"])
-            self.transactions = transactions
+            txn_id, meta = doc["txn"], None if doc["meta"] is None else TxnMeta.from_json(doc["meta"])
+            transactions, prepared = dict(self.transactions), dict(self.prepared)
+            transactions.pop(txn_id, None)
+            prepared.pop(txn_id, None)
+            if meta is not None:
+                transactions[txn_id] = meta
+                if meta.state in PREPARED:
+                    prepared[txn_id] = meta
+            self.transactions, self.prepared = transactions, prepared
             return {}
         if "txn_offsets" in doc:
             pid, rows = doc["txn_offsets"]
@@ -224,6 +229,7 @@ class TxnBook:
         """from_json reads a checkpoint's fields (a checkpoint from before transactions has none)."""
         book = cls()
         book.transactions = {i: TxnMeta.from_json(m) for i, m in doc.get("transactions", {}).items()}
+        book.prepared = {i: m for i, m in book.transactions.items() if m.state in PREPARED}
         book.pending = {int(pid): groups for pid, groups in doc.get("pending", {}).items()}
         book.marked = {int(pid): number for pid, number in doc.get("marked", {}).items()}
         return book

@@ -27,6 +27,13 @@ for every prepared transaction in any bucket (every broker applies every bucket)
 of it this broker leads get their marker unless their state shows it (partition.py markers,
 TxnBook.marked). A bucket's new leader finds its prepared transactions at the next tick and
 completes them: a coordinator killed between PrepareCommit and the markers loses nothing.
+
+Orphans (`abort_orphans`, every ORPHAN_CHECK_S): a transaction open in a partition that no
+transactional id claims (Ongoing or prepared with that partition) for ORPHAN_S, longer than
+any transaction may last, is aborted by the partition's leader with a marker of number -1. As
+in Kafka before KIP-890, a transactional batch is not checked against its transaction's
+partitions; without this, a client that wrote to a partition it never added would hold that
+partition's last stable offset, and every read_committed consumer of it, for good.
 """
 
 from __future__ import annotations
@@ -53,6 +60,10 @@ EXPIRATION_MS = 7 * 24 * 3600 * 1000
 END_WAIT_S = 20.0
 #: How often a completion looks at its partitions' markers again.
 POLL_S = 0.02
+#: How long a partition's open transaction may be claimed by no transactional id before its leader aborts it.
+ORPHAN_S = MAX_TIMEOUT_MS / 1000 + 60
+#: How often the leaders look for such transactions.
+ORPHAN_CHECK_S = 5.0
 
 
 def now_ms() -> int:
@@ -71,6 +82,9 @@ class TransactionCoordinator:
         self._completing: dict[str, asyncio.Task] = {}
         self._busy: set[str] = set()                   # ids a timeout or expiry is being written for
         self._writing: set[tuple] = set()              # (slot, pid, number) markers in flight here
+        self.orphan_after_s = ORPHAN_S
+        self._orphans: dict[tuple[Slot, int], float] = {}    # (slot, pid) -> when first seen unclaimed
+        self._orphans_checked = 0.0
 
     # -- state -------------------------------------------------------------------------------------
     def _bucket(self, txn_id: str):
@@ -204,10 +218,9 @@ class TransactionCoordinator:
     def write_markers(self) -> None:
         """write_markers appends the missing markers of prepared transactions to the slots this broker leads."""
         for bucket in list(self.broker.buckets.values()):
-            for meta in bucket.state.txns.transactions.values():
-                if meta.state in PREPARED:
-                    for slot in meta.partitions:
-                        self._mark(Slot(*slot), meta)
+            for meta in bucket.state.txns.prepared.values():
+                for slot in meta.partitions:
+                    self._mark(Slot(*slot), meta)
 
     def _mark(self, slot: Slot, meta: TxnMeta) -> None:
         key = (slot, meta.pid, meta.number)
@@ -223,6 +236,10 @@ class TransactionCoordinator:
                 written = served.write_marker(meta.pid, meta.epoch, meta.committed, meta.number, meta.ms)
         except KafkaError:
             return                                          # no longer leading it: the next leader writes it
+        self._track(key, written)
+
+    def _track(self, key: tuple, written: asyncio.Future) -> None:
+        """_track keeps a marker in `_writing` until its append is applied (or failed)."""
         self._writing.add(key)
         written.add_done_callback(lambda done: (self._writing.discard(key), done.cancelled() or done.exception()))
 
@@ -231,6 +248,9 @@ class TransactionCoordinator:
         """tick (periodic) writes missing markers, resumes the prepared transactions of the buckets this broker
         leads, aborts timed-out transactions and removes expired ids."""
         self.write_markers()
+        if time.monotonic() - self._orphans_checked >= ORPHAN_CHECK_S:
+            self._orphans_checked = time.monotonic()
+            self.abort_orphans()
         now = now_ms()
         for bucket in list(self.broker.buckets.values()):
             if not bucket.active:
@@ -267,3 +287,35 @@ class TransactionCoordinator:
                     return
                 log.info("transactional id %r expired (idle %d ms)", txn_id, self.expiration_ms)
         self._locks.pop(txn_id, None)
+
+    def abort_orphans(self) -> None:
+        """abort_orphans aborts, in the partitions this broker leads, open transactions that no transactional
+        id has claimed (Ongoing or prepared with the partition) for `orphan_after_s`: a batch sent to a
+        partition its transaction never added would otherwise hold the last stable offset for good."""
+        now = time.monotonic()
+        open_here = []
+        for (topic, index), served in list(self.broker.partitions.items()):
+            slot = Slot(topic, index)
+            if self.broker._serving(slot) is served:
+                with served.machine.lock:
+                    open_here += [(slot, served, pid, served.state.producers.entries[pid].epoch)
+                                  for pid in served.state.ongoing]
+        if not open_here:
+            self._orphans.clear()
+            return
+        claimed = {(Slot(*slot), meta.pid) for bucket in list(self.broker.buckets.values())
+                   for meta in bucket.state.txns.transactions.values() if meta.state not in IDLE
+                   for slot in meta.partitions}
+        seen = {}
+        for slot, served, pid, epoch in open_here:
+            if (slot, pid) in claimed:
+                continue
+            since = seen[(slot, pid)] = self._orphans.get((slot, pid), now)
+            if now - since >= self.orphan_after_s and (slot, pid, -1) not in self._writing:
+                log.warning("%s: aborting producer %d's transaction, claimed by no transactional id for %.0f s",
+                            slot.label, pid, now - since)
+                try:
+                    self._track((slot, pid, -1), served.write_marker(pid, epoch, False, -1, now_ms()))
+                except KafkaError:
+                    continue
+        self._orphans = seen

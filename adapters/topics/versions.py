@@ -7,7 +7,8 @@ answers with this table; a request outside it gets UNSUPPORTED_VERSION (ApiVersi
 connection closed, as Kafka does. The transactional APIs stop before KIP-890's versions
 (AddPartitionsToTxn v4+ is the brokers' own verification, EndTxn and AddOffsetsToTxn v4+ and
 TxnOffsetCommit v4+ carry TRANSACTION_ABORTABLE and epoch bumps per transaction): librdkafka
-2.x and kafka-python ask for v0-v3 (handlers/transactions.py). WriteTxnMarkers is not served:
+2.16 asks for AddPartitionsToTxn v0, EndTxn v1 and InitProducerId v4, kafka-python 3.0 for v3
+of the first two (handlers/transactions.py). WriteTxnMarkers is not served:
 brokers write markers into the partitions they lead themselves (txncoordinator.py).
 SaslHandshake and SaslAuthenticate are listed whether or not the broker requires SASL, as
 Kafka lists them (sasl.py, handlers/sasl.py).

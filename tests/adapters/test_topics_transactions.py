@@ -3,13 +3,20 @@
 The state pieces are tested alone (markers, partition and bucket state, snapshots). The
 broker is tested with real clients (confluent-kafka, kafka-python) against brokers running in
 this process on in-process bookies (`InProcessBroker`: no process is started, so these are in
-the fast tier), and, for SIGKILLs, against `walkit topics serve` processes (marked slow).
+the fast tier), and against three `walkit topics serve` processes (marked slow): transactions
+committed and aborted with a zombie fenced, and a consume-transform-produce worker process
+(tests/support/txn_pipeline.py) through the SIGKILL of itself and of the broker coordinating
+both its group and its transactional id (the same bucket: the id is the group's name).
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -33,6 +40,9 @@ from walkit.adapters.topics.transactions import (
 )
 
 from ..integration.helpers import wait_until
+from .test_topics_failover import broker_ids, coordinator
+from .test_topics_groups_failover import brokers  # noqa: F401 - three broker processes (a fixture)
+from tests.support import txn_pipeline
 
 
 def transactional_batch(count: int, *, pid: int, epoch: int, seq: int, offset: int, value: bytes = b"v") -> bytes:
@@ -183,8 +193,8 @@ class InProcessBroker:
 
 
 @pytest.fixture
-def brokers(memory_cluster):
-    """brokers starts in-process brokers on one MemoryCluster (`brokers()`); all stop at the end."""
+def in_process(memory_cluster):
+    """in_process starts in-process brokers on one MemoryCluster (`in_process()`); all stop at the end."""
     started: list[InProcessBroker] = []
 
     def start() -> InProcessBroker:
@@ -225,8 +235,8 @@ def read_committed(bootstrap: str, topic: str, expected: int, timeout: float = 3
     return values
 
 
-def test_read_committed_consumers_see_committed_records_once_and_never_aborted_ones(brokers):
-    broker = brokers()
+def test_read_committed_consumers_see_committed_records_once_and_never_aborted_ones(in_process):
+    broker = in_process()
     create_topics(broker.bootstrap, "tx")
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "writer"})
     producer.init_transactions(30)
@@ -267,8 +277,8 @@ def test_read_committed_consumers_see_committed_records_once_and_never_aborted_o
     uncommitted.close()
 
 
-def test_an_open_transaction_holds_read_committed_consumers_at_its_first_offset(brokers):
-    broker = brokers()
+def test_an_open_transaction_holds_read_committed_consumers_at_its_first_offset(in_process):
+    broker = in_process()
     create_topics(broker.bootstrap, "lso", partitions=1)
     plain = Producer({"bootstrap.servers": broker.bootstrap})
     plain.produce("lso", value=b"before")
@@ -282,7 +292,8 @@ def test_an_open_transaction_holds_read_committed_consumers_at_its_first_offset(
     plain.flush(10)
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lso", "auto.offset.reset": "earliest",
                          "isolation.level": "read_committed"})
-    uncommitted = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lso", "isolation.level": "read_uncommitted"})
+    uncommitted = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lso",
+                            "isolation.level": "read_uncommitted"})
     assert uncommitted.get_watermark_offsets(TopicPartition("lso", 0), timeout=10) == (0, 3)
     uncommitted.close()                                      # ListOffsets LATEST, read_committed: the LSO
     assert consumer.get_watermark_offsets(TopicPartition("lso", 0), timeout=10) == (0, 1)
@@ -294,8 +305,8 @@ def test_an_open_transaction_holds_read_committed_consumers_at_its_first_offset(
     consumer.close()
 
 
-def test_a_new_producer_of_a_transactional_id_keeps_its_producer_id_and_fences_the_old_one(brokers):
-    broker = brokers()
+def test_a_new_producer_of_a_transactional_id_keeps_its_producer_id_and_fences_the_old_one(in_process):
+    broker = in_process()
     create_topics(broker.bootstrap, "zombies")
     first = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "same"})
     first.init_transactions(30)
@@ -316,8 +327,8 @@ def test_a_new_producer_of_a_transactional_id_keeps_its_producer_id_and_fences_t
     assert read_committed(broker.bootstrap, "zombies", 1) == [b"successor's"]
 
 
-def test_consume_transform_produce_commits_the_input_offsets_with_the_output(brokers):
-    broker = brokers()
+def test_consume_transform_produce_commits_the_input_offsets_with_the_output(in_process):
+    broker = in_process()
     create_topics(broker.bootstrap, "in", "out")
     source = Producer({"bootstrap.servers": broker.bootstrap})
     for i in range(200):
@@ -356,10 +367,10 @@ def test_consume_transform_produce_commits_the_input_offsets_with_the_output(bro
     checker.close()
 
 
-def test_a_successor_completes_a_transaction_its_coordinator_prepared(brokers):
+def test_a_successor_completes_a_transaction_its_coordinator_prepared(in_process):
     """The coordinator stops after writing PrepareCommit, before any marker: the next broker's
     coordinator, knowing only the replicated state, writes the markers and completes it."""
-    first = brokers()
+    first = in_process()
     create_topics(first.bootstrap, "handover")
     producer = Producer({"bootstrap.servers": first.bootstrap, "transactional.id": "handover"})
     producer.init_transactions(30)
@@ -380,7 +391,7 @@ def test_a_successor_completes_a_transaction_its_coordinator_prepared(brokers):
     assert read_committed(first.bootstrap, "handover", 0, timeout=2, group="h1") == []
     del producer
     first.stop()
-    second = brokers()
+    second = in_process()
     values = read_committed(second.bootstrap, "handover", 10, group="h2")
     assert sorted(values) == sorted(b"%d" % i for i in range(10))
     wait_until(lambda: second.call(lambda: second.broker.bucket_for("handover").state.txns.transactions["handover"]
@@ -388,8 +399,8 @@ def test_a_successor_completes_a_transaction_its_coordinator_prepared(brokers):
     assert second.call(lambda: second.broker.bucket_for("handover").state.txns.transactions["handover"].pid) == meta.pid
 
 
-def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(brokers):
-    broker = brokers()
+def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(in_process):
+    broker = in_process()
     create_topics(broker.bootstrap, "late", partitions=1)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "late",
                          "transaction.timeout.ms": 1500})
@@ -405,8 +416,8 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(
     assert read_committed(broker.bootstrap, "late", 0, timeout=2) == []
 
 
-def test_idle_transactional_ids_expire_and_come_back_with_a_new_producer_id(brokers):
-    broker = brokers()
+def test_idle_transactional_ids_expire_and_come_back_with_a_new_producer_id(in_process):
+    broker = in_process()
     create_topics(broker.bootstrap, "idle", partitions=1)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "idle"})
     producer.init_transactions(30)
@@ -420,3 +431,146 @@ def test_idle_transactional_ids_expire_and_come_back_with_a_new_producer_id(brok
     again = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "idle"})
     again.init_transactions(30)
     assert bucket.state.txns.transactions["idle"].pid != pid
+
+
+def test_a_partition_leader_aborts_an_open_transaction_no_transactional_id_claims(in_process):
+    broker = in_process()
+    create_topics(broker.bootstrap, "orphans", partitions=1)
+    claimed = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "claimed"})
+    claimed.init_transactions(30)
+    claimed.begin_transaction()
+    claimed.produce("orphans", value=b"claimed")
+    claimed.flush(10)
+    leader = broker.broker.partitions[("orphans", 0)]
+    stray = transactional_batch(3, pid=999_999, epoch=0, seq=0, offset=0, value=b"stray")   # never added
+    broker.run(_append(leader, stray))
+    assert 999_999 in broker.call(lambda: dict(leader.state.ongoing))
+    coordinator = broker.broker.transactions
+    coordinator.orphan_after_s = 0.0                  # (ORPHAN_S: 16 minutes)
+    broker.call(coordinator.abort_orphans)
+    wait_until(lambda: 999_999 not in broker.call(lambda: dict(leader.state.ongoing)), 10, message="stray aborted")
+    assert [a[0] for a in broker.call(lambda: list(leader.state.aborted))] == [999_999]
+    assert len(broker.call(lambda: dict(leader.state.ongoing))) == 1      # the claimed one stays open
+    claimed.commit_transaction(30)
+    assert read_committed(broker.bootstrap, "orphans", 1) == [b"claimed"]
+
+
+async def _append(leader, batch: bytes) -> int:
+    return await leader.append(batch)
+
+
+# -- broker processes, SIGKILLs ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_broker_processes_keep_aborted_records_from_read_committed_consumers_and_fence_a_zombie(brokers):
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    create_topics(bootstrap, "orders", partitions=3)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "orders-writer"})
+    producer.init_transactions(60)
+    expected = []
+    for round_ in range(8):
+        producer.begin_transaction()
+        values = [b"%d-%d" % (round_, i) for i in range(30)]
+        for value in values:
+            producer.produce("orders", key=value, value=value)
+        producer.flush(30)
+        if round_ % 2:
+            producer.abort_transaction(60)
+        else:
+            producer.commit_transaction(60)
+            expected += values
+    producer.begin_transaction()
+    producer.produce("orders", value=b"zombie")
+    producer.flush(30)
+    successor = Producer({"bootstrap.servers": bootstrap, "transactional.id": "orders-writer"})
+    successor.init_transactions(60)
+    with pytest.raises(KafkaException) as caught:
+        producer.commit_transaction(30)
+    assert caught.value.args[0].fatal()
+    successor.begin_transaction()
+    successor.produce("orders", value=b"successor")
+    successor.commit_transaction(60)
+    expected.append(b"successor")
+    seen = read_committed(bootstrap, "orders", len(expected), timeout=60)
+    assert sorted(seen) == sorted(expected)
+    python = KafkaConsumer("orders", bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                           isolation_level="read_committed", consumer_timeout_ms=5000)
+    assert sorted(m.value for m in python) == sorted(expected)
+    python.close()
+
+
+class Worker:
+    """Worker is a tests/support/txn_pipeline.py process; its output lines are kept."""
+
+    def __init__(self, bootstrap: str, group: str, source: str, target: str, hold_at: int, hold_s: float) -> None:
+        self.lines: list[str] = []
+        self.process = subprocess.Popen([sys.executable, txn_pipeline.__file__, bootstrap, group, group, source,
+                                         target, str(hold_at), str(hold_s)], stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.strip())
+
+    def committed(self) -> int:
+        """committed is how many records the worker committed so far."""
+        done = [int(line.split()[1]) for line in self.lines if line.startswith("committed ")]
+        return done[-1] if done else 0
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+
+@pytest.mark.slow
+def test_a_transactional_pipeline_loses_and_duplicates_nothing_across_sigkills_of_itself_and_a_broker(brokers):
+    """3,000 input records through a consume-transform-produce worker: SIGKILLed while a transaction of
+    it is open (its records in the sink) and replaced, then the broker coordinating its group and
+    transactional id SIGKILLed while the replacement's transaction is open; read_committed, the
+    output holds each input record exactly once and the group's offsets are at the input's end."""
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    create_topics(bootstrap, "source", "sink", partitions=3)
+    total = 3000
+    source = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(total):
+        source.produce("source", key=b"%d" % i, value=b"%d" % i)
+    assert source.flush(60) == 0
+    first = Worker(bootstrap, "pipeline", "source", "sink", hold_at=500, hold_s=3600)
+    workers = [first]
+    try:
+        wait_until(lambda: "holding" in first.lines, 90, message=lambda: f"the first worker: {first.lines[-3:]}")
+        first.kill()                                    # its open transaction's records are in the sink
+        second = Worker(bootstrap, "pipeline", "source", "sink", hold_at=300, hold_s=2)
+        workers.append(second)
+        wait_until(lambda: "holding" in second.lines, 90, message=lambda: f"the second worker: {second.lines[-3:]}")
+        victim_id = coordinator(bootstrap, "pipeline")
+        victim = next(b for b in brokers if b.port == broker_ids(bootstrap)[victim_id])
+        victim.kill()
+        killed_at = time.monotonic()
+        survivors = ",".join(b.bootstrap for b in brokers if b is not victim)
+        checker = Consumer({"bootstrap.servers": survivors, "group.id": "pipeline"})
+
+        def caught_up():
+            committed = checker.committed([TopicPartition("source", p) for p in range(3)], 10)
+            return sum(max(tp.offset, 0) for tp in committed) == total
+        wait_until(caught_up, 180, interval=0.5,
+                   message=lambda: f"the group's offsets at the input's end; second worker: {second.lines[-3:]}")
+        resumed_s = time.monotonic() - killed_at
+        checker.close()
+        assert second.process.poll() is None, second.lines[-5:]          # never fenced, never failed
+    finally:
+        for worker in workers:
+            if worker.process.poll() is None:
+                worker.kill()
+    out = read_committed(survivors, "sink", total, timeout=120)
+    assert len(out) == total and sorted(out) == sorted(b"%d" % i for i in range(total)), (
+        f"{len(out)} records, {len(set(out))} distinct, {total - len(set(out))} missing")
+    everything = KafkaConsumer("sink", bootstrap_servers=survivors, auto_offset_reset="earliest",
+                               consumer_timeout_ms=5000)
+    uncommitted = len([m for m in everything])
+    everything.close()
+    assert uncommitted > total                           # the killed worker's open transaction, aborted
+    print(f"pipeline: first worker killed in a transaction after {first.committed()} records committed, the "
+          f"second resumed; broker {victim_id} (coordinator) killed in a transaction, all committed "
+          f"{resumed_s:.1f} s later; {uncommitted - total} aborted records in the sink, none read")

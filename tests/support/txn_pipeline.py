@@ -1,0 +1,91 @@
+"""A consume-transform-produce worker with confluent-kafka transactions: a process the tests SIGKILL.
+
+    python txn_pipeline.py BOOTSTRAP GROUP TRANSACTIONAL_ID IN_TOPIC OUT_TOPIC [HOLD_AT HOLD_S]
+
+It reads IN_TOPIC in GROUP (read_committed, no auto-commit) and writes each record's value to
+OUT_TOPIC, a batch of records per transaction with the input offsets sent to the transaction
+(`send_offsets_to_transaction`), as Kafka's exactly-once pipelines do: a retriable failure of the
+commit is retried; any other failure aborts the transaction and rewinds the consumer to the
+group's committed offsets; a fatal error (fenced by a newer worker) ends the process with status
+3. It prints "committed N" after each commit (N: records so far) and runs until killed. With
+HOLD_AT, the first transaction that reaches HOLD_AT records is held open, its records sent and
+acknowledged, for HOLD_S seconds after printing "holding" (a slow step of the application), so a
+test can kill this process or a broker while a transaction is open.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+FENCED_STATUS = 3
+
+
+def rewind(consumer: Consumer) -> None:
+    """rewind seeks every assigned partition back to the group's committed offset."""
+    assignment = consumer.assignment()
+    for committed in consumer.committed(assignment, 30):
+        consumer.seek(TopicPartition(committed.topic, committed.partition,
+                                     committed.offset if committed.offset >= 0 else 0))
+
+
+def abort(producer: Producer) -> None:
+    """abort aborts the open transaction, retrying what the client says is retriable."""
+    while True:
+        try:
+            producer.abort_transaction(60)
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+
+
+def main(bootstrap: str, group: str, transactional_id: str, source: str, target: str, hold_at: str = "0",
+         hold_s: str = "0") -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "session.timeout.ms": 15000})
+    consumer.subscribe([source])
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                         "transaction.timeout.ms": 20000})
+    producer.init_transactions(60)
+    done = 0
+    while True:
+        messages = [m for m in consumer.consume(50, 0.5) if m.error() is None]
+        if not messages:
+            continue
+        try:
+            producer.begin_transaction()
+            for message in messages:
+                producer.produce(target, key=message.key(), value=message.value())
+            if 0 < int(hold_at) <= done + len(messages):
+                hold_at = "0"
+                producer.flush(60)
+                print("holding", flush=True)
+                time.sleep(float(hold_s))
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata(), 60)
+            while True:
+                try:
+                    producer.commit_transaction(60)
+                    break
+                except KafkaException as exc:
+                    if not exc.args[0].retriable():
+                        raise
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.fatal():
+                print(f"fatal: {error}", flush=True)
+                return FENCED_STATUS
+            print(f"aborting: {error}", flush=True)
+            abort(producer)
+            rewind(consumer)
+            continue
+        done += len(messages)
+        print(f"committed {done}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:8]))
