@@ -25,6 +25,12 @@ class NoSuchTopic(SparkSourceError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class CompactedTopic(SparkSourceError):
+    """CompactedTopic is raised for a topic of cleanup.policy=compact named to the reader: its rewritten
+    batches live in swap records, out of offset order (walkit.adapters.topics.compaction), which the
+    reader, reading the log in offset order, does not follow."""
+
+
 class DataLost(SparkSourceError):
     """DataLost is raised when records a query still needs were removed (retention, truncation).
 

@@ -85,6 +85,14 @@ def test_missing_topic_and_log_are_named_in_the_error(spark, broker, orders):
         spark.read.format("walkit").option("metadata", broker.metadata_url).option("log", "no-such-log").load().collect()
 
 
+def test_a_compacted_topic_is_refused_by_name_and_left_out_of_a_pattern(spark, broker, orders):
+    create_topic(broker.bootstrap, "orders-compacted", 1, **{"cleanup.policy": "compact"})
+    with pytest.raises(Exception, match="topic orders-compacted is compacted .* read it through a Kafka client"):
+        read_topic(spark, broker, topic="orders-compacted").collect()
+    matched = read_topic(spark, broker, subscribePattern="orders.*").select("topic").distinct().collect()
+    assert [r.topic for r in matched] == ["orders"]
+
+
 @pytest.mark.parametrize("options, message", [
     ({"topic": "orders", "startingOffsets": "yesterday"}, "option startingOffsets is earliest, latest or JSON"),
     ({"topic": "orders", "startingOffsets": "latest"}, "startingOffsets latest .* not allowed in a batch read"),
