@@ -48,6 +48,10 @@ A run (`Compactor.run`, on the leader's event loop, from the broker's periodic t
 4. If any batch changed, the whole range is written as swaps, each at most one log record
    (a batch too large to fit one with a swap header stays where it is), awaited in order,
    and a snapshot is taken so the log is truncated behind the first batch still indexed.
+
+Decoding and re-encoding run on a worker thread, a read (about READ_BYTES) at a time, so the
+broker's event loop keeps serving; a run holds the keys of its range and the rewritten batches
+(the compacted size) in memory until its swaps are appended.
 """
 
 from __future__ import annotations
@@ -212,21 +216,27 @@ class Compactor:
                 end += 1
             return state.bases[:end], state.nexts[:end], list(zip(state.positions[:end], state.subs[:end]))
 
-    async def _batches(self, bases: list[int], upto: int):
-        """_batches yields the stored batches of the range, checking they are the planned ones."""
+    async def _reads(self, bases: list[int], upto: int):
+        """_reads yields the stored batches of the range, a read (about READ_BYTES) at a time, checking they
+        are the planned ones."""
         offset, expected = bases[0], iter(bases)
         while offset < upto:
             data = await self.leader.read(offset, READ_BYTES)
             if not data:
                 raise RangeChanged(f"the range ended at {offset} before {upto}")
+            found, ended = [], False
             for batch in split_stored(data):
                 head = info(batch)
                 if head.base_offset >= upto:
-                    return
+                    ended = True
+                    break
                 if head.base_offset != next(expected, None):
                     raise RangeChanged(f"the index changed at offset {head.base_offset} during compaction")
-                yield batch
+                found.append(batch)
                 offset = head.next_offset
+            yield found
+            if ended:
+                return
 
     async def _run(self, delete_retention_ms: int, now: int) -> int:
         planned = self._plan()
@@ -237,11 +247,14 @@ class Compactor:
         if upto <= self.checked_upto and (self.tombstone is None or now < self.tombstone + delete_retention_ms):
             return 0
         latest: dict[bytes, int] = {}
-        async for batch in self._batches(bases, upto):
-            if not untouchable(batch):
-                for r in records(batch):
-                    if r.key is not None:
-                        latest[r.key] = r.offset
+        loop = self.leader.loop
+
+        def scan(read: list[bytes]) -> None:
+            for batch in read:
+                if not untouchable(batch):
+                    latest.update((r.key, r.offset) for r in records(batch) if r.key is not None)
+        async for read in self._reads(bases, upto):          # decoding runs off the event loop
+            await loop.run_in_executor(None, scan, read)
         tombstones: list[int] = []
 
         def keep(r) -> bool:
@@ -263,24 +276,27 @@ class Compactor:
                 swaps.append(swap_record(chunk_first, chunk_upto, digest(chunk_keys), list(chunk)))
             chunk.clear()
             chunk_keys.clear()
-        async for batch in self._batches(bases, upto):
-            head = info(batch)
-            out = batch if untouchable(batch) else rewrite(batch, keep)
-            changed = changed or out is not batch
-            if out is not None and len(out) > budget:           # stays where it is
-                close(head.base_offset)
-                chunk_first, size = None, 0
-            else:
-                if chunk_keys and size + (len(out) if out else 0) > budget:
+        def rewrite_all(read: list[bytes]) -> list[bytes | None]:
+            return [batch if untouchable(batch) else rewrite(batch, keep) for batch in read]
+        async for read in self._reads(bases, upto):
+            outs = await loop.run_in_executor(None, rewrite_all, read)
+            for batch, out in zip(read, outs):
+                head = info(batch)
+                changed = changed or out is not batch
+                if out is not None and len(out) > budget:           # stays where it is
                     close(head.base_offset)
-                    size = 0
-                if not chunk_keys:
-                    chunk_first = head.base_offset
-                chunk_keys.append(keys[index])
-                if out is not None:
-                    chunk.append(out)
-                    size += len(out)
-            index += 1
+                    chunk_first, size = None, 0
+                else:
+                    if chunk_keys and size + (len(out) if out else 0) > budget:
+                        close(head.base_offset)
+                        size = 0
+                    if not chunk_keys:
+                        chunk_first = head.base_offset
+                    chunk_keys.append(keys[index])
+                    if out is not None:
+                        chunk.append(out)
+                        size += len(out)
+                index += 1
         close(upto)
         applied = await self._swap(swaps) if changed else 0
         if applied < len(swaps) and changed:
