@@ -12,10 +12,12 @@ import itertools
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from walkit.testing.processes import wait_until
 from tests.support.serverprocess import TopicsProcess, kcat
+
+from .test_topics_admin import create_topic
 
 pytestmark = pytest.mark.slow
 
@@ -28,13 +30,6 @@ def broker(tmp_path_factory):
     process.start().wait_ready()
     yield process
     process.stop()
-
-
-def create_topic(broker: TopicsProcess, name: str, **configs: str) -> None:
-    client = AdminClient({"bootstrap.servers": broker.bootstrap})
-    futures = client.create_topics([NewTopic(name, num_partitions=1, replication_factor=1, config=configs)],
-                                   operation_timeout=15)
-    futures[name].result(30)
 
 
 def produce(broker: TopicsProcess, topic: str, pairs) -> dict[int, tuple[bytes, bytes | None]]:
@@ -87,7 +82,7 @@ def latest_per_key(stored: dict[int, tuple[bytes, bytes | None]]) -> dict[bytes,
 def test_a_compacted_topic_keeps_exactly_the_latest_value_per_key_and_drops_tombstones_after_their_retention(
         broker):
     topic = "compacted"
-    create_topic(broker, topic, **{"cleanup.policy": "compact", "segment.ms": "1000",
+    create_topic(broker, topic, 1, **{"cleanup.policy": "compact", "segment.ms": "1000",
                                    "delete.retention.ms": "3600000"})
     stored = produce(broker, topic, [(b"k%d" % key, b"v%d-%d" % (round_, key))
                                      for round_ in range(5) for key in range(10)])
@@ -128,7 +123,7 @@ def test_a_compacted_topic_keeps_exactly_the_latest_value_per_key_and_drops_tomb
 
 def test_compact_delete_compacts_and_then_retention_removes_the_compacted_ledgers(broker):
     topic = "compacted-and-deleted"
-    create_topic(broker, topic, **{"cleanup.policy": "compact,delete", "segment.ms": "1000",
+    create_topic(broker, topic, 1, **{"cleanup.policy": "compact,delete", "segment.ms": "1000",
                                    "retention.ms": "3600000"})
     stored = produce(broker, topic, [(b"a", b"1"), (b"b", b"2"), (b"a", b"3")])
     sentinels = itertools.count()
