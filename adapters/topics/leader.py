@@ -16,7 +16,8 @@ instead of being appended twice.
 
 Fetch: the recently applied batches stay in memory (up to `cache_bytes`), so consumers at the
 tail are served without touching the bookies; older offsets are read from the log, starting
-at the entry the offset index names. Long polls wait on `wait_for_data`.
+at the entry the offset index names, as far as one forward pass goes (after a compaction the
+index's batches are not in log order: compaction.py). Long polls wait on `wait_for_data`.
 
 Leader epochs (epochs.py): on "leader" the partition first appends an epoch record with its
 walkit.replicate epoch, then stamps that epoch into every batch it appends; `end_offset_for`
@@ -54,6 +55,8 @@ log = logging.getLogger("walkit.adapters.topics")
 
 #: Longest a node's role thread waits for the event loop to take a "follower" change in.
 ROLE_WAIT_S = 5.0
+#: Plans of one log read: a compaction may move the batches a read planned for (leader._read).
+READ_ATTEMPTS = 3
 
 
 def on_loop(loop: asyncio.AbstractEventLoop, fn, wait: bool = False) -> None:
@@ -267,29 +270,35 @@ class PartitionLeader:
         return found if before is None else batches_before(found, before)
 
     async def _read(self, offset: int, max_bytes: int) -> bytes:
+        """_read reads from the cache or the log. A log read that finds its entries truncated is planned
+        again while the offset is still in the index: a compaction moved its batch (the snapshot after
+        the swap truncated the old ledgers under the read), and retention did not remove it."""
         machine = self.machine
-        with machine.lock:
-            state = machine.state
-            if offset == state.next_offset:
-                return b""
-            index = state.locate(offset)
-            if index is None:
-                raise KafkaError(errors.OFFSET_OUT_OF_RANGE,
-                                 f"offset {offset} is outside [{state.log_start_offset}, {state.next_offset}]")
-            if index == len(state):
-                return b""                          # past the last batch, in a gap compaction left
-            cache_start = len(state) - len(machine.cache)
-            if index >= cache_start:
-                return self._from_cache(index - cache_start, max_bytes)
-            keys, end = log_run(state, index, cache_start, max_bytes)
-            stop = state.where(end) if end == cache_start and end < len(state) else None
-            run_end, first = state.nexts[end - 1], state.bases[index]
-        try:
-            head = await self.loop.run_in_executor(None, self._read_log, keys, first, max_bytes)
-        except LogTruncated:
-            raise KafkaError(errors.OFFSET_OUT_OF_RANGE, f"offset {offset} was removed by retention") from None
-        except (WalkitError, ValueError) as exc:
-            raise KafkaError(errors.KAFKA_STORAGE_ERROR, f"reading offset {offset}: {exc}") from None
+        for attempt in range(READ_ATTEMPTS):
+            with machine.lock:
+                state = machine.state
+                if offset == state.next_offset:
+                    return b""
+                index = state.locate(offset)
+                if index is None:
+                    raise KafkaError(errors.OFFSET_OUT_OF_RANGE,
+                                     f"offset {offset} is outside [{state.log_start_offset}, {state.next_offset}]")
+                if index == len(state):
+                    return b""                          # past the last batch, in a gap compaction left
+                cache_start = len(state) - len(machine.cache)
+                if index >= cache_start:
+                    return self._from_cache(index - cache_start, max_bytes)
+                keys, end = log_run(state, index, cache_start, max_bytes)
+                stop = state.where(end) if end == cache_start and end < len(state) else None
+                run_end, first = state.nexts[end - 1], state.bases[index]
+            try:
+                head = await self.loop.run_in_executor(None, self._read_log, keys, first, max_bytes)
+                break
+            except LogTruncated:
+                if attempt + 1 == READ_ATTEMPTS:
+                    raise KafkaError(errors.OFFSET_OUT_OF_RANGE, f"offset {offset} was removed by retention") from None
+            except (WalkitError, ValueError) as exc:
+                raise KafkaError(errors.KAFKA_STORAGE_ERROR, f"reading offset {offset}: {exc}") from None
         if len(head) < max_bytes and stop is not None and head and last_offset(head) + 1 == run_end:
             with machine.lock:                     # the log reader read up to the cache: go on from memory
                 cached = len(state) - len(machine.cache)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -19,6 +20,7 @@ from walkit import Position
 from walkit.adapters.topics import batches, compaction
 from walkit.adapters.topics.leader import PartitionLeader
 from walkit.adapters.topics.partition import PartitionMachine, PartitionState
+from walkit.errors import LogTruncated
 from walkit.replication import batch as entries
 
 from .test_topics_leader import ScriptedNode, partition_on, settle, until
@@ -56,6 +58,8 @@ async def compacted_leader(cache_bytes: int = 1 << 20):
 
     @contextmanager
     def read_log(name, start=None, follow=False, password=b""):
+        if node.truncated and start < node.truncated[-1]:
+            raise LogTruncated(f"the log begins at {node.truncated[-1]}, not {start}")
         yield [SimpleNamespace(position=p, payload=payload) for p, payload in list(node.log) if p >= start]
     client = SimpleNamespace(read_log=read_log, max_entry_bytes=1 << 20)
     leader = PartitionLeader(loop, client, "t", 0, "replicated-kafka-t-0", PartitionMachine("kafka-t-0", cache_bytes))
@@ -101,6 +105,29 @@ def test_reads_from_the_cache_and_the_log_agree_after_a_compaction():
         leader.machine.cache.clear()
         leader.machine._cached = 0
         assert await consume(leader) == cached == [(1, b"a", b"a2"), (2, b"b", b"b1")]
+    asyncio.run(scenario())
+
+
+def test_a_fetch_planned_before_a_compaction_truncated_its_ledgers_reads_the_moved_batches():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        leader, node = await compacted_leader(cache_bytes=1)      # reads go to the log
+        await produce(leader, node, keyed_batch([(b"a", b"a1")]), keyed_batch([(b"a", b"a2")]))
+        await leader.append(keyed_batch([(b"b", b"b1")]))
+        planned, compacted, original = threading.Event(), threading.Event(), leader._read_log
+
+        def stalled(keys, first, max_bytes):                     # the first read waits out the compaction
+            if not planned.is_set():
+                planned.set()
+                compacted.wait(10)
+            return original(keys, first, max_bytes)
+        leader._read_log = stalled
+        reading = asyncio.ensure_future(leader.read(0, 1 << 20))
+        assert await loop.run_in_executor(None, planned.wait, 10)
+        assert await leader.compactor.run(delete_retention_ms=1000, now_ms=2000) == 1
+        assert node.truncated[-1].ledger_id == 2                # ledger 1, which the read planned for, is gone
+        compacted.set()
+        assert contents(await reading)[0] == (1, b"a", b"a2")
     asyncio.run(scenario())
 
 
