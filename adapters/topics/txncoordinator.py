@@ -184,6 +184,8 @@ class TransactionCoordinator:
         task = self._completing.get(txn_id)
         if task is None or task.done():
             task = self._completing[txn_id] = self.loop.create_task(self._completion(bucket, txn_id))
+            task.add_done_callback(lambda done: self._completing.pop(txn_id, None)
+                                   if self._completing.get(txn_id) is done else None)
         return task
 
     async def _completion(self, bucket, txn_id: str) -> None:
