@@ -45,9 +45,11 @@ A run (`Compactor.run`, on the leader's event loop, from the broker's periodic t
    transactions' index stays right; this compacts less than Kafka, never wrongly. A batch
    that lost records is re-encoded with its codec, producer id, epoch, base sequence and
    leader epoch, each record at its own offset; a batch that lost all its records goes.
-4. If any batch changed, the whole range is written as swaps, each at most one log record
-   (a batch too large to fit one with a swap header stays where it is), awaited in order,
-   and a snapshot is taken so the log is truncated behind the first batch still indexed.
+4. If any batch changed, or the range is not in log order (a run cut short, batches appended
+   while a swap was written: old ledgers would stay pinned), the whole range is written as
+   swaps, each at most one log record (a batch too large to fit one with a swap header stays
+   where it is, and pins its ledger), awaited in order, and a snapshot is taken so the log is
+   truncated behind the first batch still indexed.
 
 Decoding and re-encoding run on a worker thread, a read (about READ_BYTES) at a time, so the
 broker's event loop keeps serving; a run holds the keys of its range and the rewritten batches
@@ -268,7 +270,10 @@ class Compactor:
                 tombstones.append(r.timestamp)
             return True
         budget = max_record(self.leader.client.max_entry_bytes) - SWAP_OVERHEAD
-        swaps, chunk, chunk_keys, size, changed, index = [], [], [], 0, False, 0
+        # a range out of log order (a run cut short, batches appended during a swap) is rewritten even if
+        # nothing goes, so the ledgers it still pins are released
+        changed = any(later < earlier for earlier, later in zip(keys, keys[1:]))
+        swaps, chunk, chunk_keys, size, index = [], [], [], 0, 0
         chunk_first = None
 
         def close(chunk_upto: int) -> None:

@@ -20,7 +20,7 @@ from walkit import Position
 from walkit.adapters.topics import batches, compaction
 from walkit.adapters.topics.leader import PartitionLeader
 from walkit.adapters.topics.partition import PartitionMachine, PartitionState
-from walkit.errors import LogTruncated
+from walkit.errors import LogTruncated, NotLeader
 from walkit.replication import batch as entries
 
 from .test_topics_leader import ScriptedNode, partition_on, settle, until
@@ -128,6 +128,31 @@ def test_a_fetch_planned_before_a_compaction_truncated_its_ledgers_reads_the_mov
         assert node.truncated[-1].ledger_id == 2                # ledger 1, which the read planned for, is gone
         compacted.set()
         assert contents(await reading)[0] == (1, b"a", b"a2")
+    asyncio.run(scenario())
+
+
+def test_a_leader_that_fails_between_the_swaps_of_a_run_leaves_a_valid_log_that_the_next_run_finishes():
+    async def scenario():
+        leader, node = await compacted_leader()
+        leader.client.max_entry_bytes = compaction.SWAP_OVERHEAD + 9 + 160       # two kept batches a swap
+        await produce(leader, node, *(keyed_batch([(key, key + b"%d" % i)]) for i, key in enumerate(b"a b c d a b".split())))
+        await leader.append(keyed_batch([(b"z", b"z")]))
+        submit, swaps = node.submit_async, []
+
+        def failing(record):
+            if compaction.is_swap(record):
+                swaps.append(record)
+                if len(swaps) == 2:
+                    raise NotLeader("the leadership ended", None)
+            return submit(record)
+        node.submit_async = failing
+        assert await leader.compactor.run(delete_retention_ms=1000, now_ms=2000) == 0       # failed, logged
+        partly = [(2, b"c", b"c2"), (3, b"d", b"d3"), (4, b"a", b"a4"), (5, b"b", b"b5"), (6, b"z", b"z")]
+        assert await consume(leader) == partly and len(swaps) == 2
+        node.submit_async = submit
+        node.roll()                                      # the first swap's ledger closes
+        assert await leader.compactor.run(delete_retention_ms=1000, now_ms=2000) == 2
+        assert await consume(leader) == partly and min(p.ledger_id for p, _ in node.log) == 2     # ledger 1 goes
     asyncio.run(scenario())
 
 
