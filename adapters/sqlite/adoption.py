@@ -19,12 +19,15 @@
 Every node then applies that record as any other (SqliteMachine.apply): one SQLite backup
 replaces its file's content with the image and its position with the record's, so the
 adopting node's file holds what it held and every other node's file the same. The image's
-ledger is kept as long as the database: a node or a restore replaying the log from its start
-reads it.
+ledger is kept while the log holds the adoption record (a node or a restore replaying the
+log from its start reads it): ``sqlite/<name>/adopted`` names it and the log's ledger holding
+the record, and the leader deletes both once snapshots truncated that ledger away
+(`collect_image`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -33,7 +36,7 @@ from typing import BinaryIO
 
 import crc32c
 
-from walkit.errors import NoSuchLog, WalkitError
+from walkit.errors import NodeExists, NoSuchKey, NoSuchLedger, NoSuchLog, WalkitError
 from walkit.replication import batch
 from walkit.replication.snapshots import append_chunks, read_chunks, read_pointer
 
@@ -120,6 +123,37 @@ def adopt(client, path: str, name: str, node_id: str, *, ensemble: int = 3, writ
             record = Transaction(commit_ms=time.time_ns() // 1_000_000, node=node_id)
             record.add_adopt(image)
             node.submit(record.encode())
+            value = json.dumps({"ledger": image["ledger"], "log_ledger": node.applied.ledger_id}).encode()
+            try:
+                client.store.create(image_key(name), value)
+            except NodeExists:                        # left by a database of this name that was deleted
+                client.store.put(image_key(name), value, client.store.get(image_key(name))[1])
+
+
+def image_key(name: str) -> str:
+    """image_key names the image ledger of adopted database `name` and the log ledger holding its adoption record."""
+    return f"sqlite/{name}/adopted"
+
+
+def collect_image(client, name: str) -> bool:
+    """collect_image deletes the adopted image of `name` once the log no longer holds its adoption record.
+
+    It returns True when nothing is left to collect (no adopted image, or it was deleted now).
+    """
+    try:
+        value, _ = client.store.get(image_key(name))
+    except NoSuchKey:
+        return True
+    adopted = json.loads(value)
+    segments = client.log_metadata(f"replicated-{name}").segments
+    if not segments or segments[0].ledger_id <= adopted["log_ledger"]:
+        return False                                  # the record may be replayed: the image is needed
+    try:
+        client.delete_ledger(adopted["ledger"])
+    except NoSuchLedger:
+        pass
+    client.store.delete(image_key(name))
+    return True
 
 
 def _first_record(client, name: str) -> Transaction | None:

@@ -36,6 +36,8 @@ ADOPTION_OPTIONS = ("ensemble", "write_quorum", "ack_quorum", "password")
 #: explicit_lac_ms, 100 there): followers apply a transaction nothing follows this much later,
 #: and a forwarded COMMIT waits for it; each idle spell costs one message to each bookie.
 EXPLICIT_LAC_MS = 10
+#: How often the leader looks whether the adopted image of its database can go (adoption.collect_image).
+IMAGE_CHECK_S = 60.0
 #: How often a node refreshes what it publishes for `walkit sqlite status`.
 STATUS_EVERY_S = 1.0
 _registry: dict[str, "Database"] = {}
@@ -226,6 +228,7 @@ class Database:
 
     def _publish_loop(self) -> None:
         key = f"{status_prefix(self.name)}/{self.node_id.replace('/', '_')}"
+        image_checked, image_collected = 0.0, False
         while not self._stop.is_set():
             try:
                 value = json.dumps(self.describe()).encode()
@@ -236,6 +239,12 @@ class Database:
             except Exception as exc:  # noqa: BLE001 - status is best effort; the node goes on
                 log.debug("%s: cannot publish the status: %s", self.node_id, exc)
                 self._registration = None
+            if not image_collected and self.node.is_leader and time.monotonic() - image_checked >= IMAGE_CHECK_S:
+                image_checked = time.monotonic()
+                try:
+                    image_collected = adoption.collect_image(self.client, self.name)
+                except WalkitError as exc:     # tried again later
+                    log.debug("%s: the adopted image of %r was not collected: %s", self.node_id, self.name, exc)
             self._stop.wait(STATUS_EVERY_S)
 
     # -- closing --------------------------------------------------------------------------------------

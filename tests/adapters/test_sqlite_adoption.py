@@ -9,6 +9,7 @@ connection, gone when it closes.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 
@@ -19,6 +20,7 @@ from walkit.adapters.sqlite import adoption
 from walkit.errors import NoSuchLog
 
 from .sqlitehelpers import cluster, log_records, nodes, unique  # noqa: F401 - cluster and nodes are fixtures
+from walkit.testing.processes import wait_until
 
 SCHEMA = ("SELECT type, name, tbl_name, sql FROM sqlite_schema WHERE name NOT LIKE '\\_walkit%' ESCAPE '\\' "
           "ORDER BY name")
@@ -136,3 +138,33 @@ def test_memory_is_a_private_database_deleted_at_close(cluster):
     assert not os.path.exists(os.path.dirname(database.path))
     with pytest.raises(NoSuchLog):
         client.log_metadata(f"replicated-{database.name}")
+
+
+def test_the_adopted_image_is_deleted_once_the_log_no_longer_holds_its_record(nodes, tmp_path, monkeypatch):
+    from walkit.adapters.sqlite import database
+    from walkit.errors import NoSuchKey, NoSuchLedger
+    monkeypatch.setattr(database, "IMAGE_CHECK_S", 0.1)
+    name = unique("adopt")
+    plain = str(tmp_path / f"{name}-n0.db")
+    plain_file(plain)
+    expected = content(sqlite3.connect(plain))
+    conn = nodes.connect(name, "n0", adopt=True, snapshot_every_records=3, roll_entries=3)
+    store = conn._database.client.store
+    image = json.loads(store.get(adoption.image_key(name))[0])["ledger"]
+    conn._database.client.ledger_metadata(image)                           # kept while the log holds the record
+    for i in range(12):                                                    # snapshots truncate the first ledgers
+        with conn:
+            conn.execute("UPDATE accounts SET balance = balance + 1 WHERE id = ?", (i,))
+
+    def collected() -> bool:
+        try:
+            store.get(adoption.image_key(name))
+            return False
+        except NoSuchKey:
+            return True
+    wait_until(collected, 30, "the adopted image was not collected")
+    with pytest.raises(NoSuchLedger):
+        conn._database.client.ledger_metadata(image)
+    newcomer = nodes.connect(name, "n1")                                   # starts from a snapshot
+    newcomer.read_barrier()
+    assert content(newcomer) == content(conn) and content(conn)[0] == expected[0]
