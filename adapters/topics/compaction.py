@@ -205,8 +205,9 @@ class Compactor:
         finally:
             self.running = False
 
-    def _plan(self) -> tuple[list[int], list[int], list] | None:
-        """_plan is the range to compact: its batches' base offsets, next offsets and index keys."""
+    def _plan(self) -> tuple[list[int], list[int], list, int] | None:
+        """_plan is the range to compact: its batches' base offsets, next offsets and index keys, and the
+        log start offset (a DeleteRecords may have moved it inside the first batch)."""
         leader = self.leader
         current = leader.node.ledger_id
         if current is None:
@@ -216,12 +217,13 @@ class Compactor:
             end = 0
             while end < len(state) - 1 and state.positions[end].ledger_id < current:
                 end += 1
-            return state.bases[:end], state.nexts[:end], list(zip(state.positions[:end], state.subs[:end]))
+            planned = state.bases[:end], state.nexts[:end], list(zip(state.positions[:end], state.subs[:end]))
+            return planned + (state.log_start_offset,)
 
-    async def _reads(self, bases: list[int], upto: int):
+    async def _reads(self, bases: list[int], upto: int, start: int):
         """_reads yields the stored batches of the range, a read (about READ_BYTES) at a time, checking they
-        are the planned ones."""
-        offset, expected = bases[0], iter(bases)
+        are the planned ones; the first read asks for `start`, the log start offset if inside the first."""
+        offset, expected = max(bases[0], start), iter(bases)
         while offset < upto:
             data = await self.leader.read(offset, READ_BYTES)
             if not data:
@@ -244,7 +246,7 @@ class Compactor:
         planned = self._plan()
         if not planned or not planned[0]:
             return 0
-        bases, nexts, keys = planned
+        bases, nexts, keys, start = planned
         upto = nexts[-1]
         if upto <= self.checked_upto and (self.tombstone is None or now < self.tombstone + delete_retention_ms):
             return 0
@@ -255,7 +257,7 @@ class Compactor:
             for batch in read:
                 if not untouchable(batch):
                     latest.update((r.key, r.offset) for r in records(batch) if r.key is not None)
-        async for read in self._reads(bases, upto):          # decoding runs off the event loop
+        async for read in self._reads(bases, upto, start):          # decoding runs off the event loop
             await loop.run_in_executor(None, scan, read)
         tombstones: list[int] = []
 
@@ -283,7 +285,7 @@ class Compactor:
             chunk_keys.clear()
         def rewrite_all(read: list[bytes]) -> list[bytes | None]:
             return [batch if untouchable(batch) else rewrite(batch, keep) for batch in read]
-        async for read in self._reads(bases, upto):
+        async for read in self._reads(bases, upto, start):
             outs = await loop.run_in_executor(None, rewrite_all, read)
             for batch, out in zip(read, outs):
                 head = info(batch)

@@ -253,12 +253,14 @@ class PartitionState:
         compaction the index's positions are not in log order (compaction.py)."""
         return min(self.positions) if self.positions else self.retained_from
 
-    def truncate_before(self, position: Position) -> int:
-        """truncate_before forgets the leading batches stored before `position`; it returns how many.
+    def truncate_before(self, position: Position, count: int | None = None) -> int:
+        """truncate_before forgets the leading batches stored before `position` (or the first `count`, which
+        DeleteRecords knows by offset); it returns how many.
 
         After a compaction the positions are not in log order (compaction.py): it stops at the first
         batch stored at or after `position`."""
-        count = next((i for i, p in enumerate(self.positions) if p >= position), len(self.positions))
+        if count is None:
+            count = next((i for i, p in enumerate(self.positions) if p >= position), len(self.positions))
         if count:                          # a DeleteRecords may have moved the log start further
             self.log_start_offset = max(self.log_start_offset, self.nexts[count - 1])
             del self.bases[:count], self.nexts[:count], self.positions[:count], self.subs[:count]
@@ -281,7 +283,7 @@ class PartitionState:
         count = bisect.bisect_right(self.nexts, offset)
         kept = self.positions[count] if count < len(self.positions) else position
         self.log_start_offset = offset
-        return self.truncate_before(kept)
+        return self.truncate_before(kept, count)
 
 
 class PartitionMachine(walkit.StateMachine):

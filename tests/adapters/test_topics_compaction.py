@@ -41,10 +41,10 @@ def contents(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
     return [(r.offset, r.key, r.value) for batch in compaction.split_stored(data) for r in batches.records(batch)]
 
 
-async def consume(leader) -> list[tuple[int, bytes | None, bytes | None]]:
-    """consume fetches the partition from offset 0 to its high watermark as a consumer does: from the
+async def consume(leader, offset: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
+    """consume fetches the partition from `offset` to its high watermark as a consumer does: from the
     offset after the last batch each fetch returned (a fetch may stop early where compaction moved batches)."""
-    out, offset = [], 0
+    out = []
     while offset < leader.high_watermark:
         data = await leader.read(offset, 1 << 20)
         out += contents(data)
@@ -153,6 +153,23 @@ def test_a_leader_that_fails_between_the_swaps_of_a_run_leaves_a_valid_log_that_
         node.roll()                                      # the first swap's ledger closes
         assert await leader.compactor.run(delete_retention_ms=1000, now_ms=2000) == 2
         assert await consume(leader) == partly and min(p.ledger_id for p, _ in node.log) == 2     # ledger 1 goes
+    asyncio.run(scenario())
+
+
+def test_delete_records_forgets_the_batches_before_it_and_compaction_goes_on_from_the_new_log_start():
+    async def scenario():
+        leader, node = await compacted_leader()
+        await produce(leader, node, keyed_batch([(b"a", b"a0")]), keyed_batch([(b"b", b"b1")]),
+                      keyed_batch([(b"a", b"a2")]), keyed_batch([(b"c", b"c3"), (b"d", b"d4")]))
+        await leader.append(keyed_batch([(b"z", b"z5")]))
+        assert await leader.compactor.run(delete_retention_ms=1000, now_ms=2000) == 1
+        assert leader.state.bases == [1, 2, 3, 5]                # the swap's batches, then z5 stored before it
+        assert await leader.delete_records(4) == 4               # inside the batch of c3 and d4
+        assert leader.state.bases == [3, 5]                      # those wholly before offset 4 are forgotten
+        await produce(leader, node, keyed_batch([(b"d", b"d6")]))
+        await leader.append(keyed_batch([(b"z", b"z7")]))
+        assert await leader.compactor.run(delete_retention_ms=1000, now_ms=2000) == 1
+        assert await consume(leader, 4) == [(5, b"z", b"z5"), (6, b"d", b"d6"), (7, b"z", b"z7")]
     asyncio.run(scenario())
 
 
