@@ -131,7 +131,8 @@ def check_configs(configs: dict[str, str], largest_message: int = MAX_MESSAGE_BY
                                                         f"the largest record batch a partition's log entry holds "
                                                         f"(batches are refused, not split)")
         elif name == "cleanup.policy" and value.replace(" ", "") not in CLEANUP_POLICIES:
-            raise KafkaError(errors.INVALID_CONFIG, f"cleanup.policy is delete, compact or compact,delete, not {value!r}")
+            raise KafkaError(errors.INVALID_CONFIG,
+                             f"cleanup.policy is delete, compact or compact,delete, not {value!r}")
         elif name == "message.timestamp.type" and value != "CreateTime":
             raise KafkaError(errors.INVALID_CONFIG, "only message.timestamp.type=CreateTime is supported")
     return dict(configs)

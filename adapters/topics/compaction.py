@@ -179,7 +179,8 @@ def untouchable(batch: bytes) -> bool:
 
 
 class RangeChanged(Exception):
-    """RangeChanged is a run's range that changed while it read it (retention, DeleteRecords): the next run plans anew."""
+    """RangeChanged is a run's range that changed while it read it (retention, DeleteRecords): the next run
+    plans anew."""
 
 
 class Compactor:
@@ -192,7 +193,8 @@ class Compactor:
         self.tombstone: int | None = None  # the timestamp of the oldest tombstone the last run kept (ms)
 
     async def run(self, delete_retention_ms: int, now_ms: int | None = None) -> int:
-        """run compacts the closed part of the partition if due; it returns the swaps applied."""
+        """run compacts the closed part of the partition if due; it returns the swaps appended (a swap that no
+        longer matches the index is appended, and ignored by every broker)."""
         leader = self.leader
         if self.running or not leader.active:
             return 0

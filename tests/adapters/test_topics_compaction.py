@@ -135,7 +135,8 @@ def test_a_leader_that_fails_between_the_swaps_of_a_run_leaves_a_valid_log_that_
     async def scenario():
         leader, node = await compacted_leader()
         leader.client.max_entry_bytes = compaction.SWAP_OVERHEAD + 9 + 160       # two kept batches a swap
-        await produce(leader, node, *(keyed_batch([(key, key + b"%d" % i)]) for i, key in enumerate(b"a b c d a b".split())))
+        keys = b"a b c d a b".split()
+        await produce(leader, node, *(keyed_batch([(key, key + b"%d" % i)]) for i, key in enumerate(keys)))
         await leader.append(keyed_batch([(b"z", b"z")]))
         submit, swaps = node.submit_async, []
 
