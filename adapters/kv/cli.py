@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from walkit.tls import tls_options
+
 
 def _store_name(ctx, param, value: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", value):
@@ -56,7 +58,8 @@ def kv() -> None:
 @click.option("--acl-file", envvar="WALKIT_KV_ACL_FILE", type=click.Path(exists=True, dir_okay=False), default=None,
               metavar="FILE", help="Users from a Redis ACL file: lines 'user NAME on >PASSWORD' (docs/operations/"
                                    "security.md lists the rules taken) [env WALKIT_KV_ACL_FILE].")
-def serve(http_port, requirepass, requirepass_file, users, acl_file, **options) -> None:
+@tls_options
+def serve(http_port, requirepass, requirepass_file, users, acl_file, tls_cert, tls_key, tls_ca, **options) -> None:
     """Serve a replicated key-value store over RESP, the Redis protocol, until Ctrl-C.
 
     redis-cli, redis-py and redis-benchmark work unchanged. Every write is appended to a walkit
@@ -69,16 +72,21 @@ def serve(http_port, requirepass, requirepass_file, users, acl_file, **options) 
     With --requirepass (or --user, --acl-file) clients must log in first, as with redis-server:
     redis-cli -a PASSWORD, or redis-cli --user NAME --pass PASSWORD.
 
+    With --tls-cert (and --tls-key) the port speaks TLS only: redis-cli --tls --cacert CA.pem,
+    redis-py ssl=True; with --tls-ca clients must also present a certificate that CA signed.
+
     Example: walkit kv serve, then in another terminal: redis-cli -p 6380 SET greeting hello
     """
     from walkit.adapters.kv.auth import BadUsers, load_users
     from walkit.adapters.kv.service import ServeOptions, run
     from walkit.errors import WalkitError
+    from walkit.tls import BadTls, options_context
     logging.getLogger("walkit.adapters.kv").setLevel(min(logging.getLogger().level, logging.INFO))
     try:
         options["users"] = load_users(requirepass=requirepass, requirepass_file=requirepass_file, users=users,
                                       acl_file=acl_file)
-    except (BadUsers, OSError) as exc:
+        options["tls"] = options_context(tls_cert, tls_key, tls_ca)
+    except (BadUsers, BadTls, OSError) as exc:
         raise click.UsageError(str(exc)) from None
     endpoint = None
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 import time
 
 from walkit.adapters.kv.auth import Users
@@ -69,12 +70,14 @@ class KVServer:
     """KVServer serves RESP on `host:port` over a KVMachine replicated by `node` (set once it started).
 
     Until `node` is set the server answers LOADING. `cluster` is the metadata URI INFO reports;
-    `users` who may connect (default: anyone, as a Redis without requirepass).
+    `users` who may connect (default: anyone, as a Redis without requirepass); with `tls` the
+    port speaks TLS only (a failed handshake closes that connection, nothing else).
     """
 
     def __init__(self, machine: KVMachine, loop, *, host: str = "127.0.0.1", port: int = 6380, cluster: str = "",
-                 snapshot_every: int = 0, users: Users | None = None) -> None:
+                 snapshot_every: int = 0, users: Users | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.machine = machine
+        self.tls = tls                          # serve TLS (walkit.tls) instead of plain RESP
         self.users = users or Users()
         self.auth_failures = 0                  # INFO's acl_access_denied_auth
         self._auth_logged = (float("-inf"), 0)  # when the last warning was logged, and the count then
@@ -96,7 +99,7 @@ class KVServer:
     async def start(self) -> None:
         """start listens on host:port (port 0: a free one, then `port` says which)."""
         self._server = await self.loop.create_server(lambda: Connection(self), self.host, self.port,
-                                                     reuse_address=True, backlog=1024)
+                                                     reuse_address=True, backlog=1024, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
 
     def stop_listening(self) -> None:

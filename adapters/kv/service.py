@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import ssl
 from dataclasses import dataclass, field
 
 import walkit
@@ -61,6 +62,7 @@ class ServeOptions:
     roll_entries: int = 10_000
     password: str = ""
     users: Users = field(default_factory=Users, repr=False)
+    tls: ssl.SSLContext | None = field(default=None, repr=False)   # walkit.tls.options_context
 
     def node_options(self) -> dict:
         """node_options are the walkit.replicate options of the store (the log's are used when it is created)."""
@@ -114,7 +116,7 @@ def start_node(server: KVServer, client, *, name: str, node_id: str, **options):
 async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
     loop = asyncio.get_running_loop()
     server = KVServer(KVMachine(), loop, host=options.host, port=options.port, cluster=metadata,
-                      snapshot_every=options.snapshot_every, users=options.users)
+                      snapshot_every=options.snapshot_every, users=options.users, tls=options.tls)
     await server.start()
     address = _advertised(options, server.port, metadata)
     client = await loop.run_in_executor(None, walkit.Client, metadata)
@@ -130,10 +132,11 @@ async def _serve(options: ServeOptions, metadata: str, where: str, echo) -> int:
     while not serving() and not stop.is_set() and node.failed is None and loop.time() < deadline:
         await asyncio.sleep(0.05)
     listening = f"{options.host}:{server.port}"
-    echo(f"walkit kv: serving RESP on {listening}{'' if address == listening else f' as {address}'} "
+    echo(f"walkit kv: serving RESP{' over TLS' if options.tls is not None else ''} on {listening}{'' if address == listening else f' as {address}'} "
          f"(store {options.name!r}, {where}; {info.walkit_role(server)})")
     host = "" if options.host in ("127.0.0.1", "localhost") else f"-h {address.rpartition(':')[0]} "
-    echo(f"connect with: redis-cli {host}-p {server.port}{_credentials_hint(options.users)}   "
+    tls = " --tls --cacert CA.pem" if options.tls is not None else ""
+    echo(f"connect with: redis-cli {host}-p {server.port}{tls}{_credentials_hint(options.users)}   "
          f"(or any Redis client; Ctrl-C stops the server)")
     while not stop.is_set() and node.failed is None:
         try:

@@ -14,6 +14,8 @@ import sys
 
 import click
 
+from walkit.tls import tls_options
+
 
 #: How long a command tries to reach (and log in to) the broker before it gives up.
 BOOTSTRAP_TIMEOUT_MS = 10_000
@@ -173,8 +175,9 @@ def topics() -> None:
 @click.option("--http-port", type=int, default=None,
               help="Serve Prometheus /metrics (the broker's appends to its logs: counts, failures, latency), "
                    "/health and /ready on this port (0: a free one) [default: off].")
+@tls_options
 @_kafka_errors
-def serve(http_port, **options) -> None:
+def serve(http_port, tls_cert, tls_key, tls_ca, **options) -> None:
     """Serve the Kafka protocol from walkit logs until Ctrl-C.
 
     Each topic partition is a walkit log; record batches are stored as producers sent them,
@@ -184,14 +187,20 @@ def serve(http_port, **options) -> None:
 
     Example: walkit topics serve, then: echo hello | kcat -b 127.0.0.1:9092 -t greetings -P
 
-    With --sasl-users or --sasl-user every client must log in with SASL/PLAIN
-    (security.protocol=SASL_PLAINTEXT, sasl.mechanism=PLAIN).
+    With --sasl-users or --sasl-user every client must log in with SASL (sasl.mechanism PLAIN,
+    SCRAM-SHA-256 or SCRAM-SHA-512; security.protocol=SASL_PLAINTEXT). With --tls-cert the port
+    speaks TLS only: security.protocol=SSL, or SASL_SSL with users.
     """
     from walkit.adapters.topics.sasl import BadUsers
     from walkit.adapters.topics.service import ServeOptions, run
     from walkit.errors import WalkitError
+    from walkit.tls import BadTls, options_context
     logging.getLogger("walkit.adapters.topics").setLevel(min(logging.getLogger().level, logging.INFO))
     endpoint = None
+    try:
+        options["tls"] = options_context(tls_cert, tls_key, tls_ca)
+    except BadTls as exc:
+        raise click.UsageError(str(exc)) from None
     try:
         if http_port is not None:
             from walkit.metrics import REGISTRY, HttpEndpoint, replicas_health
@@ -206,6 +215,66 @@ def serve(http_port, **options) -> None:
         if endpoint is not None:
             endpoint.close()
     sys.exit(status)
+
+
+@topics.group()
+def users() -> None:
+    """Manage the SASL users file of `walkit topics serve --sasl-users FILE`.
+
+    `add` stores a user's SCRAM-SHA-256 and SCRAM-SHA-512 credentials (salt, iterations,
+    StoredKey, ServerKey: never the password); the user can then log in with either SCRAM
+    mechanism or PLAIN. A broker reads the file when it starts: restart it after a change.
+    """
+
+
+_USERS_FILE = click.option("--file", "-f", "path", envvar="WALKIT_SASL_USERS", required=True, metavar="FILE",
+                           type=click.Path(dir_okay=False), help="The users file [env WALKIT_SASL_USERS].")
+
+
+@users.command(name="add")
+@_USERS_FILE
+@click.argument("name")
+@click.option("--password", envvar="WALKIT_SASL_PASSWORD", prompt=True, hide_input=True, confirmation_prompt=True,
+              help="The password [default: asked for] [env WALKIT_SASL_PASSWORD].")
+@click.option("--mechanism", "mechanisms", multiple=True, type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
+              help="Store credentials for this mechanism only, repeatable [default: both].")
+def users_add(path, name, password, mechanisms) -> None:
+    """Add user NAME to the users FILE, or change its password (FILE is created, mode 0600)."""
+    from walkit.adapters.topics.sasl import BadUsers, edit_users_file
+    try:
+        had = edit_users_file(path, name, password, mechanisms or ("SCRAM-SHA-256", "SCRAM-SHA-512"))
+    except BadUsers as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"{'changed' if had else 'added'} user {name} in {path} (restart the brokers that read it)")
+
+
+@users.command(name="remove")
+@_USERS_FILE
+@click.argument("name")
+def users_remove(path, name) -> None:
+    """Remove user NAME (every line of it) from the users FILE."""
+    from walkit.adapters.topics.sasl import BadUsers, edit_users_file
+    try:
+        had = edit_users_file(path, name, None)
+    except BadUsers as exc:
+        raise click.UsageError(str(exc)) from None
+    if not had:
+        raise click.ClickException(f"no user {name} in {path}")
+    click.echo(f"removed user {name} from {path} (restart the brokers that read it)")
+
+
+@users.command(name="list")
+@_USERS_FILE
+def users_list(path) -> None:
+    """List the users of the users FILE, each with the mechanisms it can log in with."""
+    from walkit.adapters.topics.sasl import BadUsers, Users
+    try:
+        found = Users.load(path)
+    except BadUsers as exc:
+        raise click.ClickException(str(exc)) from None
+    for name in found.names:
+        mechanisms = [m for m in ("SCRAM-SHA-256", "SCRAM-SHA-512") if found.credential(name, m) is not None]
+        click.echo(f"{name}\t{' '.join(['PLAIN', *mechanisms])}")
 
 
 def _admin(kafka: dict):

@@ -13,7 +13,8 @@ connections are not affected. A handler that fails unexpectedly closes its conne
 With users (`--sasl-users`), every connection starts behind a sasl.SaslGate: until it
 authenticates, its frames go to the gate (ApiVersions, SaslHandshake, SaslAuthenticate, at
 most sasl.MAX_UNAUTHENTICATED_FRAME bytes each) and anything else closes it; a failed
-authentication is answered, then the connection closes.
+authentication is answered, then the connection closes. With TLS (`tls`) the port speaks
+TLS only; a failed TLS handshake closes that connection before it reaches the code here.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 
 from walkit.adapters.topics import handlers
 from walkit.adapters.topics.sasl import MAX_UNAUTHENTICATED_FRAME, Reply, SaslGate, Users
@@ -213,12 +215,18 @@ class Connection(asyncio.Protocol):
 
 
 class KafkaServer:
-    """KafkaServer listens on host:port and serves the Kafka protocol for a Broker."""
+    """KafkaServer listens on host:port and serves the Kafka protocol for a Broker.
+
+    The port is one Kafka listener: PLAINTEXT, SASL_PLAINTEXT with `users`, SSL with `tls`,
+    SASL_SSL with both (`security_protocol`).
+    """
 
     def __init__(self, loop, *, host: str = "127.0.0.1", port: int = 9092,
-                 max_request_bytes: int = 100 * 1024 * 1024, users: Users | None = None) -> None:
+                 max_request_bytes: int = 100 * 1024 * 1024, users: Users | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.broker = None                  # set once the broker exists (it needs the port)
-        self.users = users                  # SASL/PLAIN users; None: no authentication
+        self.users = users                  # SASL users; None: no authentication
+        self.tls = tls                      # serve TLS (walkit.tls): listener SSL, or SASL_SSL with users
         self.loop = loop
         self.host = host
         self.port = port
@@ -226,10 +234,15 @@ class KafkaServer:
         self.connections: set[Connection] = set()
         self._server: asyncio.AbstractServer | None = None
 
+    @property
+    def security_protocol(self) -> str:
+        """security_protocol is the Kafka security.protocol clients set for this port."""
+        return ("SASL_" if self.users is not None else "") + ("SSL" if self.tls is not None else "PLAINTEXT")
+
     async def start(self) -> None:
         """start listens (port 0: a free port, then `port` says which)."""
         self._server = await self.loop.create_server(lambda: Connection(self), self.host, self.port,
-                                                     reuse_address=True, backlog=1024)
+                                                     reuse_address=True, backlog=1024, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:

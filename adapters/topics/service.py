@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 from dataclasses import dataclass, field
 
 import walkit
 from walkit.adapters.topics.broker import Broker, BrokerSettings
 from walkit.advertise import advertised_address, split_host_port
 from walkit.adapters.topics.catalog import BrokerInfo, Catalog
-from walkit.adapters.topics.sasl import Users, file_is_private
+from walkit.adapters.topics.sasl import MECHANISMS, Users, file_is_private
 from walkit.adapters.topics.server import KafkaServer
 
 log = logging.getLogger("walkit.adapters.topics")
@@ -55,6 +56,7 @@ class ServeOptions:
     password: str = field(default="", repr=False)
     sasl_users: str | None = None                                   # a users file (sasl.Users.parse)
     sasl_user: tuple[str, ...] = field(default=(), repr=False)      # NAME:PASSWORD pairs
+    tls: ssl.SSLContext | None = field(default=None, repr=False)   # walkit.tls.options_context
 
     def users(self) -> Users | None:
         """users are the SASL/PLAIN users, None when neither --sasl-users nor --sasl-user is given."""
@@ -114,7 +116,7 @@ async def start_broker(options: ServeOptions, client, users: Users | None = None
     loop = asyncio.get_running_loop()
     settings = options.settings()
     server = KafkaServer(loop, host=options.host, port=options.port, max_request_bytes=settings.max_request_bytes,
-                         users=users)
+                         users=users, tls=options.tls)
     await server.start()
     broker_id = options.broker_id
     if broker_id is None:
@@ -134,14 +136,17 @@ async def _serve(options: ServeOptions, metadata: str, where: str, echo, users: 
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        echo(f"walkit topics: broker {broker.id} serving the Kafka protocol on {options.host}:{server.port} "
-             f"as {broker.info.host}:{broker.info.port} ({where})")
+        protocol = server.security_protocol
+        echo(f"walkit topics: broker {broker.id} serving the Kafka protocol ({protocol}) on {options.host}:"
+             f"{server.port} as {broker.info.host}:{broker.info.port} ({where})")
+        tls = " -X ssl.ca.location=CA.pem" if server.tls is not None else ""
         if server.users is None:
-            echo(f"try: kcat -b 127.0.0.1:{server.port} -L   (Ctrl-C stops the broker)")
+            echo(f"try: kcat -b 127.0.0.1:{server.port} -X security.protocol={protocol}{tls} -L   "
+                 f"(Ctrl-C stops the broker)")
         else:
-            echo(f"SASL/PLAIN required (users: {', '.join(server.users.names)}); try: kcat -b 127.0.0.1:{server.port} "
-                 f"-X security.protocol=SASL_PLAINTEXT -X sasl.mechanisms=PLAIN -X sasl.username=NAME "
-                 f"-X sasl.password=PASSWORD -L")
+            echo(f"SASL required (users: {', '.join(server.users.names)}; mechanisms: "
+                 f"{', '.join(MECHANISMS)}); try: kcat -b 127.0.0.1:{server.port} -X security.protocol={protocol}"
+                 f"{tls} -X sasl.mechanisms=SCRAM-SHA-256 -X sasl.username=NAME -X sasl.password=PASSWORD -L")
         await stop.wait()
         echo("walkit topics: stopping")
         await server.close()

@@ -1,0 +1,68 @@
+"""walkit.tls builds the TLS settings of walkit's client-facing servers (the KV server, the topics broker).
+
+    context = server_context("server.pem", "server.key", ca="clients-ca.pem")
+    await loop.create_server(factory, host, port, ssl=context)
+
+A server given a certificate and its key serves TLS 1.2 or later on its port (Python's `ssl`
+defaults: no compression, the system's cipher choice). With `ca` it also asks every client for a
+certificate and accepts only those the CA signed (mutual TLS); without it any client may connect
+and proves who it is some other way (AUTH, SASL). A failed handshake closes that connection only:
+asyncio reports it to nobody but that connection, and the server keeps accepting.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+
+class BadTls(ValueError):
+    """BadTls is a certificate, key or CA file that cannot be used; its message names the file and why."""
+
+
+def server_context(cert: str, key: str | None = None, ca: str | None = None) -> ssl.SSLContext:
+    """server_context is a server's SSLContext for certificate chain `cert` and private key `key`
+    (None: the key is in `cert`'s file), requiring client certificates signed by `ca` if given."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except FileNotFoundError as exc:
+        raise BadTls(f"the TLS certificate or key file {exc.filename or cert} does not exist") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise BadTls(f"cannot use the TLS certificate {cert} with the key {key or cert}: {exc}") from None
+    if ca is not None:
+        try:
+            context.load_verify_locations(cafile=ca)
+        except FileNotFoundError:
+            raise BadTls(f"the TLS CA file {ca} does not exist") from None
+        except (ssl.SSLError, OSError) as exc:
+            raise BadTls(f"cannot read the TLS CA file {ca}: {exc}") from None
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def options_context(cert: str | None, key: str | None, ca: str | None) -> ssl.SSLContext | None:
+    """options_context is the SSLContext of a server's --tls-cert, --tls-key and --tls-ca, None without
+    them; BadTls when only some are given (a key or a CA without a certificate)."""
+    if cert is None:
+        if key is not None or ca is not None:
+            raise BadTls("--tls-key and --tls-ca need --tls-cert (the server's certificate)")
+        return None
+    return server_context(cert, key, ca)
+
+
+def tls_options(fn):
+    """tls_options gives a server command (click) --tls-cert, --tls-key and --tls-ca, for options_context."""
+    import click
+    fn = click.option("--tls-ca", envvar="WALKIT_TLS_CA", default=None, metavar="FILE",
+                      type=click.Path(dir_okay=False),
+                      help="Require client certificates signed by the CA certificates of FILE (PEM) "
+                           "[env WALKIT_TLS_CA].")(fn)
+    fn = click.option("--tls-key", envvar="WALKIT_TLS_KEY", default=None, metavar="FILE",
+                      type=click.Path(dir_okay=False),
+                      help="The private key of --tls-cert (PEM, unencrypted) [default: in the certificate's "
+                           "file] [env WALKIT_TLS_KEY].")(fn)
+    return click.option("--tls-cert", envvar="WALKIT_TLS_CERT", default=None, metavar="FILE",
+                        type=click.Path(dir_okay=False),
+                        help="Serve TLS only, with this certificate chain (PEM) [default: plaintext] "
+                             "[env WALKIT_TLS_CERT].")(fn)
