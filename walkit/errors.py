@@ -77,6 +77,22 @@ class Unauthorized(WalkitError):
     """Unauthorized is raised when a bookie refuses the ledger password (master key)."""
 
 
+class PermissionDenied(Unauthorized):
+    """PermissionDenied is raised when the caller's principal lacks the permission an action needs.
+
+    `principal` is the caller's ("" without a key), `needed` the level (read, write, admin),
+    `resource` what it was asked for ("log orders", "ledger 7"). Checked by the client before a
+    metadata-only action (delete, truncate, roll, grants) and by the metadata store that holds
+    per-principal ACLs (walkit.permissions).
+    """
+
+    def __init__(self, message: str, principal: str = "", needed: str = "", resource: str = "") -> None:
+        super().__init__(message)
+        self.principal = principal
+        self.needed = needed
+        self.resource = resource
+
+
 class NoSuchEntry(WalkitError):
     """NoSuchEntry is raised when an entry cannot be read from any replica of its write set."""
 

@@ -13,6 +13,19 @@ def _store(metadata: str | None):
     return open_metadata(metadata or default_metadata())
 
 
+def _check_grantor(store, name: str) -> None:
+    """_check_grantor refuses a grant change by a caller with a key (`--key`, WALKIT_KEY) that lacks admin
+    on log NAME. Without a key the caller is the operator, whose authority is the metadata store's
+    own credentials (docs/operations/security.md)."""
+    import os
+    key = os.environ.get("WALKIT_KEY")
+    if not key:
+        return
+    from walkit.permissions import check_log
+    from walkit.security import principal_of
+    check_log(store, principal_of(key), name, "grant")
+
+
 # -- keys ------------------------------------------------------------------------------------------
 @main.group()
 def keys() -> None:
@@ -113,6 +126,7 @@ def acl_grant(principal: str, level: str, kind: str, name: str, metadata: str | 
     from walkit.security import grant
     store = _store(metadata)
     try:
+        _check_grantor(store, name)
         grant(store, principal, level, name)
     finally:
         store.close()
@@ -130,6 +144,7 @@ def acl_revoke(principal: str, kind: str, name: str, metadata: str | None) -> No
     from walkit.security import revoke
     store = _store(metadata)
     try:
+        _check_grantor(store, name)
         revoke(store, principal, name)
     finally:
         store.close()

@@ -33,7 +33,7 @@ from walkit.core.metadata import (
     CLOSED, LEDGER_ID_COUNTER, LEDGER_PREFIX, LedgerMetadata, check_quorums, ledger_id_of, ledger_key,
 )
 from walkit.core.reader import LacReader, RangeReader
-from walkit import deletions
+from walkit import deletions, permissions
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import DEFAULT_FRAGMENT_MAX_BYTES, DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
 from walkit.errors import (
@@ -272,6 +272,7 @@ class Client:
         timeout = timeout or self.timeout
         password = _password(password)
         metadata, version = self._get_metadata(ledger_id)
+        self.check_ledger(metadata, "append" if recover and metadata.state != CLOSED else "read")
         if metadata.password_check and metadata.password_check != password_check(password):
             raise Unauthorized(f"wrong password for ledger {ledger_id}")
         digest = Digest(metadata.digest_type, password)
@@ -308,6 +309,7 @@ class Client:
         if not metadata.unbounded:
             raise ConfigError(f"ledger {ledger_id} is not unbounded: only unbounded ledgers can be reopened "
                               "(open it with open_ledger(recover=True) to close it)")
+        self.check_ledger(metadata, "append")
         if metadata.password_check and metadata.password_check != password_check(password):
             raise Unauthorized(f"wrong password for ledger {ledger_id}")
         digest = Digest(metadata.digest_type, password)
@@ -330,11 +332,13 @@ class Client:
         to the start of the last fragment (recovery reads from there) and gives the space
         back: rotation (`create_ledger`'s fragment limits) keeps that bound close behind the
         writer. `before` may not pass the last entry confirmed to readers (the LAC the bookies
-        report). Reading below the new first entry raises NoSuchEntry.
+        report). Reading below the new first entry raises NoSuchEntry. It needs `write` on the
+        ledger (walkit.permissions), else PermissionDenied.
         """
         self._check_open()
         while True:
             metadata, version = self._get_metadata(ledger_id)
+            self.check_ledger(metadata, "truncate")
             if not metadata.unbounded:
                 raise ConfigError(f"ledger {ledger_id} is not unbounded: delete the ledger instead")
             end = self.ledger_lac(ledger_id, metadata)
@@ -371,8 +375,11 @@ class Client:
         """delete_ledger removes a ledger; its bookies drop its data at their next garbage collection.
 
         It leaves a deletion marker first (walkit.deletions): bookies drop data only on that sign.
+        It needs `write` on the ledger's log, or `admin` on a ledger of no log (its owner):
+        anyone else gets PermissionDenied and nothing changes (walkit.permissions).
         """
         self._check_open()
+        self.check_ledger(self._get_metadata(ledger_id)[0], "delete")
         deletions.delete_ledger(self.store, ledger_id)
 
     # -- logs ------------------------------------------------------------------------------
@@ -412,7 +419,7 @@ class Client:
         return list_logs(self.store)
 
     def delete_log(self, name: str) -> None:
-        """delete_log removes a log and all its ledgers."""
+        """delete_log removes a log and all its ledgers; it needs `admin` on the log (its owner, or a grant)."""
         self._check_open()
         delete_log(self, name)
 
@@ -435,6 +442,17 @@ class Client:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    # -- permissions ------------------------------------------------------------------------
+    def check_ledger(self, metadata: LedgerMetadata, action: str) -> None:
+        """check_ledger raises PermissionDenied unless this client's principal may do `action`
+        (read, append, truncate, delete) on the ledger (walkit.permissions; read afresh)."""
+        permissions.check_ledger(self.store, self.principal, metadata, action)
+
+    def check_log(self, name: str, action: str, metadata=None) -> None:
+        """check_log raises PermissionDenied unless this client's principal may do `action`
+        (read, append, roll, truncate, delete, grant) on log `name` (walkit.permissions)."""
+        permissions.check_log(self.store, self.principal, name, action, metadata)
 
     # -- internals --------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -20,7 +20,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
-from walkit import faults
+from walkit import deletions, faults
 from walkit.client.loop import ClientLoop, Driver, now_ms, result_within, wall_ms
 from walkit.core import events as ev
 from walkit.core import logevents as lev
@@ -126,13 +126,16 @@ class LogContext(NamedTuple):
     """LogContext is what a LogWriter needs of its client, and no more.
 
     `loop` runs the writer's machine, `check_entry(size, what)` refuses a record over the
-    client's entry limit before it is queued (walkit.Client.check_entry), and `metrics` counts
-    each append's latency and outcome (walkit.metrics.ClientMetrics.timed).
+    client's entry limit before it is queued (walkit.Client.check_entry), `metrics` counts
+    each append's latency and outcome (walkit.metrics.ClientMetrics.timed), and
+    `check_permission(name, action)` raises PermissionDenied unless the client's principal may
+    still roll or truncate the log (walkit.permissions; read afresh, so revocations hold).
     """
 
     loop: ClientLoop
     check_entry: Callable[[int, str], None]
     metrics: "ClientMetrics"
+    check_permission: Callable[[str, str], None] = lambda name, action: None
 
 
 def open_log(client, name: str, *, password: bytes = b"", config: LogConfig | None = None,
@@ -144,6 +147,7 @@ def open_log(client, name: str, *, password: bytes = b"", config: LogConfig | No
         existing = read_log_metadata(client.store, name)[0]
     except NoSuchLog:
         existing = None
+    client.check_log(name, "append", existing)
     if existing.config.unbounded if existing is not None else (config is not None and config.unbounded):
         return UnboundedLogWriter.open(client, name, password=password, config=config or LogConfig(unbounded=True),
                                        timeout=timeout)
@@ -163,7 +167,8 @@ def open_log(client, name: str, *, password: bytes = b"", config: LogConfig | No
         with contextlib.suppress(ClientClosed):
             loop.call(lambda: loop.step(driver, ev.CloseRequested()))
         raise
-    return LogWriter(LogContext(loop, client.check_entry, client.metrics), driver, metadata, timeout)
+    return LogWriter(LogContext(loop, client.check_entry, client.metrics, client.check_log), driver, metadata,
+                     timeout)
 
 
 class LogWriter:
@@ -245,6 +250,7 @@ class LogWriter:
         The previous ledger is closed in the background; a roll waits until the ledger before
         it is closed, so at most two ledgers of the log are unclosed at any time.
         """
+        self._context.check_permission(self.name, "roll")
         return self._request(lambda token: lev.RollRequested(token=token), timeout, f"rolling log {self.name!r}")
 
     def truncate(self, before: Position, timeout: float | None = None) -> list[int]:
@@ -253,6 +259,7 @@ class LogWriter:
         The ledger that holds `before` and everything after it stay, so records at or after
         `before` remain readable (and possibly some before it, in the same ledger).
         """
+        self._context.check_permission(self.name, "truncate")
         return self._request(lambda token: lev.TruncateRequested(token=token, before=before), timeout,
                              f"truncating log {self.name!r}")
 
@@ -438,6 +445,7 @@ def read_log(client, name: str, *, start: Position | None = None, follow: bool =
     any thread.
     """
     check_log_name(name)
+    client.check_log(name, "read")
     machine = LogReader(name, password=password, start=start, follow=follow, poll_ms=max(1, int(poll_s * 1000)),
                         read_timeout_ms=client._loop.request_timeout_ms,
                         speculative_ms=client.speculative_read_ms, now_ms=now_ms())
@@ -538,11 +546,15 @@ def list_logs(store) -> list[str]:
 
 
 def delete_log(client, name: str) -> None:
-    """delete_log removes a log and all its ledgers."""
+    """delete_log removes a log and all its ledgers; it needs admin on the log (walkit.permissions).
+
+    Its ledgers go with it whoever wrote them: the permission on the log covers them.
+    """
     metadata, version = read_log_metadata(client.store, name)
+    client.check_log(name, "delete", metadata)
     client.store.delete(log_key(name), version)
     for ledger_id in metadata.ledger_ids:
         try:
-            client.delete_ledger(ledger_id)
+            deletions.delete_ledger(client.store, ledger_id)
         except WalkitError:
             pass

@@ -1,0 +1,125 @@
+"""walkit.permissions is the one permission model every path that changes or reads data checks.
+
+A resource is a log, a ledger, or a replicated name (whose log is ``replicated-<name>``). A
+principal (walkit.security) holds a level on it: `read`, `write` or `admin`, each including
+the lower ones. Who holds what:
+
+- a resource without an owner (created on a cluster without security) is open: every caller
+  holds `admin`, as before security existed;
+- otherwise a caller without a principal, or whose principal is not on the allow-list (revoked),
+  holds nothing;
+- the owner of a ledger, of its log or of the replicated name's log holds `admin`;
+- anyone else holds what ``security/acl/logs/<log>/<principal>`` grants on the ledger's log.
+  A ledger belongs to a log when its custom metadata names one (``log``), or a replicated name
+  (``replication``, its snapshots); a ledger of no log grants nothing to anyone but its owner.
+
+What each action needs (`NEEDS`):
+
+    read        read entries, LACs, a log                         read
+    append      add, fence, recover, open a log as its writer     write
+    roll        start the next ledger of a log                    write
+    truncate    drop whole ledgers or fragments before a position write
+    delete      a ledger of a log (the log's writer deletes its   write
+                own ledgers when it truncates, snapshots, rolls)
+    delete      a ledger of no log, a whole log                   admin
+    grant       grant or revoke on a log                          admin
+
+`check` reads the metadata store every time (nothing is cached), so a revoked grant or client
+is refused from the next call on. Bookies apply the same rules to adds, reads and fences
+(walkit.bookie.access). The allow-list itself is changed by whoever holds the metadata store's
+credentials (the operator), never through a principal's level.
+"""
+
+from __future__ import annotations
+
+from walkit.core.loglist import LogMetadata, log_key
+from walkit.core.metadata import LedgerMetadata
+from walkit.errors import NoSuchKey, PermissionDenied
+from walkit.security import ACL_PREFIX, CLIENTS_PREFIX, LEVELS, permits
+
+#: The level each action needs on a log's ledger (see the module doc: deleting a ledger of no log,
+#: or a whole log, needs `admin`).
+NEEDS = {"read": "read", "append": "write", "roll": "write", "truncate": "write", "delete": "write",
+         "grant": "admin"}
+
+#: The prefix of a replicated name's log (walkit.replication).
+REPLICATED_PREFIX = "replicated-"
+
+
+def log_of(metadata: LedgerMetadata) -> str | None:
+    """log_of names the log whose grants govern a ledger (None for a ledger of no log)."""
+    custom = metadata.custom
+    if custom.get("log"):
+        return custom["log"]
+    if custom.get("replication"):
+        return REPLICATED_PREFIX + custom["replication"]
+    return None
+
+
+def level(store, principal: str, *, owner: str, log: str | None = None) -> str | None:
+    """level is what `principal` holds on a resource owned by `owner` (of log `log`); None for nothing."""
+    if not owner:
+        return "admin"
+    if not principal or not _allowed(store, principal):
+        return None
+    if principal == owner:
+        return "admin"
+    if log is None:
+        return None
+    log_owner = _log_owner(store, log)
+    if principal == log_owner:
+        return "admin"
+    try:
+        found = store.get(f"{ACL_PREFIX}/{log}/{principal}")[0].decode()
+    except NoSuchKey:
+        return None
+    return found if found in LEVELS else None
+
+
+def check_ledger(store, principal: str, metadata: LedgerMetadata, action: str) -> None:
+    """check_ledger raises PermissionDenied unless `principal` may do `action` on the ledger."""
+    log = log_of(metadata)
+    needed = NEEDS[action] if log is not None or action != "delete" else "admin"
+    _check(level(store, principal, owner=metadata.owner, log=log), principal, needed, action,
+           f"ledger {metadata.ledger_id}" + (f" of log {log!r}" if log else ""))
+
+
+def check_log(store, principal: str, name: str, action: str, metadata: LogMetadata | None = None) -> None:
+    """check_log raises PermissionDenied unless `principal` may do `action` on log `name`.
+
+    A log not created yet is open to anyone who may create logs (it will be theirs). Its
+    metadata may be passed in when the caller just read it.
+    """
+    if metadata is None:
+        try:
+            metadata = LogMetadata.from_bytes(store.get(log_key(name))[0])
+        except NoSuchKey:
+            return
+    needed = "admin" if action == "delete" else NEEDS[action]
+    _check(level(store, principal, owner=metadata.owner, log=name), principal, needed, action, f"log {name!r}")
+
+
+def _check(held: str | None, principal: str, needed: str, action: str, resource: str) -> None:
+    if permits(held, needed):
+        return
+    who = f"principal {principal}" if principal else "a client without a key"
+    holds = f"holds {held}" if held else "holds nothing"
+    hint = ("give the client its key (walkit.Client(url, key=...), `walkit --key FILE`, WALKIT_KEY)" if not principal
+            else f"the owner or an admin may grant it: `walkit acl grant {principal} {needed} log NAME`")
+    raise PermissionDenied(f"{who} may not {action} {resource}: that needs {needed}, and it {holds}; {hint}",
+                           principal=principal, needed=needed, resource=resource)
+
+
+def _allowed(store, principal: str) -> bool:
+    try:
+        store.get(f"{CLIENTS_PREFIX}/{principal}")
+        return True
+    except NoSuchKey:
+        return False
+
+
+def _log_owner(store, name: str) -> str:
+    try:
+        return LogMetadata.from_bytes(store.get(log_key(name))[0]).owner
+    except NoSuchKey:
+        return ""
