@@ -209,8 +209,9 @@ def _shell(metadata, name, path, commands, node_id) -> None:
     if path is None:
         scratch = tempfile.mkdtemp(prefix="walkit-sqlite-shell-")
         path = os.path.join(scratch, f"{name}.db")
-    conn = sq.connect(path, name=name, metadata=metadata, node_id=node_id, isolation_level=None)
+    conn = None
     try:
+        conn = sq.connect(path, name=name, metadata=metadata, node_id=node_id, isolation_level=None)
         session = Shell(conn, echo=click.echo)
         if commands:
             ok = all([session.run(sql) for sql in commands])
@@ -221,7 +222,8 @@ def _shell(metadata, name, path, commands, node_id) -> None:
                        "End statements with ';'. .help for help.")
         session.loop(sys.stdin, interactive)
     finally:
-        conn.close()
-        if scratch is not None:
+        if conn is not None:
+            conn.close()
+        if scratch is not None:                        # also when connect refused the database
             import shutil
             shutil.rmtree(scratch, ignore_errors=True)
