@@ -180,3 +180,23 @@ def test_the_cli_makes_keys_allows_them_and_uses_the_one_walkit_key_names(cluste
     assert principal not in walkit_cli("acl", "list", "log", "orders", "--metadata", url)
     walkit_cli("clients", "revoke", principal, "--metadata", url)
     assert principal not in walkit_cli("clients", "list", "--metadata", url)
+
+
+def test_a_read_grant_on_a_replicated_name_lets_a_principal_read_its_snapshot_ledgers(cluster, tmp_path, store):
+    """A snapshot ledger of replicated name N belongs to the log replicated-N (walkit.permissions.log_of):
+    bookies check its reads against that log's grants, as the client checks its deletes."""
+    key_a, principal_a = keyed(cluster, tmp_path, "alice", store)
+    key_b, _ = keyed(cluster, tmp_path, "bob", store)
+    with client(cluster, key_a) as a, client(cluster, key_b) as b:
+        wait_until(lambda: appends(a) and appends(b), 10, message="the new keys were never accepted")
+        snapshot = b.create_ledger(3, 2, 2, password=b"pw", custom={"replication": "counter", "snapshot": "0:0"})
+        snapshot.append(b"state")
+        snapshot.close()
+        with pytest.raises(Unauthorized):
+            list(a.open_ledger(snapshot.ledger_id, password=b"pw").read())
+        security.grant(store, principal_a, "read", "replicated-counter")
+        read = wait_until(lambda: [e.payload for e in a.open_ledger(snapshot.ledger_id, password=b"pw").read()], 10,
+                          message="the read grant on the replicated name never took effect")
+        assert read == [b"state"]
+        with pytest.raises(walkit.errors.PermissionDenied):
+            a.delete_ledger(snapshot.ledger_id)

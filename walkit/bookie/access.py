@@ -9,9 +9,10 @@ the metadata store, on the first request for a ledger, and caches it:
   answered NO_SUCH_LEDGER only from a lookup that started after it arrived, so a squatter's
   requests cannot make the bookie refuse the real writer of a ledger created a moment later;
   concurrent requests for one missing ledger share one lookup;
-- its owner has every right; for a ledger of a log (custom "log"), so does the log's owner and
-  whoever the log's ACL grants the level; a ledger created without security (no owner) is open
-  to every allowed client;
+- its owner has every right; for a ledger of a log (custom "log", or a replicated name's
+  snapshot, whose log is ``replicated-<name>``: walkit.permissions.log_of), so does the log's
+  owner and whoever the log's ACL grants the level; a ledger created without security (no
+  owner) is open to every allowed client;
 - the principal must still be on the allow-list (a revoked client is refused at once, also on
   connections it opened before);
 - metadata that exists but cannot be read or decoded (a store error, or a newer walkit's field)
@@ -34,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from walkit.core.loglist import LogMetadata, log_key
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import NoSuchKey, WalkitError
+from walkit.permissions import log_of
 from walkit.security import ACL_PREFIX, AllowList, grants, permits
 
 log = logging.getLogger("walkit.bookie")
@@ -132,7 +134,7 @@ class LedgerAccess:
             except NoSuchKey:
                 self._note_missing(ledger_id, started)
                 return
-            name = metadata.custom.get("log")
+            name = log_of(metadata)
             log_owner = ""
             if name is not None:
                 try:
