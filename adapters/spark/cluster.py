@@ -18,13 +18,16 @@ import walkit
 from walkit.adapters.spark.errors import ClusterUnreachable, NoSuchTopic
 from walkit.errors import MetadataError, NotEnoughBookies, Timeout, WalkitError
 
-_clients: dict[tuple[str, float], walkit.Client] = {}
+_clients: dict[tuple[str, float, str | None], walkit.Client] = {}
 _lock = threading.Lock()
 
 
-def connect(metadata: str, timeout: float = 30.0) -> walkit.Client:
-    """connect returns this process's Client of the cluster at `metadata` (ClusterUnreachable if it cannot)."""
-    key = (metadata, timeout)
+def connect(metadata: str, timeout: float = 30.0, key_file: str | None = None) -> walkit.Client:
+    """connect returns this process's Client of the cluster at `metadata` (ClusterUnreachable if it cannot).
+
+    `key_file` is the client's key on a secured cluster (credentials.py; None: WALKIT_KEY or none).
+    """
+    key = (metadata, timeout, key_file)
     with _lock:
         client = _clients.get(key)
         if client is not None:
@@ -35,7 +38,7 @@ def connect(metadata: str, timeout: float = 30.0) -> walkit.Client:
             if not os.path.exists(path):
                 raise ClusterUnreachable(f"no walkit cluster at {metadata}: the metadata file {path} does not exist")
         try:
-            client = walkit.Client(metadata, timeout=timeout, request_timeout=min(10.0, timeout))
+            client = walkit.Client(metadata, timeout=timeout, request_timeout=min(10.0, timeout), key=key_file)
         except (WalkitError, OSError) as exc:
             raise ClusterUnreachable(f"cannot reach the walkit cluster at {metadata}: {exc}") from exc
         try:
@@ -105,3 +108,19 @@ def snapshot_next_offset(client, topic, partition: int, password: bytes = b"") -
     state = PartitionState()
     state.restore(load_snapshot(client, pointer, password))
     return state.next_offset
+
+
+def offsets_for_times(client, options, stamps: dict) -> dict:
+    """offsets_for_times maps {(topic, partition): ms} to the first offset of each whose timestamp is at or
+    after ms, through a broker's ListOffsets (its time index), as Spark's Kafka source finds them; a
+    partition with no such record maps to None (its end)."""
+    from kafka import KafkaConsumer, TopicPartition
+    from walkit.adapters.spark.writer import bootstrap_servers
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers(client, options), client_id="walkit-spark",
+                             enable_auto_commit=False, request_timeout_ms=int(options.timeout * 1000) + 1000,
+                             **options.credentials.kafka_settings())
+    try:
+        found = consumer.offsets_for_times({TopicPartition(t, p): ms for (t, p), ms in stamps.items()})
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): (None if at is None else at.offset) for tp, at in found.items()}

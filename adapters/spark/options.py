@@ -3,34 +3,78 @@
 Reads (Spark's Kafka source names where they exist):
 
     metadata                walkit metadata URI of the cluster (required)
-    topic | subscribePattern | log
-                            topics: one, a comma list, or a regular expression; or one walkit log
+    topic | subscribe | subscribePattern | assign | log
+                            topics: one or a comma list, a regular expression, JSON
+                            {"t": [0, 1]} of partitions; or one walkit log
     startingOffsets         earliest | latest | per partition JSON {"t": {"0": 42, "1": -2}}
                             (-2 earliest, -1 latest); for a log: earliest | latest | LEDGER:ENTRY
+    startingOffsetsByTimestamp  JSON {"t": {"0": 1700000000000}}: per partition, the first offset
+                            whose timestamp is at or after it (the broker's ListOffsets)
+    startingTimestamp       the same for every partition (ms since the epoch)
     endingOffsets           batch reads only: latest | JSON as above (-1 latest) | LEDGER:ENTRY
     maxOffsetsPerTrigger    streaming: at most this many records per micro-batch
+    minOffsetsPerTrigger    streaming: wait for at least this many new records before a micro-batch,
+    maxTriggerDelay           but no longer than maxTriggerDelay (15m; "30s", "500ms", "2m", "1h")
     failOnDataLoss          true (default) | false: skip what retention removed instead of failing
+    includeHeaders          true (default) | false: leave the headers column out
     minPartitions           at least this many Spark partitions (large ranges are split)
     maxRecordsPerPartition  split a range of more records than this (default 250,000)
     password                the logs' password (default empty)
     timeout                 seconds each call to the cluster may take (default 30)
 
-Writes: `metadata`, `topic` (one) or `log`, `password`, `timeout`.
+Credentials (reads and writes; credentials.py): `key`, the client's key file on a secured
+cluster (default: the WALKIT_KEY environment variable); `kafka.security.protocol`,
+`kafka.sasl.mechanism`, `kafka.sasl.jaas.config` for a broker that requires SASL/PLAIN
+(default: WALKIT_SASL_USERNAME and WALKIT_SASL_PASSWORD); `kafka.bootstrap.servers` (the
+brokers; default: those registered in the metadata store). `kafka.ssl.*` names are accepted, but
+the topics broker serves no TLS yet, so SSL and SASL_SSL are refused.
+
+Writes: `metadata`, `topic` (one) or `log`, `password`, `timeout`, `kafka.compression.type`
+(none, gzip, snappy, lz4, zstd), the credentials.
+
+Any other option is an OptionError naming it and the closest valid one.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from walkit.adapters.spark.credentials import CREDENTIAL_OPTIONS, Credentials, parse_credentials
 from walkit.adapters.spark.errors import OptionError
 from walkit.core.loglist import Position
 
 EARLIEST = -2
 LATEST = -1
 DEFAULT_MAX_RECORDS_PER_PARTITION = 250_000
+DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,180}")
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+#: Every option a read takes, as Spark's Kafka source spells them where it has them.
+SOURCE_OPTIONS = (
+    "metadata", "topic", "subscribe", "subscribePattern", "assign", "log", "startingOffsets", "endingOffsets",
+    "startingOffsetsByTimestamp", "startingTimestamp", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
+    "maxTriggerDelay", "failOnDataLoss", "includeHeaders", "minPartitions", "maxRecordsPerPartition", "password",
+    "timeout", *CREDENTIAL_OPTIONS)
+#: Every option a write takes.
+SINK_OPTIONS = ("metadata", "topic", "log", "password", "timeout", "kafka.compression.type", *CREDENTIAL_OPTIONS)
+
+
+def check_names(options, known: tuple[str, ...], what: str) -> None:
+    """check_names raises OptionError for an option not in `known`, naming the closest valid one (difflib).
+
+    Spark hands options over case-insensitively (CaseInsensitiveDict), so names compare lower-case.
+    """
+    by_lower = {name.lower(): name for name in known}
+    for name in options:
+        if str(name).lower() in by_lower or str(name).lower() == "path":
+            continue
+        close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1, cutoff=0.6)
+        hint = f"; did you mean {by_lower[close[0]]}?" if close else f"; {what} takes {', '.join(known)}"
+        raise OptionError(f"unknown option {name!r} for {what}{hint}")
 
 
 @dataclass(frozen=True)
@@ -48,7 +92,13 @@ class SourceOptions:
     starting: object = "earliest"
     ending: object = "latest"
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
     fail_on_data_loss: bool = True
+    include_headers: bool = True
+    assigned: dict | None = None
+    starting_timestamps: object = None
+    credentials: Credentials = field(default_factory=Credentials)
     min_partitions: int = 1
     max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
     password: bytes = b""
@@ -73,6 +123,8 @@ class SinkOptions:
     log: str | None = None
     password: bytes = b""
     timeout: float = 30.0
+    compression: str = "none"
+    credentials: Credentials = field(default_factory=Credentials)
 
     @property
     def target(self) -> str:
@@ -113,6 +165,62 @@ def _timeout(options) -> float:
     return value
 
 
+def _bool(options, name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise OptionError(f"option {name} must be true or false, not {raw!r}")
+    return raw.lower() == "true"
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*")
+_UNITS = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(options, name: str, default: float) -> float:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    match = _DURATION.fullmatch(raw)
+    if not match:
+        raise OptionError(f"option {name} is a duration like 30s, 500ms, 15m or 1h, not {raw!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _assign(raw: str) -> dict[str, tuple[int, ...]]:
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not doc or not all(
+            isinstance(parts, list) and parts and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
+                                                      for p in parts) for parts in doc.values()):
+        raise OptionError(f'option assign is JSON like {{"topic": [0, 1]}}, not {raw!r}')
+    for name in doc:
+        _topic_names(name)
+    return {name: tuple(sorted(set(parts))) for name, parts in doc.items()}
+
+
+def _timestamps(options):
+    """_timestamps is startingOffsetsByTimestamp as {(topic, partition): ms}, startingTimestamp as an int, or None."""
+    by_partition, every = _get(options, "startingOffsetsByTimestamp"), _get(options, "startingTimestamp")
+    if by_partition is not None and every is not None:
+        raise OptionError("give one of the options startingOffsetsByTimestamp and startingTimestamp")
+    if every is not None:
+        try:
+            return int(every)
+        except ValueError:
+            raise OptionError(f"option startingTimestamp is milliseconds since the epoch, not {every!r}") from None
+    if by_partition is None:
+        return None
+    stamps = parse_offsets(by_partition, "startingOffsetsByTimestamp", False)
+    if not isinstance(stamps, dict) or any(ms < 0 for ms in stamps.values()):
+        raise OptionError(f"option startingOffsetsByTimestamp is JSON like "
+                          f'{{"topic": {{"0": 1700000000000}}}}, not {by_partition!r}')
+    return stamps
+
+
 def _metadata(options) -> str:
     metadata = _get(options, "metadata")
     if not metadata:
@@ -136,16 +244,23 @@ def _topic_names(raw: str) -> tuple[str, ...]:
 
 def parse_source(options, *, streaming: bool) -> SourceOptions:
     """parse_source checks a read's options; it raises OptionError naming the bad one."""
+    check_names(options, SOURCE_OPTIONS, "a read")
     metadata = _metadata(options)
     topic, pattern, log = _get(options, "topic") or _get(options, "subscribe"), _get(options, "subscribePattern"), \
         _get(options, "log")
-    given = [name for name, value in (("topic", topic), ("subscribePattern", pattern), ("log", log)) if value]
+    assign = _get(options, "assign")
+    given = [name for name, value in (("topic", topic), ("subscribePattern", pattern), ("assign", assign),
+                                      ("log", log)) if value]
     if len(given) != 1:
-        raise OptionError("give exactly one of the options topic, subscribePattern and log"
+        raise OptionError("give exactly one of the options topic, subscribePattern and log, or assign"
                           + (f" (got {', '.join(given)})" if given else ""))
     topics: tuple[str, ...] = ()
+    assigned = None
     if topic:
         topics = _topic_names(topic)
+    if assign:
+        assigned = _assign(assign)
+        topics = tuple(assigned)
     if pattern:
         try:
             re.compile(pattern)
@@ -157,9 +272,10 @@ def parse_source(options, *, streaming: bool) -> SourceOptions:
             check_log_name(log)
         except ValueError as exc:
             raise OptionError(f"option log: {exc}") from None
-    fail = (_get(options, "failOnDataLoss") or "true").lower()
-    if fail not in ("true", "false"):
-        raise OptionError(f"option failOnDataLoss must be true or false, not {fail!r}")
+    fail = _bool(options, "failOnDataLoss", True)
+    stamps = _timestamps(options)
+    if stamps is not None and (log is not None or _get(options, "startingOffsets") is not None):
+        raise OptionError("startingOffsetsByTimestamp and startingTimestamp are for topics, instead of startingOffsets")
     starting = parse_offsets(_get(options, "startingOffsets") or ("latest" if streaming else "earliest"),
                              "startingOffsets", log is not None)
     ending = parse_offsets(_get(options, "endingOffsets") or "latest", "endingOffsets", log is not None)
@@ -170,11 +286,18 @@ def parse_source(options, *, streaming: bool) -> SourceOptions:
             raise OptionError("startingOffsets latest (-1) is not allowed in a batch read: it would read nothing")
         if ending == "earliest" or (isinstance(ending, dict) and EARLIEST in ending.values()):
             raise OptionError("endingOffsets earliest (-2) is not allowed in a batch read: it would read nothing")
-        if _get(options, "maxOffsetsPerTrigger") is not None:
-            raise OptionError("option maxOffsetsPerTrigger is for streaming reads")
+        for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+            if _get(options, name) is not None:
+                raise OptionError(f"option {name} is for streaming reads")
+    least, most = _positive_int(options, "minOffsetsPerTrigger"), _positive_int(options, "maxOffsetsPerTrigger")
+    if least is not None and most is not None and least > most:
+        raise OptionError(f"option minOffsetsPerTrigger ({least}) is above maxOffsetsPerTrigger ({most})")
     return SourceOptions(
         metadata=metadata, topics=topics, pattern=pattern or None, log=log, starting=starting, ending=ending,
-        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"), fail_on_data_loss=fail == "true",
+        max_offsets_per_trigger=most, min_offsets_per_trigger=least,
+        max_trigger_delay=_duration(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY), fail_on_data_loss=fail,
+        include_headers=_bool(options, "includeHeaders", True), assigned=assigned, starting_timestamps=stamps,
+        credentials=parse_credentials(options),
         min_partitions=_positive_int(options, "minPartitions") or 1,
         max_records_per_partition=_positive_int(options, "maxRecordsPerPartition") or DEFAULT_MAX_RECORDS_PER_PARTITION,
         password=(_get(options, "password") or "").encode(), timeout=_timeout(options))
@@ -215,6 +338,7 @@ def parse_offsets(raw: str, name: str, for_log: bool):
 
 def parse_sink(options) -> SinkOptions:
     """parse_sink checks a write's options: `metadata` and exactly one of `topic` (a single topic) and `log`."""
+    check_names(options, SINK_OPTIONS, "a write")
     metadata = _metadata(options)
     topic, log = _get(options, "topic"), _get(options, "log")
     if bool(topic) == bool(log):
@@ -230,5 +354,9 @@ def parse_sink(options) -> SinkOptions:
             check_log_name(log)
         except ValueError as exc:
             raise OptionError(f"option log: {exc}") from None
+    compression = (_get(options, "kafka.compression.type") or "none").lower()
+    if compression not in CODECS:
+        raise OptionError(f"option kafka.compression.type is one of {', '.join(CODECS)}, not {compression!r}")
     return SinkOptions(metadata=metadata, topic=topic, log=log or None,
-                       password=(_get(options, "password") or "").encode(), timeout=_timeout(options))
+                       password=(_get(options, "password") or "").encode(), timeout=_timeout(options),
+                       compression=compression, credentials=parse_credentials(options))

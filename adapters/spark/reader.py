@@ -16,14 +16,16 @@ removed are DataLost, or skipped with failOnDataLoss=false.
 from __future__ import annotations
 
 import math
+import time
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from walkit.adapters.spark.cluster import (
-    connect, partition_log, reaching, resolve_topics, snapshot_next_offset,
+    connect, offsets_for_times, partition_log, reaching, resolve_topics, snapshot_next_offset,
 )
-from walkit.adapters.spark.errors import CompactedTopic, DataLost, OptionError
+from walkit.adapters.spark.errors import DataLost, NoSuchTopic, OptionError
+from walkit.adapters.spark.filters import Bounds
 from walkit.adapters.spark.index import LogIndex, Piece
 from walkit.adapters.spark.options import EARLIEST, LATEST, SourceOptions
 from walkit.adapters.spark.scan import read_piece
@@ -43,7 +45,7 @@ class Planner:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.client = connect(options.metadata, options.timeout)
+        self.client = connect(options.metadata, options.timeout, options.credentials.key)
         self.topics: dict = {}
         self.indexes: dict = {}
 
@@ -57,13 +59,27 @@ class Planner:
         with self.reaching("listing topics"):
             self.topics = resolve_topics(self.client, self.options.metadata, self.options.topics,
                                          self.options.pattern)
-        compacted = sorted(name for name, topic in self.topics.items() if "compact" in topic.config("cleanup.policy"))
-        if compacted and self.options.pattern is None:
-            raise CompactedTopic(f"topic {', '.join(compacted)} is compacted (cleanup.policy=compact), which this "
-                                 f"reader cannot read; read it through a Kafka client (spark-sql-kafka) instead")
-        for name in compacted:                       # matched by subscribePattern: left out
-            del self.topics[name]
-        return [(name, p) for name, topic in self.topics.items() for p in range(topic.partitions)]
+        assigned = self.options.assigned
+        if assigned is None:
+            return [(name, p) for name, topic in self.topics.items() for p in range(topic.partitions)]
+        for name, parts in assigned.items():
+            missing = [p for p in parts if p >= self.topics[name].partitions]
+            if missing:
+                raise NoSuchTopic(f"option assign names partition {missing[0]} of topic {name!r}, which has "
+                                  f"{self.topics[name].partitions}")
+        return [(name, p) for name, parts in assigned.items() for p in parts]
+
+    def timestamp_starts(self, tps, stamps) -> dict:
+        """timestamp_starts is startingOffsetsByTimestamp / startingTimestamp (`stamps`) as offsets per partition:
+        the first offset at or after each timestamp, LATEST where none is."""
+        if isinstance(stamps, int):
+            stamps = {tp: stamps for tp in tps}
+        wanted = {tp: ms for tp, ms in stamps.items() if tp in set(tps)}
+        if not wanted:
+            return {}
+        with self.reaching("finding offsets by timestamp"):
+            found = offsets_for_times(self.client, self.options, wanted)
+        return {tp: LATEST if offset is None else offset for tp, offset in found.items()}
 
     def index(self, key) -> LogIndex:
         """index is the refreshed LogIndex of a topic partition (topic, partition) or of the log (its name)."""
@@ -148,6 +164,13 @@ class BatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions, schema) -> None:
         self.options = options
         self.schema = schema
+        self.bounds = Bounds()
+
+    def pushFilters(self, filters):
+        """pushFilters takes the predicates on partition, offset and timestamp that narrow what is read (filters.py):
+        partition and offset ones are answered exactly and not returned; timestamp ones narrow the start
+        and are returned, for Spark to apply to the records read."""
+        return self.bounds.push(filters) if self.options.log is None else filters
 
     def partitions(self):
         """partitions plans the read: one piece per partition, more for a range above maxRecordsPerPartition."""
@@ -161,18 +184,28 @@ class BatchReader(DataSourceReader):
                 raise OptionError(f"endingOffsets {end} is beyond the end of log {options.log!r} ({index.end()})")
             pieces = index.split_positions(start, end, options.max_records_per_partition, options.min_partitions)
             return [PieceInput(piece) for piece in pieces]
-        tps = planner.partitions()
+        tps = [tp for tp in planner.partitions() if self.bounds.takes_partition(tp[1])]
         per = planner.pieces_per_partition(len(tps))
+        starts = planner.timestamp_starts(tps, options.starting_timestamps) if options.starting_timestamps else {}
+        if self.bounds.since is not None:          # a pushed timestamp predicate: no earlier offset can match
+            since = planner.timestamp_starts(tps, self.bounds.since)
+            starts = {tp: _later(starts.get(tp, _wanted(options.starting, tp, EARLIEST)), since[tp]) for tp in tps}
         pieces = []
         for tp in tps:
             earliest, end, index = planner.bounds(tp)
-            start = planner.start_offset(tp, _wanted(options.starting, tp, EARLIEST), earliest, end)
+            wanted = starts.get(tp, _wanted(options.starting, tp, EARLIEST))
+            if tp in starts and wanted >= 0:       # from the broker, whose end may lead the bookies' by an entry
+                wanted = min(wanted, end)
+            start = planner.start_offset(tp, wanted, earliest, end)
             stop = _wanted(options.ending, tp, LATEST)
             stop = end if stop == LATEST else stop
+            if tp in starts:                       # a timestamp start past endingOffsets reads nothing
+                start = min(start, max(stop, earliest))
             if stop > end:
                 raise OptionError(f"endingOffsets {stop} of {tp[0]}-{tp[1]} is beyond its end ({end})")
             if stop < start:
                 raise OptionError(f"endingOffsets {stop} of {tp[0]}-{tp[1]} is before its start ({start})")
+            start, stop = self.bounds.offsets(start, stop)
             with planner.reaching(f"planning {tp[0]}-{tp[1]}"):
                 pieces += index.split_offsets(tp[0], tp[1], start, stop, options.max_records_per_partition, per)
         return [PieceInput(piece) for piece in pieces]
@@ -190,6 +223,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._planner: Planner | None = None
         self._available_now: dict | None = None
+        self._last_batch: float | None = None     # monotonic time of the last micro-batch planned (maxTriggerDelay)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -220,9 +254,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             index = planner.index(options.log)
             return {options.log: str(planner.log_start(index, _log_position(options.starting, index, "latest")))}
         offsets: dict = {}
-        for tp in planner.partitions():
+        tps = planner.partitions()
+        starts = planner.timestamp_starts(tps, options.starting_timestamps) if options.starting_timestamps else {}
+        for tp in tps:
             earliest, end, _ = planner.bounds(tp)
-            wanted = _wanted(options.starting, tp, LATEST if options.starting == "latest" else EARLIEST)
+            wanted = starts.get(tp, _wanted(options.starting, tp, LATEST if options.starting == "latest" else EARLIEST))
+            if tp in starts and wanted >= 0:
+                wanted = min(wanted, end)
             offsets.setdefault(tp[0], {})[str(tp[1])] = planner.start_offset(tp, wanted, earliest, end)
         return offsets
 
@@ -255,13 +293,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise DataLost(f"topic {name!r} was deleted while this query read it. "
                                f"Set failOnDataLoss=false to go on without it")
         takes = _share({tp: e - b for tp, (b, e) in available.items()}, budget)
-        if not any(takes.values()):
+        if not any(takes.values()) or self._waits_for_more(sum(takes.values())):
             return start
         latest: dict = {}
         for tp, (begin, end) in available.items():
             before = start.get(tp[0], {}).get(str(tp[1]))
             latest.setdefault(tp[0], {})[str(tp[1])] = begin + takes[tp] if takes[tp] or before is None else before
         return latest
+
+    def _waits_for_more(self, count: int) -> bool:
+        """_waits_for_more is whether a micro-batch of `count` records waits for minOffsetsPerTrigger, as Spark's
+        Kafka source does: until that many are there or maxTriggerDelay has passed since the last batch
+        (an availableNow run never waits)."""
+        least = self.options.min_offsets_per_trigger
+        now = time.monotonic()
+        if self._last_batch is None:
+            self._last_batch = now
+        if least is None or self._available_now is not None or count >= least \
+                or now - self._last_batch >= self.options.max_trigger_delay:
+            self._last_batch = now
+            return False
+        return True
 
     def _latest_position(self, start: dict, budget: int | None) -> dict:
         name = self.options.log
@@ -273,7 +325,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = max(begin, index.start())
         if budget is not None:
             end = index.advance(begin, budget, end)
-        if not index.segments(begin, end):
+        segments = index.segments(begin, end)
+        if not segments or self._waits_for_more(sum(segment.entries for segment in segments)):
             return start
         return {name: str(end)}
 
@@ -322,7 +375,14 @@ def _read(options: SourceOptions, schema, partition):
     if not isinstance(partition, PieceInput):
         return iter(())
     return read_piece(partition.piece, options.metadata, options.password, options.timeout,
-                      options.fail_on_data_loss, schema)
+                      options.fail_on_data_loss, schema, options.credentials.key)
+
+
+def _later(a: int, b: int) -> int:
+    """_later is the later of two start offsets, where EARLIEST is before every offset and LATEST after."""
+    if LATEST in (a, b):
+        return LATEST
+    return max(a, b)
 
 
 def _share(available: dict, budget: int | None) -> dict:

@@ -38,12 +38,16 @@ def _entries(client, piece: Piece, password: bytes, fail_on_data_loss: bool):
             return
 
 
-def read_piece(piece: Piece, metadata: str, password: bytes, timeout: float, fail_on_data_loss: bool, schema):
-    """read_piece yields pyarrow RecordBatches of the piece in the source's schema (`schema`, a StructType)."""
+def read_piece(piece: Piece, metadata: str, password: bytes, timeout: float, fail_on_data_loss: bool, schema,
+               key_file: str | None = None):
+    """read_piece yields pyarrow RecordBatches of the piece in the source's schema (`schema`, a StructType).
+
+    `key_file` is the client key of a secured cluster (credentials.py).
+    """
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    client = connect(metadata, timeout)
+    client = connect(metadata, timeout, key_file)
     with reaching(metadata, f"reading {piece.log}"):
         if piece.topic is None:
             yield from _log_batches(client, piece, password, fail_on_data_loss, arrow_schema, pa)
@@ -95,6 +99,19 @@ def _topic_batches(client, piece, password, fail_on_data_loss, arrow_schema, pa)
 def _topic_arrow(piece: Piece, columns: Columns, arrow_schema, pa):
     """_topic_arrow builds one Arrow batch of topic records, column by column (headers flattened, not per row)."""
     count = len(columns)
+    arrays = [
+        pa.array(columns.keys, pa.binary()),
+        pa.array(columns.values, pa.binary()),
+        pa.repeat(pa.scalar(piece.topic, pa.string()), count),
+        pa.repeat(pa.scalar(piece.partition, pa.int32()), count),
+        pa.array(columns.offsets, pa.int64()),
+        None,
+        pa.array(columns.types, pa.int32()),
+    ]
+    stamp_type = arrow_schema.field("timestamp").type
+    arrays[5] = pa.array(columns.timestamps, pa.int64()).cast(pa.timestamp("ms", tz=stamp_type.tz)).cast(stamp_type)
+    if arrow_schema.get_field_index("headers") < 0:      # includeHeaders=false
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
     header_type = arrow_schema.field("headers").type
     offsets, names, values = [0], [], []
     for pairs in columns.headers:
@@ -107,15 +124,4 @@ def _topic_arrow(piece: Piece, columns: Columns, arrow_schema, pa):
         pa.array(offsets, pa.int32()),
         pa.StructArray.from_arrays([pa.array(names, pa.string()), pa.array(values, pa.binary())], fields=header_fields),
         type=header_type)
-    stamp_type = arrow_schema.field("timestamp").type
-    stamps = pa.array(columns.timestamps, pa.int64()).cast(pa.timestamp("ms", tz=stamp_type.tz)).cast(stamp_type)
-    return pa.RecordBatch.from_arrays([
-        pa.array(columns.keys, pa.binary()),
-        pa.array(columns.values, pa.binary()),
-        pa.repeat(pa.scalar(piece.topic, pa.string()), count),
-        pa.repeat(pa.scalar(piece.partition, pa.int32()), count),
-        pa.array(columns.offsets, pa.int64()),
-        stamps,
-        pa.array(columns.types, pa.int32()),
-        headers,
-    ], schema=arrow_schema)
+    return pa.RecordBatch.from_arrays([*arrays, headers], schema=arrow_schema)

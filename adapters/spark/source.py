@@ -19,6 +19,8 @@ from walkit.adapters.spark.writer import BatchWriter, StreamWriter
 #: The columns of a topic, as Spark's Kafka source has them.
 TOPIC_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
                 "timestampType int, headers array<struct<key: string, value: binary>>")
+#: The columns of a topic read with includeHeaders=false.
+TOPIC_SCHEMA_WITHOUT_HEADERS = TOPIC_SCHEMA.rsplit(", headers", 1)[0]
 #: The columns of a log: each record's position and payload.
 LOG_SCHEMA = "ledger_id long, entry_id long, value binary"
 
@@ -38,8 +40,12 @@ class WalkitDataSource(DataSource):
         return "walkit"
 
     def schema(self) -> str:
-        """schema is TOPIC_SCHEMA for topics, LOG_SCHEMA for a log."""
-        return LOG_SCHEMA if self.options.get("log") else TOPIC_SCHEMA
+        """schema is TOPIC_SCHEMA for topics (without headers if includeHeaders=false), LOG_SCHEMA for a log."""
+        if self.options.get("log"):
+            return LOG_SCHEMA
+        if str(self.options.get("includeHeaders", self.options.get("includeheaders", "true"))).lower() == "false":
+            return TOPIC_SCHEMA_WITHOUT_HEADERS
+        return TOPIC_SCHEMA
 
     def reader(self, schema):
         """reader is the batch reader (startingOffsets..endingOffsets)."""

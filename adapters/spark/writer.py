@@ -98,7 +98,7 @@ def _bytes(value):
 
 def stage(options: SinkOptions, encode, rows, query: str | None, batch: int | None):
     """stage saves a task's rows (on an executor) and returns its commit message (staging.Staged)."""
-    client = connect(options.metadata, options.timeout)
+    client = connect(options.metadata, options.timeout, options.credentials.key)
     with reaching(options.metadata, f"staging rows for {options.target}"):
         staging = Stage(client, options.target, query, batch, options.password)
         try:
@@ -108,6 +108,17 @@ def stage(options: SinkOptions, encode, rows, query: str | None, batch: int | No
             staging.discard()
             raise
         return staging.finish()
+
+
+def bootstrap_servers(client, options) -> list[str]:
+    """bootstrap_servers is option kafka.bootstrap.servers, or the brokers registered in the metadata store."""
+    if options.credentials.bootstrap:
+        return [server.strip() for server in options.credentials.bootstrap.split(",") if server.strip()]
+    brokers = catalog(client).brokers()
+    if not brokers:
+        raise ClusterUnreachable(f"no topics broker is registered in the cluster at {options.metadata}: "
+                                 f"writes to a topic go through a broker (walkit topics serve)")
+    return [f"{b.host}:{b.port}" for b in brokers.values()]
 
 
 class TopicPublisher:
@@ -146,17 +157,23 @@ class TopicPublisher:
         return found
 
     def publish(self, rows, tag: str | None, skip) -> int:
-        """publish produces the rows whose place is not in `skip`, tagged when `tag` is set; it returns how many."""
-        from kafka import KafkaProducer
-        brokers = catalog(self.client).brokers()
-        if not brokers:
-            raise ClusterUnreachable(f"no topics broker is registered in the cluster at {self.options.metadata}: "
-                                     f"writes to a topic go through a broker (walkit topics serve)")
-        self._producer = producer = KafkaProducer(
-            bootstrap_servers=[f"{b.host}:{b.port}" for b in brokers.values()], acks="all",
-            enable_idempotence=True, linger_ms=5, client_id="walkit-spark",
-            request_timeout_ms=int(self.options.timeout * 1000))
+        """publish produces the rows whose place is not in `skip`, tagged when `tag` is set; it returns how many.
+
+        The producer is librdkafka's (confluent-kafka), idempotent with acks=all: it writes every
+        record Kafka allows (null keys and values together, null header values), compresses with
+        kafka.compression.type and logs in with the query's SASL credentials.
+        """
+        from confluent_kafka import KafkaException, Producer
+        self._producer = producer = Producer({
+            "bootstrap.servers": ",".join(bootstrap_servers(self.client, self.options)), "acks": "all",
+            "enable.idempotence": True, "linger.ms": 5, "client.id": "walkit-spark",
+            "compression.type": self.options.compression,
+            "message.timeout.ms": int(self.options.timeout * 1000), **self.options.credentials.librdkafka_settings()})
         failures: list = []
+
+        def delivered(error, _message) -> None:
+            if error is not None:
+                failures.append(error)
         sent = 0
         for i, row in enumerate(rows):
             if i in skip:
@@ -167,17 +184,27 @@ class TopicPublisher:
                                 f"{self.topic.partitions}")
             if tag is not None:
                 headers = headers + [(TAG_HEADER, f"{tag}:{i}".encode())]
-            future = producer.send(self.topic.name, value=value, key=key, headers=headers or None, partition=partition)
-            future.add_errback(failures.append)
+            extra = {} if partition is None else {"partition": partition}
+            while True:
+                try:
+                    producer.produce(self.topic.name, value=value, key=key, headers=headers or None,
+                                     on_delivery=delivered, **extra)
+                    break
+                except BufferError:                    # the local queue is full: let deliveries drain it
+                    producer.poll(0.1)
+                except KafkaException as exc:
+                    raise SinkError(f"producing to topic {self.topic.name!r} failed: {exc}") from None
+            producer.poll(0)
             sent += 1
-        producer.flush(timeout=self.options.timeout)
-        if failures:
-            raise SinkError(f"producing to topic {self.topic.name!r} failed: {failures[0]!r}")
+        left = producer.flush(self.options.timeout)
+        if failures or left:
+            raise SinkError(f"producing to topic {self.topic.name!r} failed: "
+                            + (repr(failures[0]) if failures else f"{left} records unacknowledged after "
+                               f"{self.options.timeout} s"))
         return sent
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.close(timeout=self.options.timeout)
+        self._producer = None                          # flushed in publish; librdkafka closes on collection
 
 
 class LogPublisher:
@@ -237,7 +264,7 @@ class BatchWriter(DataSourceWriter):
 
     def commit(self, messages) -> None:
         """commit publishes every task's rows and deletes the staged ledgers."""
-        client = connect(self.options.metadata, self.options.timeout)
+        client = connect(self.options.metadata, self.options.timeout, self.options.credentials.key)
         ledgers = [m.ledger_id for m in messages if m is not None and m.ledger_id is not None]
         with reaching(self.options.metadata, f"writing to {self.options.target}"):
             publisher = _publisher(client, self.options)
@@ -250,7 +277,7 @@ class BatchWriter(DataSourceWriter):
     def abort(self, messages) -> None:
         """abort deletes the staged ledgers of a failed write."""
         delete([m.ledger_id for m in messages if m is not None and m.ledger_id is not None],
-               connect(self.options.metadata, self.options.timeout))
+               connect(self.options.metadata, self.options.timeout, self.options.credentials.key))
 
 
 class StreamWriter(DataSourceStreamWriter):
@@ -273,7 +300,7 @@ class StreamWriter(DataSourceStreamWriter):
         staged = [m for m in messages if m is not None]
         query = next((m.query for m in staged if m.query), None)
         ledgers = [[m.ledger_id, m.rows] for m in staged if m.ledger_id is not None]
-        client = connect(self.options.metadata, self.options.timeout)
+        client = connect(self.options.metadata, self.options.timeout, self.options.credentials.key)
         if query is None:                      # no task ran: nothing to write
             return
         key = f"{SINKS}/{self.options.target}/{query}"
@@ -306,7 +333,7 @@ class StreamWriter(DataSourceStreamWriter):
         staged = [m for m in messages if m is not None and m.ledger_id is not None]
         if not staged:
             return
-        client = connect(self.options.metadata, self.options.timeout)
+        client = connect(self.options.metadata, self.options.timeout, self.options.credentials.key)
         marker, _ = _read_marker(client, f"{SINKS}/{self.options.target}/{staged[0].query}")
         keep = {ledger for ledger, _ in marker.get("staged", [])} if marker else set()
         delete([m.ledger_id for m in staged if m.ledger_id not in keep], client)

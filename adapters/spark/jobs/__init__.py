@@ -28,6 +28,7 @@ def session(app: str, master: str | None):
                        .config("spark.ui.showConsoleProgress", "false")
                        .config("spark.sql.shuffle.partitions", "4"))
     builder = builder.config("spark.sql.session.timeZone", "UTC")    # the jobs write times in UTC
+    builder = builder.config("spark.sql.python.filterPushdown.enabled", "true")   # filters.py
     spark = builder.getOrCreate()
     spark.dataSource.register(WalkitDataSource)
     return spark
