@@ -1,9 +1,9 @@
 """The admin APIs of `walkit topics serve` through confluent-kafka's AdminClient, kafka-python and kcat.
 
 One broker process serves the module; the expiry test starts its own, whose committed offsets
-expire after 0.05 minutes (3 s) of their group being empty, checked every 200 ms. The last
-test restarts the module's broker, so every partition gets a new leadership (a new leader
-epoch).
+expire after 0.05 minutes (3 s) of their group being empty, checked every 200 ms, and the
+two-broker test two on a cluster of their own. The last test restarts the module's broker, so
+every partition gets a new leadership (a new leader epoch).
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import NoError
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from walkit.adapters.topics.catalog import MAX_MESSAGE_BYTES
 from walkit.adapters.topics.errors import FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
+from walkit.local import LocalCluster
 from walkit.testing.processes import wait_until
 from tests.support.kafka_fuzz import KafkaWire, encode, framed
 from tests.support.serverprocess import TopicsProcess, kcat
@@ -320,3 +322,76 @@ def test_leader_epochs_grow_with_each_leadership_and_offset_for_leader_epoch_end
     assert leader_epoch_end(broker, "epochs", second + 1000)[1:] == (-1, -1)
     assert leader_epoch_end(broker, "epochs", second, current=first)[0] == FENCED_LEADER_EPOCH
     assert leader_epoch_end(broker, "epochs", second, current=second + 1)[0] == UNKNOWN_LEADER_EPOCH
+
+
+def partition_leaders(port: int, topic: str) -> dict[int, tuple[int, int]]:
+    """partition_leaders maps each partition of `topic` to (leader id, leader epoch) as broker `port`'s Metadata
+    v12 says (kafka-python's messages on a raw connection: the clients do not show leader epochs)."""
+    request = MetadataRequest(version=12, topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    with KafkaWire(port) as wire:
+        wire.send(framed(encode(request)))
+        answer = MetadataResponse.decode(wire.read_frame(), version=12, header=True)
+    return {p.partition_index: (p.leader_id, p.leader_epoch) for p in answer.topics[0].partitions}
+
+
+def test_two_brokers_apply_a_config_change_and_name_each_leader_with_its_epoch_across_a_failover(tmp_path):
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
+        brokers = [TopicsProcess(tmp_path, metadata=cluster.metadata_url, args=("--rebalance-delay-ms", "300"))
+                   for _ in range(2)]
+        try:
+            for broker in brokers:
+                broker.start()
+            for broker in brokers:
+                broker.wait_ready()
+            first, second = brokers
+            create_topic(first, "shared", 6)
+
+            def agreed() -> dict:
+                views = [partition_leaders(broker.port, "shared") for broker in brokers]
+                leading = {leader for leader, _ in views[0].values()}
+                settled = all(leader >= 0 and epoch >= 0 for leader, epoch in views[0].values())
+                return views[0] if views[0] == views[1] and settled and len(leading) == 2 else None
+            before = wait_until(agreed, 60, message="both brokers name the same leaders and epochs, both leading",
+                                interval=0.2)
+            client = admin(first)
+            resource = ConfigResource(ResourceType.TOPIC, "shared", incremental_configs=[
+                ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)])
+            assert kafka_error(next(iter(client.incremental_alter_configs([resource]).values()))) is None
+
+            def refused_everywhere() -> bool:
+                return all(produce(second, "shared", [b"x" * 5000], partition=p, **{"enable.idempotence": False})[0][0]
+                           is not None for p in range(6))
+            wait_until(refused_everywhere, 30, message="every partition's leader refuses 5000 bytes", interval=0.2)
+
+            acked = produce(second, "shared", [b"kept %d" % i for i in range(5)])
+            start = acked[0][1]                              # after any 5000 bytes taken before the change
+            assert acked == [(None, start + i) for i in range(5)]
+            at_kill = wait_until(agreed, 60, message="both brokers agree again", interval=0.2)
+            leader_id = at_kill[0][0]
+            ports = {b["id"]: int(b["name"].rsplit(":", 1)[1])
+                     for b in json.loads(kcat("-b", first.bootstrap, "-L", "-J"))["brokers"]}
+            victim = next(b for b in brokers if b.port == ports[leader_id])
+            survivor = next(b for b in brokers if b is not victim)
+            victim.kill()
+
+            def moved() -> tuple | None:
+                leader, epoch = partition_leaders(survivor.port, "shared")[0]
+                return (leader, epoch) if leader >= 0 and leader != leader_id else None
+            new_leader, new_epoch = wait_until(moved, 60, message="partition 0 led by the survivor", interval=0.2)
+            assert new_epoch > at_kill[0][1]
+            consumer = Consumer({"bootstrap.servers": survivor.bootstrap, "group.id": "after-failover",
+                                 "auto.offset.reset": "earliest", "enable.auto.commit": False})
+            consumer.assign([TopicPartition("shared", 0, start)])
+            got = []
+            deadline = time.monotonic() + 60
+            while len(got) < 5 and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    got.append((message.value(), message.leader_epoch()))
+            consumer.close()
+            assert [value for value, _ in got] == [b"kept %d" % i for i in range(5)]
+            assert {epoch for _, epoch in got} <= {before[0][1], at_kill[0][1]}     # stamped by their leader
+        finally:
+            for broker in brokers:
+                broker.stop()
