@@ -33,6 +33,15 @@ store without one, shows up as NoAuth on the protected znodes, which the store r
 MetadataError that says it is not authorized (checked at open by reading the root). ACLs are
 set only on znodes the store creates: znodes made before the user was configured stay as they
 are (the store logs a warning when the root is one of them; ``setAcl -R`` in zkCli fixes them).
+
+The security keys (``security/...``: the allow-list and the grants, walkit.security) may belong
+to an operator user of their own: ``?security_user=NAME&security_password_file=PATH`` (both, and
+a URI user, or the store refuses to open) makes the store add NAME's digest credential too and
+keep every znode of ``security`` at the ACL ``NAME:cdrwa, USER:r``. A store of the cluster's user
+alone (every bookie and client) then reads the allow-list and the grants and cannot change them:
+ZooKeeper answers NoAuth. Such a store, when it opens, creates ``security``, its lists and
+``security/acl/logs``, and sets that ACL on every znode below ``security`` that lacks it, so one
+operator command (`walkit clients list --metadata URI`) protects an existing cluster.
 """
 
 from __future__ import annotations
@@ -51,10 +60,11 @@ from kazoo.protocol.serialization import Auth
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
 from walkit.plugins.metadata import COUNTERS, check_key
-from walkit.plugins.metadata.credentials import HIDDEN, Credentials
+from walkit.plugins.metadata.credentials import HIDDEN, Credentials, read_password_file
 from walkit.plugins.metadata.session import Registration, SessionStore, UserWatch, parse_uri
 from walkit.plugins.metadata.zookeeper_watch import TreeWatch
 from walkit.spi import SessionState
@@ -62,6 +72,11 @@ from walkit.spi import SessionState
 log = logging.getLogger(__name__)
 
 _OPTIONS = {"session_timeout": 10.0, "timeout": 10.0}
+
+#: The keys an operator user of their own may hold (walkit.security's allow-list and grants).
+SECURITY = "security"
+#: The znodes a store with a security user creates when it opens, so that none is the cluster user's.
+SECURITY_BASES = ("security", "security/clients", "security/acl", "security/acl/logs")
 
 
 class _HideAuth(logging.Filter):
@@ -89,9 +104,14 @@ class ZooKeeperMetadataStore(SessionStore):
     backend = "zookeeper"
 
     def __init__(self, hosts: list[str], root: str, *, session_timeout: float = 10.0, timeout: float = 10.0,
-                 credentials: Credentials | None = None, uri: str | None = None) -> None:
-        if credentials is not None and ":" in credentials.user:
-            raise ConfigError(f"zk metadata: a ZooKeeper digest user cannot contain ':' ({credentials.user!r})")
+                 credentials: Credentials | None = None, uri: str | None = None,
+                 security_credentials: Credentials | None = None) -> None:
+        for given in (credentials, security_credentials):
+            if given is not None and ":" in given.user:
+                raise ConfigError(f"zk metadata: a ZooKeeper digest user cannot contain ':' ({given.user!r})")
+        if security_credentials is not None and (credentials is None or security_credentials.user == credentials.user):
+            raise ConfigError("zk metadata: security_user needs a URI user of its own, the cluster's "
+                              "(zk://USER@host:port/root?password_file=...&security_user=...)")
         self.hosts = ",".join(hosts)
         self.root = root
         self.session_timeout = session_timeout
@@ -102,11 +122,17 @@ class ZooKeeperMetadataStore(SessionStore):
         self._watches: set[TreeWatch] = set()
         self._expiry_timer: threading.Timer | None = None
         self._acl = [make_digest_acl(credentials.user, credentials.password, all=True)] if credentials else None
+        self.security_user = security_credentials.user if security_credentials else None
+        self._security_acl = None
+        auth = [("digest", f"{c.user}:{c.password}") for c in (credentials, security_credentials) if c is not None]
+        if security_credentials is not None:
+            self._security_acl = [make_digest_acl(security_credentials.user, security_credentials.password, all=True),
+                                  make_digest_acl(credentials.user, credentials.password, read=True)]
         self._client = KazooClient(
             hosts=self.hosts, timeout=session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=1.5, max_jitter=0.2,
                                         max_delay=min(1.0, session_timeout / 3)),
-            auth_data=[("digest", f"{credentials.user}:{credentials.password}")] if credentials else None,
+            auth_data=auth or None,
             default_acl=self._acl,
             logger=_KAZOO_LOG)
         self._client.add_listener(self._on_kazoo_state)
@@ -117,15 +143,59 @@ class ZooKeeperMetadataStore(SessionStore):
             raise MetadataError(f"cannot connect to ZooKeeper at {self.hosts} within {timeout:g} s: {exc}") from exc
         try:
             self._check_root()
+            if self._security_acl is not None:
+                self._protect_security()
         except MetadataError:
             self.close()
             raise
 
     @classmethod
     def from_uri(cls, uri: str, **options) -> "ZooKeeperMetadataStore":
-        """from_uri connects to ``zk://[user:password@]host:port[,host:port]/root[?session_timeout=S&timeout=S]``."""
-        hosts, root, values, credentials = parse_uri(uri, "zk", _OPTIONS, options)
-        return cls(hosts, root, uri=uri, credentials=credentials, **values)
+        """from_uri connects to ``zk://[user:password@]host:port[,host:port]/root[?session_timeout=S&timeout=S]``
+        (and ``&security_user=NAME&security_password_file=PATH``: the module doc)."""
+        parts = urlsplit(uri)
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        security_user = options.pop("security_user", query.pop("security_user", None))
+        security_file = options.pop("security_password_file", query.pop("security_password_file", None))
+        if (security_user is None) != (security_file is None):
+            raise ConfigError("zk metadata: give security_user and security_password_file together")
+        rest = urlunsplit(parts._replace(query=urlencode(query)))
+        hosts, root, values, credentials = parse_uri(rest, "zk", _OPTIONS, options)
+        security = Credentials(security_user, read_password_file(security_file)) if security_user else None
+        return cls(hosts, root, uri=uri, credentials=credentials, security_credentials=security, **values)
+
+    def _protect_security(self) -> None:
+        """_protect_security makes the security znodes, and gives every znode below them the security ACL."""
+        self._call("create the root", lambda: self._client.ensure_path_async(self.root, self._acl), idempotent=True)
+        for key in SECURITY_BASES:
+            path = self._path(key)
+            try:
+                self._call(f"create {key!r}", lambda: self._client.create_async(path, b"", acl=self._security_acl,
+                                                                                  makepath=True), idempotent=True)
+            except NodeExistsError:
+                pass
+        pending = [self._path(SECURITY)]
+        while pending:
+            path = pending.pop()
+            try:
+                acls, stat = self._call("protect the security keys", lambda: self._client.get_acls_async(path),
+                                        idempotent=True)
+                if list(acls) != self._security_acl:
+                    self._call("protect the security keys",
+                               lambda: self._client.set_acls_async(path, self._security_acl, version=stat.aversion),
+                               idempotent=True)
+                    log.info("gave %s the security ACL (user %r)", path, self.security_user)
+                children = self._call("protect the security keys", lambda: self._client.get_children_async(path),
+                                      idempotent=True)
+            except (NoNodeError, BadVersionError):
+                continue                # deleted or changed meanwhile: a new one is created with the ACL
+            pending.extend(f"{path}/{child}" for child in children)
+
+    def _acl_for(self, key: str):
+        """_acl_for is the ACL a new znode for `key` gets (and its parents, if created with it)."""
+        if self._security_acl is not None and (key == SECURITY or key.startswith(SECURITY + "/")):
+            return self._security_acl
+        return self._acl
 
     def _check_root(self) -> None:
         """_check_root reads the root (NoAuth: not authorized) and warns if a user's root is open to others."""
@@ -221,8 +291,9 @@ class ZooKeeperMetadataStore(SessionStore):
     def create(self, key: str, value: bytes) -> int:
         """create makes `key` (and its parents) and returns its version; NodeExists if present."""
         path = self._path(key)
+        acl = self._acl_for(key)
         try:
-            self._call(f"create {key!r}", lambda: self._client.create_async(path, bytes(value), makepath=True),
+            self._call(f"create {key!r}", lambda: self._client.create_async(path, bytes(value), acl=acl, makepath=True),
                        idempotent=False)
         except NodeExistsError:
             raise NodeExists(f"metadata key {key!r} already exists") from None
