@@ -21,7 +21,8 @@ and keeps:
 - transactions (transactions.py): the first offset of each producer's open transaction (the
   last stable offset is the earliest of them), the aborted transactions (producer id, first
   offset, marker offset) that `read_committed` consumers are told to drop, and per producer
-  the number and offset of its last marker (the coordinator waits for it). A transactional
+  the number and offset of its last marker (the coordinator waits for it; a marker of no higher
+  number changes nothing). A transactional
   batch opens its producer's transaction; a marker (a control batch) closes it. Retention
   forgets aborted transactions, markers and producers whose last batch lies before the log
   start. Snapshots from before transactions lack these fields and restore as none;
@@ -151,6 +152,9 @@ class PartitionState:
                 self.ongoing[head.producer_id] = head.base_offset
             return
         committed, number = marker
+        last = self.markers.get(head.producer_id)
+        if number >= 0 and last is not None and number <= last[0]:
+            return                  # a transaction's marker written again: the producer's next one may be open
         first = self.ongoing.pop(head.producer_id, None)
         if first is not None and not committed:
             self.aborted.append((head.producer_id, first, head.base_offset))

@@ -38,7 +38,9 @@ the key). Each partition's state remembers the last number marked per producer i
 (partition.py, offsets.py), and the coordinator writes CompleteX once every partition of the
 transaction shows it. Brokers connect to nobody for this: they share state only through
 walkit logs. A marker written twice (a leader died after appending it) changes nothing the
-second time. The first field, "commit" of no offsets, is what a broker from before
+second time, even when the producer's next transaction began in between: a partition and a
+bucket ignore a marker whose number is not above the last one they marked for its producer
+(an orphan's abort, number -1, always applies). The first field, "commit" of no offsets, is what a broker from before
 transactions reads of these records: a commit of nothing by the group "".
 """
 
@@ -212,6 +214,8 @@ class TxnBook:
             self.pending = pending
             return {}
         pid, number, committed = doc["txn_marker"]
+        if number <= self.marked.get(pid, 0):
+            return {}               # a transaction's marker written again: the next one's offsets stay pending
         pending = dict(self.pending)
         waiting = pending.pop(pid, {})
         self.pending = pending

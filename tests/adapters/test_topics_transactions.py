@@ -574,3 +574,32 @@ def test_a_transactional_pipeline_loses_and_duplicates_nothing_across_sigkills_o
     print(f"pipeline: first worker killed in a transaction after {first.committed()} records committed, the "
           f"second resumed; broker {victim_id} (coordinator) killed in a transaction, all committed "
           f"{resumed_s:.1f} s later; {uncommitted - total} aborted records in the sink, none read")
+
+
+# -- review findings: each test failed before its fix --------------------------------------------------------
+def test_a_marker_written_again_after_the_next_transaction_opened_leaves_that_transaction_open():
+    """A second marker of transaction 1 (two leaders of the slot, or a retry after a leadership change)
+    lands after transaction 2's first batch: transaction 2 stays open and is not taken as aborted."""
+    state = PartitionState()
+    log = [transactional_batch(2, pid=3, epoch=0, seq=0, offset=0), marker(3, 0, False, 1, 2),
+           transactional_batch(2, pid=3, epoch=0, seq=2, offset=3),           # transaction 2 opens at 3
+           marker(3, 0, False, 1, 5)]                                         # transaction 1's marker again
+    for i, stored in enumerate(log):
+        state.apply(stored, Position(1, i))
+    assert state.ongoing == {3: 3} and state.last_stable_offset == 3
+    assert state.aborted == [(3, 0, 2)] and state.markers == {3: (1, 2)}
+    state.apply(marker(3, 0, True, 2, 6), Position(1, 4))                    # transaction 2 commits
+    assert state.ongoing == {} and state.aborted_between(3, 6) == []
+
+
+def test_a_group_marker_written_again_after_the_next_transaction_committed_offsets_leaves_them_pending():
+    state = OffsetsState()
+    records = [txn_offsets_record("g", 4, [("t", 0, 10, -1, None)], 20), group_marker_record(4, 1, True),
+               txn_offsets_record("g", 4, [("t", 0, 20, -1, None)], 30),     # transaction 2's offsets
+               group_marker_record(4, 1, True)]                              # transaction 1's marker again
+    for i, record in enumerate(records):
+        state.apply(record, Position(1, i))
+    assert state.offsets("g")[("t", 0)].offset == 10 and state.txns.marked == {4: 1}
+    state.apply(group_marker_record(4, 2, False), Position(1, 4))            # transaction 2 aborts
+    assert state.offsets("g")[("t", 0)].offset == 10 and state.txns.pending == {}
+
