@@ -22,7 +22,7 @@ and keeps:
   last stable offset is the earliest of them), the aborted transactions (producer id, first
   offset, marker offset) that `read_committed` consumers are told to drop, and per producer
   the number and offset of its last marker (the coordinator waits for it; a marker of no higher
-  number changes nothing). A transactional
+  number changes nothing). The last stable offset is never below the log start. A transactional
   batch opens its producer's transaction; a marker (a control batch) closes it. Retention
   forgets aborted transactions, markers and producers whose last batch lies before the log
   start. Snapshots from before transactions lack these fields and restore as none;
@@ -210,8 +210,10 @@ class PartitionState:
 
     @property
     def last_stable_offset(self) -> int:
-        """last_stable_offset is the first offset of the oldest open transaction, else the next offset."""
-        return min(self.ongoing.values(), default=self.next_offset)
+        """last_stable_offset is the first offset of the oldest open transaction, else the next offset; never
+        below the log start offset (DeleteRecords or retention may remove an open transaction's first batches,
+        as Kafka's UnifiedLog bounds its first unstable offset)."""
+        return max(min(self.ongoing.values(), default=self.next_offset), self.log_start_offset)
 
     def aborted_between(self, first: int, last: int) -> list[tuple[int, int]]:
         """aborted_between lists (producer id, first offset) of aborted transactions with records in [first, last]."""

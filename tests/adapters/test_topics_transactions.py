@@ -603,3 +603,15 @@ def test_a_group_marker_written_again_after_the_next_transaction_committed_offse
     state.apply(group_marker_record(4, 2, False), Position(1, 4))            # transaction 2 aborts
     assert state.offsets("g")[("t", 0)].offset == 10 and state.txns.pending == {}
 
+
+def test_the_last_stable_offset_never_falls_below_the_log_start_offset():
+    """DeleteRecords (or retention) past the first batch of an open transaction: the LSO holds at the log
+    start, as Kafka's does, so ListOffsets LATEST read_committed never answers an offset out of range."""
+    state = PartitionState()
+    state.apply(transactional_batch(2, pid=6, epoch=0, seq=0, offset=0), Position(1, 0))
+    state.apply(transactional_batch(2, pid=6, epoch=0, seq=2, offset=2), Position(1, 1))
+    state.delete_before(3, Position(1, 2))
+    assert state.log_start_offset == 3 and state.ongoing == {6: 0}
+    assert state.last_stable_offset == 3
+    state.truncate_before(Position(2, 0))                                    # retention: every batch
+    assert state.log_start_offset == 4 and state.last_stable_offset == 4
