@@ -5,17 +5,22 @@ many rows per entry, walkit.replication.batch), closes it and sends the ledger's
 driver in its commit message. The commit publishes the rows of every task in a fixed order
 (writer.py). A staged ledger is what makes a replayed micro-batch safe: the commit that was
 cut short by a crash resumes from the ledgers it had named, whatever the replayed tasks
-produce. Streaming tasks also register their ledger under
+produce. Every task registers its ledger under
 
-    spark/staging/<query id>/<ledger id>      {"batch": <batch id>, "sink": "topic/NAME"}
+    spark/staging/<query id>/<ledger id>      {"batch": <batch id>, "sink": "topic/NAME", "created": <unix s>}
 
+(a batch write, df.write, stages under the query id "write-<uuid>" of its writer, batch 0),
 so the commit of batch B deletes every ledger staged for batches up to B, also those of
-attempts that died before their commit.
+attempts that died before their commit, and the janitor (`sweep`: each batch write's commit,
+and `walkit spark cleanup`) deletes what a write abandoned: ledgers of batches their query's
+marker says are done, and those of batch writes and marker-less queries older than a grace
+period (a write still running longer than that would lose its staged rows, so it is long).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import WriterCommitMessage
@@ -24,6 +29,10 @@ from walkit.errors import NoSuchKey, NoSuchLedger, WalkitError
 from walkit.replication import batch as entries
 
 STAGING = "spark/staging"
+SINKS = "spark/sinks"
+#: How old a batch write's staged rows (or those of a query with no marker) must be before the janitor takes them.
+GRACE_S = 6 * 3600.0
+BATCH_WRITE = "write-"
 #: Bytes of rows per staged entry.
 ENTRY_BYTES = 256 * 1024
 
@@ -77,8 +86,8 @@ class Stage:
             ensemble, write_quorum, write_quorum, password=self.password,
             custom={"walkit.spark": f"rows staged for {self.sink}, query {self.query}, batch {self.batch}"})
         if self.query is not None:
-            self.client.store.create(f"{STAGING}/{self.query}/{self.ledger.ledger_id}",
-                                     json.dumps({"batch": self.batch, "sink": self.sink}).encode())
+            self.client.store.create(f"{STAGING}/{self.query}/{self.ledger.ledger_id}", json.dumps(
+                {"batch": self.batch, "sink": self.sink, "created": time.time()}).encode())
 
     def finish(self) -> Staged:
         """finish writes the last rows, closes the ledger and returns the task's commit message."""
@@ -141,3 +150,46 @@ def collect(client, query: str, upto_batch: int, keep: set[int] = frozenset()) -
             pass
         deleted += 1
     return deleted
+
+
+def sweep(client, grace_s: float = GRACE_S, sink: str | None = None, now: float | None = None) -> int:
+    """sweep is the janitor: it deletes staged ledgers no commit will publish (module doc) and returns how many.
+
+    Ledgers of a streaming query go once its marker says their batch is done (or a later one);
+    those of a batch write, or of a query without a marker (it never committed), once older than
+    `grace_s`. `sink` ("topic/NAME", "log/NAME") limits it to one sink's staged rows.
+    """
+    now = time.time() if now is None else now
+    deleted = 0
+    for query in client.store.children(STAGING):
+        prefix = f"{STAGING}/{query}"
+        for child in client.store.children(prefix):
+            try:
+                value, version = client.store.get(f"{prefix}/{child}")
+            except NoSuchKey:
+                continue
+            staged = json.loads(value)
+            if sink is not None and staged.get("sink") != sink:
+                continue
+            if not _abandoned(client, query, staged, now - grace_s):
+                continue
+            delete([int(child)], client)
+            try:
+                client.store.delete(f"{prefix}/{child}", version)
+            except WalkitError:
+                pass
+            deleted += 1
+    return deleted
+
+
+def _abandoned(client, query: str, staged: dict, before: float) -> bool:
+    """_abandoned is whether no commit will publish a staged ledger (see sweep)."""
+    old = staged.get("created", 0) < before
+    if query.startswith(BATCH_WRITE):
+        return old
+    try:
+        marker = json.loads(client.store.get(f"{SINKS}/{staged.get('sink')}/{query}")[0])
+    except NoSuchKey:
+        return old
+    batch = staged.get("batch", -1)
+    return marker["batch"] > batch or (marker["batch"] == batch and marker["state"] == "done")

@@ -29,6 +29,7 @@ Batch writes (df.write) publish the same way without a marker: a failed job is n
 from __future__ import annotations
 
 import json
+import uuid
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, ShortType, StringType, StructType
@@ -39,11 +40,10 @@ from walkit.adapters.spark.index import LogIndex
 from walkit.adapters.spark.options import SinkOptions
 from walkit.adapters.spark.records import decode_row, encode_row
 from walkit.adapters.spark.scan import topic_columns
-from walkit.adapters.spark.staging import Stage, collect, delete, staged_rows
+from walkit.adapters.spark.staging import BATCH_WRITE, SINKS, Stage, collect, delete, staged_rows, sweep
 from walkit.core.loglist import Position
 from walkit.errors import BadVersion, NodeExists, NoSuchKey
 
-SINKS = "spark/sinks"
 TAG_HEADER = "walkit.spark.write"
 
 
@@ -204,7 +204,11 @@ class TopicPublisher:
         return sent
 
     def close(self) -> None:
-        self._producer = None                          # flushed in publish; librdkafka closes on collection
+        """close drops what a failed publish left queued and ends the producer's connections."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.purge()
+            producer.close()
 
 
 class LogPublisher:
@@ -250,20 +254,26 @@ def _publisher(client, options: SinkOptions):
 
 
 class BatchWriter(DataSourceWriter):
-    """BatchWriter is `df.write.format("walkit")`: tasks stage rows, the commit publishes them in task order."""
+    """BatchWriter is `df.write.format("walkit")`: tasks stage rows, the commit publishes them in task order.
+
+    Its tasks register their staged ledgers under the writer's own id ("write-<uuid>", staging.py),
+    so what a failed or abandoned write staged is found again: the commit and abort delete their
+    own, and each commit sweeps the sink's abandoned ones (staging.sweep; `walkit spark cleanup`).
+    """
 
     def __init__(self, options: SinkOptions, schema: StructType, overwrite: bool) -> None:
         if overwrite:
             raise OptionError(f"{options.target} can only be appended to: use mode('append')")
         self.options = options
         self.encode = row_encoder(schema, options)
+        self.job = f"{BATCH_WRITE}{uuid.uuid4()}"
 
     def write(self, iterator):
         """write stages this task's rows (on an executor)."""
-        return stage(self.options, self.encode, iterator, None, None)
+        return stage(self.options, self.encode, iterator, self.job, 0)
 
     def commit(self, messages) -> None:
-        """commit publishes every task's rows and deletes the staged ledgers."""
+        """commit publishes every task's rows and deletes the staged ledgers, then sweeps abandoned ones."""
         client = connect(self.options.metadata, self.options.timeout, self.options.credentials.key)
         ledgers = [m.ledger_id for m in messages if m is not None and m.ledger_id is not None]
         with reaching(self.options.metadata, f"writing to {self.options.target}"):
@@ -272,12 +282,14 @@ class BatchWriter(DataSourceWriter):
                 publisher.publish(staged_rows(client, ledgers, self.options.password), None, ())
             finally:
                 publisher.close()
-            delete(ledgers, client)
+            collect(client, self.job, 0)
+            sweep(client, sink=self.options.target)
 
     def abort(self, messages) -> None:
         """abort deletes the staged ledgers of a failed write."""
-        delete([m.ledger_id for m in messages if m is not None and m.ledger_id is not None],
-               connect(self.options.metadata, self.options.timeout, self.options.credentials.key))
+        client = connect(self.options.metadata, self.options.timeout, self.options.credentials.key)
+        delete([m.ledger_id for m in messages if m is not None and m.ledger_id is not None], client)
+        collect(client, self.job, 0)
 
 
 class StreamWriter(DataSourceStreamWriter):

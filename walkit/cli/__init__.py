@@ -14,6 +14,7 @@ from walkit.cli.common import default_metadata, main
 #: `walkit NAME` -> the adapter's click group, "module:attribute" (imported on first use).
 ADAPTER_COMMANDS = {
     "kv": "walkit.adapters.kv.cli:kv",
+    "spark": "walkit.adapters.spark.cli:spark",
     "sqlite": "walkit.adapters.sqlite.cli:sqlite",
     "topics": "walkit.adapters.topics.cli:topics",
 }
