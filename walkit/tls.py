@@ -1,7 +1,7 @@
 """walkit.tls builds the TLS settings of walkit's client-facing servers (the KV server, the topics broker).
 
     context = server_context("server.pem", "server.key", ca="clients-ca.pem")
-    await loop.create_server(factory, host, port, ssl=context)
+    await loop.create_server(factory, host, port, ssl=context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
 
 A server given a certificate and its key serves TLS 1.2 or later on its port (Python's `ssl`
 defaults: no compression, the system's cipher choice). With `ca` it also asks every client for a
@@ -13,6 +13,10 @@ asyncio reports it to nobody but that connection, and the server keeps accepting
 from __future__ import annotations
 
 import ssl
+
+#: How long a new connection may take to finish its TLS handshake before it is closed (asyncio's
+#: default is 60 s: a client that connects and sends nothing would hold a connection that long).
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class BadTls(ValueError):

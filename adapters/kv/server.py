@@ -26,6 +26,7 @@ from walkit.adapters.kv.records import Record, command_record, encode as encode_
 from walkit.adapters.kv.resp import ReplyError, Simple
 from walkit.adapters.kv.table import Context
 from walkit.errors import DuplicateError, NotLeader, StaleSubmit, WalkitError
+from walkit.tls import HANDSHAKE_TIMEOUT_S
 
 log = logging.getLogger("walkit.adapters.kv")
 
@@ -99,7 +100,8 @@ class KVServer:
     async def start(self) -> None:
         """start listens on host:port (port 0: a free one, then `port` says which)."""
         self._server = await self.loop.create_server(lambda: Connection(self), self.host, self.port,
-                                                     reuse_address=True, backlog=1024, ssl=self.tls)
+                                                     reuse_address=True, backlog=1024, ssl=self.tls,
+                                                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self.tls else None)
         self.port = self._server.sockets[0].getsockname()[1]
 
     def stop_listening(self) -> None:

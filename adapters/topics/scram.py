@@ -14,7 +14,9 @@ never the password or the SaltedPassword, as Kafka's ScramCredential. `Credentia
 The exchange follows Kafka's ScramSaslServer: the client-first message takes the GS2 header
 ``n,,`` or ``y,,`` (no channel binding: ``p=`` is refused) with an optional ``a=`` authzid that
 must name the user, and no extensions (Kafka's ``tokenauth`` delegation tokens are refused); the
-client-final message must repeat the header's base64 (``c=biws`` for ``n,,``) and the full nonce;
+client-final message must repeat the header's base64 (``c=biws`` for ``n,,``) and end with the
+full nonce (Kafka checks `endsWith`, not equality: librdkafka 2.0.2, which Debian's kcat uses,
+sends its own nonce again in front of it);
 the proof is checked against StoredKey with hmac.compare_digest. An unknown user gets a
 server-first message with a salt derived from its name under `decoy_key` (the same on every
 attempt) and fails at the proof, so the answers do not tell which users exist.
@@ -121,11 +123,14 @@ class ScramExchange:
     """ScramExchange is one connection's SCRAM exchange (see the module doc).
 
     `lookup(user, mechanism)` returns the user's Credential or None; `decoy_key` keys the
-    salts made up for unknown users.
+    salts made up for unknown users; `server_nonce` makes the server's part of the nonce
+    (printable, no ','; a test passes RFC 7677's).
     """
 
-    def __init__(self, lookup: Callable[[str, str], Credential | None], mechanism: str, decoy_key: bytes) -> None:
+    def __init__(self, lookup: Callable[[str, str], Credential | None], mechanism: str, decoy_key: bytes, *,
+                 server_nonce: Callable[[], bytes] = lambda: _b64(secrets.token_bytes(24)).encode("ascii")) -> None:
         self.mechanism = mechanism
+        self._server_nonce = server_nonce
         self._hash = HASHES[mechanism]
         self._lookup = lookup
         self._decoy_key = decoy_key
@@ -173,7 +178,7 @@ class ScramExchange:
         self._user, self._header, self._first_bare = user, parts[0] + b"," + authzid + b",", bare
         self._credential = self._lookup(user, self.mechanism)
         salt, iterations = self._salt()
-        self._nonce = attributes[b"r"] + _b64(secrets.token_bytes(24)).encode("ascii")
+        self._nonce = attributes[b"r"] + self._server_nonce()
         self._server_first = b"r=" + self._nonce + b",s=" + _b64(salt).encode("ascii") + b",i=%d" % iterations
         self._state = "final"
         return Step(challenge=self._server_first)
@@ -191,7 +196,8 @@ class ScramExchange:
             return self._invalid("the client-final message is not c=BINDING,r=NONCE,p=PROOF")
         if not hmac.compare_digest(attributes[b"c"], base64.b64encode(self._header)):
             return self._invalid("the channel binding does not repeat the GS2 header")
-        if not hmac.compare_digest(attributes[b"r"], self._nonce):
+        given = attributes[b"r"]
+        if not hmac.compare_digest(given[len(given) - len(self._nonce):], self._nonce):
             return self._invalid("the nonce is not the one of this exchange")
         try:
             client_proof = base64.b64decode(proof, validate=True)

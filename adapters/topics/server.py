@@ -27,6 +27,7 @@ import ssl
 from walkit.adapters.topics import handlers
 from walkit.adapters.topics.sasl import MAX_UNAUTHENTICATED_FRAME, Reply, SaslGate, Users
 from walkit.adapters.topics.wire import BadRequest, api_versions_error, frame_size, parse_request
+from walkit.tls import HANDSHAKE_TIMEOUT_S
 
 log = logging.getLogger("walkit.adapters.topics")
 
@@ -242,7 +243,8 @@ class KafkaServer:
     async def start(self) -> None:
         """start listens (port 0: a free port, then `port` says which)."""
         self._server = await self.loop.create_server(lambda: Connection(self), self.host, self.port,
-                                                     reuse_address=True, backlog=1024, ssl=self.tls)
+                                                     reuse_address=True, backlog=1024, ssl=self.tls,
+                                                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self.tls else None)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
