@@ -31,7 +31,13 @@ batch (attributes: control and transactional; one record, key (version 0, type 0
 1 commit), value (version 0, coordinator epoch)), into the partition; a group bucket's leader
 appends a marker record that makes the transaction's offsets committed or drops them:
 
-    {"commit": "", "offsets": [], "txn_marker": [pid, number, committed]}
+    {"commit": "", "offsets": [], "txn_marker": [pid, number, committed, epoch]}
+
+A TxnOffsetCommit's record and a group marker carry the producer's epoch (records from before
+carry none and match any): a bucket ignores offsets of an epoch older than those it holds for
+the producer id, drops those of an older epoch at a newer one's, and a commit marker commits
+only the offsets of its own epoch, so a fenced producer's offsets are never committed by its
+successor's transaction (Kafka fences them by the producer epoch of the offsets topic's batch).
 
 The control record's coordinator epoch carries the transaction's number (clients read only
 the key). Each partition's state remembers the last number marked per producer id
@@ -118,15 +124,17 @@ def txn_record(txn_id: str, meta: TxnMeta | None) -> bytes:
                       separators=(",", ":")).encode()
 
 
-def txn_offsets_record(group: str, pid: int, offsets: list[tuple[str, int, int, int, str | None]], ms: int) -> bytes:
-    """txn_offsets_record is the bucket record of a TxnOffsetCommit: offsets that wait for the transaction's marker."""
-    return json.dumps({"commit": group, "offsets": [], "txn_offsets": [pid, [list(o) for o in offsets]], "ms": ms},
-                      separators=(",", ":")).encode()
+def txn_offsets_record(group: str, pid: int, offsets: list[tuple[str, int, int, int, str | None]], ms: int,
+                       epoch: int | None = None) -> bytes:
+    """txn_offsets_record is the bucket record of a TxnOffsetCommit of producer (`pid`, `epoch`): offsets that wait
+    for the transaction's marker."""
+    return json.dumps({"commit": group, "offsets": [], "txn_offsets": [pid, [list(o) for o in offsets]], "ms": ms,
+                       "epoch": epoch}, separators=(",", ":")).encode()
 
 
-def group_marker_record(pid: int, number: int, committed: bool) -> bytes:
-    """group_marker_record is a group bucket's marker of transaction `number` of producer `pid`."""
-    return json.dumps({"commit": "", "offsets": [], "txn_marker": [pid, number, committed]},
+def group_marker_record(pid: int, number: int, committed: bool, epoch: int | None = None) -> bytes:
+    """group_marker_record is a group bucket's marker of transaction `number` of producer `pid` at `epoch`."""
+    return json.dumps({"commit": "", "offsets": [], "txn_marker": [pid, number, committed, epoch]},
                       separators=(",", ":")).encode()
 
 
@@ -166,13 +174,20 @@ def marker_of(batch: bytes) -> tuple[bool, int] | None:
     return kind == COMMIT_TYPE, number
 
 
+def _epoch_of(groups: dict[str, list]) -> int | None:
+    """_epoch_of is the producer epoch of a producer's pending offsets (None: from before epochs, or none)."""
+    return max((row[6] for rows in groups.values() for row in rows if len(row) > 6 and row[6] is not None),
+               default=None)
+
+
 class TxnBook:
     """TxnBook is the transaction part of a group bucket's state: transactional ids, waiting offsets, markers.
 
     `transactions` maps the transactional ids this bucket coordinates to their TxnMeta, and
     `prepared` those of them in PrepareCommit or PrepareAbort (what markers are written for);
     `pending` maps a producer id to the offsets its open transaction committed per group of
-    this bucket ([topic, partition, offset, leader epoch, metadata, ms] rows); `marked` maps a
+    this bucket ([topic, partition, offset, leader epoch, metadata, ms, producer epoch] rows; a
+    checkpoint from before producer epochs has rows without it); `marked` maps a
     producer id to the number of its last transaction marked in this bucket. The dicts are
     replaced, never changed, so a reader holding one sees it stay as it was.
     """
@@ -205,22 +220,32 @@ class TxnBook:
             return {}
         if "txn_offsets" in doc:
             pid, rows = doc["txn_offsets"]
-            pending = dict(self.pending)
+            epoch, pending = doc.get("epoch"), dict(self.pending)
             groups = dict(pending.get(pid, {}))
+            held = _epoch_of(groups)
+            if epoch is not None and held is not None:
+                if epoch < held:
+                    return {}                    # a fenced producer's offsets
+                if epoch > held:
+                    groups = {}                  # a fenced producer's offsets: its successor's come
             kept = {(row[0], row[1]): row for row in groups.get(doc["commit"], [])}
-            kept.update({(t, p): [t, p, o, e, m, doc.get("ms", 0)] for t, p, o, e, m in rows})
+            kept.update({(t, p): [t, p, o, e, m, doc.get("ms", 0), epoch] for t, p, o, e, m in rows})
             groups[doc["commit"]] = list(kept.values())
             pending[pid] = groups
             self.pending = pending
             return {}
-        pid, number, committed = doc["txn_marker"]
+        pid, number, committed, *rest = doc["txn_marker"]
         if number <= self.marked.get(pid, 0):
             return {}               # a transaction's marker written again: the next one's offsets stay pending
+        epoch = rest[0] if rest else None
         pending = dict(self.pending)
         waiting = pending.pop(pid, {})
         self.pending = pending
         self.marked = {**self.marked, pid: number}
-        return waiting if committed else {}
+        if not committed:
+            return {}
+        return {group: [row[:6] for row in rows if epoch is None or len(row) < 7 or row[6] in (None, epoch)]
+                for group, rows in waiting.items()}
 
     def to_json(self) -> dict:
         """to_json is the book as the checkpoint's "transactions", "pending" and "marked" fields."""

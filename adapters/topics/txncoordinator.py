@@ -109,6 +109,17 @@ class TransactionCoordinator:
         if epoch != meta.epoch:
             raise KafkaError(errors.PRODUCER_FENCED, f"producer epoch {epoch}, the id is at {meta.epoch}")
 
+    def check_fenced(self, txn_id, pid: int, epoch: int) -> None:
+        """check_fenced raises PRODUCER_FENCED when this broker's copy of the id's state (every broker applies
+        every bucket) shows producer `pid` at a newer epoch: a TxnOffsetCommit of a zombie. A copy that lags
+        proves nothing and passes; the bucket then ignores the offsets by their epoch (transactions.py)."""
+        if not isinstance(txn_id, str) or not txn_id:
+            raise KafkaError(errors.INVALID_REQUEST, "a transactional id is a non-empty string")
+        bucket = self.broker.buckets.get(self.broker.bucket_of(txn_id))
+        meta = self._meta(bucket, txn_id) if bucket is not None else None
+        if meta is not None and meta.pid == pid and epoch < meta.epoch:
+            raise KafkaError(errors.PRODUCER_FENCED, f"producer epoch {epoch}, the id is at {meta.epoch}")
+
     # -- requests ------------------------------------------------------------------------------------
     async def init_producer_id(self, txn_id: str, timeout_ms: int, pid: int = -1, epoch: int = -1) -> tuple[int, int]:
         """init_producer_id returns (producer id, epoch) for a new producer of `txn_id`, fencing the older ones."""
@@ -233,7 +244,7 @@ class TransactionCoordinator:
             return
         try:
             if slot.topic is None:
-                written = served.commit(group_marker_record(meta.pid, meta.number, meta.committed))
+                written = served.commit(group_marker_record(meta.pid, meta.number, meta.committed, meta.epoch))
             else:
                 written = served.write_marker(meta.pid, meta.epoch, meta.committed, meta.number, meta.ms)
         except KafkaError:

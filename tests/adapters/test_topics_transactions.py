@@ -615,3 +615,43 @@ def test_the_last_stable_offset_never_falls_below_the_log_start_offset():
     assert state.last_stable_offset == 3
     state.truncate_before(Position(2, 0))                                    # retention: every batch
     assert state.log_start_offset == 4 and state.last_stable_offset == 4
+
+
+def _txn_offset_commit(broker: InProcessBroker, txn_id: str, group: str, pid: int, epoch: int,
+                       topic: str, offset: int) -> int:
+    """_txn_offset_commit sends a TxnOffsetCommit v2 of one partition's offset and returns its error code."""
+    from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+
+    from walkit.adapters.topics.handlers.transactions import txn_offset_commit
+    from walkit.adapters.topics.wire import Request
+    wanted = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    body = TxnOffsetCommitRequest(version=2, transactional_id=txn_id, group_id=group, producer_id=pid,
+                                  producer_epoch=epoch, topics=[wanted(name=topic, partitions=[
+                                      wanted.TxnOffsetCommitRequestPartition(
+                                          partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                                          committed_metadata=None)])])
+    frame = broker.run(txn_offset_commit(broker.broker, None, Request(body.API_KEY, 2, 1, "test", body)))
+    answer = TxnOffsetCommitResponse.decode(frame[4:], version=2, header=True)
+    return answer.topics[0].partitions[0].error_code
+
+
+def test_a_fenced_producers_txn_offset_commit_is_refused_and_never_committed(in_process):
+    """A zombie (the epoch before InitProducerId of its successor, same producer id) sends TxnOffsetCommit
+    during the successor's transaction: it is refused, and the successor's commit commits its own offset."""
+    broker = in_process()
+    create_topics(broker.bootstrap, "input", partitions=1)
+    coordinator = broker.broker.transactions
+    pid, zombie = broker.run(coordinator.init_producer_id("eos", 60_000))
+    assert broker.run(coordinator.init_producer_id("eos", 60_000)) == (pid, zombie + 1)
+    broker.run(coordinator.add_partitions("eos", pid, zombie + 1, [(None, broker.broker.bucket_of("eos-group"))]))
+    assert _txn_offset_commit(broker, "eos", "eos-group", pid, zombie + 1, "input", 100) == errors.NONE
+    assert _txn_offset_commit(broker, "eos", "eos-group", pid, zombie, "input", 5) in (
+        errors.PRODUCER_FENCED, errors.INVALID_PRODUCER_EPOCH)
+    bucket = broker.call(lambda: broker.broker.bucket_for("eos-group"))
+    stale = txn_offsets_record("eos-group", pid, [("input", 0, 7, -1, None)], 1, epoch=zombie)
+
+    async def zombie_record_past_the_check():        # (the check read a copy of the id's state that lagged)
+        await bucket.commit(stale)
+    broker.run(zombie_record_past_the_check())
+    broker.run(coordinator.end_txn("eos", pid, zombie + 1, True))
+    assert broker.call(lambda: bucket.state.offsets("eos-group")[("input", 0)].offset) == 100

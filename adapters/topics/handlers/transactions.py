@@ -5,7 +5,8 @@ producer id (a metadata counter), epoch 0, as Kafka does. With one, the id's coo
 (txncoordinator.py) keeps the id's producer id and bumps its epoch. AddPartitionsToTxn,
 AddOffsetsToTxn and EndTxn go to the transactional id's coordinator; TxnOffsetCommit to the
 group's, which keeps the offsets in the group's bucket until the transaction's marker makes
-them committed (or drops them). PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH to the
+them committed (or drops them); a producer its transactional id's state shows fenced is
+refused, and the offsets carry its epoch, so a fenced producer's are never committed. PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH to the
 versions from before it (KIP-588: InitProducerId before v4, the others before v2), as Kafka
 does.
 """
@@ -114,9 +115,10 @@ async def txn_offset_commit(broker, connection, request):
     offsets = []
     try:
         bucket = broker.bucket_for(body.group_id)
+        broker.transactions.check_fenced(body.transactional_id, body.producer_id, body.producer_epoch)
         code = errors.NONE
     except KafkaError as exc:
-        bucket, code = None, exc.code
+        bucket, code = None, _code(exc, request.version, 2)
     for topic in body.topics or []:
         known = await broker.lookup_topic(topic.name) if code == errors.NONE else None
         for part in topic.partitions or []:
@@ -129,7 +131,8 @@ async def txn_offset_commit(broker, connection, request):
             offsets.append((topic.name, part.partition_index, part.committed_offset, epoch, part.committed_metadata))
     if code == errors.NONE and offsets:
         try:
-            await bucket.commit(txn_offsets_record(body.group_id, body.producer_id, offsets, int(time.time() * 1000)))
+            await bucket.commit(txn_offsets_record(body.group_id, body.producer_id, offsets, int(time.time() * 1000),
+                                                   body.producer_epoch))
         except KafkaError as exc:
             failed = _code(exc, request.version, 2)
             codes = {key: failed if value == errors.NONE else value for key, value in codes.items()}
