@@ -63,7 +63,9 @@ class Stage:
         self._appends = []
 
     def add(self, row: bytes) -> None:
-        """add stages one encoded row."""
+        """add stages one encoded row (the first creates and registers the ledger, so the janitor can find it)."""
+        if self.ledger is None:
+            self._create()
         self._pending.append(row)
         self._size += len(row)
         self.rows += 1

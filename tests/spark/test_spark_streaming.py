@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import walkit
+from walkit.adapters.spark.staging import STAGING
 
 from ..integration.helpers import child_pids, pid_alive, wait_until
 from .conftest import spark_environment
@@ -90,3 +91,12 @@ def test_killed_driver_restarted_from_its_checkpoint_writes_every_record_exactly
     assert len(copied) == RECORDS, f"{len(copied)} records for {RECORDS}: {[v for v, n in counts.items() if n > 1][:5]}"
     assert set(counts) == {value for _, value, _, _, _ in produced} and max(counts.values()) == 1
     assert all(m.key() == str(int(m.value().split()[1]) % 7).encode() for m in copied)
+    with walkit.Client(broker.metadata_url) as client:             # the restart collected what the kill left
+        assert staged_for(client, "topic/copy-out") == []
+
+
+def staged_for(client, sink: str) -> list[str]:
+    """staged_for lists the staged-ledger keys registered for `sink` (staging.py)."""
+    keys = [f"{STAGING}/{query}/{ledger}" for query in client.store.children(STAGING)
+            for ledger in client.store.children(f"{STAGING}/{query}")]
+    return [key for key in keys if json.loads(client.store.get(key)[0])["sink"] == sink]
