@@ -42,9 +42,11 @@ A run (`Compactor.run`, on the leader's event loop, from the broker's periodic t
    without a key stay (Kafka refuses them on compacted topics; this broker keeps them).
    Transactional batches and control batches (markers) are kept whole and do not count as a
    key's latest record, so an aborted transaction never hides a value and the aborted
-   transactions' index stays right; this compacts less than Kafka, never wrongly. A batch
-   that lost records is re-encoded with its codec, producer id, epoch, base sequence and
-   leader epoch, each record at its own offset; a batch that lost all its records goes.
+   transactions' index stays right; a tombstone after a transactional record of its key stays
+   past delete.retention.ms (removing it would make that kept value the latest again); this
+   compacts less than Kafka, never wrongly. A batch that lost records is re-encoded with its
+   codec, producer id, epoch, base sequence and leader epoch, each record at its own offset; a
+   batch that lost all its records goes.
 4. If any batch changed, or the range is not in log order (a run cut short, batches appended
    while a swap was written: old ledgers would stay pinned), the whole range is written as
    swaps, each at most one log record (a batch too large to fit one with a swap header stays
@@ -253,12 +255,17 @@ class Compactor:
         if upto <= self.checked_upto and (self.tombstone is None or now < self.tombstone + delete_retention_ms):
             return 0
         latest: dict[bytes, int] = {}
+        held: dict[bytes, int] = {}          # key -> first offset of it in a transactional batch (kept whole)
         loop = self.leader.loop
 
         def scan(read: list[bytes]) -> None:
             for batch in read:
                 if not untouchable(batch):
                     latest.update((r.key, r.offset) for r in records(batch) if r.key is not None)
+                elif not info(batch[:HEADER_SIZE]).attributes & CONTROL:
+                    for r in records(batch):
+                        if r.key is not None:
+                            held.setdefault(r.key, r.offset)
         async for read in self._reads(bases, upto, start):          # decoding runs off the event loop
             await loop.run_in_executor(None, scan, read)
         tombstones: list[int] = []
@@ -269,6 +276,8 @@ class Compactor:
             if latest.get(r.key) != r.offset:
                 return False
             if r.value is None:
+                if held.get(r.key, r.offset) < r.offset:
+                    return True              # stays while the transactional value before it does
                 if r.timestamp + delete_retention_ms <= now:
                     return False
                 tombstones.append(r.timestamp)

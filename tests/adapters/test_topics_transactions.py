@@ -655,3 +655,21 @@ def test_a_fenced_producers_txn_offset_commit_is_refused_and_never_committed(in_
     broker.run(zombie_record_past_the_check())
     broker.run(coordinator.end_txn("eos", pid, zombie + 1, True))
     assert broker.call(lambda: bucket.state.offsets("eos-group")[("input", 0)].offset) == 100
+
+
+def test_compaction_never_removes_a_tombstone_that_would_bring_back_a_committed_transactional_value():
+    """A committed transactional value of a key, then a (plain) tombstone of it: compaction keeps the
+    transactional batch whole, so once the tombstone's delete.retention.ms is over, removing it would
+    make the deleted key's old value the latest one again."""
+    from .test_topics_compaction import compacted_leader, consume, keyed_batch, produce
+
+    async def scenario():
+        leader, node = await compacted_leader()
+        await leader.append(keyed_batch([(b"a", b"t1")], pid=7, transactional=True))
+        await leader.write_marker(7, 0, True, 1, 1000)                # (offset 1, the commit marker)
+        await produce(leader, node, keyed_batch([(b"a", None)], first_ts=5000))
+        await leader.append(keyed_batch([(b"z", b"z1")], first_ts=6000))
+        await leader.compactor.run(delete_retention_ms=1000, now_ms=9000)
+        values = {key: value for offset, key, value in await consume(leader) if offset != 1}
+        assert values == {b"a": None, b"z": b"z1"}                # the key stays deleted
+    asyncio.run(scenario())
