@@ -15,6 +15,8 @@ the lower ones. Who holds what:
 
 What each action needs (`NEEDS`):
 
+    create      a ledger, or a log not created yet (it is then    on the allow-list
+                the creator's), for a caller with a principal
     read        read entries, LACs, a log                         read
     append      add, fence, recover, open a log as its writer     write
     roll        start the next ledger of a log                    write
@@ -87,16 +89,27 @@ def check_ledger(store, principal: str, metadata: LedgerMetadata, action: str) -
 def check_log(store, principal: str, name: str, action: str, metadata: LogMetadata | None = None) -> None:
     """check_log raises PermissionDenied unless `principal` may do `action` on log `name`.
 
-    A log not created yet is open to anyone who may create logs (it will be theirs). Its
-    metadata may be passed in when the caller just read it.
+    A log not created yet is open to anyone who may create (`check_create`): it will be theirs.
+    Its metadata may be passed in when the caller just read it.
     """
     if metadata is None:
         try:
             metadata = LogMetadata.from_bytes(store.get(log_key(name))[0])
         except NoSuchKey:
+            check_create(store, principal, f"log {name!r}")
             return
     needed = "admin" if action == "delete" else NEEDS[action]
     _check(level(store, principal, owner=metadata.owner, log=name), principal, needed, action, f"log {name!r}")
+
+
+def check_create(store, principal: str, resource: str) -> None:
+    """check_create raises PermissionDenied when a caller with a principal off the allow-list creates
+    `resource`: it could not use it, and would squat its name (a log's) or leave metadata behind.
+    A caller without a principal creates as on a cluster without security (unowned, open)."""
+    if principal and not _allowed(store, principal):
+        raise PermissionDenied(f"principal {principal} may not create {resource}: it is not on the allow-list "
+                               f"(`walkit clients allow {principal}`)", principal=principal, needed="create",
+                               resource=resource)
 
 
 def _check(held: str | None, principal: str, needed: str, action: str, resource: str) -> None:

@@ -161,3 +161,12 @@ def test_the_cli_refuses_a_principal_without_permission_and_lets_the_owner(clust
     assert walkit_cli(owner_key, "acl", "grant", intruder, "read", "log", "orders").exit_code == 0
     assert walkit_cli(owner_key, "ledger", "delete", str(first.ledger_id)).exit_code == 0
     assert first.ledger_id not in cluster.client().list_ledgers()
+
+
+def test_a_principal_off_the_allow_list_cannot_create_a_ledger_or_claim_a_log_name(cluster, tmp_path):
+    _, secret = security.new_keys(str(tmp_path / "keys"), "stranger")
+    client = cluster.client(key=secret)
+    for attempt in (lambda: client.create_ledger(3, 2, 2), lambda: client.open_log("orders")):
+        with pytest.raises(PermissionDenied, match="not on the allow-list"):
+            attempt()
+    assert cluster.client().list_ledgers() == [] and cluster.client().list_logs() == []

@@ -47,11 +47,16 @@ def client(cluster, key: str | None) -> walkit.Client:
 
 
 def refused_everything(cluster, key: str | None, ledger_id: int) -> None:
-    """refused_everything checks that a client can neither write, read nor fence."""
+    """refused_everything checks that a client can neither write, read nor fence (nor create, with a key
+    off the allow-list: walkit.permissions.check_create)."""
     with client(cluster, key) as c:
-        writer = c.create_ledger(3, 2, 2, password=b"pw")           # metadata only: no bookie involved yet
-        with pytest.raises(Unauthorized):
-            writer.append(b"x", timeout=10)
+        if key is None:
+            writer = c.create_ledger(3, 2, 2, password=b"pw")       # metadata only: no bookie involved yet
+            with pytest.raises(Unauthorized):
+                writer.append(b"x", timeout=10)
+        else:
+            with pytest.raises(walkit.errors.PermissionDenied, match="not on the allow-list"):
+                c.create_ledger(3, 2, 2, password=b"pw")
         with pytest.raises(Unauthorized):
             list(c.open_ledger(ledger_id, password=b"pw").read())
         with pytest.raises(Unauthorized):
@@ -102,9 +107,18 @@ def test_allowing_and_revoking_a_key_take_effect_without_a_restart(cluster, tmp_
         writer = c.create_ledger(3, 3, 3, password=b"pw")        # every entry goes to every bookie
         assert writer.append(b"allowed") == 0
         security.disallow(store, principal)                         # no bookie restarts
-        wait_until(lambda: not appends(c), 10, message="the revoked key was still accepted")
-        with pytest.raises(Unauthorized):                           # also on the connections it has open
-            writer.append(b"after the revocation", timeout=10)
+        wait_until(lambda: refused(writer), 10,                     # also on the connections it has open
+                   message="the revoked key was still accepted by the bookies")
+        assert not appends(c)                                       # and no new ledger (walkit.permissions)
+
+
+def refused(writer) -> bool:
+    """refused tells whether the bookies refuse `writer`'s next append (False while they take it)."""
+    try:
+        writer.append(b"after the revocation", timeout=10)
+        return False
+    except Unauthorized:
+        return True
 
 
 def test_principal_a_cannot_read_or_fence_principal_bs_log_unless_granted(cluster, tmp_path, store):

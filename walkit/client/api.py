@@ -244,6 +244,7 @@ class Client:
             raise ConfigError(f"unknown digest {digest!r}; expected one of {', '.join(DIGEST_TYPES)}")
         password = _password(password)
         racks = min(self.min_racks, write_quorum) if min_racks is None else min_racks
+        permissions.check_create(self.store, self.principal, "a ledger")
         bookies = self.registry.choose(ensemble, write_quorum=write_quorum, min_racks=racks)
         ledger_id = self.store.next_id(LEDGER_ID_COUNTER)
         metadata = LedgerMetadata(
