@@ -13,6 +13,7 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)      # the KV server's tests use redis-cli
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)   # ... and compare its replies with a real redis-server
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)                   # the topics broker's tests use kcat
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)             # the TLS tests make their certificates with it
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)       # the metrics tests scrape with a real Prometheus
 command -v sqlite3 >/dev/null 2>&1 || missing+=(sqlite3)             # the SQLite replicator's tests read replicas with it
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)                 # walkit.testing.network makes namespaces, veths and tbf with ip and tc
