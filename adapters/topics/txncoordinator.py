@@ -8,6 +8,8 @@ log and applied before the request is answered, so the next leader holds it:
   call, and when the epoch is exhausted), fencing any older producer of the id (KIP-98); an
   open transaction is aborted first, its markers written with the new epoch, so the fenced
   producer's batches are refused by every partition it wrote to (INVALID_PRODUCER_EPOCH);
+  one open at MAX_EPOCH is aborted at that epoch and the new producer gets a new producer id,
+  never the fenced one's (producer id, epoch);
 - AddPartitionsToTxn and AddOffsetsToTxn (a group's bucket as a partition) open a
   transaction (the next `number`) or add to it;
 - EndTxn writes PrepareCommit or PrepareAbort, waits up to END_WAIT_S for the markers and
@@ -133,7 +135,9 @@ class TransactionCoordinator:
                 raise KafkaError(errors.PRODUCER_FENCED, f"producer {pid} epoch {epoch} is not the id's current one")
             bump = 1
             if meta is not None and meta.state == ONGOING:    # aborted with the epoch bumped: the new producer's
-                meta, bump = await self._abort(bucket, txn_id, meta, "a new producer of its transactional id"), 0
+                fenced = meta.epoch                           # (at MAX_EPOCH it cannot be: a new producer id)
+                meta = await self._abort(bucket, txn_id, meta, "a new producer of its transactional id")
+                bump = 0 if meta is not None and meta.epoch > fenced else 1
             if meta is None or meta.epoch + bump > MAX_EPOCH:
                 new_pid = await self.loop.run_in_executor(None, self.broker.catalog.new_producer_id)
                 meta = TxnMeta(new_pid, 0, EMPTY, timeout_ms, number=meta.number if meta else 0, ms=now_ms())

@@ -673,3 +673,24 @@ def test_compaction_never_removes_a_tombstone_that_would_bring_back_a_committed_
         values = {key: value for offset, key, value in await consume(leader) if offset != 1}
         assert values == {b"a": None, b"z": b"z1"}                # the key stays deleted
     asyncio.run(scenario())
+
+
+def test_a_new_producer_of_an_id_whose_open_transaction_is_at_the_last_epoch_is_not_given_the_zombies_epoch(
+        in_process):
+    """InitProducerId aborts the open transaction with the epoch bumped; at MAX_EPOCH it cannot be bumped, so
+    the new producer gets a new producer id, never the zombie's (producer id, epoch)."""
+    from walkit.adapters.topics.transactions import MAX_EPOCH
+    broker = in_process()
+    create_topics(broker.bootstrap, "worn", partitions=1)
+    coordinator = broker.broker.transactions
+    pid, _ = broker.run(coordinator.init_producer_id("worn", 60_000))
+    bucket = broker.call(lambda: broker.broker.bucket_for("worn"))
+    worn = replace(bucket.state.txns.transactions["worn"], epoch=MAX_EPOCH)     # (after 32,766 restarts)
+
+    async def open_at_the_last_epoch():
+        await bucket.commit(txn_record("worn", worn))
+        await coordinator.add_partitions("worn", pid, MAX_EPOCH, [("worn", 0)])
+    broker.run(open_at_the_last_epoch())
+    assert broker.run(coordinator.init_producer_id("worn", 60_000)) != (pid, MAX_EPOCH)
+    with pytest.raises(KafkaError):                                             # the zombie is fenced
+        broker.run(coordinator.add_partitions("worn", pid, MAX_EPOCH, [("worn", 0)]))
