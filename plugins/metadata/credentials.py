@@ -20,6 +20,10 @@ from walkit.errors import ConfigError
 #: What a password is replaced with wherever a URI is shown.
 HIDDEN = "***"
 
+#: What a refused change of the allow-list or the grants means when they are the operator's.
+OPERATOR_HINT = ("; the allow-list and the grants (security/...) may be changed only by the operator's user "
+                 "(docs/operations/security.md, the operator's own user): use the operator's metadata URI")
+
 
 @dataclass(frozen=True)
 class Credentials:

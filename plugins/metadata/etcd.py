@@ -236,7 +236,7 @@ class EtcdMetadataStore(SessionStore):
                 raise MetadataError(f"{what}: {exc.detail_text}") from None
             except Etcd3Exception as exc:
                 raise MetadataError(f"{what}: etcd at {self.address} refused it: {_describe(exc)}"
-                                    f"{hint(exc.detail_text or '', self.user, self.root)}") from exc
+                                    f"{hint(exc.detail_text or '', self.user, self.root, what)}") from exc
             finally:
                 client.bounded(None)
             with self._cond:                  # wait before retrying; close() wakes us

@@ -21,7 +21,7 @@ import threading
 import requests
 from etcd3gw.exceptions import ConnectionFailedError, ConnectionTimeoutError, Etcd3Exception
 
-from walkit.plugins.metadata.credentials import Credentials
+from walkit.plugins.metadata.credentials import OPERATOR_HINT, Credentials
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,10 @@ def token_refused(text: str) -> bool:
     return "invalid auth token" in text or "user name is empty" in text
 
 
-def hint(text: str, user: str | None, root: str) -> str:
-    """hint says how to fix the authentication problem etcd's error `text` names ("" if none)."""
+def hint(text: str, user: str | None, root: str, what: str = "") -> str:
+    """hint says how to fix the authentication problem etcd's error `text` names, in call `what` ("" if none)."""
+    if "permission denied" in text and "'security/" in what:
+        return OPERATOR_HINT
     if "user name is empty" in text:
         return ("; etcd has authentication enabled: give the store a user, etcd://user:password@host:port/root "
                 "(or ?password_file=)")

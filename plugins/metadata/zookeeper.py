@@ -64,7 +64,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
 from walkit.plugins.metadata import COUNTERS, check_key
-from walkit.plugins.metadata.credentials import HIDDEN, Credentials, read_password_file
+from walkit.plugins.metadata.credentials import HIDDEN, OPERATOR_HINT, Credentials, read_password_file
 from walkit.plugins.metadata.session import Registration, SessionStore, UserWatch, parse_uri
 from walkit.plugins.metadata.zookeeper_watch import TreeWatch
 from walkit.spi import SessionState
@@ -248,7 +248,9 @@ class ZooKeeperMetadataStore(SessionStore):
 
     def _not_authorized(self, what: str) -> MetadataError:
         """_not_authorized is the error for a znode whose ACL does not admit this store (NoAuth)."""
-        if self.user is None:
+        if self.security_user is None and "'security/" in what:
+            hint = OPERATOR_HINT.removeprefix("; ")
+        elif self.user is None:
             hint = ("its znodes are protected by a ZooKeeper ACL: give the store their user and password, "
                     "zk://user:password@host:port/root (or ?password_file=)")
         else:
