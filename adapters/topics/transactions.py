@@ -247,6 +247,10 @@ class TxnBook:
         return {group: [row[:6] for row in rows if epoch is None or len(row) < 7 or row[6] in (None, epoch)]
                 for group, rows in waiting.items()}
 
+    def unstable(self, group: str) -> set[tuple[str, int]]:
+        """unstable is the partitions of `group` whose offsets an open transaction committed (KIP-447)."""
+        return {(row[0], row[1]) for groups in self.pending.values() for row in groups.get(group, [])}
+
     def to_json(self) -> dict:
         """to_json is the book as the checkpoint's "transactions", "pending" and "marked" fields."""
         return {"transactions": {i: m.to_json() for i, m in self.transactions.items()},

@@ -694,3 +694,30 @@ def test_a_new_producer_of_an_id_whose_open_transaction_is_at_the_last_epoch_is_
     assert broker.run(coordinator.init_producer_id("worn", 60_000)) != (pid, MAX_EPOCH)
     with pytest.raises(KafkaError):                                             # the zombie is fenced
         broker.run(coordinator.add_partitions("worn", pid, MAX_EPOCH, [("worn", 0)]))
+
+
+def test_offset_fetch_requiring_stable_offsets_is_answered_unstable_while_a_transaction_holds_offsets(in_process):
+    """KIP-447: a read_committed consumer (librdkafka sends require_stable) taking over a partition whose
+    offsets an open transaction committed waits for its outcome instead of starting at the older offset
+    and processing again what that transaction's commit then also makes consumed."""
+    from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
+
+    from walkit.adapters.topics.handlers.commits import offset_fetch
+    from walkit.adapters.topics.wire import Request
+
+    def fetch(stable: bool) -> tuple[int, int]:
+        body = OffsetFetchRequest(version=7, group_id="kip447", require_stable=stable, topics=[
+            OffsetFetchRequest.OffsetFetchRequestTopic(name="input", partition_indexes=[0])])
+        frame = broker.run(offset_fetch(broker.broker, None, Request(body.API_KEY, 7, 1, "test", body)))
+        [part] = OffsetFetchResponse.decode(frame[4:], version=7, header=True).topics[0].partitions
+        return part.error_code, part.committed_offset
+    broker = in_process()
+    create_topics(broker.bootstrap, "input", partitions=1)
+    coordinator = broker.broker.transactions
+    pid, epoch = broker.run(coordinator.init_producer_id("kip447-worker", 60_000))
+    broker.run(coordinator.add_partitions("kip447-worker", pid, epoch, [(None, broker.broker.bucket_of("kip447"))]))
+    assert _txn_offset_commit(broker, "kip447-worker", "kip447", pid, epoch, "input", 100) == errors.NONE
+    assert fetch(stable=True) == (88, -1)                              # UNSTABLE_OFFSET_COMMIT: retry
+    assert fetch(stable=False) == (errors.NONE, -1)
+    broker.run(coordinator.end_txn("kip447-worker", pid, epoch, True))
+    assert fetch(stable=True) == (errors.NONE, 100)

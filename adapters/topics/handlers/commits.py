@@ -8,7 +8,11 @@ group bucket's log and answered once acknowledged (offsets.py), so an answered c
 survives the coordinator. OffsetFetch reads the bucket's applied state once no commit is in
 flight or in doubt (broker.BucketLeader.settled: a commit answered with an error may still take
 effect until the next leader's replay decides, and a client reading back its failed commit must
-not be told it did not): -1 for partitions without a committed offset.
+not be told it did not): -1 for partitions without a committed offset. A request that
+requires stable offsets (v7, KIP-447: librdkafka's read_committed consumers) is answered
+UNSTABLE_OFFSET_COMMIT for a partition whose offsets an open transaction committed
+(TxnOffsetCommit), and the client asks again: a consumer taking the partition over must not
+start at the older offset and process again what that transaction's commit consumes.
 
 DeleteGroups removes a group's committed offsets and stored membership (a forget record of
 its bucket, offsets.py); a group with members is NON_EMPTY_GROUP, an unknown one
@@ -85,9 +89,10 @@ async def offset_fetch(broker, connection, request):
         bucket = broker.bucket_for(body.group_id)
         await bucket.settled()                  # no commit in flight or in doubt (broker.BucketLeader)
         committed = bucket.state.offsets(body.group_id)
+        unstable = bucket.state.txns.unstable(body.group_id) if request.version >= 7 and body.require_stable else ()
         code = errors.NONE
     except KafkaError as exc:
-        committed, code = {}, exc.code
+        committed, unstable, code = {}, (), exc.code
     if body.topics is None:
         wanted: dict[str, list[int]] = {}
         for name, index in sorted(committed):
@@ -99,10 +104,13 @@ async def offset_fetch(broker, connection, request):
         parts = []
         for index in indexes:
             found = committed.get((name, index))
+            if (name, index) in unstable:
+                found, part_code = None, errors.UNSTABLE_OFFSET_COMMIT
+            else:
+                part_code = code if request.version < 2 else errors.NONE
             parts.append(_FPART(partition_index=index, committed_offset=found.offset if found else -1,
                                 committed_leader_epoch=found.leader_epoch if found else -1,
-                                metadata=(found.metadata if found else "") or "",
-                                error_code=code if request.version < 2 else errors.NONE))
+                                metadata=(found.metadata if found else "") or "", error_code=part_code))
         topics.append(_FTOPIC(name=name, partitions=parts))
     return request.response(OffsetFetchResponse, throttle_time_ms=0, topics=topics, error_code=code)
 
