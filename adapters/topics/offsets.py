@@ -169,6 +169,7 @@ class OffsetsState(walkit.StateMachine):
             for topic, partition, offset, epoch, metadata in doc["offsets"]:
                 committed[(topic, partition)] = Committed(offset, epoch, metadata, doc.get("ms", 0))
             self.groups[group] = committed              # replaced, never changed: readers hold a stable dict
+            self.txns.superseded(group, {(topic, partition) for topic, partition, *_ in doc["offsets"]})
         return group
 
     def _forget(self, group: str, partitions, before: int | None) -> None:

@@ -247,6 +247,20 @@ class TxnBook:
         return {group: [row[:6] for row in rows if epoch is None or len(row) < 7 or row[6] in (None, epoch)]
                 for group, rows in waiting.items()}
 
+    def superseded(self, group: str, partitions: set[tuple[str, int]]) -> None:
+        """superseded drops the pending offsets of `group` for `partitions`, which a plain OffsetCommit applied
+        after them replaced: as in Kafka, a transaction's offset applies at its marker only if the committed
+        one is older in the log."""
+        if not any((row[0], row[1]) in partitions for groups in self.pending.values() for row in groups.get(group, [])):
+            return
+        pending = {}
+        for pid, groups in self.pending.items():
+            groups = dict(groups)
+            if group in groups:
+                groups[group] = [row for row in groups[group] if (row[0], row[1]) not in partitions]
+            pending[pid] = groups
+        self.pending = pending
+
     def unstable(self, group: str) -> set[tuple[str, int]]:
         """unstable is the partitions of `group` whose offsets an open transaction committed (KIP-447)."""
         return {(row[0], row[1]) for groups in self.pending.values() for row in groups.get(group, [])}

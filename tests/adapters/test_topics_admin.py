@@ -18,7 +18,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import (
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, AlterConfigOpType, ConfigEntry,
-    ConfigResource, NewPartitions, NewTopic, ResourcePatternType, ResourceType,
+    ConfigResource, NewPartitions, NewTopic, OffsetSpec, ResourcePatternType, ResourceType,
 )
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
@@ -322,6 +322,11 @@ def test_leader_epochs_grow_with_each_leadership_and_offset_for_leader_epoch_end
     assert leader_epoch_end(broker, "epochs", second + 1000)[1:] == (-1, -1)
     assert leader_epoch_end(broker, "epochs", second, current=first)[0] == FENCED_LEADER_EPOCH
     assert leader_epoch_end(broker, "epochs", second, current=second + 1)[0] == UNKNOWN_LEADER_EPOCH
+    client = admin(broker)
+    listed = {name: next(iter(client.list_offsets({TopicPartition("epochs", 0): spec}).values())).result(30)
+              for name, spec in (("earliest", OffsetSpec.earliest()), ("latest", OffsetSpec.latest()))}
+    assert (listed["earliest"].offset, listed["earliest"].leader_epoch) == (0, first)     # the record's epoch
+    assert (listed["latest"].offset, listed["latest"].leader_epoch) == (4, second)        # the leader's own
 
 
 def partition_leaders(port: int, topic: str) -> dict[int, tuple[int, int]]:

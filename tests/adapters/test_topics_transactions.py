@@ -721,3 +721,15 @@ def test_offset_fetch_requiring_stable_offsets_is_answered_unstable_while_a_tran
     assert fetch(stable=False) == (errors.NONE, -1)
     broker.run(coordinator.end_txn("kip447-worker", pid, epoch, True))
     assert fetch(stable=True) == (errors.NONE, 100)
+
+
+def test_a_regular_commit_after_a_transactions_offsets_is_kept_when_the_transaction_commits():
+    """As Kafka's group coordinator does (a pending transactional offset applies only if the committed one is
+    older in the log): a plain OffsetCommit appended after a TxnOffsetCommit of the same partition wins."""
+    state = OffsetsState()
+    records = [txn_offsets_record("g", 4, [("t", 0, 10, -1, None), ("t", 1, 11, -1, None)], 20, epoch=0),
+               commit_record("g", [("t", 0, 50, -1, None)], 21),
+               group_marker_record(4, 1, True, 0)]
+    for i, record in enumerate(records):
+        state.apply(record, Position(1, i))
+    assert state.offsets("g")[("t", 0)].offset == 50 and state.offsets("g")[("t", 1)].offset == 11

@@ -17,7 +17,8 @@ ListOffsets answers EARLIEST (-2: the log start offset), LATEST (-1: the high wa
 MAX_TIMESTAMP (-3) and a timestamp: the first offset whose record is stamped at or after it,
 found through the index of running maximum timestamps and one batch read. A compressed batch
 is opened for that (batches.records); one whose codec's library is missing answers
-UNKNOWN_SERVER_ERROR for its partition and the broker logs what to install.
+UNKNOWN_SERVER_ERROR for its partition and the broker logs what to install. Each answer carries
+the leader epoch of the record at the offset found, the leader's own at the log end (epochs.py).
 """
 
 from __future__ import annotations
@@ -114,6 +115,21 @@ async def _list_offset(broker, topic: str, partition: int, timestamp: int,
         return exc.code, -1, -1
 
 
+def _epoch_of(broker, topic: str, partition: int, offset: int) -> int:
+    """_epoch_of is the leader epoch of the record at `offset`, the leader's own at the log end (as Kafka
+    answers ListOffsets), -1 when unknown (epochs.py)."""
+    try:
+        leader = broker.partition(topic, partition)
+    except KafkaError:
+        return -1
+    if offset < 0:
+        return -1
+    if offset >= leader.high_watermark:
+        return leader.epoch
+    with leader.machine.lock:
+        return leader.state.epochs.epoch_at(offset)
+
+
 async def list_offsets(broker, connection, request):
     """list_offsets answers earliest, latest, max-timestamp and by-timestamp offset queries."""
     topics = []
@@ -123,7 +139,8 @@ async def list_offsets(broker, connection, request):
             code, stamp, offset = await _list_offset(broker, topic.name, wanted.partition_index, wanted.timestamp,
                                                      request.body.isolation_level == READ_COMMITTED)
             parts.append(_LPART(partition_index=wanted.partition_index, error_code=code, timestamp=stamp,
-                                offset=offset, leader_epoch=-1))
+                                offset=offset, leader_epoch=_epoch_of(broker, topic.name, wanted.partition_index,
+                                                                      offset) if code == errors.NONE else -1))
         topics.append(_LTOPIC(name=topic.name, partitions=parts))
     return request.response(ListOffsetsResponse, throttle_time_ms=0, topics=topics)
 
