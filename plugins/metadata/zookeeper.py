@@ -34,14 +34,8 @@ MetadataError that says it is not authorized (checked at open by reading the roo
 set only on znodes the store creates: znodes made before the user was configured stay as they
 are (the store logs a warning when the root is one of them; ``setAcl -R`` in zkCli fixes them).
 
-The security keys (``security/...``: the allow-list and the grants, walkit.security) may belong
-to an operator user of their own: ``?security_user=NAME&security_password_file=PATH`` (both, and
-a URI user, or the store refuses to open) makes the store add NAME's digest credential too and
-keep every znode of ``security`` at the ACL ``NAME:cdrwa, USER:r``. A store of the cluster's user
-alone (every bookie and client) then reads the allow-list and the grants and cannot change them:
-ZooKeeper answers NoAuth. Such a store, when it opens, creates ``security``, its lists and
-``security/acl/logs``, and sets that ACL on every znode below ``security`` that lacks it, so one
-operator command (`walkit clients list --metadata URI`) protects an existing cluster.
+The allow-list and the grants may be an operator user's own (``?security_user=NAME&
+security_password_file=PATH``): walkit.plugins.metadata.zookeeper_security.
 """
 
 from __future__ import annotations
@@ -60,23 +54,18 @@ from kazoo.protocol.serialization import Auth
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
 from walkit.plugins.metadata import COUNTERS, check_key
-from walkit.plugins.metadata.credentials import HIDDEN, OPERATOR_HINT, Credentials, read_password_file
+from walkit.plugins.metadata.credentials import HIDDEN, OPERATOR_HINT, Credentials
 from walkit.plugins.metadata.session import Registration, SessionStore, UserWatch, parse_uri
+from walkit.plugins.metadata.zookeeper_security import is_security_key, protect, security_acl, split_options
 from walkit.plugins.metadata.zookeeper_watch import TreeWatch
 from walkit.spi import SessionState
 
 log = logging.getLogger(__name__)
 
 _OPTIONS = {"session_timeout": 10.0, "timeout": 10.0}
-
-#: The keys an operator user of their own may hold (walkit.security's allow-list and grants).
-SECURITY = "security"
-#: The znodes a store with a security user creates when it opens, so that none is the cluster user's.
-SECURITY_BASES = ("security", "security/clients", "security/acl", "security/acl/logs")
 
 
 class _HideAuth(logging.Filter):
@@ -109,9 +98,7 @@ class ZooKeeperMetadataStore(SessionStore):
         for given in (credentials, security_credentials):
             if given is not None and ":" in given.user:
                 raise ConfigError(f"zk metadata: a ZooKeeper digest user cannot contain ':' ({given.user!r})")
-        if security_credentials is not None and (credentials is None or security_credentials.user == credentials.user):
-            raise ConfigError("zk metadata: security_user needs a URI user of its own, the cluster's "
-                              "(zk://USER@host:port/root?password_file=...&security_user=...)")
+        self._security_acl = None if security_credentials is None else security_acl(credentials, security_credentials)
         self.hosts = ",".join(hosts)
         self.root = root
         self.session_timeout = session_timeout
@@ -123,11 +110,7 @@ class ZooKeeperMetadataStore(SessionStore):
         self._expiry_timer: threading.Timer | None = None
         self._acl = [make_digest_acl(credentials.user, credentials.password, all=True)] if credentials else None
         self.security_user = security_credentials.user if security_credentials else None
-        self._security_acl = None
         auth = [("digest", f"{c.user}:{c.password}") for c in (credentials, security_credentials) if c is not None]
-        if security_credentials is not None:
-            self._security_acl = [make_digest_acl(security_credentials.user, security_credentials.password, all=True),
-                                  make_digest_acl(credentials.user, credentials.password, read=True)]
         self._client = KazooClient(
             hosts=self.hosts, timeout=session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=1.5, max_jitter=0.2,
@@ -144,7 +127,7 @@ class ZooKeeperMetadataStore(SessionStore):
         try:
             self._check_root()
             if self._security_acl is not None:
-                self._protect_security()
+                protect(self)
         except MetadataError:
             self.close()
             raise
@@ -152,48 +135,14 @@ class ZooKeeperMetadataStore(SessionStore):
     @classmethod
     def from_uri(cls, uri: str, **options) -> "ZooKeeperMetadataStore":
         """from_uri connects to ``zk://[user:password@]host:port[,host:port]/root[?session_timeout=S&timeout=S]``
-        (and ``&security_user=NAME&security_password_file=PATH``: the module doc)."""
-        parts = urlsplit(uri)
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        security_user = options.pop("security_user", query.pop("security_user", None))
-        security_file = options.pop("security_password_file", query.pop("security_password_file", None))
-        if (security_user is None) != (security_file is None):
-            raise ConfigError("zk metadata: give security_user and security_password_file together")
-        rest = urlunsplit(parts._replace(query=urlencode(query)))
+        (and ``&security_user=NAME&security_password_file=PATH``: walkit.plugins.metadata.zookeeper_security)."""
+        rest, security = split_options(uri, options)
         hosts, root, values, credentials = parse_uri(rest, "zk", _OPTIONS, options)
-        security = Credentials(security_user, read_password_file(security_file)) if security_user else None
         return cls(hosts, root, uri=uri, credentials=credentials, security_credentials=security, **values)
-
-    def _protect_security(self) -> None:
-        """_protect_security makes the security znodes, and gives every znode below them the security ACL."""
-        self._call("create the root", lambda: self._client.ensure_path_async(self.root, self._acl), idempotent=True)
-        for key in SECURITY_BASES:
-            path = self._path(key)
-            try:
-                self._call(f"create {key!r}", lambda: self._client.create_async(path, b"", acl=self._security_acl,
-                                                                                  makepath=True), idempotent=True)
-            except NodeExistsError:
-                pass
-        pending = [self._path(SECURITY)]
-        while pending:
-            path = pending.pop()
-            try:
-                acls, stat = self._call("protect the security keys", lambda: self._client.get_acls_async(path),
-                                        idempotent=True)
-                if list(acls) != self._security_acl:
-                    self._call("protect the security keys",
-                               lambda: self._client.set_acls_async(path, self._security_acl, version=stat.aversion),
-                               idempotent=True)
-                    log.info("gave %s the security ACL (user %r)", path, self.security_user)
-                children = self._call("protect the security keys", lambda: self._client.get_children_async(path),
-                                      idempotent=True)
-            except (NoNodeError, BadVersionError):
-                continue                # deleted or changed meanwhile: a new one is created with the ACL
-            pending.extend(f"{path}/{child}" for child in children)
 
     def _acl_for(self, key: str):
         """_acl_for is the ACL a new znode for `key` gets (and its parents, if created with it)."""
-        if self._security_acl is not None and (key == SECURITY or key.startswith(SECURITY + "/")):
+        if self._security_acl is not None and is_security_key(key):
             return self._security_acl
         return self._acl
 
