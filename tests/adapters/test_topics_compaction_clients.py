@@ -1,23 +1,27 @@
 """A compacted topic of `walkit topics serve` through confluent-kafka, kcat and AdminClient.
 
-One broker process, retention and compaction checked every 200 ms; the topic rolls its ledger
-every second (segment.ms), so what was produced is soon in a closed ledger that compaction
-rewrites. A sentinel key is produced while waiting, so the partition's last batch (never
-rewritten) is not one of the checked keys.
+One broker process for the module, and two on a cluster of their own for the failover test;
+retention and compaction are checked every 200 ms. The topics roll their ledger every second
+(segment.ms), so what was produced is soon in a closed ledger that compaction rewrites. A
+sentinel key is produced while waiting, so the partition's last batch (never rewritten) is not
+one of the checked keys.
 """
 
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
+from walkit.local import LocalCluster
 from walkit.testing.processes import wait_until
 from tests.support.serverprocess import TopicsProcess, kcat
 
 from .test_topics_admin import create_topic
+from .test_topics_failover import broker_ids, leaders
 
 pytestmark = pytest.mark.slow
 
@@ -150,3 +154,55 @@ def test_compact_delete_compacts_and_then_retention_removes_the_compacted_ledger
     finally:
         consumer.close()
     assert all(key == b"sentinel" for _, key, _ in confluent_records(broker, topic))
+
+
+@pytest.fixture
+def two_brokers(tmp_path):
+    """two_brokers are two broker processes on a LocalCluster of their own."""
+    with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
+        brokers = [TopicsProcess(tmp_path, metadata=cluster.metadata_url, args=("--retention-check-ms", "200"))
+                   for _ in range(2)]
+        try:
+            for broker in brokers:
+                broker.start()
+            for broker in brokers:
+                broker.wait_ready()
+            yield brokers
+        finally:
+            for broker in brokers:
+                broker.stop()
+
+
+def test_the_survivor_of_a_sigkilled_compacting_leader_serves_the_compacted_log_and_compacts_on(two_brokers):
+    both = SimpleNamespace(bootstrap=",".join(b.bootstrap for b in two_brokers))
+    topic = "compacted-failover"
+    create_topic(both, topic, 1, **{"cleanup.policy": "compact", "segment.ms": "1000"})
+    wait_until(lambda: leaders(both.bootstrap, topic)[0] >= 0 and len(broker_ids(both.bootstrap)) == 2, 30,
+               message="a leader and two brokers")
+    sentinels = itertools.count()
+
+    def compacted(via, expected):
+        produce(via, topic, [(b"sentinel", b"%d" % next(sentinels))])
+        found = [r for r in confluent_records(via, topic) if r[1] != b"sentinel"]
+        return found if found == expected else None
+
+    def latest_records(stored):
+        return sorted((offset, key, value) for key, (offset, value) in latest_per_key(stored).items())
+    stored = produce(both, topic, [(b"k%d" % key, b"v%d-%d" % (round_, key))
+                                   for round_ in range(5) for key in range(10)])
+    expected = latest_records(stored)
+    wait_until(lambda: compacted(both, expected), 60, interval=0.5, message="the leader compacts")
+
+    ports = broker_ids(both.bootstrap)
+    victim_id = leaders(both.bootstrap, topic)[0]
+    victim = next(b for b in two_brokers if b.port == ports[victim_id])
+    survivor = next(b for b in two_brokers if b is not victim)
+    victim.kill()
+    wait_until(lambda: leaders(survivor.bootstrap, topic)[0] not in (-1, victim_id), 60,
+               message="the survivor leads the partition")
+    assert [r for r in confluent_records(survivor, topic) if r[1] != b"sentinel"] == expected   # as replicated
+
+    stored.update(produce(survivor, topic, [(b"k%d" % key, b"after-%d" % key) for key in range(0, 10, 2)]))
+    expected = latest_records(stored)
+    assert wait_until(lambda: compacted(survivor, expected), 60, interval=0.5,
+                      message="the survivor compacts what was produced after the kill") == expected
