@@ -618,20 +618,23 @@ def test_the_last_stable_offset_never_falls_below_the_log_start_offset():
 
 
 def _txn_offset_commit(broker: InProcessBroker, txn_id: str, group: str, pid: int, epoch: int,
-                       topic: str, offset: int) -> int:
-    """_txn_offset_commit sends a TxnOffsetCommit v2 of one partition's offset and returns its error code."""
+                       topic: str, offset: int, member: tuple[int, str] | None = None) -> int:
+    """_txn_offset_commit sends a TxnOffsetCommit of one partition's offset and returns its error code: v2, or
+    v3 with `member` (generation, member id: KIP-447)."""
     from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
     from walkit.adapters.topics.handlers.transactions import txn_offset_commit
     from walkit.adapters.topics.wire import Request
     wanted = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
-    body = TxnOffsetCommitRequest(version=2, transactional_id=txn_id, group_id=group, producer_id=pid,
+    version = 2 if member is None else 3
+    extra = {} if member is None else {"generation_id": member[0], "member_id": member[1], "group_instance_id": None}
+    body = TxnOffsetCommitRequest(version=version, transactional_id=txn_id, group_id=group, producer_id=pid,
                                   producer_epoch=epoch, topics=[wanted(name=topic, partitions=[
                                       wanted.TxnOffsetCommitRequestPartition(
                                           partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
-                                          committed_metadata=None)])])
-    frame = broker.run(txn_offset_commit(broker.broker, None, Request(body.API_KEY, 2, 1, "test", body)))
-    answer = TxnOffsetCommitResponse.decode(frame[4:], version=2, header=True)
+                                          committed_metadata=None)])], **extra)
+    frame = broker.run(txn_offset_commit(broker.broker, None, Request(body.API_KEY, version, 1, "test", body)))
+    answer = TxnOffsetCommitResponse.decode(frame[4:], version=version, header=True)
     return answer.topics[0].partitions[0].error_code
 
 
@@ -733,3 +736,29 @@ def test_a_regular_commit_after_a_transactions_offsets_is_kept_when_the_transact
     for i, record in enumerate(records):
         state.apply(record, Position(1, i))
     assert state.offsets("g")[("t", 0)].offset == 50 and state.offsets("g")[("t", 1)].offset == 11
+
+
+def test_a_txn_offset_commit_of_a_member_outside_the_groups_generation_is_refused(in_process):
+    """KIP-447 (TxnOffsetCommit v3): a transactional worker that lost its partitions in a rebalance (another
+    transactional id, so not fenced by epoch) may not commit their offsets, as with OffsetCommit."""
+    broker = in_process()
+    create_topics(broker.bootstrap, "input", partitions=1)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "members", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["input"])
+        wait_until(lambda: consumer.poll(0.1) is None and consumer.assignment() != [], 30, message="assigned")
+        group = broker.call(lambda: broker.broker.coordinator.groups["members"])
+        [member_id] = list(group.members)
+        coordinator = broker.broker.transactions
+        pid, epoch = broker.run(coordinator.init_producer_id("members-worker", 60_000))
+        broker.run(coordinator.add_partitions("members-worker", pid, epoch,
+                                              [(None, broker.broker.bucket_of("members"))]))
+
+        def commit(member: tuple[int, str]) -> int:
+            return _txn_offset_commit(broker, "members-worker", "members", pid, epoch, "input", 9, member)
+        assert commit((group.generation + 1, member_id)) == errors.ILLEGAL_GENERATION
+        assert commit((group.generation, "a-member-of-the-last-generation")) == errors.UNKNOWN_MEMBER_ID
+        assert commit((group.generation, member_id)) == errors.NONE
+        assert commit((-1, "")) == errors.NONE                   # a worker outside group management
+    finally:
+        consumer.close()

@@ -6,7 +6,10 @@ producer id (a metadata counter), epoch 0, as Kafka does. With one, the id's coo
 AddOffsetsToTxn and EndTxn go to the transactional id's coordinator; TxnOffsetCommit to the
 group's, which keeps the offsets in the group's bucket until the transaction's marker makes
 them committed (or drops them); a producer its transactional id's state shows fenced is
-refused, and the offsets carry its epoch, so a fenced producer's are never committed. PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH to the
+refused, and the offsets carry its epoch, so a fenced producer's are never committed. From v3
+(KIP-447) the sender's group membership is checked as Kafka does: a member id the group does not
+hold is UNKNOWN_MEMBER_ID, another generation ILLEGAL_GENERATION, so a worker that lost its
+partitions in a rebalance cannot commit their offsets. PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH to the
 versions from before it (KIP-588: InitProducerId before v4, the others before v2), as Kafka
 does.
 """
@@ -108,6 +111,17 @@ async def end_txn(broker, connection, request):
     return request.response(EndTxnResponse, throttle_time_ms=0, error_code=code)
 
 
+def _check_member(broker, body) -> int:
+    """_check_member is the error of a TxnOffsetCommit v3's group membership (KIP-447), as Kafka's
+    doTxnCommitOffsets: a member id the group does not hold, or a generation (>= 0) not the group's."""
+    group = broker.coordinator.groups.get(body.group_id)
+    if body.member_id and (group is None or body.member_id not in group.members):
+        return errors.UNKNOWN_MEMBER_ID
+    if body.generation_id >= 0 and (group is None or body.generation_id != group.generation):
+        return errors.ILLEGAL_GENERATION
+    return errors.NONE
+
+
 async def txn_offset_commit(broker, connection, request):
     """txn_offset_commit stores a transaction's offsets of a group, committed by the transaction's marker."""
     body = request.body
@@ -116,7 +130,7 @@ async def txn_offset_commit(broker, connection, request):
     try:
         bucket = broker.bucket_for(body.group_id)
         broker.transactions.check_fenced(body.transactional_id, body.producer_id, body.producer_epoch)
-        code = errors.NONE
+        code = _check_member(broker, body) if request.version >= 3 else errors.NONE
     except KafkaError as exc:
         bucket, code = None, _code(exc, request.version, 2)
     for topic in body.topics or []:
