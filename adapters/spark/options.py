@@ -63,6 +63,10 @@ SOURCE_OPTIONS = (
 SINK_OPTIONS = ("metadata", "topic", "log", "password", "timeout", "kafka.compression.type", *CREDENTIAL_OPTIONS)
 
 
+#: Options Spark itself puts among a data source's (a streaming sink's checkpoint; load(path), save(path)).
+SPARKS_OWN = ("path", "checkpointlocation")
+
+
 def check_names(options, known: tuple[str, ...], what: str) -> None:
     """check_names raises OptionError for an option not in `known`, naming the closest valid one (difflib).
 
@@ -70,7 +74,7 @@ def check_names(options, known: tuple[str, ...], what: str) -> None:
     """
     by_lower = {name.lower(): name for name in known}
     for name in options:
-        if str(name).lower() in by_lower or str(name).lower() == "path":
+        if str(name).lower() in by_lower or str(name).lower() in SPARKS_OWN:
             continue
         close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1, cutoff=0.6)
         hint = f"; did you mean {by_lower[close[0]]}?" if close else f"; {what} takes {', '.join(known)}"
