@@ -762,3 +762,26 @@ def test_a_txn_offset_commit_of_a_member_outside_the_groups_generation_is_refuse
         assert commit((-1, "")) == errors.NONE                   # a worker outside group management
     finally:
         consumer.close()
+
+
+def test_add_partitions_to_txn_looks_each_topic_up_once_however_many_partitions_it_names(in_process):
+    """A request naming 20,000 partitions of a topic that does not exist is answered after one lookup of the
+    name, not one metadata-store read per partition (a frame can name millions)."""
+    from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+
+    from walkit.adapters.topics.handlers.transactions import add_partitions_to_txn
+    from walkit.adapters.topics.wire import Request
+    broker = in_process()
+    create_topics(broker.bootstrap, "few", partitions=1)                   # (the broker leads its buckets by then)
+    pid, epoch = broker.run(broker.broker.transactions.init_producer_id("many", 60_000))
+    looked_up = []
+    catalog_topic = broker.broker.catalog.topic
+    broker.broker.catalog.topic = lambda name: looked_up.append(name) or catalog_topic(name)
+    body = AddPartitionsToTxnRequest(version=3, v3_and_below_transactional_id="many", v3_and_below_producer_id=pid,
+                                     v3_and_below_producer_epoch=epoch, v3_and_below_topics=[
+                                         AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+                                             name="no-such-topic", partitions=list(range(20_000)))])
+    frame = broker.run(add_partitions_to_txn(broker.broker, None, Request(body.API_KEY, 3, 1, "test", body)))
+    [topic] = AddPartitionsToTxnResponse.decode(frame[4:], version=3, header=True).results_by_topic_v3_and_below
+    assert {p.partition_error_code for p in topic.results_by_partition} == {errors.UNKNOWN_TOPIC_OR_PARTITION}
+    assert looked_up == ["no-such-topic"]

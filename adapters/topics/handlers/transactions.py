@@ -62,9 +62,11 @@ async def add_partitions_to_txn(broker, connection, request):
     """add_partitions_to_txn adds partitions to a transaction (UNKNOWN_TOPIC_OR_PARTITION fails them all)."""
     body = request.body
     wanted = [(topic.name, index) for topic in body.v3_and_below_topics or [] for index in topic.partitions or []]
-    codes = {}
+    codes, found = {}, {}
+    for name in dict.fromkeys(name for name, _ in wanted):      # one lookup per topic: a frame names millions
+        found[name] = await broker.lookup_topic(name)
     for name, index in wanted:
-        known = await broker.lookup_topic(name)
+        known = found[name]
         if known is None or not 0 <= index < known.partitions:
             codes[(name, index)] = errors.UNKNOWN_TOPIC_OR_PARTITION
     if codes:                                   # as Kafka: the others are answered OPERATION_NOT_ATTEMPTED
