@@ -261,9 +261,12 @@ class TxnBook:
             pending[pid] = groups
         self.pending = pending
 
-    def unstable(self, group: str) -> set[tuple[str, int]]:
-        """unstable is the partitions of `group` whose offsets an open transaction committed (KIP-447)."""
-        return {(row[0], row[1]) for groups in self.pending.values() for row in groups.get(group, [])}
+    def unstable(self, group: str, since_ms: int) -> set[tuple[str, int]]:
+        """unstable is the partitions of `group` whose offsets an open transaction committed (KIP-447): those
+        waiting for a marker, sent at `since_ms` or later (older ones no transaction can still hold: the
+        caller's bound is txncoordinator.ORPHAN_S; a marker never comes for them)."""
+        return {(row[0], row[1]) for groups in self.pending.values() for row in groups.get(group, [])
+                if row[5] >= since_ms}
 
     def to_json(self) -> dict:
         """to_json is the book as the checkpoint's "transactions", "pending" and "marked" fields."""

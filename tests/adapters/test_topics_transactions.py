@@ -699,21 +699,25 @@ def test_a_new_producer_of_an_id_whose_open_transaction_is_at_the_last_epoch_is_
         broker.run(coordinator.add_partitions("worn", pid, MAX_EPOCH, [("worn", 0)]))
 
 
-def test_offset_fetch_requiring_stable_offsets_is_answered_unstable_while_a_transaction_holds_offsets(in_process):
-    """KIP-447: a read_committed consumer (librdkafka sends require_stable) taking over a partition whose
-    offsets an open transaction committed waits for its outcome instead of starting at the older offset
-    and processing again what that transaction's commit then also makes consumed."""
+def _offset_fetch(broker: InProcessBroker, group: str, topic: str, stable: bool) -> tuple[int, int]:
+    """_offset_fetch sends an OffsetFetch v7 of partition 0 of `topic` and returns (error code, offset)."""
     from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
     from walkit.adapters.topics.handlers.commits import offset_fetch
     from walkit.adapters.topics.wire import Request
+    body = OffsetFetchRequest(version=7, group_id=group, require_stable=stable, topics=[
+        OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
+    frame = broker.run(offset_fetch(broker.broker, None, Request(body.API_KEY, 7, 1, "test", body)))
+    [part] = OffsetFetchResponse.decode(frame[4:], version=7, header=True).topics[0].partitions
+    return part.error_code, part.committed_offset
 
+
+def test_offset_fetch_requiring_stable_offsets_is_answered_unstable_while_a_transaction_holds_offsets(in_process):
+    """KIP-447: a read_committed consumer (librdkafka sends require_stable) taking over a partition whose
+    offsets an open transaction committed waits for its outcome instead of starting at the older offset
+    and processing again what that transaction's commit then also makes consumed."""
     def fetch(stable: bool) -> tuple[int, int]:
-        body = OffsetFetchRequest(version=7, group_id="kip447", require_stable=stable, topics=[
-            OffsetFetchRequest.OffsetFetchRequestTopic(name="input", partition_indexes=[0])])
-        frame = broker.run(offset_fetch(broker.broker, None, Request(body.API_KEY, 7, 1, "test", body)))
-        [part] = OffsetFetchResponse.decode(frame[4:], version=7, header=True).topics[0].partitions
-        return part.error_code, part.committed_offset
+        return _offset_fetch(broker, "kip447", "input", stable)
     broker = in_process()
     create_topics(broker.bootstrap, "input", partitions=1)
     coordinator = broker.broker.transactions
@@ -785,3 +789,20 @@ def test_add_partitions_to_txn_looks_each_topic_up_once_however_many_partitions_
     [topic] = AddPartitionsToTxnResponse.decode(frame[4:], version=3, header=True).results_by_topic_v3_and_below
     assert {p.partition_error_code for p in topic.results_by_partition} == {errors.UNKNOWN_TOPIC_OR_PARTITION}
     assert looked_up == ["no-such-topic"]
+
+
+def test_offsets_no_transaction_can_still_hold_do_not_keep_offset_fetch_unstable(in_process):
+    """Offsets that no marker will ever take (TxnOffsetCommit without AddOffsetsToTxn, or a zombie's record
+    that got past the epoch check after its transaction's abort) are older than any open transaction can be
+    (txncoordinator.ORPHAN_S) after a while: they no longer make require_stable consumers wait for good."""
+    from walkit.adapters.topics.txncoordinator import ORPHAN_S
+    broker = in_process()
+    create_topics(broker.bootstrap, "input", partitions=1)
+    bucket = broker.call(lambda: broker.broker.bucket_for("stray"))
+    stale = txn_offsets_record("stray", 77, [("input", 0, 5, -1, None)], int(time.time() * 1000) - 1000 * ORPHAN_S - 1,
+                               epoch=0)
+
+    async def stray_offsets():
+        await bucket.commit(stale)
+    broker.run(stray_offsets())
+    assert _offset_fetch(broker, "stray", "input", stable=True) == (errors.NONE, -1)

@@ -12,7 +12,9 @@ not be told it did not): -1 for partitions without a committed offset. A request
 requires stable offsets (v7, KIP-447: librdkafka's read_committed consumers) is answered
 UNSTABLE_OFFSET_COMMIT for a partition whose offsets an open transaction committed
 (TxnOffsetCommit), and the client asks again: a consumer taking the partition over must not
-start at the older offset and process again what that transaction's commit consumes.
+start at the older offset and process again what that transaction's commit consumes. Offsets
+waiting longer than any transaction may stay open (txncoordinator.ORPHAN_S) no longer count: no
+marker will take them (sent without AddOffsetsToTxn, or by a zombie after its abort).
 
 DeleteGroups removes a group's committed offsets and stored membership (a forget record of
 its bucket, offsets.py); a group with members is NON_EMPTY_GROUP, an unknown one
@@ -35,6 +37,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 from walkit.adapters.topics import errors
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.offsets import commit_record, forget_record
+from walkit.adapters.topics.txncoordinator import ORPHAN_S
 
 OFFSET_METADATA_TOO_LARGE = 12
 MAX_METADATA = 4096
@@ -89,7 +92,8 @@ async def offset_fetch(broker, connection, request):
         bucket = broker.bucket_for(body.group_id)
         await bucket.settled()                  # no commit in flight or in doubt (broker.BucketLeader)
         committed = bucket.state.offsets(body.group_id)
-        unstable = bucket.state.txns.unstable(body.group_id) if request.version >= 7 and body.require_stable else ()
+        unstable = (bucket.state.txns.unstable(body.group_id, int((time.time() - ORPHAN_S) * 1000))
+                    if request.version >= 7 and body.require_stable else ())
         code = errors.NONE
     except KafkaError as exc:
         committed, unstable, code = {}, (), exc.code
