@@ -223,7 +223,8 @@ def users() -> None:
 
     `add` stores a user's SCRAM-SHA-256 and SCRAM-SHA-512 credentials (salt, iterations,
     StoredKey, ServerKey: never the password); the user can then log in with either SCRAM
-    mechanism or PLAIN. A broker reads the file when it starts: restart it after a change.
+    mechanism or PLAIN. A running broker reads the file again within a second of a change: new
+    connections log in as it says, connections logged in already stay.
     """
 
 
@@ -245,7 +246,7 @@ def users_add(path, name, password, mechanisms) -> None:
         had = edit_users_file(path, name, password, mechanisms or ("SCRAM-SHA-256", "SCRAM-SHA-512"))
     except BadUsers as exc:
         raise click.UsageError(str(exc)) from None
-    click.echo(f"{'changed' if had else 'added'} user {name} in {path} (restart the brokers that read it)")
+    click.echo(f"{'changed' if had else 'added'} user {name} in {path}")
 
 
 @users.command(name="remove")
@@ -260,7 +261,7 @@ def users_remove(path, name) -> None:
         raise click.UsageError(str(exc)) from None
     if not had:
         raise click.ClickException(f"no user {name} in {path}")
-    click.echo(f"removed user {name} from {path} (restart the brokers that read it)")
+    click.echo(f"removed user {name} from {path}")
 
 
 @users.command(name="list")

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import re
 import secrets
+import time
 from dataclasses import dataclass
 
 from kafka.protocol.metadata import ApiVersionsRequest
@@ -54,6 +56,7 @@ FAILED_AUTHENTICATION_DELAY = 0.1
 #: Kafka's PlainSaslServer message for an unknown user or a wrong password (the same, on purpose).
 INVALID_CREDENTIALS = "Authentication failed: Invalid username or password"
 
+log = logging.getLogger("walkit.adapters.topics")
 _JAAS_USER = re.compile(r'\buser_([^\s="]+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -113,6 +116,10 @@ class Users:
         expected = self._digests.get(name, self._decoy)
         matches = hmac.compare_digest(self._digest(password), expected)
         return matches and name in self._digests
+
+    def current(self) -> "Users":
+        """current is these users (a UsersFile's `current` may be newer)."""
+        return self
 
     def credential(self, name: str, mechanism: str) -> Credential | None:
         """credential is `name`'s SCRAM credential for `mechanism`, None if it has none."""
@@ -181,6 +188,51 @@ class Users:
             raise BadUsers("SASL is on but no user was given")
         credentials = {key: value for key, value in credentials.items() if key[0] not in passwords}
         return cls(passwords, credentials)
+
+
+class UsersFile:
+    """UsersFile is the users of a users file (and --sasl-user `pairs`), read again when the file changes.
+
+    `current()` is what a new connection authenticates against: at most every CHECK_EVERY_S it
+    stats the file, and loads it again if its size, time or inode changed. A file that cannot
+    be read or parsed then is logged and the users before it stay. Connections that logged in
+    already stay logged in (Kafka's brokers, without re-authentication, do the same).
+    """
+
+    CHECK_EVERY_S = 1.0
+
+    def __init__(self, path: str, pairs: tuple[str, ...] = ()) -> None:
+        self.path, self.pairs = path, pairs
+        self._stamp = self._stat()
+        self._users = Users.load(path, pairs)
+        self._checked = time.monotonic()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            found = os.stat(self.path)
+        except OSError:
+            return None
+        return found.st_mtime_ns, found.st_size, found.st_ino
+
+    def current(self) -> Users:
+        """current is the users as the file holds them now (see the class doc)."""
+        now = time.monotonic()
+        if now - self._checked >= self.CHECK_EVERY_S:
+            self._checked = now
+            stamp = self._stat()
+            if stamp != self._stamp:
+                self._stamp = stamp
+                try:
+                    self._users = Users.load(self.path, self.pairs)
+                    log.info("read the SASL users file %s again: users %s", self.path, ", ".join(self._users.names))
+                except BadUsers as exc:
+                    log.warning("the SASL users file changed and cannot be used, the users before stay: %s", exc)
+        return self._users
+
+    @property
+    def names(self) -> list[str]:
+        """names are the current users' names, sorted."""
+        return self.current().names
 
 
 def _names_user(line: str, user: str) -> bool:

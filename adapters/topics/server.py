@@ -25,7 +25,7 @@ import logging
 import ssl
 
 from walkit.adapters.topics import handlers
-from walkit.adapters.topics.sasl import MAX_UNAUTHENTICATED_FRAME, Reply, SaslGate, Users
+from walkit.adapters.topics.sasl import MAX_UNAUTHENTICATED_FRAME, Reply, SaslGate, Users, UsersFile
 from walkit.adapters.topics.wire import BadRequest, api_versions_error, frame_size, parse_request
 from walkit.tls import HANDSHAKE_TIMEOUT_S
 
@@ -223,10 +223,10 @@ class KafkaServer:
     """
 
     def __init__(self, loop, *, host: str = "127.0.0.1", port: int = 9092,
-                 max_request_bytes: int = 100 * 1024 * 1024, users: Users | None = None,
+                 max_request_bytes: int = 100 * 1024 * 1024, users: Users | UsersFile | None = None,
                  tls: ssl.SSLContext | None = None) -> None:
         self.broker = None                  # set once the broker exists (it needs the port)
-        self.users = users                  # SASL users; None: no authentication
+        self._users = users                 # SASL users (a sasl.UsersFile reads its file again); None: no SASL
         self.tls = tls                      # serve TLS (walkit.tls): listener SSL, or SASL_SSL with users
         self.loop = loop
         self.host = host
@@ -234,6 +234,11 @@ class KafkaServer:
         self.max_request_bytes = max_request_bytes
         self.connections: set[Connection] = set()
         self._server: asyncio.AbstractServer | None = None
+
+    @property
+    def users(self) -> Users | None:
+        """users are the SASL users a new connection logs in as now, None if the broker does not use SASL."""
+        return None if self._users is None else self._users.current()
 
     @property
     def security_protocol(self) -> str:

@@ -5,9 +5,10 @@
 Without `metadata` it runs an embedded LocalCluster (bookie processes under `data_dir`,
 which exit on their own if this process dies); with a metadata URI it joins that cluster,
 and every broker on one cluster shares its topics, partitions and groups. With `sasl_users`
-(a file) or `sasl_user` (NAME:PASSWORD pairs) every connection must authenticate with
-SASL/PLAIN (sasl.py); brokers share state only through walkit logs, never connect to each
-other, so each broker needs only the users its clients log in as.
+(a file, read again when it changes) or `sasl_user` (NAME:PASSWORD pairs) every connection
+must authenticate with SASL PLAIN or SCRAM (sasl.py); with `tls` the port speaks TLS only
+(walkit.tls). Brokers share state only through walkit logs, never connect to each other, so
+each broker needs only the users its clients log in as.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import walkit
 from walkit.adapters.topics.broker import Broker, BrokerSettings
 from walkit.advertise import advertised_address, split_host_port
 from walkit.adapters.topics.catalog import BrokerInfo, Catalog
-from walkit.adapters.topics.sasl import MECHANISMS, Users, file_is_private
+from walkit.adapters.topics.sasl import MECHANISMS, Users, UsersFile, file_is_private
 from walkit.adapters.topics.server import KafkaServer
 
 log = logging.getLogger("walkit.adapters.topics")
@@ -58,13 +59,16 @@ class ServeOptions:
     sasl_user: tuple[str, ...] = field(default=(), repr=False)      # NAME:PASSWORD pairs
     tls: ssl.SSLContext | None = field(default=None, repr=False)   # walkit.tls.options_context
 
-    def users(self) -> Users | None:
-        """users are the SASL/PLAIN users, None when neither --sasl-users nor --sasl-user is given."""
+    def users(self) -> Users | UsersFile | None:
+        """users are the SASL users, None when neither --sasl-users nor --sasl-user is given; with a
+        file, a UsersFile: the broker reads it again when it changes."""
         if not self.sasl_users and not self.sasl_user:
             return None
-        if self.sasl_users and not file_is_private(self.sasl_users):
+        if not self.sasl_users:
+            return Users.load(None, self.sasl_user)
+        if not file_is_private(self.sasl_users):
             log.warning("the SASL users file %s is readable by other users (chmod 600 it)", self.sasl_users)
-        return Users.load(self.sasl_users, self.sasl_user)
+        return UsersFile(self.sasl_users, self.sasl_user)
 
     def settings(self) -> BrokerSettings:
         """settings are the broker's tunables derived from the options."""
@@ -111,7 +115,8 @@ def _advertised(options: ServeOptions, port: int, metadata: str) -> tuple[str, i
     return host, advertised_port
 
 
-async def start_broker(options: ServeOptions, client, users: Users | None = None) -> tuple[Broker, KafkaServer]:
+async def start_broker(options: ServeOptions, client,
+                       users: Users | UsersFile | None = None) -> tuple[Broker, KafkaServer]:
     """start_broker listens, registers a broker on `client`'s cluster and starts serving (`users`: SASL/PLAIN)."""
     loop = asyncio.get_running_loop()
     settings = options.settings()
@@ -128,7 +133,7 @@ async def start_broker(options: ServeOptions, client, users: Users | None = None
     return broker, server
 
 
-async def _serve(options: ServeOptions, metadata: str, where: str, echo, users: Users | None) -> int:
+async def _serve(options: ServeOptions, metadata: str, where: str, echo, users: Users | UsersFile | None) -> int:
     loop = asyncio.get_running_loop()
     client = walkit.Client(metadata)
     try:

@@ -435,6 +435,45 @@ def test_an_ssl_listener_serves_kcat_confluent_kafka_and_kafka_python_with_clien
     assert tls_api_versions(ssl_broker.port, ssl_broker.context).error_code == 0
 
 
+def scram_login(port: int, context: ssl.SSLContext, user: str, password: str,
+                mechanism: str = "SCRAM-SHA-256") -> int:
+    """scram_login logs in with SCRAM over a fresh TLS connection; SaslAuthenticate's error code (-1: closed)."""
+    client = ScramClient(user, password, mechanism)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        def read() -> bytes:
+            return recv_exactly(sock, int.from_bytes(recv_exactly(sock, 4), "big"))
+        try:
+            sock.sendall(framed(encode(SaslHandshakeRequest(version=1, mechanism=mechanism), 1)))
+            read()
+            for correlation, message in ((2, client.first_message), (3, client.final_message)):
+                sock.sendall(framed(encode(SaslAuthenticateRequest(version=2, auth_bytes=message()), correlation)))
+                answer = decode_authenticate(b"\x00" * 4 + read())
+                if answer.error_code or correlation == 3:
+                    return answer.error_code
+                client.process_server_first_message(answer.auth_bytes)
+        except ConnectionError:
+            return -1
+
+
+@pytest.mark.slow
+def test_a_user_added_to_or_removed_from_the_users_file_logs_in_or_is_refused_without_a_restart(sasl_ssl):
+    def users(*args: str):
+        done = CliRunner().invoke(topics, ["users", *args, "--file", sasl_ssl.users_file],
+                                  env={"WALKIT_SASL_PASSWORD": "frank-secret"})
+        assert done.exit_code == 0, done.output
+
+    def login() -> int:
+        return scram_login(sasl_ssl.port, sasl_ssl.context, "frank", "frank-secret")
+    assert login() == errors.SASL_AUTHENTICATION_FAILED
+    users("add", "frank")
+    sasl_ssl.wait(lambda: login() == errors.NONE, 10, "letting the added user log in")
+    users("remove", "frank")
+    sasl_ssl.wait(lambda: login() == errors.SASL_AUTHENTICATION_FAILED, 10, "refusing the removed user")
+    assert scram_login(sasl_ssl.port, sasl_ssl.context, *ALICE, mechanism="SCRAM-SHA-512") == errors.NONE
+    assert "read the SASL users file" in sasl_ssl.log_tail(100_000)
+
+
 # -- the handshake fuzz ------------------------------------------------------------------------------
 
 def hostile_tls_bytes(rng: random.Random, hello: bytes) -> bytes:
