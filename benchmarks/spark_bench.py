@@ -1,15 +1,18 @@
-"""Batch read throughput of the Spark data source vs one reader of the same logs, in one run.
+"""Throughput of the Spark data source beside Spark reading the same records from Parquet, in one run.
 
-    python benchmarks/spark_bench.py -n 1000000 --json spark_bench.json
+    python benchmarks/spark_bench.py -n 10000000 --json spark_bench.json     # -n: records (10M default)
 
 Starts `walkit topics serve` on its embedded cluster (3 bookie processes) on 127.0.0.1, creates
 a topic of `--partitions` partitions and produces `-n` records (`-s` bytes of value, keys
 key-0..key-999) with confluent-kafka (idempotent, acks=all). Then it reads the whole topic
 back, timing each reader from its start to its last record:
 
-- Spark: a batch query `spark.read.format("walkit")` on local[2] (this machine's two cores),
-  aggregated (count and total value length) so every record is decoded and sent to Spark;
-  run `--runs` times (the first includes starting Python workers);
+- Spark on local[2], `--runs` times each (medians reported), each beside the same job over the
+  same records in Parquet on local disk (written once from the topic): the ceiling Spark itself
+  sets on this machine. A batch query aggregated (count and total value length) so every record
+  is decoded and sent to Spark; a streaming query (Trigger.AvailableNow, `maxOffsetsPerTrigger`
+  = `--per-trigger`; Parquet: maxFilesPerTrigger of as many records) into the noop sink; a write
+  of the records' key and value into a new 3-partition topic (Parquet: into a new folder);
 - `walkit log read` (the CLI, one process per partition log, one after another, output to
   /dev/null): the entries as stored, without decoding the Kafka batches;
 - one Python reader: `client.read_log` over the partition logs in turn, decoding every record
@@ -59,23 +62,81 @@ def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int) 
     return count / (time.perf_counter() - started)
 
 
-def spark_rounds(metadata: str, topic: str, count: int, runs: int) -> list[float]:
-    """spark_rounds times a batch query over the whole topic `runs` times; it returns records/s per run."""
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _aggregate(frame):
+    return frame.selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
+
+
+def _stream(spark, frame, count: int, checkpoint: str) -> float:
+    """_stream runs a streaming query over `frame` to a noop sink (Trigger.AvailableNow); it returns records/s."""
+    started = time.perf_counter()
+    query = (frame.writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    read = sum(progress["numInputRows"] for progress in query.recentProgress)
+    assert read == count, f"the streaming query read {read} records of {count}"
+    return count / elapsed
+
+
+def spark_rounds(metadata: str, bootstrap: str, topic: str, count: int, runs: int, per_trigger: int,
+                 folder: str) -> dict:
+    """spark_rounds times, `runs` times each, the same jobs over the walkit topic and over the same records
+    in Parquet on local disk: a batch count, a streaming read (AvailableNow, maxOffsetsPerTrigger /
+    maxFilesPerTrigger) and a write (to a new walkit topic; to Parquet). It returns records/s lists."""
     from walkit.adapters.spark.jobs import session
     spark = session("walkit-spark-bench", "local[2]")
     spark.sparkContext.setLogLevel("ERROR")
-    results = []
+    walkit_frame = spark.read.format("walkit").option("metadata", metadata).option("topic", topic).load()
+    parquet = os.path.join(folder, "parquet")
+    (walkit_frame.select("key", "value", "partition", "offset", "timestamp")
+     .repartition(max(1, count // 250_000)).write.parquet(parquet))
+    results: dict = {name: [] for name in ("batch_read", "parquet_batch_read", "streaming_read",
+                                           "parquet_streaming_read", "write", "parquet_write")}
     try:
-        for _ in range(runs):
+        for run in range(runs):
             started = time.perf_counter()
-            row = (spark.read.format("walkit").option("metadata", metadata).option("topic", topic).load()
-                   .selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0])
-            elapsed = time.perf_counter() - started
+            row = _aggregate(spark.read.format("walkit").option("metadata", metadata).option("topic", topic).load())
+            results["batch_read"].append(count / (time.perf_counter() - started))
             assert row.n == count, f"Spark read {row.n} records of {count}"
-            results.append(count / elapsed)
+            started = time.perf_counter()
+            row = _aggregate(spark.read.parquet(parquet))
+            results["parquet_batch_read"].append(count / (time.perf_counter() - started))
+            assert row.n == count
+            stream = (spark.readStream.format("walkit").option("metadata", metadata).option("topic", topic)
+                      .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_trigger)).load())
+            results["streaming_read"].append(_stream(spark, stream, count, os.path.join(folder, f"cp-w{run}")))
+            schema = spark.read.parquet(parquet).schema
+            files = len([f for f in os.listdir(parquet) if f.endswith(".parquet")])
+            stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger",
+                                                             str(max(1, files * per_trigger // count)))
+                      .parquet(parquet))
+            results["parquet_streaming_read"].append(_stream(spark, stream, count, os.path.join(folder, f"cp-p{run}")))
+            source = spark.read.parquet(parquet).select("key", "value")
+            out = f"written-{run}"
+            _create_topic(bootstrap, out, 3)
+            started = time.perf_counter()
+            source.write.format("walkit").option("metadata", metadata).option("topic", out).mode("append").save()
+            results["write"].append(count / (time.perf_counter() - started))
+            started = time.perf_counter()
+            source.write.parquet(os.path.join(folder, f"parquet-out-{run}"))
+            results["parquet_write"].append(count / (time.perf_counter() - started))
+            print(f"run {run + 1}: " + ", ".join(f"{name} {values[-1]:,.0f}" for name, values in results.items()),
+                  flush=True)
     finally:
         spark.stop()
     return results
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(60)
 
 
 def partition_logs(metadata: str, topic: str) -> list[str]:
@@ -131,10 +192,13 @@ def kafka_read(bootstrap: str, topic: str, partitions: int, count: int) -> float
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-n", "--records", type=int, default=1_000_000)
+    parser.add_argument("-n", "--records", type=int, default=10_000_000)
     parser.add_argument("-s", "--size", type=int, default=100, help="value bytes per record")
     parser.add_argument("--partitions", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=3, help="Spark queries")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each Spark job (medians are reported)")
+    parser.add_argument("--per-trigger", type=int, default=250_000,
+                        help="maxOffsetsPerTrigger of the streaming read (Parquet: files of as many records)")
+    parser.add_argument("--spark-only", action="store_true", help="skip the CLI, Python and Kafka readers")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="spark-bench-")
@@ -149,19 +213,26 @@ def main() -> int:
         results["produce_records_per_s"] = produce(bootstrap, "bench", args.records, args.size, args.partitions)
         print(f"produced {args.records:,} records: {results['produce_records_per_s']:,.0f} records/s", flush=True)
         logs = partition_logs(metadata, "bench")
-        results["spark_records_per_s"] = spark_rounds(metadata, "bench", args.records, args.runs)
-        results["walkit_log_read_records_per_s"] = cli_read(metadata, logs, args.records)
-        results["python_reader_records_per_s"] = python_read(metadata, logs, args.records)
-        results["kafka_consumer_records_per_s"] = kafka_read(bootstrap, "bench", args.partitions, args.records)
+        spark = spark_rounds(metadata, bootstrap, "bench", args.records, args.runs, args.per_trigger, folder)
+        results["spark_records_per_s"] = spark
+        if not args.spark_only:
+            results["walkit_log_read_records_per_s"] = cli_read(metadata, logs, args.records)
+            results["python_reader_records_per_s"] = python_read(metadata, logs, args.records)
+            results["kafka_consumer_records_per_s"] = kafka_read(bootstrap, "bench", args.partitions, args.records)
     finally:
         stop([broker])
         log.close()
-    best = max(results["spark_records_per_s"])
-    print(f"Spark batch query (local[2]):  {', '.join(f'{r:,.0f}' for r in results['spark_records_per_s'])} records/s")
+    print(f"medians of {args.runs} runs, {args.records:,} records of {args.size} bytes, local[2]:")
+    for job in ("batch_read", "streaming_read", "write"):
+        ours, ceiling = median(spark[job]), median(spark[f"parquet_{job}"])
+        print(f"  {job:15} walkit {ours:>11,.0f} records/s   Parquet {ceiling:>11,.0f} records/s   "
+              f"ratio {ours / ceiling:.2f}")
+    best = max(spark["batch_read"])
     for name, key in (("walkit log read (CLI)", "walkit_log_read_records_per_s"),
                       ("one Python reader", "python_reader_records_per_s"),
                       ("confluent-kafka consumer", "kafka_consumer_records_per_s")):
-        print(f"{name + ':':31}{results[key]:,.0f} records/s  (Spark best / this: {best / results[key]:.2f})")
+        if key in results:
+            print(f"{name + ':':31}{results[key]:,.0f} records/s  (Spark best / this: {best / results[key]:.2f})")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)
