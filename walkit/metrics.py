@@ -255,11 +255,17 @@ class HttpEndpoint:
 
     `registries` are exported one after the other. `health` and `ready` return (ok, text):
     200 with the text when ok, else 503. Port 0 picks a free port (see `address`). The server
-    runs on daemon threads until `close()`; a bad request gets a 4xx and nothing else.
+    runs on daemon threads until `close()`; a bad request gets a 4xx and nothing else. With
+    `tls` (an SSLContext, walkit.tls) it serves HTTPS only: each connection's handshake runs on
+    its own thread, and one that fails or takes longer than HTTPS_TIMEOUT_S closes that
+    connection only.
     """
 
+    #: How long an HTTPS connection may stay silent (its handshake included) before it is closed.
+    HTTPS_TIMEOUT_S = 10.0
+
     def __init__(self, host: str, port: int, registries: list, *, health: Check | None = None,
-                 ready: Check | None = None) -> None:
+                 ready: Check | None = None, tls=None) -> None:
         checks = {"/health": health or (lambda: (True, "ok")), "/ready": ready or (lambda: (True, "ready"))}
 
         class Handler(BaseHTTPRequestHandler):
@@ -287,10 +293,20 @@ class HttpEndpoint:
             def log_message(self, *args) -> None:
                 pass
 
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address) -> None:
+                pass                            # a failed handshake or a client gone: that connection only
+
+        if tls is not None:
+            Handler.timeout = self.HTTPS_TIMEOUT_S
         try:
-            self._server = ThreadingHTTPServer((host, port), Handler)
+            self._server = (ThreadingHTTPServer if tls is None else Server)((host, port), Handler)
         except OSError as exc:
             raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True,
+                                                  do_handshake_on_connect=False)
+        self.scheme = "http" if tls is None else "https"
         self._server.daemon_threads = True
         self.address = f"{host}:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="walkit-http", daemon=True)

@@ -59,7 +59,10 @@ def kv() -> None:
               metavar="FILE", help="Users from a Redis ACL file: lines 'user NAME on >PASSWORD' (docs/operations/"
                                    "security.md lists the rules taken) [env WALKIT_KV_ACL_FILE].")
 @tls_options
-def serve(http_port, requirepass, requirepass_file, users, acl_file, tls_cert, tls_key, tls_ca, **options) -> None:
+@click.option("--http-tls", is_flag=True,
+              help="Serve --http-port over HTTPS only, with --tls-cert (and --tls-ca: client certificates).")
+def serve(http_port, http_tls, requirepass, requirepass_file, users, acl_file, tls_cert, tls_key, tls_ca,
+          **options) -> None:
     """Serve a replicated key-value store over RESP, the Redis protocol, until Ctrl-C.
 
     redis-cli, redis-py and redis-benchmark work unchanged. Every write is appended to a walkit
@@ -86,14 +89,17 @@ def serve(http_port, requirepass, requirepass_file, users, acl_file, tls_cert, t
         options["users"] = load_users(requirepass=requirepass, requirepass_file=requirepass_file, users=users,
                                       acl_file=acl_file)
         options["tls"] = options_context(tls_cert, tls_key, tls_ca)
+        if http_tls and options["tls"] is None:
+            raise BadTls("--http-tls needs --tls-cert")
     except (BadUsers, BadTls, OSError) as exc:
         raise click.UsageError(str(exc)) from None
     endpoint = None
     try:
         if http_port is not None:
             from walkit.metrics import REGISTRY, HttpEndpoint, replicas_health
-            endpoint = HttpEndpoint(options["host"], http_port, [REGISTRY], health=replicas_health)
-            click.echo(f"metrics on http://{endpoint.address}/metrics", err=True)
+            endpoint = HttpEndpoint(options["host"], http_port, [REGISTRY], health=replicas_health,
+                                    tls=options["tls"] if http_tls else None)
+            click.echo(f"metrics on {endpoint.scheme}://{endpoint.address}/metrics", err=True)
         status = run(ServeOptions(**options), echo=lambda line: click.echo(line, err=True))
     except (WalkitError, OSError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None

@@ -176,8 +176,10 @@ def topics() -> None:
               help="Serve Prometheus /metrics (the broker's appends to its logs: counts, failures, latency), "
                    "/health and /ready on this port (0: a free one) [default: off].")
 @tls_options
+@click.option("--http-tls", is_flag=True,
+              help="Serve --http-port over HTTPS only, with --tls-cert (and --tls-ca: client certificates).")
 @_kafka_errors
-def serve(http_port, tls_cert, tls_key, tls_ca, **options) -> None:
+def serve(http_port, http_tls, tls_cert, tls_key, tls_ca, **options) -> None:
     """Serve the Kafka protocol from walkit logs until Ctrl-C.
 
     Each topic partition is a walkit log; record batches are stored as producers sent them,
@@ -199,13 +201,16 @@ def serve(http_port, tls_cert, tls_key, tls_ca, **options) -> None:
     endpoint = None
     try:
         options["tls"] = options_context(tls_cert, tls_key, tls_ca)
+        if http_tls and options["tls"] is None:
+            raise BadTls("--http-tls needs --tls-cert")
     except BadTls as exc:
         raise click.UsageError(str(exc)) from None
     try:
         if http_port is not None:
             from walkit.metrics import REGISTRY, HttpEndpoint, replicas_health
-            endpoint = HttpEndpoint(options["host"], http_port, [REGISTRY], health=replicas_health)
-            click.echo(f"metrics on http://{endpoint.address}/metrics", err=True)
+            endpoint = HttpEndpoint(options["host"], http_port, [REGISTRY], health=replicas_health,
+                                    tls=options["tls"] if http_tls else None)
+            click.echo(f"metrics on {endpoint.scheme}://{endpoint.address}/metrics", err=True)
         status = run(ServeOptions(**options), echo=lambda line: click.echo(line, err=True))
     except BadUsers as exc:
         raise click.ClickException(str(exc)) from None

@@ -16,12 +16,15 @@ others; a seeded fuzz of TLS records and SCRAM exchanges leaves every server ser
 from __future__ import annotations
 
 import base64
+import http.client
 import os
 import random
 import socket
 import ssl
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
 import redis
@@ -40,6 +43,7 @@ from walkit.adapters.topics import errors
 from walkit.adapters.topics.cli import topics
 from walkit.adapters.topics.sasl import SaslGate, Users
 from walkit.adapters.topics.scram import INVALID_CREDENTIALS, Credential, ScramExchange
+from walkit.local import free_port
 from walkit.tls import BadTls, options_context
 from tests.support.certificates import client_hello, make_certificates
 from tests.support.kafka_fuzz import encode, framed
@@ -191,11 +195,14 @@ class TlsKV(KVProcess):
 
 @pytest.fixture(scope="module")
 def kv(tmp_path_factory, certificates):
-    """kv is a `walkit kv serve` requiring a client certificate from the test CA and user carol's password."""
+    """kv is a `walkit kv serve` requiring a client certificate from the test CA and user carol's password,
+    with its metrics endpoint on HTTPS."""
     workdir = tmp_path_factory.mktemp("kv-tls")
+    http_port = free_port()
     process = TlsKV(workdir, data_dir=workdir / "data",
-                    args=("--bookies", "1", "--user", ":".join(KV_USER), *tls_args(certificates, client_ca=True)))
-    process.certificates = certificates
+                    args=("--bookies", "1", "--user", ":".join(KV_USER), *tls_args(certificates, client_ca=True),
+                          "--http-port", str(http_port), "--http-tls"))
+    process.certificates, process.http_port = certificates, http_port
     process.start()
     process.wait_role(b"master")
     yield process
@@ -292,6 +299,21 @@ def test_a_wrong_certificate_plaintext_or_a_wrong_password_is_refused_and_the_kv
     client = kv.redis()
     assert client.set("after-refusals", "1") and client.get("after-refusals") == b"1"
     client.close()
+
+
+@pytest.mark.slow
+def test_the_metrics_endpoint_serves_https_only_with_the_ports_certificates(kv, certificates):
+    url = f"https://127.0.0.1:{kv.http_port}/metrics"
+    with urllib.request.urlopen(url, context=certificates.client_context(cert=True), timeout=10) as answer:
+        assert answer.status == 200 and b"# TYPE" in answer.read()
+    for refused in (certificates.client_context(rogue=True), certificates.client_context()):
+        with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(url, context=refused, timeout=10).read()
+    with pytest.raises((urllib.error.URLError, http.client.HTTPException, ConnectionError)):
+        urllib.request.urlopen(f"http://127.0.0.1:{kv.http_port}/metrics", timeout=10).read()
+    with urllib.request.urlopen(url.replace("/metrics", "/health"), context=certificates.client_context(cert=True),
+                                timeout=10) as answer:
+        assert answer.status == 200
 
 
 def confluent_config(broker: TlsTopics, certificates, mechanism: str, user: str, password: str, **extra) -> dict:
