@@ -127,16 +127,21 @@ def decode_authenticate(answer: bytes):
     return SaslAuthenticateResponse.decode(answer[4:], version=2, header=True)
 
 
+def bit_flipped(rng: random.Random, data: bytes, most: int) -> bytes:
+    """bit_flipped is `data` with 1 to `most` random bits flipped."""
+    flipped = bytearray(data)
+    for _ in range(rng.randint(1, most)):
+        flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
+    return bytes(flipped)
+
+
 def hostile_scram_message(rng: random.Random, valid: bytes) -> bytes:
     """hostile_scram_message is `valid` cut short, bit-flipped, with bytes inserted, or random bytes."""
     kind = rng.randrange(4)
     if kind == 0:
         return valid[:rng.randrange(len(valid) + 1)]
     if kind == 1:
-        flipped = bytearray(valid)
-        for _ in range(rng.randint(1, 4)):
-            flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
-        return bytes(flipped)
+        return bit_flipped(rng, valid, 4)
     if kind == 2:
         at = rng.randrange(len(valid) + 1)
         return valid[:at] + rng.choice([b",", b"=", b"=2C", b"\x00", b"\xff", b",p=", b",r="]) + valid[at:]
@@ -505,10 +510,7 @@ def hostile_tls_bytes(rng: random.Random, hello: bytes) -> bytes:
     if kind == 0:
         return hello[:rng.randrange(1, len(hello))]
     if kind == 1:
-        flipped = bytearray(hello)
-        for _ in range(rng.randint(1, 8)):
-            flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
-        return bytes(flipped)
+        return bit_flipped(rng, hello, 8)
     if kind == 2:
         return b"\x16\x03\x03" + rng.choice([b"\xff\xff", b"\x48\x01", b"\x40\x00"]) + hello[5:]
     if kind == 3:
