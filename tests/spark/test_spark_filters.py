@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
+from confluent_kafka import Producer
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
 
 from tests.support.topicslog import wait_stored
@@ -31,21 +32,15 @@ BATCH = 10
 @pytest.fixture(scope="module")
 def filtered(broker):
     create_topic(broker.bootstrap, "filtered", 3)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all"})
     for partition in range(3):
         for first in range(0, PER_PARTITION, BATCH):        # one flush per batch: one batch, one entry
-            produce_batch(broker, partition, first)
+            for i in range(first, first + BATCH):
+                producer.produce("filtered", key=f"k{i}".encode(), value=f"p{partition} v{i}".encode(),
+                                 partition=partition, timestamp=T0 + i * 1000)
+            assert producer.flush(30) == 0
         wait_stored(broker.metadata_url, "filtered", PER_PARTITION, partition)
     return broker
-
-
-def produce_batch(broker, partition: int, first: int) -> None:
-    """produce_batch writes offsets first..first+BATCH-1 of a partition as one batch."""
-    from confluent_kafka import Producer
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all"})
-    for i in range(first, first + BATCH):
-        producer.produce("filtered", key=f"k{i}".encode(), value=f"p{partition} v{i}".encode(), partition=partition,
-                         timestamp=T0 + i * 1000)
-    assert producer.flush(30) == 0
 
 
 def entries_read(broker, monkeypatch, filters) -> tuple[int, set, list]:
