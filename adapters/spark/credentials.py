@@ -14,7 +14,7 @@ Two parties can ask:
   environment variables (as `walkit topics produce` takes them).
 
 The `kafka.ssl.*` names are accepted so a job written for Spark's Kafka source parses, but the
-topics broker serves no TLS yet: security.protocol SSL or SASL_SSL is an OptionError that says so.
+data source does not speak TLS to a broker yet: security.protocol SSL or SASL_SSL is an OptionError that says so.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def parse_credentials(options, environ=None) -> Credentials:
         raise OptionError(f"option key: no key file {key!r} (the NAME.key_secret file `walkit keys new NAME` wrote)")
     protocol = (_get(options, "kafka.security.protocol") or "").upper()
     if protocol in ("SSL", "SASL_SSL"):
-        raise OptionError(f"kafka.security.protocol {protocol}: the walkit topics broker serves no TLS yet; "
+        raise OptionError(f"kafka.security.protocol {protocol}: this data source does not connect to a broker over TLS yet; "
                           f"use SASL_PLAINTEXT (SASL/PLAIN) or PLAINTEXT")
     if protocol not in ("", "PLAINTEXT", "SASL_PLAINTEXT"):
         raise OptionError(f"kafka.security.protocol is PLAINTEXT or SASL_PLAINTEXT, not {protocol!r}")

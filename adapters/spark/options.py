@@ -27,7 +27,7 @@ cluster (default: the WALKIT_KEY environment variable); `kafka.security.protocol
 `kafka.sasl.mechanism`, `kafka.sasl.jaas.config` for a broker that requires SASL/PLAIN
 (default: WALKIT_SASL_USERNAME and WALKIT_SASL_PASSWORD); `kafka.bootstrap.servers` (the
 brokers; default: those registered in the metadata store). `kafka.ssl.*` names are accepted, but
-the topics broker serves no TLS yet, so SSL and SASL_SSL are refused.
+this data source does not connect to a broker over TLS yet, so SSL and SASL_SSL are refused.
 
 Writes: `metadata`, `topic` (one) or `log`, `password`, `timeout`, `kafka.compression.type`
 (none, gzip, snappy, lz4, zstd), the credentials.

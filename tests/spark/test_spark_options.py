@@ -142,7 +142,7 @@ def test_streaming_trigger_options_bound_and_hold_back_micro_batches(broker, mix
     ({"topic": "mixed", "startingTimestamp": "soon"}, "startingTimestamp is milliseconds"),
     ({"topic": "mixed", "maxTriggerDelay": "forever"}, "maxTriggerDelay is a duration"),
     ({"topic": "mixed", "includeHeaders": "yes"}, "includeHeaders must be true or false"),
-    ({"topic": "mixed", "kafka.security.protocol": "SSL"}, "serves no TLS yet"),
+    ({"topic": "mixed", "kafka.security.protocol": "SSL"}, "does not connect to a broker over TLS yet"),
     ({"topic": "mixed", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "5"}, "above maxOffsetsPerTrigger"),
 ])
 def test_bad_option_values_are_refused_naming_the_option(raw, message):
