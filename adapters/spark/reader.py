@@ -24,7 +24,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from walkit.adapters.spark.cluster import (
     connect, offsets_for_times, partition_log, reaching, resolve_topics, snapshot_next_offset,
 )
-from walkit.adapters.spark.errors import DataLost, NoSuchTopic, OptionError
+from walkit.adapters.spark.errors import CompactedTopic, DataLost, NoSuchTopic, OptionError
 from walkit.adapters.spark.filters import Bounds
 from walkit.adapters.spark.index import LogIndex, Piece
 from walkit.adapters.spark.options import EARLIEST, LATEST, SourceOptions
@@ -59,6 +59,12 @@ class Planner:
         with self.reaching("listing topics"):
             self.topics = resolve_topics(self.client, self.options.metadata, self.options.topics,
                                          self.options.pattern)
+        compacted = sorted(name for name, topic in self.topics.items() if "compact" in topic.config("cleanup.policy"))
+        if compacted and self.options.pattern is None:
+            raise CompactedTopic(f"topic {', '.join(compacted)} is compacted (cleanup.policy=compact), which this "
+                                 f"reader cannot read; read it through a Kafka client (spark-sql-kafka) instead")
+        for name in compacted:                       # matched by subscribePattern: left out
+            del self.topics[name]
         assigned = self.options.assigned
         if assigned is None:
             return [(name, p) for name, topic in self.topics.items() for p in range(topic.partitions)]
