@@ -66,6 +66,10 @@ class BrokerSettings:
     ack_quorum: int = 2
 
 
+#: How long OffsetFetch waits for a bucket leader past its lease to prove it still leads.
+READ_BARRIER_S = 5.0
+
+
 class BucketLeader:
     """BucketLeader is a group bucket on this broker: its committed offsets, served while the broker leads it.
 
@@ -74,7 +78,10 @@ class BucketLeader:
     OffsetFetch awaits, waits for the commits in flight and refuses (NOT_COORDINATOR, the client
     asks again) while a failed one is undecided: a client that reads back its failed commit must
     never be told "not committed" of a commit that later takes effect. A later commit applied,
-    or the bucket led anew, decides it.
+    or the bucket led anew, decides it. A leader past its walkit.replicate lease proves it still
+    leads (a read barrier) before it answers: a deposed one that has not noticed yet would
+    answer offsets the new leader has moved on from (the nemesis topics test, seed 1: two
+    brokers each loaded the group from the bucket for 6 s after a partition healed).
     """
 
     def __init__(self, loop, bucket: int, state: OffsetsState, coordinator: GroupCoordinator) -> None:
@@ -140,6 +147,16 @@ class BucketLeader:
         KafkaError NOT_COORDINATOR while a failed commit's fate is open or the bucket moved."""
         if self._in_flight:
             await asyncio.wait(list(self._in_flight))
+        if self.active and not self.node.lease_valid:
+            # Past its lease this node may have been deposed without knowing it yet (a network
+            # partition cut it from the metadata store's view while another broker took the
+            # bucket); its state may miss the new leader's commits. Prove it still leads first.
+            try:
+                await self.loop.run_in_executor(None, self.node.read_barrier, READ_BARRIER_S)
+            except WalkitError as exc:
+                raise KafkaError(errors.NOT_COORDINATOR, f"group bucket {self.bucket}: {exc}") from None
+            if not self.node.is_leader:
+                raise KafkaError(errors.NOT_COORDINATOR, f"group bucket {self.bucket} moved")
         if not self.active or self._undecided:
             raise KafkaError(errors.NOT_COORDINATOR, f"group bucket {self.bucket}: a failed commit may still apply; "
                                                      f"the next leader decides")

@@ -455,6 +455,7 @@ class HeldNode:
     """HeldNode stands in for a bucket's walkit.replicate node whose submissions the test completes or fails."""
 
     is_leader = True
+    lease_valid = True
 
     def __init__(self) -> None:
         self.submitted: list[concurrent.futures.Future] = []
