@@ -31,6 +31,9 @@ def secured(tmp_path_factory):
                                args=("--sasl-user", f"{USER}:{PASSWORD}"))
         broker.start().wait_ready()
         try:
+            from confluent_kafka.admin import AdminClient, NewTopic     # every test of the module writes to it
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap, **admin_settings()})
+            admin.create_topics([NewTopic("vault", num_partitions=2, replication_factor=1)])["vault"].result(30)
             yield cluster, broker
         finally:
             broker.stop()
@@ -43,9 +46,6 @@ def admin_settings() -> dict:
 
 def test_a_query_with_the_key_and_sasl_login_writes_and_reads_a_secured_topic(spark, secured):
     cluster, broker = secured
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **admin_settings()})
-    admin.create_topics([NewTopic("vault", num_partitions=2, replication_factor=1)])["vault"].result(30)
     rows = [(f"k{i}", f"v{i}") for i in range(50)]
     (spark.createDataFrame(rows, "key string, value string").write.format("walkit")
      .option("metadata", cluster.metadata_url).option("topic", "vault").option("key", cluster.client_key)
