@@ -213,6 +213,25 @@ def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
         future.result(30)
 
 
+def alternate_transactions(producer: Producer, topic: str, *, rounds: int, records: int, prefix: bytes,
+                           timeout: float) -> list[bytes]:
+    """alternate_transactions sends `rounds` transactions of `records` values (b"<prefix><round>-<i>",
+    keyed by themselves), committing the even rounds and aborting the odd; it returns the committed values."""
+    expected = []
+    for round_ in range(rounds):
+        producer.begin_transaction()
+        values = [b"%s%d-%d" % (prefix, round_, i) for i in range(records)]
+        for value in values:
+            producer.produce(topic, key=value, value=value)
+        producer.flush(30)
+        if round_ % 2:
+            producer.abort_transaction(timeout)
+        else:
+            producer.commit_transaction(timeout)
+            expected += values
+    return expected
+
+
 def read_committed(bootstrap: str, topic: str, expected: int, timeout: float = 30.0, group: str = "audit") -> list:
     """read_committed is every value a read_committed confluent-kafka consumer gets from `topic` (until it has
     `expected` and nothing more arrives for a second, or `timeout`)."""
@@ -240,18 +259,7 @@ def test_read_committed_consumers_see_committed_records_once_and_never_aborted_o
     create_topics(broker.bootstrap, "tx")
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "writer"})
     producer.init_transactions(30)
-    expected = []
-    for round_ in range(6):
-        producer.begin_transaction()
-        values = [b"r%d-%d" % (round_, i) for i in range(20)]
-        for value in values:
-            producer.produce("tx", key=value, value=value)
-        producer.flush(30)
-        if round_ % 2:
-            producer.abort_transaction(30)
-        else:
-            producer.commit_transaction(30)
-            expected += values
+    expected = alternate_transactions(producer, "tx", rounds=6, records=20, prefix=b"r", timeout=30)
     python = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="python-writer")
     python.init_transactions()
     python.begin_transaction()
@@ -466,18 +474,7 @@ def test_broker_processes_keep_aborted_records_from_read_committed_consumers_and
     create_topics(bootstrap, "orders", partitions=3)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "orders-writer"})
     producer.init_transactions(60)
-    expected = []
-    for round_ in range(8):
-        producer.begin_transaction()
-        values = [b"%d-%d" % (round_, i) for i in range(30)]
-        for value in values:
-            producer.produce("orders", key=value, value=value)
-        producer.flush(30)
-        if round_ % 2:
-            producer.abort_transaction(60)
-        else:
-            producer.commit_transaction(60)
-            expected += values
+    expected = alternate_transactions(producer, "orders", rounds=8, records=30, prefix=b"", timeout=60)
     producer.begin_transaction()
     producer.produce("orders", value=b"zombie")
     producer.flush(30)
