@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from walkit.local import LocalCluster
 from walkit.testing.processes import wait_until
-from tests.support.serverprocess import TopicsProcess, kcat
+from tests.support.serverprocess import TopicsProcess, kcat, topics_brokers
 
 from .test_topics_admin import create_topic
 from .test_topics_failover import broker_ids, leaders
@@ -160,17 +160,8 @@ def test_compact_delete_compacts_and_then_retention_removes_the_compacted_ledger
 def two_brokers(tmp_path):
     """two_brokers are two broker processes on a LocalCluster of their own."""
     with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
-        brokers = [TopicsProcess(tmp_path, metadata=cluster.metadata_url, args=("--retention-check-ms", "200"))
-                   for _ in range(2)]
-        try:
-            for broker in brokers:
-                broker.start()
-            for broker in brokers:
-                broker.wait_ready()
+        with topics_brokers(tmp_path, cluster.metadata_url, 2, ("--retention-check-ms", "200")) as brokers:
             yield brokers
-        finally:
-            for broker in brokers:
-                broker.stop()
 
 
 def test_the_survivor_of_a_sigkilled_compacting_leader_serves_the_compacted_log_and_compacts_on(two_brokers):

@@ -55,7 +55,7 @@ from walkit.replication import ReplicatedNode
 from ..integration.helpers import wait_until
 from .test_topics_failover import broker_ids, coordinator, leaders, stream
 from .test_topics_leader import until
-from tests.support.serverprocess import TopicsProcess
+from tests.support.serverprocess import TopicsProcess, topics_brokers
 
 TOPIC = "orders"
 PARTITIONS = 3
@@ -69,18 +69,9 @@ RESUME_SLACK_S = 5.0
 @pytest.fixture
 def brokers(tmp_path):
     """brokers are three broker processes on one LocalCluster of 3 bookies, stopped at the end."""
-    started: list[TopicsProcess] = []
     with LocalCluster(bookies=3, data_dir=str(tmp_path / "cluster")) as cluster:
-        try:
-            for _ in range(3):
-                started.append(TopicsProcess(tmp_path, metadata=cluster.metadata_url,
-                                             args=("--rebalance-delay-ms", "500")).start())
-            for broker in started:
-                broker.wait_ready()
+        with topics_brokers(tmp_path, cluster.metadata_url, 3, ("--rebalance-delay-ms", "500")) as started:
             yield started
-        finally:
-            for broker in started:
-                broker.stop()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ speaks. The helpers around them (redis_cli, kcat, api_versions) run the real cli
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -198,3 +199,19 @@ class TopicsProcess(ServerProcess):
         """wait_ready waits until the broker answers ApiVersions."""
         self.wait(lambda: api_versions(self.port).error_code == 0, timeout, "answering ApiVersions", interval=0.1)
         return self
+
+
+@contextlib.contextmanager
+def topics_brokers(workdir, metadata: str, count: int, args: tuple[str, ...] = ()):
+    """topics_brokers starts `count` TopicsProcess brokers of the cluster at `metadata`, yields them
+    once all are ready, and stops every one started, also when a start fails."""
+    started: list[TopicsProcess] = []
+    try:
+        for _ in range(count):
+            started.append(TopicsProcess(workdir, metadata=metadata, args=args).start())
+        for broker in started:
+            broker.wait_ready()
+        yield started
+    finally:
+        for broker in started:
+            broker.stop()
