@@ -65,14 +65,27 @@ def memory_cluster(path) -> MemoryCluster:
 
 
 def log_records(conn) -> list[bytes]:
-    """log_records reads every record of a connection's database log (on its node's client)."""
+    """log_records reads every record of a connection's database log, up to the last entry it applied.
+
+    A reader stops at the bookies' last-add-confirmed, which trails the writer's last
+    acknowledged entry until the next write or the explicit LAC; so it reads again until it
+    reached the connection's `position` (a count taken before that would miss the last commit).
+    """
     from walkit.replication import batch
     database = conn._database
-    out = []
-    try:
-        for entry in database.client.read_log(f"replicated-{database.name}"):
-            out.extend(batch.decode(entry.payload))
-    except Exception as exc:  # noqa: BLE001 - no log yet
-        if type(exc).__name__ != "NoSuchLog":
-            raise
-    return out
+    applied = conn.position
+
+    def read() -> tuple[list[bytes]] | None:
+        out, last = [], None
+        try:
+            for entry in database.client.read_log(f"replicated-{database.name}"):
+                out.extend(batch.decode(entry.payload))
+                last = entry.position
+        except Exception as exc:  # noqa: BLE001 - no log yet
+            if type(exc).__name__ != "NoSuchLog":
+                raise
+        if applied is not None and (last is None or last < applied):
+            return None
+        return (out,)               # truthy also when the log is empty
+
+    return wait_until(read, 10, f"the log of {database.name!r} to reach {applied}")[0]
