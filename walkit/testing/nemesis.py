@@ -15,7 +15,11 @@ Fault kinds (`FAULTS`), each held for a few seconds, healed, then followed by a 
 - `bookie-from-leader`: one bookie's host cut from the leader's host only;
 - `one-way`: the leader's packets to the metadata store dropped, the other direction kept;
 - `kill`: the leader's process SIGKILLed, started again when the fault ends;
-- `pause`: the leader's process SIGSTOPped, SIGCONTed when the fault ends.
+- `pause`: the leader's process SIGSTOPped, SIGCONTed when the fault ends;
+- `isolate-client` (not in `FAULTS`, so the seeded schedules stay as they were; pass it in
+  `kinds`): one client host, drawn by the fault's pick, cut from every other host. Held past a
+  consumer's session timeout, its group moves the member's partitions to another member, and
+  the member's next commit fails when it is back: the fault that makes commits surely fail.
 
 The schedule is drawn from the seed alone (kinds, holds, quiet spells); which host is the leader
 is found when a fault starts (`leader()`), so a run replays its schedule, and the cluster's own
@@ -38,6 +42,8 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 FAULTS = ("halves", "isolate-leader", "leader-from-metadata", "leader-from-clients", "bookie-from-leader", "one-way", "kill", "pause")
+#: Faults a schedule draws only when asked (`kinds`), aimed at the clients rather than the servers.
+CLIENT_FAULTS = ("isolate-client",)
 
 
 @dataclass(frozen=True)
@@ -171,7 +177,12 @@ class Nemesis:
             target.process.send_signal(signal.SIGSTOP)
             applied.detail = f"{host.name} {target.what}"
             return lambda: target.process.send_signal(signal.SIGCONT)
-        raise ValueError(f"unknown fault kind {fault.kind!r}; known: {', '.join(FAULTS)}")
+        if fault.kind == "isolate-client":
+            client = self.clients[fault.pick % len(self.clients)]
+            net.isolate(client)
+            applied.detail = f"{client.name} alone"
+            return lambda: net.heal(client)
+        raise ValueError(f"unknown fault kind {fault.kind!r}; known: {', '.join(FAULTS + CLIENT_FAULTS)}")
 
 
 def unavailability(applied: list[Applied], ops, f: str = "write") -> dict[str, list[float]]:
