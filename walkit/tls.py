@@ -1,4 +1,4 @@
-"""walkit.tls builds the TLS settings of walkit's client-facing servers (the KV server, the topics broker).
+"""walkit.tls builds the TLS settings of walkit's client-facing servers (the KV server, the topics broker) and their clients.
 
     context = server_context("server.pem", "server.key", ca="clients-ca.pem")
     await loop.create_server(factory, host, port, ssl=context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
@@ -8,6 +8,10 @@ defaults: no compression, the system's cipher choice). With `ca` it also asks ev
 certificate and accepts only those the CA signed (mutual TLS); without it any client may connect
 and proves who it is some other way (AUTH, SASL). A failed handshake closes that connection only:
 asyncio reports it to nobody but that connection, and the server keeps accepting.
+
+`client_context(ca, cert, key)` is the other end, for walkit's own clients of those servers (the
+`walkit topics` commands): it checks the server's certificate and name, and presents a client
+certificate when given one.
 """
 
 from __future__ import annotations
@@ -28,21 +32,44 @@ def server_context(cert: str, key: str | None = None, ca: str | None = None) -> 
     (None: the key is in `cert`'s file), requiring client certificates signed by `ca` if given."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load_chain(context, cert, key)
+    if ca is not None:
+        _load_ca(context, ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def client_context(ca: str | None = None, cert: str | None = None, key: str | None = None) -> ssl.SSLContext:
+    """client_context is a client's SSLContext (TLS 1.2 or later): it accepts a server whose certificate
+    `ca` signed (None: one of the system's CAs) and names the address dialled, and presents certificate
+    `cert` with key `key` (None: in `cert`'s file) to a server that asks for one."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)       # verifies the certificate and the host name
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if ca is None:
+        context.load_default_certs()
+    else:
+        _load_ca(context, ca)
+    if cert is not None:
+        _load_chain(context, cert, key)
+    return context
+
+
+def _load_chain(context: ssl.SSLContext, cert: str, key: str | None) -> None:
     try:
         context.load_cert_chain(cert, key)
     except FileNotFoundError as exc:
         raise BadTls(f"the TLS certificate or key file {exc.filename or cert} does not exist") from None
     except (ssl.SSLError, OSError) as exc:
         raise BadTls(f"cannot use the TLS certificate {cert} with the key {key or cert}: {exc}") from None
-    if ca is not None:
-        try:
-            context.load_verify_locations(cafile=ca)
-        except FileNotFoundError:
-            raise BadTls(f"the TLS CA file {ca} does not exist") from None
-        except (ssl.SSLError, OSError) as exc:
-            raise BadTls(f"cannot read the TLS CA file {ca}: {exc}") from None
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
+
+
+def _load_ca(context: ssl.SSLContext, ca: str) -> None:
+    try:
+        context.load_verify_locations(cafile=ca)
+    except FileNotFoundError:
+        raise BadTls(f"the TLS CA file {ca} does not exist") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise BadTls(f"cannot read the TLS CA file {ca}: {exc}") from None
 
 
 def options_context(cert: str | None, key: str | None, ca: str | None) -> ssl.SSLContext | None:

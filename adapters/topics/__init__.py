@@ -19,5 +19,6 @@ kafka-python, confluent-kafka (librdkafka) and kcat work unchanged. Modules:
 - coordinator.py: consumer group membership; transactions.py, txncoordinator.py: Kafka
   transactions (an id's state in its group bucket, markers, the coordinator); broker.py,
   server.py, handlers/: the broker, its connections and one module per family of requests;
-  service.py: `walkit topics serve`.
+  service.py: `walkit topics serve`; sasl.py, scram.py: the logins it takes; cli.py: the
+  commands, and credentials.py: how the client commands reach a broker and log in (SASL, TLS).
 """

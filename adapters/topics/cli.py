@@ -2,7 +2,9 @@
 
 `serve` runs a broker (walkit.adapters.topics). The other commands are Kafka clients
 (kafka-python) of a running broker, given by --bootstrap HOST:PORT (or WALKIT_BOOTSTRAP), logging
-in with SASL/PLAIN when a user is given (WALKIT_SASL_USERNAME and WALKIT_SASL_PASSWORD).
+in with SASL when a user is given (WALKIT_SASL_USERNAME, WALKIT_SASL_PASSWORD, and
+WALKIT_SASL_MECHANISM: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512), over TLS when asked
+(WALKIT_CLIENT_TLS_CA, WALKIT_CLIENT_TLS_CERT, WALKIT_CLIENT_TLS_KEY): see client_options.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import sys
 
 import click
 
+from walkit.adapters.topics.credentials import (
+    MECHANISMS, BadCredentials, BrokerCredentials, LoginRefused, check_login, sasl_refused,
+)
 from walkit.tls import tls_options
 
 
@@ -21,31 +26,54 @@ from walkit.tls import tls_options
 BOOTSTRAP_TIMEOUT_MS = 10_000
 
 
-def kafka_settings(bootstrap: str, sasl_username: str | None = None, sasl_password: str | None = None) -> dict:
-    """kafka_settings are kafka-python's connection settings for a broker, logging in with SASL/PLAIN if a user is given."""
-    settings = {"bootstrap_servers": bootstrap, "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
-    if sasl_username is None and sasl_password is None:
-        return settings
-    if not sasl_username or not sasl_password:
-        raise click.UsageError("SASL needs both a user and a password: --sasl-username (WALKIT_SASL_USERNAME) "
-                               "and WALKIT_SASL_PASSWORD (or --sasl-password)")
-    return {**settings, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
-            "sasl_plain_username": sasl_username, "sasl_plain_password": sasl_password}
-
-
 def client_options(fn):
-    """client_options gives a client command --bootstrap and the SASL login, passed on as `kafka` (kafka_settings)."""
+    """client_options gives a client command --bootstrap, the SASL login and client TLS (credentials.py).
+
+    The command gets `kafka`, kafka-python's settings, once check_login reached the broker and
+    logged in (or found nothing listening, left to kafka-python's retries); errors end the command
+    with one line (_kafka_errors). The TLS variables are WALKIT_CLIENT_TLS_*, never the server's
+    WALKIT_TLS_*: a command run where a broker runs must not take the broker's certificate as its own.
+    """
     @click.option("--bootstrap", "-b", envvar="WALKIT_BOOTSTRAP", default="127.0.0.1:9092", show_default=True,
                   metavar="HOST:PORT", help="A broker of the cluster (walkit topics serve) [env WALKIT_BOOTSTRAP].")
     @click.option("--sasl-username", envvar="WALKIT_SASL_USERNAME", default=None, metavar="NAME",
-                  help="Log in with SASL/PLAIN as NAME, to a broker started with --sasl-users "
+                  help="Log in with SASL as NAME, to a broker started with --sasl-users or --sasl-user "
                        "[env WALKIT_SASL_USERNAME].")
     @click.option("--sasl-password", envvar="WALKIT_SASL_PASSWORD", default=None, metavar="PASSWORD",
                   help="The SASL password [env WALKIT_SASL_PASSWORD: prefer it, command lines are visible to "
                        "other local users].")
+    @click.option("--sasl-mechanism", envvar="WALKIT_SASL_MECHANISM", default=None, metavar="MECHANISM",
+                  type=click.Choice(MECHANISMS, case_sensitive=False),
+                  help="How to log in: PLAIN sends the password (use it over TLS), SCRAM-SHA-256 and "
+                       "SCRAM-SHA-512 prove it without sending it [default: PLAIN] [env WALKIT_SASL_MECHANISM].")
+    @click.option("--tls", is_flag=True, envvar="WALKIT_CLIENT_TLS",
+                  help="Connect over TLS (a broker started with --tls-cert), checking its certificate against the "
+                       "system's CAs; implied by --tls-ca, --tls-cert and --tls-key [env WALKIT_CLIENT_TLS=1].")
+    @click.option("--tls-ca", envvar="WALKIT_CLIENT_TLS_CA", default=None, metavar="FILE",
+                  help="Connect over TLS and accept only a broker certificate signed by the CA certificates of "
+                       "FILE (PEM) that names the --bootstrap host [env WALKIT_CLIENT_TLS_CA].")
+    @click.option("--tls-cert", envvar="WALKIT_CLIENT_TLS_CERT", default=None, metavar="FILE",
+                  help="Connect over TLS and present this client certificate (PEM), for a broker started with "
+                       "--tls-ca [env WALKIT_CLIENT_TLS_CERT].")
+    @click.option("--tls-key", envvar="WALKIT_CLIENT_TLS_KEY", default=None, metavar="FILE",
+                  help="The private key of --tls-cert (PEM, unencrypted) [default: in the certificate's file] "
+                       "[env WALKIT_CLIENT_TLS_KEY].")
     @functools.wraps(fn)
-    def wrapper(*args, bootstrap, sasl_username, sasl_password, **kwargs):
-        return fn(*args, kafka=kafka_settings(bootstrap, sasl_username, sasl_password), **kwargs)
+    @_kafka_errors
+    def wrapper(*args, bootstrap, sasl_username, sasl_password, sasl_mechanism, tls, tls_ca, tls_cert, tls_key,
+                **kwargs):
+        try:
+            credentials = BrokerCredentials.parse(bootstrap, sasl_mechanism=sasl_mechanism,
+                                                  sasl_username=sasl_username, sasl_password=sasl_password,
+                                                  tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+        except BadCredentials as exc:
+            raise click.UsageError(str(exc)) from None
+        try:
+            check_login(credentials)
+        except LoginRefused as exc:
+            raise click.ClickException(str(exc)) from None
+        kafka = {**credentials.kafka_settings(), "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
+        return fn(*args, kafka=kafka, **kwargs)
     return wrapper
 
 
@@ -75,9 +103,10 @@ class _SaslRefusal(logging.Handler):
 def _kafka_errors(fn):
     """_kafka_errors turns Kafka client errors, and a missing kafka-python, into one-line messages.
 
-    A refused SASL login is retried by kafka-python until its bootstrap timeout and then reported
-    as "Unable to bootstrap"; the message names the refusal instead. kafka-python's own log
-    lines (a warning per retry) are shown only with -v.
+    A refused SASL login that check_login did not meet first (client_options) is retried by
+    kafka-python until its bootstrap timeout and then reported as "Unable to bootstrap"; the
+    message names the refusal instead. kafka-python's own log lines (a warning per retry) are
+    shown only with -v.
     """
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -92,8 +121,7 @@ def _kafka_errors(fn):
             return fn(*args, **kwargs)
         except KafkaError as exc:
             if refusal.message:
-                raise click.ClickException(f"the broker refused the SASL login: {refusal.message} "
-                                           "(check --sasl-username and WALKIT_SASL_PASSWORD)") from None
+                raise click.ClickException(sasl_refused(refusal.message)) from None
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
         finally:
             kafka_log.removeHandler(refusal)
@@ -295,7 +323,6 @@ def _admin(kafka: dict):
 @click.option("--config", "-c", "configs", multiple=True, metavar="NAME=VALUE",
               help="Topic config, repeatable: retention.ms, retention.bytes, segment.ms, segment.bytes, "
                    "max.message.bytes.")
-@_kafka_errors
 def create(kafka, name, partitions, configs) -> None:
     """Create topic NAME (its partitions get leaders before this returns).
 
@@ -312,7 +339,6 @@ def create(kafka, name, partitions, configs) -> None:
 
 @topics.command(name="list")
 @client_options
-@_kafka_errors
 def list_topics(kafka) -> None:
     """List the topics."""
     admin = _admin(kafka)
@@ -326,7 +352,6 @@ def list_topics(kafka) -> None:
 @topics.command()
 @client_options
 @click.argument("name")
-@_kafka_errors
 def describe(kafka, name) -> None:
     """Describe topic NAME: configs, and per partition its leader and offsets."""
     from kafka import KafkaConsumer, TopicPartition
@@ -355,7 +380,6 @@ def describe(kafka, name) -> None:
 @topics.command()
 @client_options
 @click.argument("name")
-@_kafka_errors
 def delete(kafka, name) -> None:
     """Delete topic NAME and its partitions' logs."""
     admin = _admin(kafka)
@@ -375,7 +399,6 @@ def delete(kafka, name) -> None:
               help="Split each value at the first SEP into key and value (like kcat -K).")
 @click.option("--partition", type=int, default=None, help="Write to this partition.")
 @click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
-@_kafka_errors
 def produce(kafka, topic, values, key, key_separator, partition, acks) -> None:
     """Append VALUES (or, without any, each line of stdin) to TOPIC, idempotently.
 
@@ -412,7 +435,6 @@ def produce(kafka, topic, values, key, key_separator, partition, acks) -> None:
               help="Stop after this many seconds without a record [default: never].")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: partition:offset, key and value separated by tabs; json: one object per line.")
-@_kafka_errors
 def consume(kafka, topic, group, from_beginning, count, timeout_s, fmt) -> None:
     """Print the records of TOPIC as they arrive (Ctrl-C stops)."""
     from kafka import KafkaConsumer
@@ -444,7 +466,6 @@ def consume(kafka, topic, group, from_beginning, count, timeout_s, fmt) -> None:
 @topics.command()
 @client_options
 @click.argument("group", required=False)
-@_kafka_errors
 def groups(kafka, group) -> None:
     """List consumer groups, or show GROUP: state, members, committed offsets and lag."""
     from kafka import KafkaConsumer

@@ -263,7 +263,7 @@ def test_the_command_line_tools_log_in_from_the_environment(broker):
     assert wrong.returncode != 0 and "Traceback" not in wrong.stderr
     last = wrong.stderr.strip().splitlines()[-1]
     assert last == ("Error: the broker refused the SASL login: Authentication failed: Invalid username or password "
-                    "(check --sasl-username and WALKIT_SASL_PASSWORD)"), wrong.stderr
+                    "(check --sasl-username, --sasl-mechanism and WALKIT_SASL_PASSWORD)"), wrong.stderr
 
 
 @pytest.mark.processes
