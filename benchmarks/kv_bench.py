@@ -65,6 +65,27 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def start_servers(scratch: str) -> dict[str, tuple[subprocess.Popen, int, bytes | None]]:
+    """start_servers starts `walkit kv serve` and redis-server (appendfsync always) under `scratch`.
+
+    It returns {"walkit": ..., "redis": ...}, each (process, port, the ROLE reply `wait_ready` waits
+    for); the caller waits for them and stops them.
+    """
+    walkit_port, redis_port = free_port(), free_port()
+    redis_dir = os.path.join(scratch, "redis")
+    os.makedirs(redis_dir)
+    return {
+        "walkit": (subprocess.Popen(
+            [sys.executable, "-m", "walkit", "kv", "serve", "--port", str(walkit_port),
+             "--data-dir", os.path.join(scratch, "walkit")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=scratch), walkit_port, b"master"),
+        "redis": (subprocess.Popen(
+            ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--dir", redis_dir,
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=redis_dir), redis_port, None),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--requests", type=int, default=100_000, help="requests per test")
@@ -80,19 +101,7 @@ def main() -> None:
 
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="kv-bench-") as scratch:
-        walkit_port, redis_port = free_port(), free_port()
-        redis_dir = os.path.join(scratch, "redis")
-        os.makedirs(redis_dir)
-        servers = {
-            "walkit": (subprocess.Popen(
-                [sys.executable, "-m", "walkit", "kv", "serve", "--port", str(walkit_port),
-                 "--data-dir", os.path.join(scratch, "walkit")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=scratch), walkit_port, b"master"),
-            "redis": (subprocess.Popen(
-                ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--dir", redis_dir,
-                 "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=redis_dir), redis_port, None),
-        }
+        servers = start_servers(scratch)
         try:
             for name, (process, port, role) in servers.items():
                 wait_ready(port, process, role)

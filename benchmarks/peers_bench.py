@@ -60,17 +60,19 @@ def _free_port() -> int:
 _BENCH_EXTRA = "pip install 'walkit[bench]'"
 
 
-def _module_missing(module: str, package: str) -> str | None:
+def module_missing(module: str, package: str) -> str | None:
+    """module_missing says what to install when Python cannot import `module` (of package `package`), else None."""
     import importlib.util
     if importlib.util.find_spec(module) is None:
         return f"the Python package {package} is not installed ({_BENCH_EXTRA})"
     return None
 
 
-def _nats_missing() -> str | None:
-    if shutil.which("nats-server") is None:
-        return "nats-server is not installed (Debian: apt-get install nats-server)"
-    return _module_missing("nats", "nats-py")
+def nats_missing() -> str | None:
+    """nats_missing says what to install when nats-server or nats-py is missing (both, if both are), else None."""
+    server = "nats-server is not installed (Debian: apt-get install nats-server)" if shutil.which("nats-server") is None \
+        else None
+    return "; ".join(why for why in (server, module_missing("nats", "nats-py")) if why) or None
 
 
 def _etcd_go_missing() -> str | None:
@@ -82,7 +84,7 @@ def _etcd_go_missing() -> str | None:
 
 def _zookeeper_missing() -> str | None:
     from walkit.testing.servers import zookeeper_missing
-    return zookeeper_missing() or _module_missing("kazoo", "kazoo")
+    return zookeeper_missing() or module_missing("kazoo", "kazoo")
 
 
 def check_peers(names: list[str]) -> None:
@@ -94,7 +96,7 @@ def check_peers(names: list[str]) -> None:
     unknown = [n for n in names if n not in PEERS]
     if unknown:
         raise ConfigError(f"unknown peer(s) {', '.join(unknown)}; choose from {', '.join(PEERS)}")
-    checks = {"etcd": etcd_missing, "etcd-go": _etcd_go_missing, "nats": _nats_missing,
+    checks = {"etcd": etcd_missing, "etcd-go": _etcd_go_missing, "nats": nats_missing,
               "zookeeper": _zookeeper_missing}
     missing = [f"{name}: {why}" for name in names if (why := checks[name]())]
     if missing:

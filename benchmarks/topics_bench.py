@@ -60,15 +60,25 @@ def stop(processes) -> None:
 
 
 # -- walkit topics through confluent-kafka --------------------------------------------------
+def start_broker(folder: str, cache_mb: float):
+    """start_broker starts `walkit topics serve` on its embedded cluster under `folder`, its output to walkit.log.
+
+    It returns (process, port, log file); the caller waits for the port, then stops the
+    process and closes the log.
+    """
+    port = free_port()
+    log = open(os.path.join(folder, "walkit.log"), "wb")
+    process = subprocess.Popen([sys.executable, "-m", "walkit", "topics", "serve", "--port", str(port),
+                                "--data-dir", os.path.join(folder, "walkit-data"), "--cache-mb", str(cache_mb)],
+                               stdout=log, stderr=log)
+    return process, port, log
+
+
 def walkit_rounds(args, folder: str) -> list[tuple[float, float]]:
     """walkit_rounds measures (produce, consume) msg/s of walkit topics through confluent-kafka, per round."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
-    port = free_port()
-    log = open(os.path.join(folder, "walkit.log"), "wb")
-    process = subprocess.Popen([sys.executable, "-m", "walkit", "topics", "serve", "--port", str(port),
-                                "--data-dir", os.path.join(folder, "walkit-data"), "--cache-mb", str(args.cache_mb)],
-                               stdout=log, stderr=log)
+    process, port, log = start_broker(folder, args.cache_mb)
     bootstrap = f"127.0.0.1:{port}"
     payload = os.urandom(args.size)
     results = []
