@@ -115,7 +115,7 @@ def offsets_for_times(client, options, stamps: dict) -> dict:
     after ms, through a broker's ListOffsets (its time index), as Spark's Kafka source finds them; a
     partition with no such record maps to None (its end)."""
     from kafka import KafkaConsumer, TopicPartition
-    from walkit.adapters.spark.writer import bootstrap_servers
+    from walkit.adapters.spark.publishers import bootstrap_servers
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers(client, options), client_id="walkit-spark",
                              enable_auto_commit=False, request_timeout_ms=int(options.timeout * 1000) + 1000,
                              **options.credentials.kafka_settings())

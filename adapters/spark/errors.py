@@ -40,3 +40,7 @@ class DataLost(SparkSourceError):
 
 class ClusterUnreachable(SparkSourceError, ConnectionError):
     """ClusterUnreachable is raised when the metadata store or the bookies cannot be reached."""
+
+
+class SinkError(SparkSourceError):
+    """SinkError is raised when publishing a write fails or its marker was changed by someone else."""

@@ -23,14 +23,17 @@ Reads (Spark's Kafka source names where they exist):
     timeout                 seconds each call to the cluster may take (default 30)
 
 Credentials (reads and writes; credentials.py): `key`, the client's key file on a secured
-cluster (default: the WALKIT_KEY environment variable); `kafka.security.protocol`,
-`kafka.sasl.mechanism`, `kafka.sasl.jaas.config` for a broker that requires SASL/PLAIN
-(default: WALKIT_SASL_USERNAME and WALKIT_SASL_PASSWORD); `kafka.bootstrap.servers` (the
-brokers; default: those registered in the metadata store). `kafka.ssl.*` names are accepted, but
-this data source does not connect to a broker over TLS yet, so SSL and SASL_SSL are refused.
+cluster (default: the WALKIT_KEY environment variable); `kafka.security.protocol` (PLAINTEXT,
+SASL_PLAINTEXT, SSL, SASL_SSL), `kafka.sasl.mechanism`, `kafka.sasl.jaas.config` for a broker
+that requires SASL (default: WALKIT_SASL_USERNAME and WALKIT_SASL_PASSWORD); the PEM files of
+TLS, `kafka.ssl.ca.location`, `kafka.ssl.certificate.location`, `kafka.ssl.key.location`,
+`kafka.ssl.key.password` (default: WALKIT_SSL_CA_LOCATION...); `kafka.bootstrap.servers` (the
+brokers; default: those registered in the metadata store). Java key stores
+(`kafka.ssl.truststore.*`, `kafka.ssl.keystore.*`) are refused, naming the PEM options.
 
 Writes: `metadata`, `topic` (one) or `log`, `password`, `timeout`, `kafka.compression.type`
-(none, gzip, snappy, lz4, zstd), the credentials.
+(none, gzip, snappy, lz4, zstd), `writeId` (batch writes: the write's name, which makes it
+exactly once; writer.py), the credentials.
 
 Any other option is an OptionError naming it and the closest valid one.
 """
@@ -51,6 +54,7 @@ LATEST = -1
 DEFAULT_MAX_RECORDS_PER_PARTITION = 250_000
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,180}")
+_WRITE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 #: Every option a read takes, as Spark's Kafka source spells them where it has them.
@@ -60,7 +64,8 @@ SOURCE_OPTIONS = (
     "maxTriggerDelay", "failOnDataLoss", "includeHeaders", "minPartitions", "maxRecordsPerPartition", "password",
     "timeout", *CREDENTIAL_OPTIONS)
 #: Every option a write takes.
-SINK_OPTIONS = ("metadata", "topic", "log", "password", "timeout", "kafka.compression.type", *CREDENTIAL_OPTIONS)
+SINK_OPTIONS = ("metadata", "topic", "log", "password", "timeout", "kafka.compression.type", "writeId",
+                *CREDENTIAL_OPTIONS)
 
 
 #: Options Spark itself puts among a data source's (a streaming sink's checkpoint; load(path), save(path)).
@@ -129,6 +134,7 @@ class SinkOptions:
     timeout: float = 30.0
     compression: str = "none"
     credentials: Credentials = field(default_factory=Credentials)
+    write_id: str | None = None
 
     @property
     def target(self) -> str:
@@ -361,6 +367,10 @@ def parse_sink(options) -> SinkOptions:
     compression = (_get(options, "kafka.compression.type") or "none").lower()
     if compression not in CODECS:
         raise OptionError(f"option kafka.compression.type is one of {', '.join(CODECS)}, not {compression!r}")
+    write_id = _get(options, "writeId")
+    if write_id is not None and not _WRITE_ID.fullmatch(write_id):
+        raise OptionError(f"option writeId names a write with 1-200 letters, digits, '.', '_' or '-', starting with a "
+                          f"letter or digit, not {write_id!r}")
     return SinkOptions(metadata=metadata, topic=topic, log=log or None,
                        password=(_get(options, "password") or "").encode(), timeout=_timeout(options),
-                       compression=compression, credentials=parse_credentials(options))
+                       compression=compression, credentials=parse_credentials(options), write_id=write_id)

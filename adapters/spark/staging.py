@@ -9,12 +9,14 @@ produce. Every task registers its ledger under
 
     spark/staging/<query id>/<ledger id>      {"batch": <batch id>, "sink": "topic/NAME", "created": <unix s>}
 
-(a batch write, df.write, stages under the query id "write-<uuid>" of its writer, batch 0),
-so the commit of batch B deletes every ledger staged for batches up to B, also those of
-attempts that died before their commit, and the janitor (`sweep`: each batch write's commit,
-and `walkit spark cleanup`) deletes what a write abandoned: ledgers of batches their query's
-marker says are done, and those of batch writes and marker-less queries older than a grace
-period (a write still running longer than that would lose its staged rows, so it is long).
+(a batch write, df.write, stages under its writeId, or without one under the query id
+"write-<uuid>" of its writer, batch 0), so the commit of batch B deletes every ledger staged
+for batches up to B, also those of attempts that died before their commit, and the janitor
+(`sweep`: each batch write's commit, and `walkit spark cleanup`) deletes what a write
+abandoned: ledgers of batches their write's marker (markers.py) says are done, and, for writes
+without a marker (batch writes without writeId, queries that never committed), those older
+than a grace period (a write still running longer than that would lose its staged rows, so it
+is long). Ledgers a marker names as "writing" stay until a rerun resumes that commit.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ ENTRY_BYTES = 256 * 1024
 
 @dataclass
 class Staged(WriterCommitMessage):
-    """Staged is a write task's commit message: its query and batch (streaming), ledger (None: no rows) and row count."""
+    """Staged is a write task's commit message: its write's name (`query`) and batch, ledger (None: no rows) and
+    row count."""
 
     query: str | None
     batch: int | None
@@ -157,9 +160,10 @@ def collect(client, query: str, upto_batch: int, keep: set[int] = frozenset()) -
 def sweep(client, grace_s: float = GRACE_S, sink: str | None = None, now: float | None = None) -> int:
     """sweep is the janitor: it deletes staged ledgers no commit will publish (module doc) and returns how many.
 
-    Ledgers of a streaming query go once its marker says their batch is done (or a later one);
-    those of a batch write, or of a query without a marker (it never committed), once older than
-    `grace_s`. `sink` ("topic/NAME", "log/NAME") limits it to one sink's staged rows.
+    Ledgers of a write with a marker (a streaming query, a batch write with writeId) go once the
+    marker says their batch is done (or a later one); those of a write without one (a batch write
+    without writeId, a query that never committed), once older than `grace_s`. `sink`
+    ("topic/NAME", "log/NAME") limits it to one sink's staged rows.
     """
     now = time.time() if now is None else now
     deleted = 0
@@ -186,12 +190,13 @@ def sweep(client, grace_s: float = GRACE_S, sink: str | None = None, now: float 
 
 def _abandoned(client, query: str, staged: dict, before: float) -> bool:
     """_abandoned is whether no commit will publish a staged ledger (see sweep)."""
-    old = staged.get("created", 0) < before
-    if query.startswith(BATCH_WRITE):
-        return old
     try:
         marker = json.loads(client.store.get(f"{SINKS}/{staged.get('sink')}/{query}")[0])
     except NoSuchKey:
-        return old
-    batch = staged.get("batch", -1)
-    return marker["batch"] > batch or (marker["batch"] == batch and marker["state"] == "done")
+        return staged.get("created", 0) < before
+    return is_done(marker, staged.get("batch", -1))
+
+
+def is_done(marker: dict | None, batch: int) -> bool:
+    """is_done is whether a write's marker (markers.py) says its batch `batch` was published."""
+    return marker is not None and (marker["batch"] > batch or (marker["batch"] == batch and marker["state"] == "done"))

@@ -1,8 +1,9 @@
 """copy_program is a streaming copy of one topic into another, run as its own driver by test_spark_streaming.
 
-    python copy_program.py METADATA INPUT OUTPUT CHECKPOINT [--available-now] [--max-records N]
+    python copy_program.py METADATA INPUT OUTPUT CHECKPOINT [--available-now] [--max-records N] [--log NAME]
 
-It prints "started <query id>" once the query runs.
+With --log, a second query of the same driver copies the values of INPUT into the log NAME
+(its checkpoint beside CHECKPOINT). It prints "started <query id>" once each query runs.
 """
 
 from __future__ import annotations
@@ -19,18 +20,25 @@ def main() -> int:
     parser.add_argument("checkpoint")
     parser.add_argument("--available-now", action="store_true")
     parser.add_argument("--max-records", type=int, default=100)
+    parser.add_argument("--log", default=None)
     args = parser.parse_args()
     from walkit.adapters.spark.jobs import session
     spark = session("walkit-copy-test", "local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     source = (spark.readStream.format("walkit").option("metadata", args.metadata).option("topic", args.input)
               .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(args.max_records)).load())
-    writer = (source.select("key", "value").writeStream.format("walkit").option("metadata", args.metadata)
-              .option("topic", args.output).option("checkpointLocation", args.checkpoint))
-    writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="0.2 seconds")
-    query = writer.start()
-    print(f"started {query.id}", flush=True)
-    query.awaitTermination()
+    sinks = [("topic", args.output, source.select("key", "value"), args.checkpoint)]
+    if args.log is not None:
+        sinks.append(("log", args.log, source.select("value"), f"{args.checkpoint}-log"))
+    queries = []
+    for kind, name, frame, checkpoint in sinks:
+        writer = (frame.writeStream.format("walkit").option("metadata", args.metadata).option(kind, name)
+                  .option("checkpointLocation", checkpoint))
+        trigger = {"availableNow": True} if args.available_now else {"processingTime": "0.2 seconds"}
+        queries.append(writer.trigger(**trigger).start())
+        print(f"started {queries[-1].id}", flush=True)
+    for query in queries:
+        query.awaitTermination()
     spark.stop()
     return 0
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -20,10 +19,9 @@ import pytest
 import walkit
 from walkit.adapters.spark.staging import STAGING, Stage, sweep
 
-from ..integration.helpers import pid_alive, wait_until
-from .conftest import spark_environment
+from .drivers import finish, kill_when, start_driver
 from .kafkaclients import consume_all, create_topic
-from .test_spark_streaming import descendants, staged_for
+from .test_spark_streaming import staged_for
 
 pytestmark = pytest.mark.slow
 
@@ -34,30 +32,10 @@ ROWS = 2000
 def test_a_batch_write_killed_while_staging_leaves_nothing_after_cleanup_and_its_rerun_writes_once(broker, tmp_path):
     create_topic(broker.bootstrap, "janitor-out", 2)
     log_path = tmp_path / "driver.log"
-
-    def run(*extra) -> subprocess.Popen:
-        with open(log_path, "ab") as log:
-            return subprocess.Popen([sys.executable, PROGRAM, broker.metadata_url, "janitor-out", str(ROWS), *extra],
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=spark_environment(), cwd=str(tmp_path))
+    args = (broker.metadata_url, "janitor-out", ROWS)
     with walkit.Client(broker.metadata_url) as client:
-        driver = run("--slow-ms", "20")
-        family: set[int] = set()
-        try:
-            def staging():
-                assert driver.poll() is None, open(log_path).read()[-3000:]
-                family.update(descendants(driver.pid))
-                return staged_for(client, "topic/janitor-out")
-            wait_until(staging, 180, interval=0.05, message=lambda: open(log_path).read()[-3000:])
-            os.kill(driver.pid, signal.SIGKILL)
-            driver.wait(30)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-                driver.wait(30)
-            family |= descendants(driver.pid)
-            wait_until(lambda: not any(pid_alive(pid) for pid in family), 60,
-                       message="the killed driver's JVM and workers did not exit")
+        kill_when(start_driver(PROGRAM, (*args, "--slow-ms", "20"), log_path, tmp_path),
+                  lambda: staged_for(client, "topic/janitor-out"), log_path, interval=0.05)
         left = staged_for(client, "topic/janitor-out")
         assert left, "the kill left no staged rows to clean up"
         ledgers = [int(key.rsplit("/", 1)[1]) for key in left]
@@ -68,8 +46,7 @@ def test_a_batch_write_killed_while_staging_leaves_nothing_after_cleanup_and_its
         assert staged_for(client, "topic/janitor-out") == []
         assert not set(ledgers) & set(client.list_ledgers())
 
-        rerun = run()
-        assert rerun.wait(240) == 0, open(log_path).read()[-3000:]
+        finish(start_driver(PROGRAM, args, log_path, tmp_path), log_path)
         assert staged_for(client, "topic/janitor-out") == []
     written = collections.Counter(m.value() for m in consume_all(broker.bootstrap, "janitor-out", 2))
     assert written == collections.Counter(str(i).encode() for i in range(ROWS))

@@ -16,7 +16,7 @@ from tests.support.topicslog import CODEC_IDS, codec_ids, wait_stored
 from walkit.adapters.spark.errors import OptionError
 from walkit.adapters.spark.options import parse_source
 from walkit.adapters.spark.reader import StreamReader
-from walkit.adapters.spark.writer import TAG_HEADER
+from walkit.adapters.spark.publishers import TAG_HEADER
 
 from .kafkaclients import create_topic
 
@@ -142,7 +142,7 @@ def test_streaming_trigger_options_bound_and_hold_back_micro_batches(broker, mix
     ({"topic": "mixed", "startingTimestamp": "soon"}, "startingTimestamp is milliseconds"),
     ({"topic": "mixed", "maxTriggerDelay": "forever"}, "maxTriggerDelay is a duration"),
     ({"topic": "mixed", "includeHeaders": "yes"}, "includeHeaders must be true or false"),
-    ({"topic": "mixed", "kafka.security.protocol": "SSL"}, "does not connect to a broker over TLS yet"),
+    ({"topic": "mixed", "kafka.ssl.keystore.location": "x.jks"}, "reads PEM files, not Java key stores"),
     ({"topic": "mixed", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "5"}, "above maxOffsetsPerTrigger"),
 ])
 def test_bad_option_values_are_refused_naming_the_option(raw, message):

@@ -1,21 +1,18 @@
-"""A streaming topic-to-topic query whose driver is SIGKILLed mid-run and restarted from its checkpoint."""
+"""Streaming writes: a driver SIGKILLed mid-run and restarted from its checkpoints writes every record exactly
+once, into a topic and into a log; a log sink appends every micro-batch of a query to one ledger."""
 
 from __future__ import annotations
 
 import collections
 import json
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
 import walkit
 from walkit.adapters.spark.staging import STAGING
 
-from ..integration.helpers import child_pids, pid_alive, wait_until
-from .conftest import spark_environment
+from .drivers import finish, kill_when, start_driver
 from .kafkaclients import consume_all, create_topic, end_offsets, produce
 
 pytestmark = pytest.mark.slow
@@ -24,26 +21,15 @@ PROGRAM = os.path.join(os.path.dirname(__file__), "copy_program.py")
 RECORDS = 1200
 
 
-def start_driver(broker, checkpoint, log, *extra):
-    """start_driver runs copy_program.py as its own driver process (its own JVM)."""
-    return subprocess.Popen([sys.executable, PROGRAM, broker.metadata_url, "copy-in", "copy-out", str(checkpoint),
-                             *extra], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=spark_environment(), cwd=os.path.dirname(str(checkpoint)))
-
-
-def descendants(pid: int) -> set[int]:
-    found, queue = set(), [pid]
-    while queue:
-        for child in child_pids(queue.pop()):
-            if child not in found:
-                found.add(child)
-                queue.append(child)
-    return found
-
-
-def sink_markers(client) -> list[dict]:
-    prefix = "spark/sinks/topic/copy-out"
+def sink_markers(client, sink: str) -> list[dict]:
+    """sink_markers are the markers of every query writing to `sink` ("topic/NAME", "log/NAME")."""
+    prefix = f"spark/sinks/{sink}"
     return [json.loads(client.store.get(f"{prefix}/{query}")[0]) for query in client.store.children(prefix)]
+
+
+def log_values(client, name: str) -> list[bytes]:
+    with client.read_log(name) as reading:
+        return [record.payload for record in reading]
 
 
 def test_killed_driver_restarted_from_its_checkpoint_writes_every_record_exactly_once(broker, tmp_path):
@@ -53,46 +39,50 @@ def test_killed_driver_restarted_from_its_checkpoint_writes_every_record_exactly
                                                      for i in range(RECORDS)])
     checkpoint = tmp_path / "checkpoint"
     log_path = tmp_path / "drivers.log"
-    with open(log_path, "ab") as log, walkit.Client(broker.metadata_url) as client:
-        driver = start_driver(broker, checkpoint, log, "--max-records", "300")
-        family: set[int] = set()
-        try:
-            def mid_run():                       # a commit publishing, or some batches written
-                if driver.poll() is not None:
-                    return "exited"
-                family.update(descendants(driver.pid))
-                markers = sink_markers(client)
-                written = sum(end_offsets(broker.bootstrap, "copy-out", 3).values())
-                return any(m["state"] == "writing" for m in markers) or written >= 300
-            state = wait_until(mid_run, 180, interval=0.01, message=lambda: open(log_path).read()[-3000:])
-            assert state is True, f"the driver exited on its own:\n{open(log_path).read()[-3000:]}"
-            os.kill(driver.pid, signal.SIGKILL)
-            driver.wait(30)
-            written_at_kill = sum(end_offsets(broker.bootstrap, "copy-out", 3).values())
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-                driver.wait(30)
-            # the JVM exits when its parent's pipe closes, its Python workers with it
-            family |= descendants(driver.pid)
-            wait_until(lambda: not any(pid_alive(pid) for pid in family), 60,
-                       message="the killed driver's JVM and workers did not exit")
+    args = (broker.metadata_url, "copy-in", "copy-out", checkpoint, "--max-records", "300", "--log", "copy-log")
+    with walkit.Client(broker.metadata_url) as client:
+        def mid_run():                       # a commit publishing, or some batches written
+            markers = sink_markers(client, "topic/copy-out") + sink_markers(client, "log/copy-log")
+            written = sum(end_offsets(broker.bootstrap, "copy-out", 3).values())
+            return any(m["state"] == "writing" for m in markers) or written >= 300
+        kill_when(start_driver(PROGRAM, args, log_path, tmp_path), mid_run, log_path)
+        written_at_kill = sum(end_offsets(broker.bootstrap, "copy-out", 3).values())
         assert written_at_kill < RECORDS, "the query had finished before it was killed"
 
-        restarted = start_driver(broker, checkpoint, log, "--max-records", "300", "--available-now")
-        try:
-            assert restarted.wait(240) == 0, open(log_path).read()[-3000:]
-        finally:
-            if restarted.poll() is None:
-                restarted.kill()
-                restarted.wait(30)
+        finish(start_driver(PROGRAM, (*args, "--available-now"), log_path, tmp_path), log_path)
+        assert staged_for(client, "topic/copy-out") == staged_for(client, "log/copy-log") == []
+        logged = log_values(client, "copy-log")
     copied = consume_all(broker.bootstrap, "copy-out", 3)
     counts = collections.Counter(m.value() for m in copied)
     assert len(copied) == RECORDS, f"{len(copied)} records for {RECORDS}: {[v for v, n in counts.items() if n > 1][:5]}"
     assert set(counts) == {value for _, value, _, _, _ in produced} and max(counts.values()) == 1
     assert all(m.key() == str(int(m.value().split()[1]) % 7).encode() for m in copied)
-    with walkit.Client(broker.metadata_url) as client:             # the restart collected what the kill left
-        assert staged_for(client, "topic/copy-out") == []
+    assert sorted(logged) == sorted(value for _, value, _, _, _ in produced), \
+        f"{len(logged)} log records for {RECORDS}, {len(logged) - len(set(logged))} twice"
+
+
+def test_a_log_sink_appends_every_micro_batch_of_a_query_to_one_ledger(spark, broker, tmp_path):
+    batches, per_batch = 12, 20
+    create_topic(broker.bootstrap, "ledger-in", 1)
+    produced = [value for _, value, _, _, _ in produce(broker.bootstrap, "ledger-in", [
+        (None, f"record {i}".encode()) for i in range(batches * per_batch)])]
+    source = (spark.readStream.format("walkit").option("metadata", broker.metadata_url).option("topic", "ledger-in")
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_batch)).load())
+    query = (source.select("value").writeStream.format("walkit").option("metadata", broker.metadata_url)
+             .option("log", "ledger-out").option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(180), "the query did not finish in 180 s"
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    with walkit.Client(broker.metadata_url) as client:
+        [marker] = sink_markers(client, "log/ledger-out")
+        assert marker == {"batch": batches - 1, "state": "done"}
+        ledgers = client.log_metadata("ledger-out").ledger_ids
+        client.open_log("ledger-out").close()   # fences the query's writer: its last records become readable
+        assert log_values(client, "ledger-out") == produced
+    assert len(ledgers) == 1, f"{len(ledgers)} ledgers for {batches} micro-batches"
 
 
 def staged_for(client, sink: str) -> list[str]:
