@@ -39,10 +39,12 @@ def server_context(cert: str, key: str | None = None, ca: str | None = None) -> 
     return context
 
 
-def client_context(ca: str | None = None, cert: str | None = None, key: str | None = None) -> ssl.SSLContext:
+def client_context(ca: str | None = None, cert: str | None = None, key: str | None = None,
+                   key_password: str | None = None) -> ssl.SSLContext:
     """client_context is a client's SSLContext (TLS 1.2 or later): it accepts a server whose certificate
     `ca` signed (None: one of the system's CAs) and names the address dialled, and presents certificate
-    `cert` with key `key` (None: in `cert`'s file) to a server that asks for one."""
+    `cert` with key `key` (None: in `cert`'s file; encrypted: give `key_password`) to a server that asks
+    for one."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)       # verifies the certificate and the host name
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if ca is None:
@@ -50,13 +52,13 @@ def client_context(ca: str | None = None, cert: str | None = None, key: str | No
     else:
         _load_ca(context, ca)
     if cert is not None:
-        _load_chain(context, cert, key)
+        _load_chain(context, cert, key, key_password)
     return context
 
 
-def _load_chain(context: ssl.SSLContext, cert: str, key: str | None) -> None:
+def _load_chain(context: ssl.SSLContext, cert: str, key: str | None, password: str | None = None) -> None:
     try:
-        context.load_cert_chain(cert, key)
+        context.load_cert_chain(cert, key, password)
     except FileNotFoundError as exc:
         raise BadTls(f"the TLS certificate or key file {exc.filename or cert} does not exist") from None
     except (ssl.SSLError, OSError) as exc:

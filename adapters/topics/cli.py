@@ -4,7 +4,7 @@
 (kafka-python) of a running broker, given by --bootstrap HOST:PORT (or WALKIT_BOOTSTRAP), logging
 in with SASL when a user is given (WALKIT_SASL_USERNAME, WALKIT_SASL_PASSWORD, and
 WALKIT_SASL_MECHANISM: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512), over TLS when asked
-(WALKIT_CLIENT_TLS_CA, WALKIT_CLIENT_TLS_CERT, WALKIT_CLIENT_TLS_KEY): see client_options.
+(WALKIT_CLIENT_TLS_CA, WALKIT_CLIENT_TLS_CERT, WALKIT_CLIENT_TLS_KEY, ...): see client_options.
 """
 
 from __future__ import annotations
@@ -56,16 +56,19 @@ def client_options(fn):
                   help="Connect over TLS and present this client certificate (PEM), for a broker started with "
                        "--tls-ca [env WALKIT_CLIENT_TLS_CERT].")
     @click.option("--tls-key", envvar="WALKIT_CLIENT_TLS_KEY", default=None, metavar="FILE",
-                  help="The private key of --tls-cert (PEM, unencrypted) [default: in the certificate's file] "
+                  help="The private key of --tls-cert (PEM) [default: in the certificate's file] "
                        "[env WALKIT_CLIENT_TLS_KEY].")
+    @click.option("--tls-key-password", envvar="WALKIT_CLIENT_TLS_KEY_PASSWORD", default=None, metavar="PASSWORD",
+                  help="The password of an encrypted --tls-key [env WALKIT_CLIENT_TLS_KEY_PASSWORD: prefer it].")
     @functools.wraps(fn)
     @_kafka_errors
     def wrapper(*args, bootstrap, sasl_username, sasl_password, sasl_mechanism, tls, tls_ca, tls_cert, tls_key,
-                **kwargs):
+                tls_key_password, **kwargs):
         try:
             credentials = BrokerCredentials.parse(bootstrap, sasl_mechanism=sasl_mechanism,
                                                   sasl_username=sasl_username, sasl_password=sasl_password,
-                                                  tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+                                                  tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+                                                  tls_key_password=tls_key_password)
         except BadCredentials as exc:
             raise click.UsageError(str(exc)) from None
         try:

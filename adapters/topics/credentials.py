@@ -34,6 +34,8 @@ CHECK_TIMEOUT_S = 10.0
 UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE = 33, 34
 
 _CLIENT_ID = "walkit-topics"
+#: OpenSSL's reasons for a handshake answered with bytes that are not TLS.
+_NOT_TLS = {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"}
 _CERT_HINT = "--tls-cert and --tls-key, or WALKIT_CLIENT_TLS_CERT and WALKIT_CLIENT_TLS_KEY"
 
 
@@ -70,7 +72,8 @@ class BrokerCredentials:
     @classmethod
     def parse(cls, bootstrap: str, *, sasl_mechanism: str | None = None, sasl_username: str | None = None,
               sasl_password: str | None = None, tls: bool = False, tls_ca: str | None = None,
-              tls_cert: str | None = None, tls_key: str | None = None) -> "BrokerCredentials":
+              tls_cert: str | None = None, tls_key: str | None = None,
+              tls_key_password: str | None = None) -> "BrokerCredentials":
         """parse checks a command's settings (module doc) and builds the SSLContext; BadCredentials if they do not fit."""
         host, port = _first_address(bootstrap)
         if sasl_username is None and sasl_password is None:
@@ -84,13 +87,14 @@ class BrokerCredentials:
             sasl_mechanism = (sasl_mechanism or "PLAIN").upper()
             if sasl_mechanism not in MECHANISMS:
                 raise BadCredentials(f"--sasl-mechanism is one of {', '.join(MECHANISMS)}, not {sasl_mechanism!r}")
-        if tls_key is not None and tls_cert is None:
-            raise BadCredentials("--tls-key (WALKIT_CLIENT_TLS_KEY) needs --tls-cert (WALKIT_CLIENT_TLS_CERT), "
-                                 "the client certificate it is the key of")
+        if (tls_key is not None or tls_key_password is not None) and tls_cert is None:
+            raise BadCredentials("--tls-key and --tls-key-password (WALKIT_CLIENT_TLS_KEY, "
+                                 "WALKIT_CLIENT_TLS_KEY_PASSWORD) need --tls-cert (WALKIT_CLIENT_TLS_CERT), the "
+                                 "client certificate of that key")
         context = None
         if tls or tls_ca is not None or tls_cert is not None:
             try:
-                context = client_context(tls_ca, tls_cert, tls_key)
+                context = client_context(tls_ca, tls_cert, tls_key, tls_key_password)
             except BadTls as exc:
                 raise BadCredentials(str(exc)) from None
         return cls(bootstrap, host, port, sasl_mechanism, sasl_username, sasl_password, tls_cert, context)
@@ -178,14 +182,15 @@ def _tls_handshake(raw: socket.socket, credentials: BrokerCredentials, timeout: 
         raise LoginRefused(f"the TLS certificate of the broker at {where} is not accepted: {exc.verify_message} "
                            f"(--tls-ca or WALKIT_CLIENT_TLS_CA names the CA that signed it; it must name "
                            f"{credentials.host})") from None
-    except (ssl.SSLEOFError, ConnectionError) as exc:
-        if _answers_plaintext(credentials, timeout):
+    except (ssl.SSLError, ConnectionError) as exc:
+        not_tls = isinstance(exc, (ssl.SSLEOFError, ConnectionError)) or exc.reason in _NOT_TLS
+        if not_tls and _answers_plaintext(credentials, timeout):
             raise LoginRefused(f"the broker at {where} does not serve TLS: drop --tls, --tls-ca, --tls-cert and "
                                "the WALKIT_CLIENT_TLS variables") from None
+        if isinstance(exc, ssl.SSLError) and not isinstance(exc, ssl.SSLEOFError):
+            raise _refused_handshake(exc, credentials) from None
         raise LoginRefused(f"the broker at {where} closed the connection during the TLS handshake "
                            f"({type(exc).__name__})") from None
-    except ssl.SSLError as exc:
-        raise _refused_handshake(exc, credentials) from None
 
 
 def _refused_handshake(exc: ssl.SSLError, credentials: BrokerCredentials) -> LoginRefused:

@@ -23,6 +23,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -40,12 +41,13 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
 
 from walkit.adapters.topics import errors
-from walkit.adapters.topics.cli import topics
+from walkit.adapters.topics.cli import BOOTSTRAP_TIMEOUT_MS, topics
+from walkit.adapters.topics.credentials import BadCredentials, BrokerCredentials
 from walkit.adapters.topics.sasl import SaslGate, Users
 from walkit.adapters.topics.scram import INVALID_CREDENTIALS, Credential, ScramExchange
 from walkit.local import free_port
 from walkit.tls import BadTls, options_context
-from tests.support.certificates import client_hello, make_certificates
+from tests.support.certificates import KEY_PASSWORD, client_hello, make_certificates
 from tests.support.kafka_fuzz import encode, framed
 from tests.support.serverprocess import KVProcess, TopicsProcess, kcat, recv_exactly, require_redis_cli
 
@@ -173,6 +175,36 @@ def test_tls_options_that_cannot_be_used_are_refused_with_the_file_named(tmp_pat
     (tmp_path / "garbage.pem").write_text("not a certificate\n")
     with pytest.raises(BadTls, match="garbage.pem"):
         options_context(str(tmp_path / "garbage.pem"), None, None)
+
+
+def test_client_credentials_pick_the_security_protocol_and_refuse_settings_that_cannot_work(certificates):
+    def parse(**options) -> BrokerCredentials:
+        return BrokerCredentials.parse("127.0.0.1:9093", **options)
+    assert parse().kafka_settings() == {"bootstrap_servers": "127.0.0.1:9093", "security_protocol": "PLAINTEXT"}
+    login = {"sasl_username": ALICE[0], "sasl_password": ALICE[1]}
+    assert parse(**login).kafka_settings()["sasl_mechanism"] == "PLAIN"
+    scram = parse(sasl_mechanism="scram-sha-512", tls_ca=certificates.ca, **login).kafka_settings()
+    assert scram["security_protocol"] == "SASL_SSL" and scram["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert scram["ssl_context"].verify_mode == ssl.CERT_REQUIRED and scram["ssl_context"].check_hostname
+    assert parse(tls=True).security_protocol == parse(tls_cert=certificates.client_cert,
+                                                      tls_key=certificates.client_key).security_protocol == "SSL"
+    encrypted = certificates.client_key_encrypted
+    assert parse(tls_cert=certificates.client_cert, tls_key=encrypted, tls_key_password=KEY_PASSWORD).context
+    refused = {
+        "needs a user": {"sasl_mechanism": "SCRAM-SHA-256"},
+        "both a user and a password": {"sasl_username": ALICE[0]},
+        "is one of PLAIN": {"sasl_mechanism": "GSSAPI", **login},
+        "need --tls-cert": {"tls_key": certificates.client_key},
+        "does not exist": {"tls_ca": certificates.ca + ".missing"},
+        "cannot use the TLS certificate": {"tls_cert": certificates.client_cert, "tls_key": certificates.rogue_key},
+        "with the key .*encrypted": {"tls_cert": certificates.client_cert, "tls_key": encrypted,
+                                     "tls_key_password": "wrong"},
+        "need --tls-cert": {"tls_key_password": KEY_PASSWORD},
+    }
+    for message, options in refused.items():
+        with pytest.raises(BadCredentials, match=message):
+            parse(**options)
+    assert ALICE[1] not in repr(parse(**login))
 
 
 # -- real servers ----------------------------------------------------------------------------------
@@ -502,6 +534,95 @@ def test_a_user_added_to_or_removed_from_the_users_file_logs_in_or_is_refused_wi
     sasl_ssl.wait(lambda: login() == errors.SASL_AUTHENTICATION_FAILED, 10, "refusing the removed user")
     assert scram_login(sasl_ssl.port, sasl_ssl.context, *ALICE, mechanism="SCRAM-SHA-512") == errors.NONE
     assert "read the SASL users file" in sasl_ssl.log_tail(100_000)
+
+
+# -- walkit topics commands as clients ------------------------------------------------------------
+
+#: The settings of the `walkit topics` client commands: none is inherited from the test's environment.
+CLIENT_VARIABLES = ("WALKIT_BOOTSTRAP", "WALKIT_SASL_USERNAME", "WALKIT_SASL_PASSWORD", "WALKIT_SASL_MECHANISM",
+                    "WALKIT_CLIENT_TLS", "WALKIT_CLIENT_TLS_CA", "WALKIT_CLIENT_TLS_CERT", "WALKIT_CLIENT_TLS_KEY",
+                    "WALKIT_TLS_CERT", "WALKIT_TLS_KEY", "WALKIT_TLS_CA")
+
+
+def topics_client(*args: str, env: dict | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+    """topics_client runs `walkit topics ARGS` in a process of its own with only `env`'s client settings;
+    `.seconds` is how long it ran."""
+    environment = {name: value for name, value in os.environ.items() if name not in CLIENT_VARIABLES}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "walkit", "topics", *args], input=input, capture_output=True,
+                          text=True, timeout=120, env={**environment, **(env or {})})
+    done.seconds = time.monotonic() - started
+    return done
+
+
+def succeeded(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_walkit_topics_commands_log_in_with_scram_sha_512_over_tls_from_options_and_from_the_environment(
+        sasl_ssl, certificates):
+    options = ("--bootstrap", sasl_ssl.bootstrap, "--tls-ca", certificates.ca, "--sasl-mechanism", "SCRAM-SHA-512",
+               "--sasl-username", ALICE[0], "--sasl-password", ALICE[1])
+    assert succeeded(topics_client("create", "cli-scram", "--partitions", "2", *options)).startswith(
+        "created topic cli-scram")
+    environment = {"WALKIT_BOOTSTRAP": sasl_ssl.bootstrap, "WALKIT_CLIENT_TLS_CA": certificates.ca,
+                   "WALKIT_SASL_MECHANISM": "SCRAM-SHA-512", "WALKIT_SASL_USERNAME": ALICE[0],
+                   "WALKIT_SASL_PASSWORD": ALICE[1],
+                   # a server's own settings, where a broker runs: the client must not present them
+                   "WALKIT_TLS_CERT": certificates.rogue_cert, "WALKIT_TLS_KEY": certificates.rogue_key}
+    assert "cli-scram" in succeeded(topics_client("list", env=environment)).splitlines()
+    succeeded(topics_client("produce", "cli-scram", "-K:", env=environment, input="a:1\nb:2\n"))
+    consumed = succeeded(topics_client("consume", "cli-scram", "--from-beginning", "--count", "2", *options))
+    assert sorted(line.split("\t")[1:] for line in consumed.splitlines()) == [["a", "1"], ["b", "2"]]
+
+
+@pytest.mark.slow
+def test_walkit_topics_commands_present_a_client_certificate_over_ssl_from_options_and_from_the_environment(
+        ssl_broker, certificates):
+    options = ("--bootstrap", ssl_broker.bootstrap, "--tls-ca", certificates.ca,
+               "--tls-cert", certificates.client_cert, "--tls-key", certificates.client_key)
+    assert succeeded(topics_client("create", "cli-mtls", *options)).startswith("created topic cli-mtls")
+    environment = {"WALKIT_BOOTSTRAP": ssl_broker.bootstrap, "WALKIT_CLIENT_TLS_CA": certificates.ca,
+                   "WALKIT_CLIENT_TLS_CERT": certificates.client_cert,
+                   "WALKIT_CLIENT_TLS_KEY": certificates.client_key,
+                   # the server's own variables, as where a broker runs: another CA's pair, which it would refuse
+                   "WALKIT_TLS_CERT": certificates.rogue_cert, "WALKIT_TLS_KEY": certificates.rogue_key,
+                   "WALKIT_TLS_CA": certificates.rogue_cert}
+    assert "cli-mtls" in succeeded(topics_client("list", env=environment)).splitlines()
+    described = succeeded(topics_client("describe", "cli-mtls", env=environment))
+    assert described.startswith("topic cli-mtls\tpartitions 1")
+
+
+@pytest.mark.slow
+def test_walkit_topics_commands_end_with_one_line_on_a_wrong_ca_a_wrong_password_or_plaintext_to_a_tls_port(
+        sasl_ssl, ssl_broker, certificates):
+    scram = ("--sasl-mechanism", "SCRAM-SHA-512", "--sasl-username", ALICE[0])
+    password = {"WALKIT_SASL_PASSWORD": ALICE[1]}
+    failures = {
+        "a wrong CA": (("--bootstrap", sasl_ssl.bootstrap, "--tls-ca", certificates.rogue_cert, *scram), password,
+                       f"the TLS certificate of the broker at {sasl_ssl.bootstrap} is not accepted: "),
+        "a wrong password": (("--bootstrap", sasl_ssl.bootstrap, "--tls-ca", certificates.ca, *scram),
+                             {"WALKIT_SASL_PASSWORD": "not alice's"},
+                             "the broker refused the SASL login: Authentication failed during authentication due "
+                             "to invalid credentials with SASL mechanism SCRAM-SHA-512 (check --sasl-username, "
+                             "--sasl-mechanism and WALKIT_SASL_PASSWORD)"),
+        "plaintext with SASL": (("--bootstrap", sasl_ssl.bootstrap, *scram), password,
+                                f"the broker at {sasl_ssl.bootstrap} serves TLS: give --tls"),
+        "plaintext": (("--bootstrap", ssl_broker.bootstrap,), {},
+                      f"the broker at {ssl_broker.bootstrap} serves TLS: give --tls"),
+        "no client certificate": (("--bootstrap", ssl_broker.bootstrap, "--tls-ca", certificates.ca), {},
+                                  f"the broker at {ssl_broker.bootstrap} closed the TLS connection without answering: "
+                                  "it may require a client certificate"),
+    }
+    for case, (args, env, message) in failures.items():
+        done = topics_client("list", *args, env=env)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"Error: {message}"), (case, done.stderr)
+        assert done.seconds < BOOTSTRAP_TIMEOUT_MS / 1000, (case, done.seconds)     # no retries until the timeout
+        assert ALICE[1] not in done.stderr and "not alice's" not in done.stderr
+        print(f"\n{case} ({done.seconds:.1f} s): {lines[0]}")
 
 
 # -- the handshake fuzz ------------------------------------------------------------------------------

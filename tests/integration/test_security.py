@@ -196,6 +196,39 @@ def test_the_cli_makes_keys_allows_them_and_uses_the_one_walkit_key_names(cluste
     assert principal not in walkit_cli("clients", "list", "--metadata", url)
 
 
+def test_the_log_sqlite_and_spark_commands_take_the_key_walkit_key_names(cluster, tmp_path, monkeypatch):
+    """Commands that talk to bookies open their Client with the key of `walkit --key` (WALKIT_KEY): without
+    it the owner's log and replicated database are refused, with it they are read (issue 47, item 4)."""
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    import walkit.adapters.sqlite as sq
+    from walkit.cli import main
+    url, key = cluster.metadata_url, cluster.client_key
+    monkeypatch.setenv("WALKIT_KEY", key)                       # the database's owner
+    database = sq.connect(str(tmp_path / "keyed.db"), name="keyed", metadata=url, forward_address=False,
+                          isolation_level=None)
+    database.execute("CREATE TABLE t (v TEXT)")
+    database.execute("INSERT INTO t VALUES ('kept')")
+    database.close()
+
+    def run(*args: str, with_key: bool):
+        monkeypatch.setenv("WALKIT_KEY", "")                    # `walkit --key` sets it; pytest removes it after
+        return CliRunner().invoke(main, (["--key", key] if with_key else []) + [*args, "--metadata", url])
+    assert run("log", "append", "keyed-log", "a", "b", with_key=True).exit_code == 0
+    for command in (("log", "read", "keyed-log"), ("sqlite", "restore", "keyed", str(tmp_path / "refused.db"))):
+        refused = run(*command, with_key=False)
+        assert refused.exit_code == 1 and "WALKIT_KEY" in refused.output, (command, refused.output)
+    read = run("log", "read", "keyed-log", with_key=True)
+    assert read.exit_code == 0 and [line.split("\t")[1] for line in read.output.splitlines()] == ["a", "b"]
+    restored = run("sqlite", "restore", "keyed", str(tmp_path / "restored.db"), with_key=True)
+    assert restored.exit_code == 0, restored.output
+    assert sqlite3.connect(str(tmp_path / "restored.db")).execute("SELECT v FROM t").fetchall() == [("kept",)]
+    cleaned = run("spark", "cleanup", with_key=True)            # nothing staged: it opens its Client with the key
+    assert cleaned.exit_code == 0 and cleaned.output.startswith("deleted 0 staged ledgers"), cleaned.output
+
+
 def test_a_read_grant_on_a_replicated_name_lets_a_principal_read_its_snapshot_ledgers(cluster, tmp_path, store):
     """A snapshot ledger of replicated name N belongs to the log replicated-N (walkit.permissions.log_of):
     bookies check its reads against that log's grants, as the client checks its deletes."""

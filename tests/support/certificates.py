@@ -1,9 +1,9 @@
 """Certificates for the TLS tests, made with the openssl command (Debian package openssl; never skipped).
 
 `make_certificates(directory)` writes a test CA, a server certificate for 127.0.0.1 and
-localhost, a client certificate the CA signed, and a "rogue" client certificate signed by
-another CA, all P-256 keys valid for two days; `client_hello()` is the first TLS record a
-Python client sends, for the handshake fuzz.
+localhost, a client certificate the CA signed (its key also encrypted with KEY_PASSWORD), and a
+"rogue" client certificate signed by another CA, all P-256 keys valid for two days;
+`client_hello()` is the first TLS record a Python client sends, for the handshake fuzz.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import subprocess
 from dataclasses import dataclass
 
 import pytest
+
+#: The password of Certificates.client_key_encrypted.
+KEY_PASSWORD = "k3y-pass"
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class Certificates:
     client_key: str
     rogue_cert: str
     rogue_key: str
+    client_key_encrypted: str
 
     def client_context(self, *, cert: bool = False, rogue: bool = False, trust: bool = True) -> ssl.SSLContext:
         """client_context is a client's SSLContext trusting the test CA (unless not `trust`), presenting
@@ -75,7 +79,9 @@ def make_certificates(directory) -> Certificates:
                                               "extendedKeyUsage=serverAuth")
     client = _signed(directory, "client", ca, "extendedKeyUsage=clientAuth")
     rogue = _signed(directory, "rogue", rogue_ca, "extendedKeyUsage=clientAuth")
-    return Certificates(ca[0], *server, *client, *rogue)
+    encrypted = os.path.join(directory, "client-encrypted.key")
+    _openssl("pkey", "-in", client[1], "-aes256", "-passout", f"pass:{KEY_PASSWORD}", "-out", encrypted)
+    return Certificates(ca[0], *server, *client, *rogue, encrypted)
 
 
 def client_hello() -> bytes:
