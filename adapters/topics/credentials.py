@@ -24,14 +24,13 @@ import socket
 import ssl
 from dataclasses import dataclass, field
 
+from walkit.adapters.topics import errors
 from walkit.tls import BadTls, client_context
 
 #: The SASL mechanisms `walkit topics serve` takes, in the order --help lists them.
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: How long `check_login` waits for each step of its exchange.
 CHECK_TIMEOUT_S = 10.0
-#: Kafka's error codes `check_login` tells apart (org.apache.kafka.common.protocol.Errors).
-UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE = 33, 34
 
 _CLIENT_ID = "walkit-topics"
 #: OpenSSL's reasons for a handshake answered with bytes that are not TLS.
@@ -235,7 +234,7 @@ def _exchange(sock, credentials: BrokerCredentials) -> None:
     mechanism = credentials.sasl_mechanism
     answer = _call(sock, SaslHandshakeRequest(version=1, mechanism=mechanism), SaslHandshakeResponse,
                    "without answering SaslHandshake")
-    if answer.error_code == ILLEGAL_SASL_STATE and not answer.mechanisms:
+    if answer.error_code == errors.ILLEGAL_SASL_STATE and not answer.mechanisms:
         raise LoginRefused(f"the broker at {where} does not use SASL: drop --sasl-username and "
                            "WALKIT_SASL_USERNAME")
     if answer.error_code or mechanism not in answer.mechanisms:
