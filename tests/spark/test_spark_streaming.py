@@ -62,7 +62,7 @@ def test_killed_driver_restarted_from_its_checkpoint_writes_every_record_exactly
 
 
 def test_a_log_sink_appends_every_micro_batch_of_a_query_to_one_ledger(spark, broker, tmp_path):
-    batches, per_batch = 12, 20
+    batches, per_batch = 6, 20
     create_topic(broker.bootstrap, "ledger-in", 1)
     produced = [value for _, value, _, _, _ in produce(broker.bootstrap, "ledger-in", [
         (None, f"record {i}".encode()) for i in range(batches * per_batch)])]

@@ -1,10 +1,10 @@
 """A batch write named with writeId is written exactly once, across a driver SIGKILLed during its commit.
 
-batch_write_program.py writes ROWS rows into a topic with writeId, as its own driver (its own JVM);
-the test kills it once the write's marker says "writing" and part of the rows reached the topic,
-reruns it with the same writeId (the rerun resumes the commit with the rows the first run staged),
-then writes the same DataFrame again with that writeId from the test's own Spark session, which
-writes nothing.
+batch_write_program.py writes ROWS rows into a topic with writeId, as its own driver (its own JVM),
+its commit held after HELD_AT rows; the test kills it once the write's marker says "writing" and
+those rows reached the topic, reruns it with the same writeId (the rerun resumes the commit with
+the rows the first run staged), then writes the same DataFrame again with that writeId from the
+test's own Spark session, which writes nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import os
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 import walkit
 from walkit.adapters.spark.staging import SINKS
@@ -26,7 +27,8 @@ from .test_spark_streaming import staged_for
 pytestmark = pytest.mark.slow
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "batch_write_program.py")
-ROWS = 60_000
+ROWS = 20_000
+HELD_AT = 7_000
 WRITE_ID = "nightly-2026-01-01"
 
 
@@ -44,14 +46,19 @@ def test_a_named_batch_write_killed_mid_commit_and_rerun_writes_every_row_once_a
             except NoSuchKey:
                 return None
 
+        watermarks = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "write-once-watermarks"})
+
         def publishing():                 # the commit's marker is "writing" and some rows reached the topic
             found = marker()
-            published = sum(end_offsets(broker.bootstrap, topic, 2).values())
-            return published if found is not None and found["state"] == "writing" and published > 0 else None
-        driver = start_driver(PROGRAM, args, log_path, tmp_path)
-        kill_when(driver, publishing, log_path)
+            published = sum(watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in (0, 1))
+            return published if found is not None and found["state"] == "writing" and published >= HELD_AT else None
+        try:
+            kill_when(start_driver(PROGRAM, (*args, "--hold-commit-at", HELD_AT), log_path, tmp_path), publishing,
+                      log_path)
+        finally:
+            watermarks.close()
         published_at_kill = sum(end_offsets(broker.bootstrap, topic, 2).values())
-        assert 0 < published_at_kill < ROWS, f"{published_at_kill} of {ROWS} rows published at the kill"
+        assert published_at_kill == HELD_AT, f"{published_at_kill} of {ROWS} rows published at the kill"
         assert marker()["state"] == "writing"
 
         finish(start_driver(PROGRAM, args, log_path, tmp_path), log_path)
