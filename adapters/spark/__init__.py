@@ -12,7 +12,9 @@ no JVM code. Modules:
 - index.py: a log's ledgers, entries and Kafka offsets as the planner sees them;
 - reader.py: planning batch and streaming reads (driver); scan.py: reading pieces (executors);
   records.py: Kafka record batches and staged rows;
-- writer.py, staging.py: writes, exactly once per micro-batch; cluster.py: connecting;
+- writer.py: writes (df.write, writeStream); staging.py: the rows tasks stage; markers.py: the
+  marker protocol (exactly once per micro-batch, or per writeId); publishers.py: into a topic or
+  a log; credentials.py: keys, SASL and TLS; cluster.py: connecting;
   errors.py: the errors it raises;
 - jobs/: the archive job (topic or log to Parquet) and the windowed count job.
 """
