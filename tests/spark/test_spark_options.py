@@ -164,3 +164,16 @@ def test_a_write_of_each_codec_is_stored_compressed_and_reads_back_with_headers_
     back = read(spark, broker, topic=topic).orderBy("offset").collect()
     assert [(r.key, r.value, [(h.key, h.value) for h in r.headers if h.key != TAG_HEADER]) for r in back] == \
         [(k, v, [(name, value) for name, value in h]) for k, v, h in rows]
+
+
+def test_write_id_names_a_batch_write_only():
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from walkit.adapters.spark.options import parse_sink
+    from walkit.adapters.spark.writer import StreamWriter
+    sink = {"metadata": "sqlite:///nowhere", "topic": "out"}
+    assert parse_sink({**sink, "writeId": "orders-2026-01-01"}).write_id == "orders-2026-01-01"
+    with pytest.raises(OptionError, match="option writeId names a write with 1-200 letters"):
+        parse_sink({**sink, "writeId": "spark/sinks"})
+    with pytest.raises(OptionError, match="option writeId is for batch writes"):
+        StreamWriter(parse_sink({**sink, "writeId": "once"}), StructType([StructField("value", BinaryType())]))
