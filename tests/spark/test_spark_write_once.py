@@ -2,9 +2,9 @@
 
 batch_write_program.py writes ROWS rows into a topic with writeId, as its own driver (its own JVM),
 its commit held after HELD_AT rows; the test kills it once the write's marker says "writing" and
-those rows reached the topic, reruns it with the same writeId (the rerun resumes the commit with
-the rows the first run staged), then writes the same DataFrame again with that writeId from the
-test's own Spark session, which writes nothing.
+those rows reached the topic, then runs the same write with the same writeId from its own Spark
+session (a driver of its own): the rerun resumes the commit with the rows the first run staged,
+and a third run writes nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import walkit
 from walkit.adapters.spark.staging import SINKS
 from walkit.errors import NoSuchKey
 
-from .drivers import finish, kill_when, start_driver
+from .drivers import kill_when, start_driver
 from .kafkaclients import consume_all, create_topic, end_offsets
 from .test_spark_streaming import staged_for
 
@@ -61,14 +61,15 @@ def test_a_named_batch_write_killed_mid_commit_and_rerun_writes_every_row_once_a
         assert published_at_kill == HELD_AT, f"{published_at_kill} of {ROWS} rows published at the kill"
         assert marker()["state"] == "writing"
 
-        finish(start_driver(PROGRAM, args, log_path, tmp_path), log_path)
+        def rerun() -> None:              # the program's write, from the test's own driver
+            frame = spark.range(ROWS, numPartitions=2).selectExpr("CAST(id AS STRING) AS value")
+            (frame.write.format("walkit").option("metadata", broker.metadata_url).option("topic", topic)
+             .option("writeId", WRITE_ID).mode("append").save())
+        rerun()
         assert marker() == {"batch": 0, "state": "done"}
         assert staged_for(client, f"topic/{topic}") == []
         ends = end_offsets(broker.bootstrap, topic, 2)
-
-        again = spark.range(ROWS, numPartitions=2).selectExpr("CAST(id AS STRING) AS value")
-        (again.write.format("walkit").option("metadata", broker.metadata_url).option("topic", topic)
-         .option("writeId", WRITE_ID).mode("append").save())
+        rerun()
         assert end_offsets(broker.bootstrap, topic, 2) == ends                  # the third run wrote nothing
         assert staged_for(client, f"topic/{topic}") == []
     written = collections.Counter(m.value() for m in consume_all(broker.bootstrap, topic, 2))
