@@ -151,8 +151,8 @@ def _append_many(client, payload: bytes, counts: Counts) -> float:
 
 def _replicate_round(url: str, counts: Counts, round_: int, samples: Samples) -> None:
     import replicate_bench
-    for submitters, records in counts.submits:
-        rate, _ = replicate_bench.throughput(url, submitters, records, round_)
+    for submitters, records in counts.submits:          # names of their own: SQLite's share the cluster
+        rate, _ = replicate_bench.throughput(url, submitters, records, f"replicate-{round_}")
         samples.add(f"replicate.{submitters}_per_s", rate)
         if submitters == 1:
             samples.add("replicate.1_mean_ms", 1000 / rate)
@@ -160,9 +160,10 @@ def _replicate_round(url: str, counts: Counts, round_: int, samples: Samples) ->
 
 def _sqlite_round(url: str, folder: str, counts: Counts, round_: int, samples: Samples) -> None:
     import sqlite_bench
+    run = f"sqlite-{round_}"                             # names of their own: walkit.replicate's share the cluster
     for threads, transactions in counts.transactions:
-        samples.add(f"sqlite3.{threads}_per_s", sqlite_bench.plain(folder, round_, transactions, threads))
-        rate = sqlite_bench.replicated(folder, url, round_, transactions, threads)
+        samples.add(f"sqlite3.{threads}_per_s", sqlite_bench.plain(folder, run, transactions, threads))
+        rate = sqlite_bench.replicated(folder, url, run, transactions, threads)
         samples.add(f"sqlite.{threads}_per_s", rate)
         if threads == 1:
             samples.add("sqlite.1_mean_ms", 1000 / rate)
@@ -366,12 +367,16 @@ def guarded(samples: Samples, systems, measure) -> bool:
 
 
 def machine() -> str:
-    """machine describes this machine in a line: OS, architecture, cores, load, Python, walkit's revision."""
+    """machine describes this machine in a line: OS, architecture, cores, Python, walkit's revision."""
     revision = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip() or "unknown"
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, load average {load} at the start, "
-            f"Python {platform.python_version()}, walkit at {revision}")
+    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"walkit at {revision}")
+
+
+def load() -> str:
+    """load is the machine's load averages over 1, 5 and 15 minutes."""
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -400,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"adapters-{started:%Y%m%d-%H%M%S}")
     out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python benchmarks/adapters.py", *(argv if argv is not None else sys.argv[1:])])
-    context = machine()
+    context, load_before = machine(), load()
 
     from walkit.allocator import tune_malloc
     from walkit.collector import tune_gc
@@ -415,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = build_rows(samples, groups)
     table = markdown(rows)
     header = (f"walkit adapters against their peers, {started:%Y-%m-%d %H:%M} UTC, {took / 60:.1f} min\n\n"
-              f"- command: `{command}`\n- machine: {context}\n"
+              f"- command: `{command}`\n- machine: {context}; load average (1/5/15 min) {load_before} at the "
+              f"start, {load()} at the end\n"
               f"- medians of {rounds} round(s) at --scale {scale:g}; walkit: 3 bookie processes, E3/Qw2/Qa2, "
               f"files storage (fdatasync before each acknowledgement)\n"
               + "".join(f"- FAILED: {failure}\n" for failure in samples.failures))

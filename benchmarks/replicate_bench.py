@@ -51,7 +51,7 @@ class Counter(walkit.StateMachine):
         self.value = int(src.read())
 
 
-def throughput(url: str, submitters: int, records: int, run: int) -> tuple[float, float]:
+def throughput(url: str, submitters: int, records: int, run: int | str) -> tuple[float, float]:
     clients = [walkit.Client(url) for _ in range(3)]
     nodes = [walkit.replicate(Counter(), client=c, name=f"bench-{submitters}-{run}", node_id=f"n{i}",
                               snapshot_every_records=0) for i, c in enumerate(clients)]

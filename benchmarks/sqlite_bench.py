@@ -55,7 +55,7 @@ def run_transactions(connect, transactions: int, threads: int) -> float:
     return per_thread * threads / elapsed
 
 
-def plain(directory: str, run: int, transactions: int, threads: int) -> float:
+def plain(directory: str, run: int | str, transactions: int, threads: int) -> float:
     path = os.path.join(directory, f"plain-{threads}-{run}.db")
     setup = sqlite3.connect(path)
     setup.execute("PRAGMA journal_mode=WAL")
@@ -70,7 +70,7 @@ def plain(directory: str, run: int, transactions: int, threads: int) -> float:
     return run_transactions(connect, transactions, threads)
 
 
-def replicated(directory: str, url: str, run: int, transactions: int, threads: int) -> float:
+def replicated(directory: str, url: str, run: int | str, transactions: int, threads: int) -> float:
     name = f"bench-{threads}-{run}"
     leader_path = os.path.join(directory, f"{name}-leader.db")
     leader = wsqlite.connect(leader_path, name=name, client=walkit.Client(url), node_id="leader",

@@ -1,7 +1,8 @@
 """benchmarks/adapters.py --quick: the command runs end to end and writes a table with every row it was asked for.
 
-No speed is asserted: the machine is shared. The subset (the latency floor and walkit.replicate)
-needs no other system's server, so the test runs wherever walkit's own tests do.
+No speed is asserted: the machine is shared. The subset (the latency floor, walkit.replicate and
+SQLite, which share one cluster) needs no other system's server, so the test runs wherever
+walkit's own tests do.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-GROUPS = ("latency", "replicate")
+GROUPS = ("latency", "replicate", "sqlite")
 
 
 @pytest.fixture
