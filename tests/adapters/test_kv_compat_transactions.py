@@ -48,9 +48,13 @@ def test_watch_aborts_when_another_connection_changed_the_key(redis_pair):
         redis_pair.same([b"MULTI"], [b"GET", b"fresh"], [b"EXEC"])
         # the watching connection's own change aborts its transaction too
         redis_pair.same([b"WATCH", b"w"], [b"SET", b"w", b"own"], [b"MULTI"], [b"GET", b"w"], [b"EXEC"])
-        # a watched key that expires before EXEC aborts it (the wait lets its 50 ms pass)
-        redis_pair.same([b"SET", b"t", b"v", b"PX", b"50"], [b"WATCH", b"t"])
-        time.sleep(0.1)
+        # a watched key that expires before EXEC aborts it: watched alive (its TTL outlasts a loaded
+        # machine's pause between the commands, which the PTTLs show), then its second passes
+        set_at = time.monotonic()
+        redis_pair.same([b"SET", b"t", b"v", b"PX", b"1000"], [b"WATCH", b"t"])
+        ttls = redis_pair.send(b"PTTL", b"t")
+        assert all(int(reply[1:-2]) > 0 for reply in ttls.values()), f"watched after it expired: {ttls}"
+        time.sleep(max(0.0, 1.1 - (time.monotonic() - set_at)))     # the key's lifetime itself
         other.same([b"SET", b"unrelated", b"1"])
         redis_pair.same([b"MULTI"], [b"SET", b"t2", b"x"], [b"EXEC"], [b"EXISTS", b"t2"])
     finally:
