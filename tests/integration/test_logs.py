@@ -18,12 +18,13 @@ pytestmark = pytest.mark.slow
 WRITER = os.path.join(os.path.dirname(__file__), "log_writer_process.py")
 
 
-def start_writer(url: str, name: str, prefix: str, count: int, *extra: str, crash_at: str | None = None):
+def start_writer(url: str, name: str, prefix: str, count: int, *extra: str, crash_at: str | None = None,
+                 stderr=None):
     env = dict(os.environ)
     if crash_at:
         env["WALKIT_FAILPOINTS"] = f"{crash_at}=kill"
     return subprocess.Popen([sys.executable, WRITER, url, name, prefix, str(count), *extra],
-                            stdout=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
 
 
 def acked_records(lines) -> list[tuple[Position, bytes]]:
@@ -35,9 +36,10 @@ def acked_records(lines) -> list[tuple[Position, bytes]]:
     return out
 
 
-def test_second_writer_fences_the_first_and_readers_see_both_in_order(local_cluster):
+def test_second_writer_fences_the_first_and_readers_see_both_in_order(local_cluster, tmp_path):
     url = local_cluster.metadata_url
-    first = start_writer(url, "orders", "A", 0)
+    errors = open(tmp_path / "writer.stderr", "w+")
+    first = start_writer(url, "orders", "A", 0, stderr=errors)
     try:
         lines = []
         for line in first.stdout:
@@ -46,8 +48,12 @@ def test_second_writer_fences_the_first_and_readers_see_both_in_order(local_clus
                 break
         with walkit.Client(url) as client:
             second = client.open_log("orders")
-            rest = first.communicate(timeout=60)[0].splitlines()
-            assert rest[-1] == "fenced"                       # the first writer's append raised LedgerFenced
+            # The rest is read through first.stdout, whose buffer may hold lines already read from the
+            # pipe: communicate(timeout=...) would read the pipe around it and lose them.
+            first.wait(timeout=60)                            # fenced at its next append: a few lines more
+            rest = first.stdout.read().splitlines()
+            errors.seek(0)
+            assert rest[-1] == "fenced", errors.read()       # the first writer's append raised LedgerFenced
             a_acked = acked_records(lines + rest)
             b_positions = [second.append(f"B-{i}".encode()) for i in range(100)]
             second.close()
@@ -56,6 +62,7 @@ def test_second_writer_fences_the_first_and_readers_see_both_in_order(local_clus
         if first.poll() is None:
             first.kill()
             first.wait()
+        errors.close()
     payloads = [p for _, p in records]
     a_part = [p for p in payloads if p.startswith(b"A-")]
     b_part = [p for p in payloads if p.startswith(b"B-")]
