@@ -332,8 +332,19 @@ def failover(brokers: list[TopicsProcess], *, kill_coordinator: bool) -> dict:
     # (FindCoordinator names the dead broker until its metadata session ends), and join again, as it
     # would on Kafka; the records are still consumed once each (check_group), so that is allowed.
     if not kill_coordinator:
-        assert all(each.get("assigned again after the kill", 0) == 0 for each in numbers.values()), numbers
+        assert all(each.get("assigned again after the kill", 0) == 0 for each in numbers.values()), (
+            f"{numbers}; the coordinators said: {rebalances(brokers, groups)}")
     return numbers
+
+
+def rebalances(brokers: list[TopicsProcess], groups) -> list[str]:
+    """rebalances are the lines of the brokers' logs that say why one of `groups` rebalanced."""
+    found = []
+    for broker in brokers:
+        with open(broker.log_path, errors="replace") as f:
+            found += [f"broker :{broker.port}: {line.strip()}" for line in f
+                      if " rebalances " in line and any(f"group {group} " in line for group in groups)]
+    return found
 
 
 @pytest.mark.slow
