@@ -6,7 +6,9 @@ broker; walkit.replicate elects the leader, fences the previous one by opening t
 moves leadership when the leader dies (its election key goes with its metadata session, after
 the session's TTL). This module only decides where leadership should be:
 
-- a slot's preferred broker is a hash of the slot over the live brokers. A node campaigns
+- a slot's preferred broker is the live broker of the highest weight for it, a hash of the slot and
+  the broker (rendezvous hashing: a broker that dies or joins moves only the slots it led or now
+  weighs most for, so the others' partitions and group coordinators stay put). A node campaigns
   (walkit.replicate's `campaign_when`) while its broker is the slot's preferred one, or once the
   slot has had no live leader for ORPHAN_S; a dead broker's registration goes with its session
   too, so its slots get new preferred brokers, which take them over at once;
@@ -25,10 +27,10 @@ every LEADERS_REFRESH_S. So an idle broker with a thousand partitions makes few 
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import logging
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 
 from walkit.adapters.topics.catalog import PREFIX, BrokerInfo, Catalog, Topic, bucket_name
@@ -67,8 +69,17 @@ class Slot:
 
 
 def preferred(slot: Slot, live: list[int], default: int) -> int:
-    """preferred is the broker that should lead `slot`: a hash of its label over the sorted live brokers."""
-    return live[zlib.crc32(slot.label.encode()) % len(live)] if live else default
+    """preferred is the broker that should lead `slot`: the live broker of the highest weight, a hash of the
+    slot's label with the broker's id (rendezvous hashing). A broker that dies moves only its own slots,
+    each to the survivor of its next weight; one that joins takes only the slots it now weighs most for."""
+    if not live:
+        return default
+    label = slot.label.encode()
+    return max(live, key=lambda broker: (_weight(label, broker), broker))
+
+
+def _weight(label: bytes, broker: int) -> int:
+    return int.from_bytes(hashlib.blake2b(label + b"@" + str(broker).encode(), digest_size=8).digest(), "big")
 
 
 def election_key(name: str) -> str:
