@@ -9,6 +9,10 @@ duplicates, as Kafka does (a producer has at most 5 requests in flight).
 
 The table is part of the partition's replicated state (partition.py rebuilds it from the
 log), so a new leader after a failover recognises retries of batches its predecessor wrote.
+A retry is known by its producer id, epoch and sequences alone: a client that sends a message
+again under a new epoch of its own (librdkafka's epoch bump renumbers what it holds from
+sequence 0, docs/guides/topics.md#idempotent-producers) sends a new batch, stored again, as
+Kafka stores it.
 A transaction marker with a higher epoch (a transactional id given to a new producer, or a
 transaction aborted on timeout) moves the producer to that epoch, fencing the older one.
 Retention prunes the producers whose batches it removed (`prune`), so the table does not

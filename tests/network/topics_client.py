@@ -20,6 +20,18 @@ whose answer was lost, acknowledged by a later batch's success) is `info` with t
 "acknowledged without an offset". When the time is up it waits for every pending answer
 and writes DIR/C.acked.json: the highest acknowledged offset per partition.
 
+Epoch bumps (RENUMBERED): librdkafka bumps its own producer epoch (KIP-360) when a request
+other than the first in flight gets OUT_OF_ORDER_SEQUENCE_NUMBER (rdkafka_request.c, "skipped
+sequence numbers"), when a queued message times out, or on a permanent error; it then numbers
+every message it still holds from sequence 0 of the new epoch (rd_kafka_toppar_pid_change),
+also a message whose earlier attempt ended in a timeout and may be stored. The broker cannot
+tell such a message from a new one, nor could Kafka's: it stores it again (librdkafka issue
+4953). The producer runs with librdkafka's `eos` debug context and a logger, whose lines reach
+Python through poll() in order with the delivery reports, so the sends still unanswered when
+librdkafka says it bumped the epoch (or took a new producer id) are known: each is `info` with
+the error "renumbered by an epoch bump", even when delivered (its offset is said in the log,
+and counted in the acked file). `check` lets such a value be consumed twice, at two offsets.
+
 The consumer polls batches and commits each batch's offsets synchronously, tagging the commit
 with a token of its own (the commit's metadata). A batch is recorded as an ok "consume" only
 once its commit is known to have taken effect: the commit succeeded, or it failed but the
@@ -37,7 +49,9 @@ not seek back; a batch whose commit failed is delivered again after a rebalance.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
 import os
 import random
 import sys
@@ -48,7 +62,7 @@ import traceback
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from walkit.testing.history import History
+from walkit.testing.history import History, Op, Verdict, check_queue
 
 #: Sends awaiting their answer per partition before the producer skips that partition.
 MAX_PENDING = 10
@@ -60,8 +74,14 @@ CATCH_UP_S = 60.0
 SETTLE_S = 20.0
 #: Records per consume batch, and how long a poll waits for them.
 BATCH, POLL_S = 50, 0.5
-#: librdkafka's debug contexts for the producer, from the environment (TOPICS_CLIENT_DEBUG=eos,msg).
-DEBUG = {"debug": os.environ["TOPICS_CLIENT_DEBUG"]} if os.environ.get("TOPICS_CLIENT_DEBUG") else {}
+#: librdkafka's debug contexts for the producer: eos always (its epoch bumps, see the module doc),
+#: more from the environment for an investigation (TOPICS_CLIENT_DEBUG=eos,msg).
+DEBUG = ",".join(dict.fromkeys(["eos", *filter(None, os.environ.get("TOPICS_CLIENT_DEBUG", "").split(","))]))
+#: The error a send is recorded with (info) when librdkafka renumbered it while it was unanswered.
+RENUMBERED = "renumbered by an epoch bump"
+#: What librdkafka's eos lines say when its producer id or epoch changes under the messages it holds
+#: (rdkafka_idempotence.c: "All partitions drained, bumped epoch to PID{...}", "Acquired PID{...} (previous ...)").
+NEW_EPOCH = ("bumped epoch to", "(previous PID")
 
 
 def say(*parts) -> None:
@@ -69,28 +89,74 @@ def say(*parts) -> None:
     print(f"{time.monotonic():.3f}", *parts, flush=True)
 
 
-class Sender:
-    """Sender is the producer side of the workload (see the module doc)."""
+class LibrdkafkaLines(logging.Handler):
+    """LibrdkafkaLines hands each line librdkafka logs (through the producer's logger) to a Sender."""
 
-    def __init__(self, history: History, args, deadline: float) -> None:
+    def __init__(self, sender: "Sender") -> None:
+        super().__init__(logging.DEBUG)
+        self.sender = sender
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sender.librdkafka_said(record.getMessage(), record.levelno)
+
+
+class Sender:
+    """Sender is the producer side of the workload (see the module doc).
+
+    `config` overrides the producer's settings (a test's shorter timeouts).
+    """
+
+    def __init__(self, history: History, args, deadline: float, config: dict | None = None) -> None:
         self.history = history
         self.args = args
         self.deadline = deadline
+        self.config = config or {}
         self.rng = random.Random(f"{args.seed}-{args.name}")
         self.pending = [0] * args.partitions
         self.acked = [-1] * args.partitions          # the highest acknowledged offset per partition
         self.incarnation = 0
         self.fatal: KafkaError | None = None
+        self.unanswered: dict[int, object] = {}      # op index -> send op librdkafka has not reported on
+        self.renumbered: set[int] = set()            # of those, the ones unanswered at an epoch bump
 
     def new_producer(self) -> Producer:
-        """new_producer starts an idempotent producer session, a new process of the history."""
+        """new_producer starts an idempotent producer session, a new process of the history; librdkafka's
+        log lines go to `librdkafka_said`, served by poll() in order with the delivery reports."""
         self.incarnation += 1
         self.process = f"{self.args.name}/producer.{self.incarnation}"
+        logger = logging.getLogger(f"topics_client.{self.args.name}.{self.incarnation}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(LibrdkafkaLines(self))
         return Producer({"bootstrap.servers": self.args.bootstrap, "enable.idempotence": True, "acks": "all",
                          "linger.ms": 5, "message.timeout.ms": MESSAGE_TIMEOUT_MS, "request.timeout.ms": 5000,
                          "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000,
-                         "socket.connection.setup.timeout.ms": 3000, "log_level": 3,
-                         "error_cb": lambda error: say("producer error", error), **DEBUG})
+                         "socket.connection.setup.timeout.ms": 3000, "log_level": 3, "debug": DEBUG,
+                         "logger": logger, "error_cb": lambda error: say("producer error", error), **self.config})
+
+    def send(self, producer: Producer, partition: int, value: str):
+        """send records and produces one send of `value` to `partition`; it returns the op."""
+        op = self.history.invoke(self.process, "send", value={"partition": partition, "value": value})
+        self.pending[partition] += 1
+        self.unanswered[op.index] = op
+        try:
+            producer.produce(self.args.topic, value=value.encode(), partition=partition,
+                             on_delivery=lambda error, message, op=op: self.delivered(op, error, message))
+        except (BufferError, KafkaException) as exc:   # refused before it was queued: never sent
+            self.pending[partition] -= 1
+            del self.unanswered[op.index]
+            self.history.fail(op, repr(exc))
+        return op
+
+    def librdkafka_said(self, line: str, level: int = logging.DEBUG) -> None:
+        """librdkafka_said takes one line of librdkafka's log: at a new epoch or producer id, every send
+        still unanswered is renumbered (see the module doc). The client's log gets librdkafka's
+        warnings and errors, its epoch changes, and every line when TOPICS_CLIENT_DEBUG asks for more."""
+        if any(words in line for words in NEW_EPOCH):
+            self.renumbered.update(self.unanswered)
+            say(f"{len(self.unanswered)} unanswered sends renumbered:", line)
+        elif level > logging.DEBUG or line.startswith(("DRAIN", "NEWPID", "ERRSEQ")) or DEBUG != "eos":
+            say(line)
 
     def run(self) -> None:
         """run sends until the deadline, then waits for every answer and writes the acked file."""
@@ -112,16 +178,8 @@ class Sender:
             if not open_partitions:
                 continue
             partition = self.rng.choice(open_partitions)
-            value = f"{self.args.name}-{sent}"
+            self.send(producer, partition, f"{self.args.name}-{sent}")
             sent += 1
-            op = self.history.invoke(self.process, "send", value={"partition": partition, "value": value})
-            self.pending[partition] += 1
-            try:
-                producer.produce(self.args.topic, value=value.encode(), partition=partition,
-                                 on_delivery=lambda error, message, op=op: self.delivered(op, error, message))
-            except (BufferError, KafkaException) as exc:   # refused before it was queued: never sent
-                self.pending[partition] -= 1
-                self.history.fail(op, repr(exc))
         left = producer.flush(MESSAGE_TIMEOUT_MS / 1000 + 10)
         say(f"producer done: {sent} sent, {left} unanswered, acked up to {self.acked}")
         path = os.path.join(self.args.acked_dir, f"{self.args.name}.acked.json")
@@ -139,7 +197,16 @@ class Sender:
     def _delivered(self, op, error: KafkaError | None, message) -> None:
         partition = op.value["partition"]
         self.pending[partition] -= 1
-        if error is None and message.offset() is None:
+        del self.unanswered[op.index]
+        renumbered = op.index in self.renumbered
+        self.renumbered.discard(op.index)
+        if error is None and renumbered:
+            # stored under the new epoch, and maybe before it too (see the module doc)
+            say(RENUMBERED, op.value, "acknowledged at", message.offset())
+            if message.offset() is not None:
+                self.acked[partition] = max(self.acked[partition], message.offset())
+            self.history.info(op, RENUMBERED)
+        elif error is None and message.offset() is None:
             # librdkafka acknowledges a batch whose answer was lost once a later batch of the
             # session succeeds (the broker takes sequences in order), without an offset: check_queue
             # needs the offset of an ok send, so it is info; the test checks it was consumed.
@@ -272,6 +339,31 @@ class Receiver:
             return False
         return all(needed[tp.partition] == 0 or (tp.error is None and tp.offset >= needed[tp.partition])
                    for tp in found)
+
+
+def check(ops: list[Op], group: str) -> Verdict:
+    """check is check_queue of `group` over the clients' histories, except that a value whose send
+    librdkafka renumbered (RENUMBERED) may be consumed a second time at another offset: its copy
+    from before the epoch bump and its copy after it (see the module doc). That second record is
+    left out of the consume op it is in; a third, or a second at the same offset, is still a duplicate."""
+    renumbered = {op.value["value"] for op in ops if op.f == "send" and op.error == RENUMBERED}
+    first_at: dict[str, tuple] = {}
+    second: set[str] = set()
+    kept: dict[int, Op] = {}                     # id(consume op) -> the op without its second copies
+    consumes = [op for op in ops if op.f == "consume" and op.outcome == "ok"]
+    for op in sorted(consumes, key=lambda op: (op.complete_time, op.index)):
+        records = []
+        for record in op.result:
+            value, place = record["value"], (record["partition"], record["offset"])
+            if value in renumbered:
+                if first_at.get(value, place) != place and value not in second:
+                    second.add(value)
+                    continue
+                first_at.setdefault(value, place)
+            records.append(record)
+        if len(records) != len(op.result):
+            kept[id(op)] = dataclasses.replace(op, result=records)
+    return check_queue([kept.get(id(op), op) for op in ops], [group])
 
 
 def run(args) -> None:
