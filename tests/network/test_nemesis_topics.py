@@ -107,17 +107,20 @@ def run_nemesis(tmp_path, seed: int, seconds: float, *, unsafe: bool = False, **
     with Network() as net, Deployment(net, str(tmp_path)) as d:
         meta, bookies, brokers, clients, bootstrap = topics_cluster(net, d)
         runs = []
+        healed = os.path.join(d.workdir, "healed")     # written when the nemesis is over: the clients go on 3 s
         for host in clients:
             out = os.path.join(d.workdir, f"{host.name}.history.jsonl")
             argv = [sys.executable, CLIENT, "run", out, "--name", host.name, "--seed", str(seed),
                     "--seconds", str(schedule.duration_s + 3), "--bootstrap", bootstrap, "--topic", TOPIC,
                     "--partitions", str(PARTITIONS), "--group", GROUP, "--acked-dir", d.workdir,
-                    "--clients", ",".join(h.name for h in clients), *(["--unsafe-commits"] if unsafe else [])]
+                    "--clients", ",".join(h.name for h in clients), "--healed-file", healed,
+                    *(["--unsafe-commits"] if unsafe else [])]
             with open(os.path.join(d.workdir, f"{host.name}-client.log"), "w") as log:
                 runs.append((host, out, host.popen(argv, env=d.env, stdout=log, stderr=subprocess.STDOUT)))
         nemesis = Nemesis(net, schedule, servers=brokers, bookies=bookies, meta=meta, clients=clients,
                           leader=lambda: leader_of(d, brokers, clients[0], bootstrap))
         applied = nemesis.run()
+        open(healed, "w").close()
         with open(os.path.join(d.workdir, "nemesis.json"), "w") as f:   # the faults, on the histories' clock
             json.dump([dataclasses.asdict(fault) for fault in applied], f, indent=1)
         ops = []

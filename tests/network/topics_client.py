@@ -2,9 +2,11 @@
 
     python topics_client.py run OUT --name C --seed S --seconds T --bootstrap B --topic T --partitions N
                                 --group G --acked-dir DIR --clients C1,C2 [--rate R] [--unsafe-commits]
+                                [--healed-file H]
     python topics_client.py leaders --bootstrap B --topic T --group G    # prints {"partitions", "coordinator"}
 
-`run` runs a producer and a consumer of group G side by side for T seconds and writes the
+`run` runs a producer and a consumer of group G side by side for T seconds (with --healed-file H,
+until 3 s after the test wrote H, when its nemesis was over: walkit.testing.nemesis.Deadline) and writes the
 history (walkit.testing.history JSONL, the shapes `check_queue` reads) to OUT.
 
 The producer (confluent-kafka, idempotent, acks=all) sends the unique values `C-0`, `C-1`, ...
@@ -63,6 +65,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 
 from walkit.testing.history import History, Op, Verdict, check_queue
+from walkit.testing.nemesis import Deadline
 
 #: Sends awaiting their answer per partition before the producer skips that partition.
 MAX_PENDING = 10
@@ -106,7 +109,7 @@ class Sender:
     `config` overrides the producer's settings (a test's shorter timeouts).
     """
 
-    def __init__(self, history: History, args, deadline: float, config: dict | None = None) -> None:
+    def __init__(self, history: History, args, deadline: Deadline, config: dict | None = None) -> None:
         self.history = history
         self.args = args
         self.deadline = deadline
@@ -164,7 +167,7 @@ class Sender:
         sent = 0
         interval = 1.0 / self.args.rate
         next_send = time.monotonic()
-        while time.monotonic() < self.deadline:
+        while not self.deadline.passed():
             if self.fatal is not None:            # the idempotent session is over: a new producer
                 say("producer fatal", self.fatal)
                 producer.flush(MESSAGE_TIMEOUT_MS / 1000 + 10)
@@ -225,7 +228,7 @@ class Sender:
 class Receiver:
     """Receiver is the consumer side of the workload (see the module doc)."""
 
-    def __init__(self, history: History, args, deadline: float) -> None:
+    def __init__(self, history: History, args, deadline: Deadline) -> None:
         self.history = history
         self.args = args
         self.deadline = deadline
@@ -243,17 +246,16 @@ class Receiver:
         consumer.subscribe([self.args.topic],
                            on_assign=lambda c, parts: say("assigned", [tp.partition for tp in parts]),
                            on_revoke=lambda c, parts: say("revoked", [tp.partition for tp in parts]))
-        give_up = self.deadline + MESSAGE_TIMEOUT_MS / 1000 + 10 + CATCH_UP_S
         next_check = 0.0
         try:
             while True:
                 now = time.monotonic()
-                if now >= self.deadline and now >= next_check:
+                if self.deadline.passed() and now >= next_check:
                     next_check = now + 1.0
                     if self.caught_up(consumer):
                         say("consumer caught up")
                         return
-                    if now >= give_up:
+                    if now >= self.deadline.ended_at + MESSAGE_TIMEOUT_MS / 1000 + 10 + CATCH_UP_S:
                         say("consumer gave up catching up")
                         return
                 messages = consumer.consume(BATCH, POLL_S)
@@ -369,7 +371,7 @@ def check(ops: list[Op], group: str) -> Verdict:
 def run(args) -> None:
     """run runs the producer and the consumer and writes the history; it exits 1 if either crashed."""
     history = History()
-    deadline = time.monotonic() + args.seconds
+    deadline = Deadline(args.seconds, args.healed_file)
     sender, receiver = Sender(history, args, deadline), Receiver(history, args, deadline)
     crashed = []
 
@@ -419,6 +421,7 @@ def main() -> None:
     work.add_argument("--name", required=True)
     work.add_argument("--seed", required=True)
     work.add_argument("--seconds", type=float, required=True)
+    work.add_argument("--healed-file", default=None)
     work.add_argument("--rate", type=float, default=30.0)
     work.add_argument("--acked-dir", required=True)
     work.add_argument("--clients", required=True)

@@ -26,6 +26,10 @@ is found when a fault starts (`leader()`), so a run replays its schedule, and th
 reactions differ only by timing. Monotonic times are the machine's (shared by every namespace),
 so the log lines up with the histories clients record.
 
+`Deadline(seconds, healed_file)` is when a client's workload stops: not before a few seconds past
+the nemesis's end (the test writes `healed_file` once `run` returned), so operations follow the
+last heal even when a loaded machine heals a fault late.
+
 `unavailability(log, ops)` measures each fault from a history: the longest time in the fault's
 window (from its start to the end of the quiet spell after it) without an acknowledged write.
 """
@@ -33,6 +37,7 @@ window (from its start to the end of the quiet spell after it) without an acknow
 from __future__ import annotations
 
 import logging
+import os
 import random
 import signal
 import time
@@ -183,6 +188,35 @@ class Nemesis:
             applied.detail = f"{client.name} alone"
             return lambda: net.heal(client)
         raise ValueError(f"unknown fault kind {fault.kind!r}; known: {', '.join(FAULTS + CLIENT_FAULTS)}")
+
+
+class Deadline:
+    """Deadline ends a workload `seconds` after it was made, but not before `after_heal_s` past the moment
+    `healed_file` appeared (the test writes it when the nemesis is over), and at most `most_s` after the
+    planned end (a test that failed writes no file). Without `healed_file` it is the planned end."""
+
+    def __init__(self, seconds: float, healed_file: str | None = None, after_heal_s: float = 3.0,
+                 most_s: float = 120.0) -> None:
+        self.planned = time.monotonic() + seconds
+        self.healed_file = healed_file
+        self.after_heal_s = after_heal_s
+        self.most_s = most_s
+        self.healed_at: float | None = None
+        self.ended_at: float | None = None       # when `passed` first said so
+
+    def passed(self) -> bool:
+        """passed tells whether the workload should stop now."""
+        if self.ended_at is not None:
+            return True
+        now = time.monotonic()
+        if self.healed_file is not None and self.healed_at is None and os.path.exists(self.healed_file):
+            self.healed_at = now
+        over = now >= self.planned and (
+            self.healed_file is None or now >= self.planned + self.most_s
+            or (self.healed_at is not None and now >= self.healed_at + self.after_heal_s))
+        if over:
+            self.ended_at = now
+        return over
 
 
 def unavailability(applied: list[Applied], ops, f: str = "write") -> dict[str, list[float]]:
