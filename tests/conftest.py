@@ -23,20 +23,20 @@ ETCD_LEASE_S = 3
 
 def pytest_addoption(parser) -> None:
     parser.addoption("--seed", type=int, default=None, help="simulate only this seed (tests/sim)")
-    parser.addoption("--seeds", type=int, default=2000,
-                     help="number of random seeds to simulate per scenario (default 2000)")
+    parser.addoption("--seeds", type=int, default=1000,
+                     help="number of random seeds to simulate per scenario (default 1000)")
     parser.addoption("--sim-draw", choices=("hard", "any"), default="hard",
                      help="how the simulator draws a seed's configuration: hard (default, CI) from the hostile "
                           "end of every range, any from the whole range (the long runs)")
-    parser.addoption("--replica-seeds", type=int, default=1000,
-                     help="number of random seeds of walkit.replicate nodes under faults (default 1000)")
+    parser.addoption("--replica-seeds", type=int, default=500,
+                     help="number of random seeds of walkit.replicate nodes under faults (default 500)")
     parser.addoption("--nemesis-seeds", type=int, default=1,
                      help="seeds of each nemesis test across network namespaces (tests/network; default 1)")
     parser.addoption("--nemesis-seed", type=int, default=None, help="replay only this nemesis seed (tests/network)")
     parser.addoption("--nemesis-seconds", type=float, default=30.0,
                      help="seconds of faults per nemesis run (tests/network; default 30)")
-    parser.addoption("--unbounded-seeds", type=int, default=2000,
-                     help="number of random seeds of writers battling for an unbounded ledger (default 2000)")
+    parser.addoption("--unbounded-seeds", type=int, default=1000,
+                     help="number of random seeds of writers battling for an unbounded ledger (default 1000)")
 
 
 #: Tests of one file run on one xdist worker (their module fixtures start once); files of more
