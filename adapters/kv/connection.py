@@ -18,7 +18,8 @@ one reply's worth of memory above the buffer, not thousands.
 
 Authentication: on a server that requires it (auth.py) a connection starts without a user; it
 may then send only AUTH, HELLO and QUIT (others are answered NOAUTH), with RESP's lower limits
-for unauthenticated connections (resp.py).
+for unauthenticated connections (resp.py). Commands are split by reader.py: hiredis, in C, for
+an authenticated connection's multibulk commands, resp.py's parser for the rest.
 
 Threads: everything here runs on the event loop thread, except the Future callbacks, which run
 on the apply thread; they read the state under the machine's lock and hand their replies to the
@@ -46,7 +47,8 @@ from walkit.adapters.kv.commands import (
 )
 from walkit.adapters.kv.execute import run, watches_hold
 from walkit.adapters.kv.records import Watch
-from walkit.adapters.kv.resp import NIL_ARRAY, OK, QUEUED, ProtocolError, ReplyError, RespParser, encode
+from walkit.adapters.kv.reader import CommandReader
+from walkit.adapters.kv.resp import NIL_ARRAY, OK, QUEUED, ProtocolError, ReplyError, encode
 from walkit.adapters.kv.table import PREPARE, Command
 from walkit.errors import NotLeader
 
@@ -86,7 +88,7 @@ class Connection(asyncio.Protocol):
         self.resp3 = False
         self.close_after_reply = False
         self.peer = "?"
-        self._parser = RespParser()
+        self._parser = CommandReader()
         self._parser.unauthenticated = self.user is None
         self._slots: collections.deque[Slot] = collections.deque()
         self._last_write = None                 # the Future of this connection's last write, while pending

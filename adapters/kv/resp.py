@@ -115,6 +115,11 @@ class RespParser:
         """buffered counts the bytes received and not yet returned as (part of) a command."""
         return self._have
 
+    @property
+    def idle(self) -> bool:
+        """idle tells whether the parser holds nothing: no bytes, no command under way."""
+        return self._have == 0 and self._args is None
+
     def feed(self, data: bytes) -> None:
         """feed adds bytes received from the connection."""
         self._chunks.append(data)
