@@ -3,9 +3,11 @@
     python benchmarks/replicate_bench.py [--records 3000] [--runs 3] [--json out.json]
 
 Cluster: 3 bookie processes (files storage, fsync), SQLite metadata; a replicated counter of 3
-nodes (E3/Qw2/Qa2). Throughput: 1, 8 and 64 threads each submitting records of 16 bytes to the
-leader and waiting for each result (group commit shares log entries between them); records/s
-and the records per log entry, medians of `--runs`. Failover: three node processes
+nodes (E3/Qw2/Qa2): the leader in this process, the two followers processes of their own
+(tests/support/counter_node.py), as they would run on three machines. Throughput: 1, 8 and 64
+threads each submitting records of 16 bytes to the leader and waiting for each result (group
+commit shares log entries between them); records/s and the records per log entry, medians of
+`--runs`. Failover: three node processes
 (tests/support/counter_node.py) with 1 s metadata sessions; the leader is SIGKILLed while a
 thread submits; the time from the kill to the first record acknowledged by the new leader,
 median of `--runs`.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -52,18 +55,26 @@ class Counter(walkit.StateMachine):
 
 
 def throughput(url: str, submitters: int, records: int, run: int | str) -> tuple[float, float]:
-    clients = [walkit.Client(url) for _ in range(3)]
-    nodes = [walkit.replicate(Counter(), client=c, name=f"bench-{submitters}-{run}", node_id=f"n{i}",
-                              snapshot_every_records=0) for i, c in enumerate(clients)]
+    """throughput is (submits/s, records per log entry) of `submitters` threads on the leader, a node of this
+    process; the two followers are processes of their own (tests/support/counter_node.py), as on three
+    machines, so their applying does not share this process's GIL with the leader."""
+    name = f"bench-{submitters}-{run}"
+    client = walkit.Client(url)
+    leader = walkit.replicate(Counter(), client=client, name=name, node_id="n0", snapshot_every_records=0)
+    followers = []
     try:
         deadline = time.monotonic() + 30
-        while not any(n.is_leader for n in nodes):
+        while not leader.is_leader:                # alone, it wins the first election
             if time.monotonic() > deadline:
                 raise RuntimeError("no leader")
             time.sleep(0.01)
-        leader = next(n for n in nodes if n.is_leader)
+        for i in (1, 2):
+            followers.append(subprocess.Popen([sys.executable, COUNTER_NODE, url, f"n{i}", os.devnull, name],
+                                              stdout=subprocess.PIPE, text=True))
+        for follower in followers:
+            follower.stdout.readline()             # "listening PORT": its node is open
         per_thread = max(1, records // submitters)
-        payload = b"x" * 16
+        payload = b"x" * 14 + b":1"                # 16 bytes, a record the followers' counter reads
 
         def work() -> None:
             for _ in range(per_thread):
@@ -79,10 +90,11 @@ def throughput(url: str, submitters: int, records: int, run: int | str) -> tuple
         done = per_thread * submitters
         return done / elapsed, done / len(leader.machine.entries)
     finally:
-        for node in nodes:
-            node.close()
-        for client in clients:
-            client.close()
+        leader.close()
+        client.close()
+        for follower in followers:
+            follower.terminate()
+            follower.wait(10)
 
 
 def failover(url: str, workdir: str) -> float:

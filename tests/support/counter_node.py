@@ -1,6 +1,6 @@
 """tests.support.counter_node: a replicated counter node in its own process, driven over HTTP.
 
-    python tests/support/counter_node.py METADATA_URL NODE_ID APPLIED_FILE
+    python tests/support/counter_node.py METADATA_URL NODE_ID APPLIED_FILE [NAME]
 
 The replication tests and benchmarks/replicate_bench.py start it to SIGKILL a leader for real.
 It prints "listening PORT" once its HTTP server (127.0.0.1, a free port) is up, then serves:
@@ -46,9 +46,10 @@ class Counter(walkit.StateMachine):
 
 def main() -> None:
     url, node_id, path = sys.argv[1:4]
+    name = sys.argv[4] if len(sys.argv) > 4 else "counter"       # the replicated machine's name
     client = walkit.Client(url, add_timeout=2.0, request_timeout=2.0)
     machine = Counter(path)
-    node = walkit.replicate(machine, client=client, name="counter", node_id=node_id, snapshot_every_records=0)
+    node = walkit.replicate(machine, client=client, name=name, node_id=node_id, snapshot_every_records=0)
 
     def state() -> dict:
         return {"node_id": node_id, "is_leader": node.is_leader, "leader": node.leader,
