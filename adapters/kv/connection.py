@@ -92,6 +92,7 @@ class Connection(asyncio.Protocol):
         self._parser.unauthenticated = self.user is None
         self._slots: collections.deque[Slot] = collections.deque()
         self._last_write = None                 # the Future of this connection's last write, while pending
+        self._unanswered: list = []             # writes of this read batch whose answer is not awaited yet
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._transport = None
@@ -174,6 +175,7 @@ class Connection(asyncio.Protocol):
             self.close_after_reply = True
         finally:
             self._running = False
+            self._await_writes()
         self.flush()
 
     def _execute(self, args: list[bytes]) -> None:
@@ -365,18 +367,41 @@ class Connection(asyncio.Protocol):
             self._fill(slot, self.server.not_leader_error(exc.leader))
             return
         self._last_write = future
-        future.add_done_callback(functools.partial(self._written, slot, multi is not None))
+        self._unanswered.append((slot, multi is not None, future))
+        if not self._running:                   # an EXEC that waited for its WATCHes
+            self._await_writes()
 
-    def _written(self, slot: Slot, transaction: bool, future) -> None:
-        """_written runs on the apply thread right after the write was applied (or failed)."""
-        reply = self.server.write_reply(future)
-        if transaction and reply is None:
-            reply = NIL_ARRAY                   # a watched key changed: nothing ran
-        self.server.inbox.put(functools.partial(self._fill, slot, reply))
+    def _await_writes(self) -> None:
+        """_await_writes answers the writes of the read batch together, once the last of them is applied.
+
+        A connection's records are applied in the order it submitted them, so when the last one
+        is done the others are too; one that is not (it failed apart from the others) is answered
+        on its own when it is.
+        """
+        batch = self._unanswered
+        if batch:
+            self._unanswered = []
+            batch[-1][2].add_done_callback(functools.partial(self._written, batch))
+
+    def _written(self, batch: list, _last) -> None:
+        """_written runs on the apply thread right after the batch's last write was applied (or failed)."""
+        server = self.server
+        replies = []
+        for slot, transaction, future in batch:
+            if not future.done():
+                future.add_done_callback(functools.partial(self._written, [(slot, transaction, future)]))
+                continue
+            reply = server.write_reply(future)
+            if transaction and reply is None:
+                reply = NIL_ARRAY               # a watched key changed: nothing ran
+            replies.append((slot, reply))
+        if replies:
+            server.inbox.put(functools.partial(self._fill_all, replies))
 
     def _read(self, spec, args: list[bytes], then=None) -> None:
         """_read answers a read when it may run (see the module doc); `then()` is called on the
         event loop once its reply is known, whichever way it was answered."""
+        self._await_writes()                    # the read's answer follows theirs
         last = self._last_write
         if last is not None and not last.done():
             slot = self._new_slot()
@@ -459,6 +484,10 @@ class Connection(asyncio.Protocol):
             reply = encode(value, self.resp3)
             self._out.append(reply)
             self._out_bytes += len(reply)
+
+    def _fill_all(self, replies: list) -> None:
+        for slot, value in replies:
+            self._fill(slot, value)
 
     def _fill(self, slot: Slot, value) -> None:
         slot.reply = encode(value, self.resp3)
