@@ -83,7 +83,7 @@ def test_a_record_no_node_can_apply_stops_them_and_walkit_sqlite_skip_lets_them_
 
         bad = Transaction(commit_ms=1, node="a")
         bad.add_sql("CREATE TABLE t(x)")                      # t exists: no node can apply it
-        with pytest.raises(Exception):                        # noqa: B017 - the leader stops on its own record
+        with pytest.raises(sq.ReplicaStopped):                # the leader stops on its own record, and says so
             conn._database.node.submit(bad.encode(), timeout=30)
         stopped = wait_until(lambda: conn._database.machine.failed, 30, "the leader did not stop")
         position = str(stopped.position)                      # the bad record is alone in its entry

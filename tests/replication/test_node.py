@@ -152,6 +152,35 @@ def test_a_failing_apply_is_the_records_result_on_every_node(nodes):
     assert all(n.machine.value == 2 for n in group)
 
 
+class Halt(BaseException):
+    """Halt is what a machine raises to stop its node (as the SQLite adapter's machine does on a record
+    that cannot apply): a BaseException, so it is not the record's result."""
+
+
+class HaltingCounter(Counter):
+    """HaltingCounter stops its node at the record "halt:0"."""
+
+    def apply(self, record: bytes, position: walkit.Position):
+        if record == b"halt:0":
+            raise Halt(ValueError("the record cannot apply")) from ValueError("the record cannot apply")
+        return super().apply(record, position)
+
+
+def test_a_submit_whose_record_stops_the_node_is_answered_with_the_cause_at_once(cluster):
+    node = walkit.replicate(HaltingCounter(), client=cluster.client(own_store=True), name="halting", node_id="h0")
+    try:
+        wait_until(lambda: node.is_leader, message="no leader")
+        assert node.submit(b"ok:1") == 1
+        answers = [node.submit_async(b"halt:0"), node.submit_async(b"after:1")]
+        with pytest.raises(ValueError, match="the record cannot apply"):   # not the submit's Timeout
+            answers[0].result(60)
+        with pytest.raises(ValueError, match="the record cannot apply"):   # queued behind it: not applied here
+            answers[1].result(60)
+        assert isinstance(node.failed, Halt)
+    finally:
+        node.close()
+
+
 @pytest.mark.processes
 def test_a_deposed_leader_stops_accepting_and_follows_the_new_writer(cluster, nodes):
     group = nodes(2)

@@ -428,7 +428,9 @@ class ReplicatedNode:
         It raises NotLeader (with the leader's node id) on a node that is not the leader. A
         submission that fails because leadership was lost may or may not be in the log: the log
         decides, and every node applies it if it is. A record over `max_record_bytes` raises
-        RecordTooLarge at once, on any node: it is not queued, not appended and not split.
+        RecordTooLarge at once, on any node: it is not queued, not appended and not split. An
+        apply that raises a BaseException stops the node (`failed`); the submit of that record and
+        those of the records after it, which this node will not apply, fail with its cause.
         """
         if not isinstance(record, (bytes, bytearray, memoryview)):
             raise TypeError(f"records are bytes, not {type(record).__name__}")
@@ -753,10 +755,31 @@ class ReplicatedNode:
             except BaseException as exc:  # noqa: BLE001 - the node cannot go on; readers are told
                 log.exception("%s: the apply thread stopped", self.node_id)
                 self.failed = exc
+                self._fail_unapplied(item, exc)
                 self._post(rev.StopRequested())
                 with self._applied_cond:
                     self._applied_cond.notify_all()
                 return
+
+    def _fail_unapplied(self, current, exc: BaseException) -> None:
+        """_fail_unapplied answers the submits of the entry the apply thread stopped in, and of the entries
+        queued after it, with what stopped it: this node will not apply them (they are in the log)."""
+        error = exc if isinstance(exc, Exception) else exc.__cause__
+        if not isinstance(error, Exception):
+            error = NotLeader(f"node {self.node_id} of {self.name!r} stopped: its apply failed: "
+                              f"{type(exc).__name__}: {exc}", None, maybe_in_log=True)
+        items = [current]
+        while True:
+            try:
+                items.append(self._apply_queue.get_nowait())
+            except queue.Empty:
+                break
+        for item in items:
+            if type(item) is rev.ApplyEntry and item.tokens is not None:
+                for token in item.tokens:
+                    future = self._submits.pop(token, None) if token is not None else None
+                    if future is not None and not future.done():
+                        future.set_exception(error)
 
     def _apply(self, command: rev.ApplyEntry) -> None:
         position = command.position
