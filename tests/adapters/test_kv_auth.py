@@ -15,6 +15,8 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from walkit.adapters.kv import auth
 from walkit.adapters.kv import server as kv_server
@@ -36,6 +38,11 @@ def secured(kv_nodes):
     node.server.users = Users.configure(requirepass="s3cret", users=[("alice", "wonder")], acl_text=ACL)
     wait_until(lambda: node.is_leader, 30, message="the node leads")
     return node
+
+
+#: redis-py (8.x) retries a refused login 3 times with backoff (its AuthenticationError is a ConnectionError),
+#: about 5 s a refusal: the refusals below are asked once.
+ONCE = Retry(NoBackoff(), 0)
 
 
 def connect(node) -> RawConnection:
@@ -111,11 +118,11 @@ def test_redis_py_logs_in_with_password_and_with_username(secured):
     assert secured.redis(username="alice", password="wonder").get("py") == b"1"
     assert secured.redis(username="alice", password="wonder", protocol=3).get("py") == b"1"      # HELLO 3 AUTH
     with pytest.raises(redis.AuthenticationError):
-        secured.redis().get("py")
+        secured.redis(retry=ONCE).get("py")
     with pytest.raises(redis.AuthenticationError):
-        secured.redis(password="wrong").get("py")
+        secured.redis(password="wrong", retry=ONCE).get("py")
     with pytest.raises(redis.AuthenticationError):
-        secured.redis(username="bob", password="builder").get("py")                            # off
+        secured.redis(username="bob", password="builder", retry=ONCE).get("py")                            # off
 
 
 def test_unauthenticated_connections_get_redis_lower_protocol_limits(secured):
@@ -267,7 +274,7 @@ def serving(server: KVProcess, **credentials) -> None:
     """serving waits until the server leads, logging in with `credentials`."""
     def leads():
         assert server.process.poll() is None, server.log_tail()
-        return server.redis(socket_timeout=5, **credentials).execute_command("ROLE")[0] == b"master"
+        return server.redis(socket_timeout=5, retry=ONCE, **credentials).execute_command("ROLE")[0] == b"master"
     wait_until(leads, 60, message=lambda: server.log_tail())
     server.bookies |= set(child_pids(server.process.pid))
 
@@ -295,7 +302,7 @@ def test_redis_cli_and_redis_py_log_in_to_a_walkit_kv_serve_process(tmp_path):
         assert server.redis(password="s3cret").get("greeting") == b"hello"
         assert server.redis(username="alice", password="wonder", protocol=3).incr("n") == 2
         with pytest.raises(redis.AuthenticationError):
-            server.redis(username="bob", password="builder").get("n")
+            server.redis(username="bob", password="builder", retry=ONCE).get("n")
         info = server.redis(password="s3cret").info("everything")
     finally:
         server.stop()
