@@ -94,7 +94,7 @@ def test_a_tcp_server_whose_client_vanishes_says_so_in_its_exit_code(latency_flo
 def test_a_stopped_tcp_server_fails_a_large_send_instead_of_blocking_it(latency_floor, tmp_path, monkeypatch):
     """A payload larger than the sockets' buffers blocks in `sendall` while its server is stopped:
     the kernel's send timeout ends it (ZeroMQ would queue it instead)."""
-    monkeypatch.setattr(latency_floor, "TIMEOUT_S", 3)                 # before connecting: the sockets take it
+    monkeypatch.setattr(latency_floor, "TIMEOUT_S", 1)                 # before connecting: the sockets take it
     payload = b"x" * (32 << 20)
     floor = latency_floor.Floor(str(tmp_path), sync=False, servers=1, write_quorum=1, transport="tcp",
                                 preallocate=48 << 20)
