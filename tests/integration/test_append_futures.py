@@ -78,7 +78,7 @@ def test_threads_blocked_on_appends_all_return_through_a_bookie_kill_and_every_a
 
 def test_threads_waiting_on_appends_are_told_when_every_bookie_of_the_writer_is_frozen(tmp_path):
     with LocalCluster(bookies=2, data_dir=str(tmp_path / "cluster"), storage="files") as local, \
-            walkit.Client(local.metadata_url, request_timeout=2.0) as client:
+            walkit.Client(local.metadata_url, request_timeout=2.0, add_timeout=2.0) as client:
         writer = client.create_ledger(2, 2, 2)                 # no spare bookie: nowhere to go
         assert writer.append(b"before") == 0
         outcomes: list = []
