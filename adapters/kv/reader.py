@@ -77,8 +77,8 @@ class CommandReader:
     def feed(self, data: bytes) -> None:
         """feed adds bytes received from the connection."""
         slow = self._slow
-        if (hiredis is None or slow.unauthenticated or not slow.idle or data[:1] != b"*" or len(data) > FAST_LIMIT
-                or b"\r\n*" not in data or SUSPICIOUS.search(data) is not None):
+        if (b"\r\n*" not in data or hiredis is None or slow.unauthenticated or data[:1] != b"*" or not slow.idle
+                or len(data) > FAST_LIMIT or SUSPICIOUS.search(data) is not None):
             slow.feed(data)
             return
         fast, self._fast = self._fast or hiredis.Reader(), None
