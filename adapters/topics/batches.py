@@ -51,6 +51,16 @@ class MissingCodec(KafkaError):
         super().__init__(errors.UNKNOWN_SERVER_ERROR, f"cannot read a {name} record batch{hint}")
 
 
+class CorruptBatch(KafkaError):
+    """CorruptBatch is a stored batch whose records cannot be read: its CRC held, so a client sent them that way.
+
+    Kafka answers such a batch with CORRUPT_MESSAGE; the broker answers the request, not the connection's end.
+    """
+
+    def __init__(self, reason: BaseException) -> None:
+        super().__init__(errors.CORRUPT_MESSAGE, f"{type(reason).__name__}: {reason}")
+
+
 @dataclass(frozen=True, slots=True)
 class BatchInfo:
     """BatchInfo is what the broker needs from a batch header (offsets are as stored)."""
@@ -177,9 +187,15 @@ def records(batch: bytes):
 def first_offset_at(batch: bytes, timestamp: int) -> tuple[int, int] | None:
     """first_offset_at returns (offset, timestamp) of the batch's first record stamped at or after `timestamp`.
 
-    None if it has none. Compressed batches are opened (records); MissingCodec if they cannot be.
+    None if it has none. Compressed batches are opened (records); MissingCodec if they cannot be,
+    CorruptBatch if the records (or their compressed bytes) do not decode.
     """
-    for record in records(batch):
-        if record.timestamp >= timestamp:
-            return record.offset, record.timestamp
+    try:
+        for record in records(batch):
+            if record.timestamp >= timestamp:
+                return record.offset, record.timestamp
+    except MissingCodec:
+        raise
+    except Exception as exc:    # kafka-python's CorruptRecordError or the codec's own (gzip: BadGzipFile, lz4: RuntimeError)
+        raise CorruptBatch(exc) from exc
     return None

@@ -10,6 +10,8 @@ record exactly. The first tests are pure (fast tier): first_offset_at and the Ap
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import socket
 import time
 
@@ -23,6 +25,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from walkit.adapters.topics import batches, errors
+from walkit.adapters.topics.handlers import fetch
 from walkit.adapters.topics.errors import KafkaError
 from walkit.adapters.topics.versions import SUPPORTED
 from walkit.adapters.topics.wire import BadRequest, api_table, parse_request
@@ -73,6 +76,37 @@ def test_a_batch_of_an_unknown_codec_is_refused_and_never_guessed():
     assert caught.value.code == errors.CORRUPT_MESSAGE and "unknown codec 5" in str(caught.value)
     with pytest.raises(batches.MissingCodec, match="cannot read a codec 5 record batch"):
         batches.first_offset_at(unknown, 0)
+
+
+def with_records_garbled(batch: bytes) -> bytes:
+    """with_records_garbled is `batch` with every byte after its header 0xff and its CRC-32C made valid again."""
+    head = bytearray(batch)
+    head[61:] = b"\xff" * (len(head) - 61)
+    head[17:21] = crc32c.crc32c(bytes(head[21:])).to_bytes(4, "big")
+    return bytes(head)
+
+
+@pytest.mark.parametrize("codec", ("none",) + CODECS)
+def test_a_time_lookup_into_a_batch_whose_records_do_not_decode_answers_corrupt_message(codec, caplog):
+    """The fuzz stored such batches (valid CRC, records that do not decode): ListOffsets by time used to fail
+    with the decoder's exception (CorruptRecordError, lz4's RuntimeError), log a traceback and close the connection."""
+    stored = with_records_garbled(compressed_batch(codec, [5000, 5010, 5020]))
+    with pytest.raises(batches.CorruptBatch) as caught:
+        batches.first_offset_at(stored, 0)
+    assert caught.value.code == errors.CORRUPT_MESSAGE
+
+    class Leader:
+        async def offset_for_time(self, timestamp):
+            return batches.first_offset_at(stored, timestamp)
+
+    class Broker:
+        def partition(self, topic, partition):
+            return Leader()
+    with caplog.at_level(logging.INFO):
+        answer = asyncio.run(fetch._list_offset(Broker(), "t", 0, 4000))
+    assert answer == (errors.CORRUPT_MESSAGE, -1, -1)
+    assert len(caplog.records) == 1 and caplog.records[0].exc_info is None, caplog.text
+    assert "t-0" in caplog.text and "corrupt" in caplog.text
 
 
 def test_api_versions_reports_produce_from_v0_yet_requests_below_v3_are_refused():

@@ -29,7 +29,7 @@ import logging
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 
 from walkit.adapters.topics import errors
-from walkit.adapters.topics.batches import MissingCodec, last_offset
+from walkit.adapters.topics.batches import CorruptBatch, MissingCodec, last_offset
 from walkit.adapters.topics.errors import KafkaError
 
 log = logging.getLogger("walkit.adapters.topics")
@@ -110,6 +110,9 @@ async def _list_offset(broker, topic: str, partition: int, timestamp: int,
         return errors.NONE, stamp, offset
     except MissingCodec as exc:
         log.error("ListOffsets of %s-%d by time: %s", topic, partition, exc)
+        return exc.code, -1, -1
+    except CorruptBatch as exc:
+        log.warning("ListOffsets of %s-%d by time: a stored batch's records are corrupt: %s", topic, partition, exc)
         return exc.code, -1, -1
     except KafkaError as exc:
         return exc.code, -1, -1
