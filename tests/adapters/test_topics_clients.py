@@ -22,7 +22,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kafka.partitioner.default import murmur2
 
 from ..integration.helpers import wait_until
-from tests.support.serverprocess import TopicsProcess, kcat
+from tests.support.serverprocess import TopicsProcess, kcat, read_to_end
 
 pytestmark = pytest.mark.slow
 
@@ -122,8 +122,8 @@ def test_kafka_python_and_confluent_agree_on_murmur2_partitions(broker):
         assert partition == (murmur2(b"k%d" % i) & 0x7FFFFFFF) % 3
         assert confluent_partitions[b"k%d" % i] == partition
     consumer = KafkaConsumer("both-keys", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=10000)
-    values = sorted(m.value for m in consumer)
+                             enable_auto_commit=False)
+    values = sorted(m.value for m in read_to_end(consumer))
     consumer.close()
     assert values == sorted([b"python %d" % i for i in range(150)] + [b"confluent %d" % i for i in range(150)])
 
@@ -292,8 +292,8 @@ def test_acks_zero_one_and_all_each_store_every_record(broker):
             producer.produce("acks", value=b"acks=%s %d" % (acks.encode(), i))
         assert producer.flush(30) == 0
     consumer = KafkaConsumer("acks", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=10000)
-    values = sorted(m.value for m in consumer)
+                             enable_auto_commit=False)
+    values = sorted(m.value for m in read_to_end(consumer))
     consumer.close()
     assert values == sorted(b"acks=%s %d" % (a, i) for a in (b"0", b"1", b"all") for i in range(100))
 

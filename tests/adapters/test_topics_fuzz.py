@@ -135,7 +135,11 @@ def round_trip(broker: TopicsProcess, tag: bytes) -> None:
     producer.close()
     consumer = KafkaConsumer("alive", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
                              consumer_timeout_ms=10000)
-    values = [record.value for record in consumer]
+    values = []
+    for record in consumer:                 # stops at the tag, or 10 s after the last record without it
+        values.append(record.value)
+        if record.value == tag:
+            break
     consumer.close()
     assert tag in values
 

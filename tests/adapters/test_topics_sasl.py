@@ -31,7 +31,7 @@ from walkit.adapters.topics.sasl import (
 )
 from tests.support.kafka_fuzz import HostileClient, HostileRequests, KafkaWire, encode, framed, plain_token
 
-from tests.support.serverprocess import TopicsProcess, kcat
+from tests.support.serverprocess import TopicsProcess, kcat, read_to_end
 
 ALICE = ("alice", "alice:has a colon")
 BOB = ("bob", "bob-secret")
@@ -185,8 +185,8 @@ def test_kafka_python_logs_in_with_plain_and_produces_and_consumes(broker):
     producer.flush(30)
     producer.close()
     consumer = KafkaConsumer("secure-python", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=10000, **python_config(*ALICE))
-    values = [record.value for record in consumer]
+                             **python_config(*ALICE))
+    values = [record.value for record in read_to_end(consumer)]
     consumer.close()
     assert values == [b"p%d" % i for i in range(50)]
 

@@ -22,6 +22,7 @@ from typing import Callable
 
 import pytest
 import redis
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from walkit.local import free_port, stop_process
@@ -183,6 +184,27 @@ def recv_exactly(sock: socket.socket, count: int) -> bytes:
             raise ConnectionError(f"closed after {len(data)} of {count} bytes")
         data += chunk
     return data
+
+
+def read_to_end(consumer, timeout: float = 30.0) -> list:
+    """read_to_end returns the records a subscribed kafka-python KafkaConsumer reads until its position is
+    at the end offset that every partition of its topics had when it was called.
+
+    Every record stored by then is read (what a consumer_timeout_ms idle stop gave, without waiting out
+    the idle time); records stored later may be missed. It fails after `timeout` seconds short of the end.
+    """
+    partitions = [KafkaTopicPartition(topic, p) for topic in sorted(consumer.subscription())
+                  for p in sorted(consumer.partitions_for_topic(topic) or ())]
+    ends = consumer.end_offsets(partitions)
+    got = []
+    deadline = time.monotonic() + timeout
+    while True:
+        for batch in consumer.poll(timeout_ms=200).values():
+            got.extend(batch)
+        assigned = consumer.assignment()
+        if all(tp in assigned and consumer.position(tp) >= end for tp, end in ends.items()):
+            return got
+        assert time.monotonic() < deadline, f"short of the end offsets {ends} after {timeout} s ({len(got)} records)"
 
 
 class TopicsProcess(ServerProcess):
