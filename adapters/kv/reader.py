@@ -12,16 +12,16 @@ in two (RespParser checks it as it arrives, as before), and any read hiredis wou
 differently.
 
 hiredis pays only for a read of several commands (a pipeline): the checks below cost about a
-microsecond per read, more than RespParser saves on one command, so a read goes to hiredis only
+microsecond per read, more than hiredis saves on one command, so a read goes to hiredis only
 if it holds a second frame (``\r\n*``).
 
 The rule that keeps every reply the same: hiredis reads RESP replies, a superset of commands,
-and trusts what RespParser checks. So a read goes to hiredis only if it starts with ``*``, is
+and skips checks RespParser makes. So a read goes to hiredis only if it starts with ``*``, is
 at most FAST_LIMIT bytes, and holds nothing SUSPICIOUS (a simple or verbatim string where an
 argument must be a bulk string, both of which hiredis takes silently, or an aggregate header of
 100,000 elements or more, which it allocates before they arrive; a value may match too, and
 that read then simply goes to RespParser). Its result is used only if every command is a list
-of bulk strings, their frames add up to the bytes hiredis consumed (wire_size) and the read
+of bulk strings, their frames as clients write them add up to where the read is cut, and the read
 holds exactly the CRLFs those frames must (hiredis skips the two bytes after a bulk string
 without looking at them). Otherwise the whole read goes to RespParser, which answers as it
 always did, error messages included: nothing of a read is returned before it was checked.
