@@ -10,8 +10,6 @@ from walkit.adapters.kv import reader as reader_module
 from walkit.adapters.kv.reader import FAST_LIMIT, CommandReader
 from walkit.adapters.kv.resp import MAX_BULK, ProtocolError, RespParser
 
-pytest.importorskip("hiredis")
-
 
 def command(*args: bytes) -> bytes:
     return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
