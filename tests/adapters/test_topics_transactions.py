@@ -43,6 +43,7 @@ from ..integration.helpers import wait_until
 from .test_topics_failover import broker_ids, coordinator
 from .test_topics_groups_failover import brokers  # noqa: F401 - three broker processes (a fixture)
 from tests.support import txn_pipeline
+from tests.support.serverprocess import read_to_end
 
 
 def transactional_batch(count: int, *, pid: int, epoch: int, seq: int, offset: int, value: bytes = b"v") -> bytes:
@@ -276,12 +277,11 @@ def test_read_committed_consumers_see_committed_records_once_and_never_aborted_o
     seen = read_committed(broker.bootstrap, "tx", len(expected))
     assert sorted(seen) == sorted(expected)                  # each committed record once, no aborted one
     consumer = KafkaConsumer("tx", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-                             isolation_level="read_committed", consumer_timeout_ms=3000)
-    assert sorted(m.value for m in consumer) == sorted(expected)
+                             isolation_level="read_committed")
+    assert sorted(m.value for m in read_to_end(consumer)) == sorted(expected)
     consumer.close()
-    uncommitted = KafkaConsumer("tx", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-                                consumer_timeout_ms=3000)
-    assert len([m for m in uncommitted]) == len(expected) + 3 * 20 + 5     # read_uncommitted sees the aborted too
+    uncommitted = KafkaConsumer("tx", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest")
+    assert len(read_to_end(uncommitted)) == len(expected) + 3 * 20 + 5     # read_uncommitted sees the aborted too
     uncommitted.close()
 
 
@@ -490,8 +490,8 @@ def test_broker_processes_keep_aborted_records_from_read_committed_consumers_and
     seen = read_committed(bootstrap, "orders", len(expected), timeout=60)
     assert sorted(seen) == sorted(expected)
     python = KafkaConsumer("orders", bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                           isolation_level="read_committed", consumer_timeout_ms=5000)
-    assert sorted(m.value for m in python) == sorted(expected)
+                           isolation_level="read_committed")
+    assert sorted(m.value for m in read_to_end(python)) == sorted(expected)
     python.close()
 
 
@@ -574,9 +574,8 @@ def test_a_transactional_pipeline_loses_and_duplicates_nothing_across_sigkills_o
     out = read_committed(survivors, "sink", total, timeout=120)
     assert len(out) == total and sorted(out) == sorted(b"%d" % i for i in range(total)), (
         f"{len(out)} records, {len(set(out))} distinct, {total - len(set(out))} missing")
-    everything = KafkaConsumer("sink", bootstrap_servers=survivors, auto_offset_reset="earliest",
-                               consumer_timeout_ms=5000)
-    uncommitted = len([m for m in everything])
+    everything = KafkaConsumer("sink", bootstrap_servers=survivors, auto_offset_reset="earliest")
+    uncommitted = len(read_to_end(everything))
     everything.close()
     assert uncommitted > total                           # the killed worker's open transaction, aborted
     print(f"pipeline: first worker killed in a transaction after {first.committed()} records committed, the "
