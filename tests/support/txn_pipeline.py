@@ -67,7 +67,7 @@ def main(bootstrap: str, group: str, transactional_id: str, source: str, target:
          hold_s: str = "0") -> int:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "session.timeout.ms": 15000, **DEBUG})
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, **DEBUG})
     consumer.subscribe([source])
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
                          "transaction.timeout.ms": 20000, **DEBUG})
