@@ -41,7 +41,7 @@ def kv_cluster(net: Network, d: Deployment, program: list[str]):
     """kv_cluster starts ZooKeeper, 4 bookies and 3 KV servers; returns (meta, bookies, servers, client hosts)."""
     meta = net.add_host("meta")
     d.zookeeper(meta)
-    bookies = [d.bookie(net.add_host(f"b{i}"), listen="0.0.0.0:3181") for i in range(4)]
+    bookies = d.bookies([net.add_host(f"b{i}") for i in range(4)], listen="0.0.0.0:3181")
     servers = []
     for i in range(3):
         host = net.add_host(f"s{i}")

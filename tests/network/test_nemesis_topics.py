@@ -71,7 +71,7 @@ def topics_cluster(net: Network, d: Deployment):
     returns (meta host, bookies, brokers, client hosts, bootstrap list)."""
     meta = net.add_host("meta")
     d.zookeeper(meta)
-    bookies = [d.bookie(net.add_host(f"b{i}"), listen="0.0.0.0:3181") for i in range(4)]
+    bookies = d.bookies([net.add_host(f"b{i}") for i in range(4)], listen="0.0.0.0:3181")
     brokers = []
     for i in range(3):
         host = net.add_host(f"k{i}")

@@ -67,8 +67,12 @@ from confluent_kafka.admin import AdminClient
 from walkit.testing.history import History, Op, Verdict, check_queue
 from walkit.testing.nemesis import Deadline
 
-#: Sends awaiting their answer per partition before the producer skips that partition.
-MAX_PENDING = 10
+#: Sends awaiting their answer per partition before the producer skips that partition: librdkafka's
+#: idempotence window (RD_KAFKA_IDEMP_MAX_INFLIGHT, 5 in flight per partition). With more, a partition
+#: whose leader stops answering over a connection that stays up (a cut, a paused broker) holds 5 in
+#: flight and more queued, and librdkafka's broker thread spins: rd_kafka_toppar_producer_serve sets
+#: its wake-up to "now" for the queued ones it may not send (measured: a core for the whole fault).
+MAX_PENDING = 5
 #: How long librdkafka tries to deliver a message (its retries included) before giving up: info.
 MESSAGE_TIMEOUT_MS = 20_000
 #: How long the consumer goes on after the workload's time, catching up with every acknowledged send.

@@ -4,13 +4,15 @@
         url = d.zookeeper(net.add_host("meta"))                  # zk://10.251.0.1:2181/walkit?...
         for i in range(4):
             d.bookie(net.add_host(f"b{i}"), listen="0.0.0.0:3181")  # --advertise the host's address
+        d.bookies([net.add_host(f"x{i}") for i in range(3)])      # or started at once, then waited on
         client = net.add_host("client")
         d.walkit(client, "bookies", "list", "--json")             # any walkit command, run on a host
 
 Every process runs inside its host's namespace and logs to a file under `workdir`
 (`<host>-<what>.log`); the test process itself is outside the network and reaches nothing in
 it, so it waits on log lines (`wait_log`) and asks questions by running commands on a host
-(`walkit`, `python`). Processes are started through the Network, which kills them when it closes.
+(`walkit`, `python`). Processes are started through the Network, which kills them when it closes;
+leaving the Deployment kills its services at once (SIGKILL; stop one first where a graceful stop matters).
 """
 
 from __future__ import annotations
@@ -104,11 +106,18 @@ class Deployment:
         return self
 
     def __exit__(self, *exc) -> None:
-        for service in reversed(self.services):
-            try:
-                service.stop(timeout=5)
-            except OSError:
-                pass
+        # No check reads anything after the deployment ends, so its processes are killed at once
+        # rather than stopped one by one (SIGTERM and a wait each): a test that needs a graceful
+        # stop calls Service.stop itself before.
+        for service in self.services:
+            if service.running():
+                try:
+                    service.process.kill()
+                except OSError:
+                    pass
+        for service in self.services:
+            if service.process is not None:
+                service.process.wait()
 
     def service(self, host: Host, what: str, argv: list[str]) -> Service:
         """service starts `argv` on `host` as a tracked Service logging to `<host>-<what>.log`."""
@@ -144,9 +153,11 @@ class Deployment:
 
     # -- walkit processes ------------------------------------------------------------------------
     def bookie(self, host: Host, *, listen: str | None = None, advertise: str | None = None,
-               storage: str | None = None, args: tuple[str, ...] = (), name: str = "bookie") -> Service:
+               storage: str | None = None, args: tuple[str, ...] = (), name: str = "bookie",
+               wait: bool = True) -> Service:
         """bookie starts `walkit bookie` on `host`: on its address (or `listen`, advertising the host's
-        address when `listen` is a wildcard), with files storage under workdir unless told."""
+        address when `listen` is a wildcard), with files storage under workdir unless told; it returns
+        once the bookie serves (at once with wait=False)."""
         storage = storage or f"files://{os.path.join(self.workdir, f'{host.name}-{name}-data')}"
         listen = listen or f"{host.address}:3181"
         if advertise is None and listen.startswith("0.0.0.0"):
@@ -154,8 +165,17 @@ class Deployment:
         argv = [sys.executable, "-m", "walkit", "bookie", "--metadata", self.metadata_url, "--storage", storage,
                 "--listen", listen, *(["--advertise", advertise] if advertise else []), *args]
         service = self.service(host, name, argv)
-        service.wait_log(r"serving at", timeout=60)
+        if wait:
+            service.wait_log(r"serving at", timeout=60)
         return service
+
+    def bookies(self, hosts: list[Host], **options) -> list[Service]:
+        """bookies starts a bookie on each of `hosts` (options as `bookie`) at once, then waits until
+        every one serves: their start-ups overlap instead of running one after another."""
+        started = [self.bookie(host, wait=False, **options) for host in hosts]
+        for service in started:
+            service.wait_log(r"serving at", timeout=60)
+        return started
 
     def walkit(self, host: Host, *args: str, timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess:
         """walkit runs `python -m walkit ARGS` on `host` (with --metadata appended where it applies)."""
