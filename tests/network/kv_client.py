@@ -1,6 +1,6 @@
 """kv_client is a KV workload the nemesis tests run on a client host, recording a history.
 
-    python kv_client.py OUT SEED SECONDS THREADS KEYS WRITES SERVER [SERVER ...]
+    python kv_client.py [--healed-file H] OUT SEED SECONDS THREADS KEYS WRITES SERVER [SERVER ...]
 
 Half the threads are patient (they wait long for an answer and stay with their server, as a
 client that reconnects to the host it knows), half move to another server after a short wait.
@@ -10,7 +10,8 @@ unknown, as in Jepsen). It picks a key of KEYS and either writes (a WRITES fract
 say master, since a follower's reads are stale by design). Writes answered READONLY or LOADING
 did not happen; a write whose connection failed or timed out may have. Threads follow a
 READONLY answer to the leader it names, and move to another server after an error. The history
-is written to OUT (walkit.testing.history JSONL) when the time is up.
+is written to OUT (walkit.testing.history JSONL) when the time is up: after SECONDS, or with
+--healed-file, 3 s after the test wrote H once its nemesis was over (walkit.testing.nemesis.Deadline).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from walkit.testing.history import History
+from walkit.testing.nemesis import Deadline
 
 #: Impatient threads give up on an answer after IMPATIENT_S and move to another server; patient
 #: ones wait PATIENT_S and stay with their server (a client that reconnects to the host it knows).
@@ -33,7 +35,7 @@ IMPATIENT_S = 3.0
 PATIENT_S = 15.0
 
 
-def worker(history: History, rng: random.Random, servers: list[str], keys: int, writes: float, deadline: float,
+def worker(history: History, rng: random.Random, servers: list[str], keys: int, writes: float, deadline: Deadline,
            name: str, patient: bool) -> None:
     generation = itertools.count()
     timeout = PATIENT_S if patient else IMPATIENT_S
@@ -45,7 +47,7 @@ def worker(history: History, rng: random.Random, servers: list[str], keys: int, 
     target = rng.choice(servers)
     conn = None
     written = 0
-    while time.monotonic() < deadline:
+    while not deadline.passed():
         if conn is None:
             host, port = target.rsplit(":", 1)
             # No retries: redis-py retries a command after a timeout by default (10 times in 8.x), so
@@ -92,9 +94,13 @@ def worker(history: History, rng: random.Random, servers: list[str], keys: int, 
 
 
 def main() -> None:
-    out, seed, seconds, threads, keys, writes, *servers = sys.argv[1:]
+    args = sys.argv[1:]
+    healed = None
+    if args[0] == "--healed-file":
+        healed, args = args[1], args[2:]
+    out, seed, seconds, threads, keys, writes, *servers = args
     history = History()
-    deadline = time.monotonic() + float(seconds)
+    deadline = Deadline(float(seconds), healed)
     client = out.rsplit("/", 1)[-1].split(".")[0]
     runners = [threading.Thread(target=worker, args=(history, random.Random(f"{seed}-{client}-{i}"), servers,
                                                      int(keys), float(writes), deadline, f"{client}/{i}",

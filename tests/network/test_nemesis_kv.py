@@ -71,17 +71,19 @@ def run_nemesis(tmp_path, seed: int, seconds: float, program: list[str], **sched
         meta, bookies, servers, clients = kv_cluster(net, d, program)
         addresses = [f"{s.host.address}:{KV_PORT}" for s in servers]
         runs = []
+        healed = os.path.join(d.workdir, "healed")     # written when the nemesis is over: the clients go on 3 s
         for host in [*clients, *(s.host for s in servers)]:
             out = os.path.join(d.workdir, f"{host.name}.history.jsonl")
             writes = "0.5" if host in clients else "0"             # a server's own host runs a reader
-            runs.append((out, host.popen([sys.executable, os.path.join(HERE, "kv_client.py"), out, str(seed),
-                                          str(schedule.duration_s + 8), str(THREADS), str(KEYS), writes,
+            runs.append((out, host.popen([sys.executable, os.path.join(HERE, "kv_client.py"), "--healed-file", healed,
+                                          out, str(seed), str(schedule.duration_s), str(THREADS), str(KEYS), writes,
                                           *addresses],
                                          env=d.env, stdout=open(os.path.join(d.workdir, f"{host.name}-client.log"), "w"),
                                          stderr=open(os.path.join(d.workdir, f"{host.name}-client.err"), "w"))))
         nemesis = Nemesis(net, schedule, servers=servers, bookies=bookies, meta=meta, clients=clients,
                           leader=lambda: leader_of(d, servers, clients[0]))
         applied = nemesis.run()
+        open(healed, "w").close()
         ops = []
         for out, process in runs:
             assert process.wait(timeout=120) == 0, open(out.replace(".history.jsonl", "-client.err")).read()
