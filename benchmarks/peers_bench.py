@@ -34,7 +34,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -47,14 +46,9 @@ from walkit.bench import BenchConfig, pipelined, summary_lines
 from walkit.cli import bench as walkit_bench
 from walkit.cli.common import friendly
 from walkit.errors import ConfigError
+from walkit.local import free_port
 
 PEERS = ("etcd", "etcd-go", "nats", "zookeeper")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 _BENCH_EXTRA = "pip install 'walkit[bench]'"
@@ -230,7 +224,7 @@ def _nats(config: BenchConfig) -> dict:
 
 def _nats_in(config: BenchConfig, folder: str) -> dict:
     import nats
-    ports = [(_free_port(), _free_port()) for _ in range(3)]
+    ports = [(free_port(), free_port()) for _ in range(3)]
     routes = ",".join(f"nats-route://127.0.0.1:{cluster}" for _, cluster in ports)
     processes = []
     try:

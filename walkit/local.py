@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -27,11 +28,30 @@ from walkit.errors import ConfigError, WalkitError
 STORAGE_KINDS = ("memory", "files", "sqlite")
 
 
+_handed_out: dict[int, None] = {}      # ports free_port returned, oldest first (at most _HANDED_OUT_MAX)
+_HANDED_OUT_MAX = 4096
+_handed_out_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """free_port returns a TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """free_port returns a TCP port nobody listens on right now and that it has not returned lately.
+
+    The port is only free when chosen: its user binds it later. The kernel may hand the same
+    ephemeral port to two binds in a row once the first socket is closed, so two services
+    chosen one after the other (two bookies of one cluster) could get the same port; this
+    process's last few thousand answers are therefore never given again.
+    """
+    with _handed_out_lock:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+            if port not in _handed_out:
+                break
+        _handed_out[port] = None
+        while len(_handed_out) > _HANDED_OUT_MAX:
+            del _handed_out[next(iter(_handed_out))]
+        return port
 
 
 def stop_process(process: subprocess.Popen | None, timeout: float = 15.0) -> None:
@@ -185,7 +205,19 @@ class LocalCluster:
         else:
             folder = os.path.join(self.data_dir, f"bookie-{index}")
             uri = f"files://{folder}" if self.storage == "files" else f"sqlite://{folder}/entries.db"
-        return _Bookie(port=free_port(), storage=uri, fresh=True)
+        return _Bookie(port=self._unused_port(), storage=uri, fresh=True)
+
+    def _unused_port(self) -> int:
+        """_unused_port is a free port that no bookie of this cluster names (its own or its HTTP port).
+
+        A port remembered in cluster.json from an earlier run is free while that bookie is down,
+        and a second bookie given it would pass for the first in the registry.
+        """
+        taken = {p for b in self._bookies for p in (b.port, b.http_port)}
+        while True:
+            port = free_port()
+            if port not in taken:
+                return port
 
     # -- processes --------------------------------------------------------------------------
     @property
@@ -235,7 +267,7 @@ class LocalCluster:
         if self.http:
             bookie = self._bookies[i]
             if not bookie.http_port:
-                bookie.http_port = free_port()
+                bookie.http_port = self._unused_port()
                 self._save_layout()
             args += ["--http-port", str(bookie.http_port)]
         return args
@@ -282,7 +314,7 @@ class LocalCluster:
         deadline = time.monotonic() + self.ready_timeout
         for i in indexes:
             if self._bookies[i].fresh and not _port_free(self._bookies[i].port):
-                self._bookies[i].port = free_port()      # taken since it was chosen, never served: choose again
+                self._bookies[i].port = self._unused_port()      # taken since it was chosen, never served: choose again
                 self._save_layout()
             while not _port_free(self._bookies[i].port):
                 if time.monotonic() > deadline:
@@ -342,10 +374,10 @@ class LocalCluster:
             return False
         chosen = False
         if self.http and re.search(r"cannot serve metrics on \S+: Address already in use", log):
-            bookie.http_port = free_port()
+            bookie.http_port = self._unused_port()
             chosen = True
         if bookie.fresh and re.search(r"cannot listen on \S+: Address already in use", log):
-            bookie.port = free_port()
+            bookie.port = self._unused_port()
             chosen = True
         if chosen:
             self._save_layout()
