@@ -193,11 +193,17 @@ def read_to_end(consumer, timeout: float = 30.0) -> list:
     Every record stored by then is read (what a consumer_timeout_ms idle stop gave, without waiting out
     the idle time); records stored later may be missed. It fails after `timeout` seconds short of the end.
     """
-    partitions = [KafkaTopicPartition(topic, p) for topic in sorted(consumer.subscription())
-                  for p in sorted(consumer.partitions_for_topic(topic) or ())]
+    deadline = time.monotonic() + timeout
+    topics = sorted(consumer.subscription() or ())
+    assert topics, "read_to_end needs a consumer subscribed to topics"
+
+    def known() -> dict | None:       # every topic's partitions: an unknown topic would make an empty, met end
+        partitions = {topic: consumer.partitions_for_topic(topic) for topic in topics}
+        return partitions if all(partitions.values()) else None
+    known_partitions = wait_until(known, timeout, f"the partitions of the topics {topics}")
+    partitions = [KafkaTopicPartition(topic, p) for topic in topics for p in sorted(known_partitions[topic])]
     ends = consumer.end_offsets(partitions)
     got = []
-    deadline = time.monotonic() + timeout
     while True:
         for batch in consumer.poll(timeout_ms=200).values():
             got.extend(batch)
