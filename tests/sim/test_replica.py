@@ -35,6 +35,15 @@ class NewLeaderThatDoesNotWait(ReplicaMachine):
     NEW_LEADER_WAITS = False
 
 
+class FirstWriterByEmptyLedgers(ReplicaMachine):
+    """The tempting shortcut: a new leader whose opened list holds only its own ledger (the ones before it were
+    empty and dropped) takes itself for the log's first writer and writes at once."""
+
+    @staticmethod
+    def _first_writer(opened) -> bool:
+        return len(opened.metadata.segments) == 1
+
+
 class LeaseBySuspendedOnly(ReplicaMachine):
     """The issue's other design, alone: lease reads stop at SUSPENDED, and a new leader writes at once.
 
@@ -74,6 +83,23 @@ def test_the_checker_catches_a_new_leader_that_does_not_wait_out_the_lease() -> 
     assert violation is not None, "a new leader that does not wait broke no read in 40 seeds"
     assert "missing the submit acknowledged" in violation.message
     partitioned_leader(violation.seed)               # the correct machine passes the very same run
+
+
+def test_the_first_leader_of_a_new_log_writes_without_waiting_and_its_successor_waits() -> None:
+    """The lease wait is skipped only by the log's first writer; the empty-ledger partition keeps every read."""
+    for seed in range(40):
+        summary = partitioned_leader(seed, empty=True)
+        assert summary["epochs"] >= 2
+
+
+def test_the_checker_catches_a_new_leader_that_takes_a_list_of_empty_ledgers_for_a_new_log() -> None:
+    """A leader whose lease came from proofs on an empty ledger is partitioned; its successor's open drops that
+    ledger. Taking the resulting list (its own ledger alone) for a new log skips the wait: a stale read."""
+    violation = first_violation(lambda seed: partitioned_leader(seed, FirstWriterByEmptyLedgers, empty=True),
+                                range(40))
+    assert violation is not None, "a successor that skipped the wait after empty ledgers broke no read in 40 seeds"
+    assert "missing the submit acknowledged" in violation.message
+    partitioned_leader(violation.seed, empty=True)      # the correct machine passes the very same run
 
 
 def test_the_checker_catches_a_lease_that_ignores_suspended() -> None:

@@ -299,3 +299,23 @@ def test_a_roll_listed_after_the_writer_failed_starts_nothing():
     assert log.state.value == "FAILED" and of_type(h.outcomes, lev.FailAppends)
     late = log.step(lev.LogMetadataWritten(name=NAME, metadata=cas.metadata, version=5))
     assert late == []                                           # no failpoint, no adds to the new ledger
+
+
+def test_only_the_first_open_of_a_log_is_its_first_writer():
+    _, commands = opened()
+    assert only(commands, lev.LogOpened).first_writer is True
+
+
+@pytest.mark.parametrize("listed", [
+    LogMetadata(name=NAME, segments=(LogSegment(1),)),                   # a writer's ledger, dropped as empty
+    LogMetadata(name=NAME, truncated_to=4),                              # every ledger truncated away
+], ids=["a-dropped-empty-ledger", "truncated-to-nothing"])
+def test_an_open_after_another_writer_is_not_the_first_even_when_the_list_ends_up_with_its_ledger_alone(listed):
+    log = machine()
+    log.start()
+    commands = log.step(lev.LogMetadataRead(name=NAME, metadata=listed, version=7))
+    if listed.segments:
+        commands = log.step(ev.LedgerMetadataRead(ledger_id=1, metadata=None, version=0))     # deleted: dropped
+    commands = written(log, created(log, commands, 10), 8)
+    opened_event = only(commands, lev.LogOpened)
+    assert opened_event.metadata.ledger_ids == [10] and opened_event.first_writer is False

@@ -149,6 +149,7 @@ class LogMachine:
         self._recovering: set[int] = set()
         self._open_token: int | None = None
         self._pending_open: tuple[ev.LedgerCreated, set[int]] | None = None
+        self._first_writer = False                   # the list the pending open replaces held no ledger ever
         self._reopen_at: int | None = None
         # rolls
         self._roll_token: int | None = None          # CreateLedger of the roll in progress
@@ -313,6 +314,7 @@ class LogMachine:
             self._open_token = None
             proposed, dropped = self._opened_list(event.metadata.ledger_id)
             self._pending_open = (event, dropped)
+            self._first_writer = not self.metadata.segments and self.metadata.truncated_to < 0
             return [ev.Failpoint(name="log.open.after_create"),
                     lev.WriteLogMetadata(name=self.name, metadata=proposed, expected_version=self.version)]
         if event.token == self._roll_token:
@@ -345,7 +347,7 @@ class LogMachine:
         self._live.append(_Live(md.ledger_id, writer, md.created_ms, self._now))
         self._to(WRITING)
         return ([ev.DeleteLedger(ledger_id=ledger_id) for ledger_id in sorted(dropped)]
-                + [lev.LogOpened(metadata=self.metadata)])
+                + [lev.LogOpened(metadata=self.metadata, first_writer=self._first_writer)])
 
     def _open_conflict(self, event: lev.LogMetadataConflict) -> list:
         created, _ = self._pending_open

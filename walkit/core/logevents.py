@@ -97,9 +97,16 @@ class WriteLogMetadata:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogOpened:
-    """LogOpened reports that the writer owns the log: the list CAS that added its ledger succeeded."""
+    """LogOpened reports that the writer owns the log: the list CAS that added its ledger succeeded.
+
+    `first_writer` is True when the list this open replaced held no ledger and nothing was ever
+    truncated from it: no writer opened the log before this one (every open adds its ledger in
+    the same CAS, and a ledger leaves the list only by a later open, which adds its own, or by
+    its own writer's truncation once closed, which records `truncated_to` if it held records).
+    """
 
     metadata: LogMetadata
+    first_writer: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,7 +30,8 @@ The lease (how a leader answers reads from its own state without asking anyone).
     its clock is below `lease_until`: the send time of the last append that was acknowledged
     (or of the last proof of leadership: its ledger still the log's last, and OPEN), plus
     `lease_ms`. A new leader accepts no submit until `lease_ms * (1 + drift) / (1 - drift)`
-    after its log open finished (the fence), on its own clock.
+    after its log open finished (the fence), on its own clock, unless its open was the log's
+    first (LogOpened.first_writer: the list it replaced never held a ledger).
 
 Why it holds: a leader's reads return everything acknowledged before them, unless another
 leader acknowledged a write meanwhile. Another leader writes only after it opened the log,
@@ -44,6 +45,16 @@ clocks run at rates within `drift` (ReplicaConfig.max_clock_drift, default 5%) o
 it needs none about sessions, pauses or networks. A SUSPENDED session also stops lease reads
 at once (the node may be cut off), which shortens how long a partitioned leader goes on
 answering reads from its own state, though the wait alone makes them safe.
+
+The first open of a log has no earlier leader to wait for. A leader's lease starts only once
+its ledger is in the list (an acknowledged append, or a proof that its ledger is the list's
+last), and a ledger leaves the list only by a later open, which adds its own in the same CAS,
+or by truncation once closed (a ledger that held records raises `truncated_to`), while the
+writer's current ledger stays open for as long as its node leads. A list that holds no ledger
+and never lost one that held records therefore had no leader; a list of empty ledgers may have had one
+(a proof on an empty ledger starts a lease), so its next leader waits. Deleting a log under a
+running leader and creating it again is outside the rule: the old leader may answer reads from
+the deleted log's state until its lease ends.
 
 Exactly-once submits (walkit.core.sessions): a submit may name a client session (client id,
 seq). The leader writes it with the record (walkit.core.batch format 2) and every node keeps
@@ -619,7 +630,8 @@ class ReplicaMachine:
             if self.role is not OPENING:
                 return []
             commands = self._to(REPLAYING)
-            self._writes_from_ms = self._now + (self.config.lease_wait_ms if self.NEW_LEADER_WAITS else 0)
+            waits = self.NEW_LEADER_WAITS and not self._first_writer(command)
+            self._writes_from_ms = self._now + (self.config.lease_wait_ms if waits else 0)
             commands += self._replay()
             return commands + [rev.Wake(at_ms=self._writes_from_ms)]
         if kind is lev.LogOpenFailed:
@@ -642,6 +654,12 @@ class ReplicaMachine:
                 return [rev.Truncated(token=token, error=command.error)]
             return [rev.Truncated(token=token, ledger_ids=command.ledger_ids)]
         return []                                     # rolls: nothing waits for them here
+
+    @staticmethod
+    def _first_writer(opened: lev.LogOpened) -> bool:
+        """_first_writer tells whether this open was the log's first ever: no leader came before, so no
+        lease can still run and the new leader writes at once (the module doc's rule)."""
+        return opened.first_writer
 
     def _maybe_lead(self) -> list:
         """_maybe_lead starts leading once the replay is applied and earlier leases ran out."""

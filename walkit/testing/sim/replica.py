@@ -76,6 +76,7 @@ class ReplicaSimConfig:
     metadata_cuts: int = 1            # a node cut off from the metadata store only
     late_notice: float = 0.5          # share of cuts the node notices (SUSPENDED) only after the server expired it
     script: str = ""                  # a named scenario instead of random faults (see `partitioned_leader`)
+    submits_from_ms: int = 0          # no client submits before this (the first leader may never write)
     bookie_cuts: int = 0              # a node cut off from the bookies only (maybe one way)
     session_blips: int = 1            # SUSPENDED and back, without expiry
     session_timeout_ms: int = 300
@@ -221,7 +222,7 @@ class ReplicaSimulation(Scenario):
         for c in range(cfg.clients):
             client = f"c{c}"
             self.clients[client] = {"seq": 0, "acked": 0, "pending": None, "leader": None}
-            t = rng.randint(100, 300)
+            t = max(cfg.submits_from_ms, rng.randint(100, 300))
             for _ in range(cfg.submits):
                 t += rng.randint(20, 200)
                 world.at(t, self._submit, client)
@@ -729,18 +730,26 @@ class ReplicaSimulation(Scenario):
             self.fail(f"the nodes ended with different values: {values}")
 
 
-def partitioned_leader(seed: int, machine_cls=ReplicaMachine, *, prompt_notice: bool = False) -> dict:
+def partitioned_leader(seed: int, machine_cls=ReplicaMachine, *, prompt_notice: bool = False,
+                       empty: bool = False) -> dict:
     """partitioned_leader is issue 40's partition, scripted: a leader cut off from the metadata store but not
     from the bookies, which hears of it only after its session expired on the server (with
     `prompt_notice`, before: as a ZooKeeper client that is not paused notices a lost link).
 
     One client keeps reading from that node; the others follow the election and write to the
     new leader. A lease that lasted past the new leader's first write would answer that client
-    from a state missing it; the run checks every read, and raises InvariantViolation.
+    from a state missing it; the run checks every read, and raises InvariantViolation. With
+    `empty`, nobody submits before the cut leader's session expired: its lease comes from proofs
+    on its empty ledger, which the new leader's open drops from the log's list.
     """
-    config = ReplicaSimConfig(nodes=2, clients=3, submits=12, reads=80, lease_ms=300, metadata_cuts=0, bookie_cuts=0,
+    window, session_timeout = 2000, 200
+    # with `empty` the lease (renewed by proofs, which need the metadata store) must outlast the session's expiry
+    # and the new leader's open to matter: a lease longer than the session timeout, as a configuration may have
+    config = ReplicaSimConfig(nodes=2, clients=3, submits=12, reads=80, lease_ms=1000 if empty else 300,
+                              metadata_cuts=0, bookie_cuts=0,
                               node_crashes=0, bookie_crashes=0, session_blips=0, snapshot_rate=0.0, drop_rate=0.0,
-                              duplicate_rate=0.0, max_delay_ms=4, session_timeout_ms=200, max_clock_drift=0.05,
-                              roll_entries=1000, script="partitioned-leader", fault_window_ms=2000,
-                              late_notice=0.0 if prompt_notice else 1.0)
+                              duplicate_rate=0.0, max_delay_ms=4, session_timeout_ms=session_timeout,
+                              max_clock_drift=0.05, roll_entries=1000, script="partitioned-leader", fault_window_ms=window,
+                              late_notice=0.0 if prompt_notice else 1.0,
+                              submits_from_ms=window // 3 + session_timeout if empty else 0)
     return ReplicaSimulation(seed, config, machine_cls=machine_cls).run()
