@@ -87,9 +87,24 @@ def test_the_checker_catches_a_new_leader_that_does_not_wait_out_the_lease() -> 
 
 def test_the_first_leader_of_a_new_log_writes_without_waiting_and_its_successor_waits() -> None:
     """The lease wait is skipped only by the log's first writer; the empty-ledger partition keeps every read."""
+    skipped = waited_out = 0
     for seed in range(40):
         summary = partitioned_leader(seed, empty=True)
         assert summary["epochs"] >= 2
+        lease_ms = summary["config"].lease_ms
+        replaying, leading = {}, {}
+        for t, _, role, epoch in summary["roles"]:
+            {"REPLAYING": replaying, "LEADING": leading}.get(role, {}).setdefault(epoch, t)
+        waits = {epoch: leading[epoch] - replaying[epoch] for epoch in leading}
+        assert waits, f"seed {seed}: no leader: {summary['roles']}"
+        for epoch, waited in waits.items():
+            if epoch == 1:            # the first open of the log (an epoch 1 that never opened leaves its successor waiting)
+                assert waited < lease_ms / 4, f"seed {seed}: the log's first leader waited {waited} ms"
+                skipped += 1
+            else:
+                assert waited >= lease_ms, f"seed {seed}: leader of epoch {epoch} waited only {waited} ms"
+                waited_out += 1
+    assert skipped >= 30 and waited_out >= 30, f"of 40 runs, {skipped} had a first leader, {waited_out} successors waited"
 
 
 def test_the_checker_catches_a_new_leader_that_takes_a_list_of_empty_ledgers_for_a_new_log() -> None:

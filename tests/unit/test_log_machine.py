@@ -319,3 +319,16 @@ def test_an_open_after_another_writer_is_not_the_first_even_when_the_list_ends_u
     commands = written(log, created(log, commands, 10), 8)
     opened_event = only(commands, lev.LogOpened)
     assert opened_event.metadata.ledger_ids == [10] and opened_event.first_writer is False
+
+
+def test_a_truncation_past_the_end_of_a_closing_log_keeps_its_last_ledger():
+    """The close records the ledger's end first; a truncation queued behind it finds the ledger closed, and
+    still keeps it: an opened log's list is never empty again (the replica's first-writer rule)."""
+    log, _ = opened()
+    close = only(log.step(ev.CloseRequested()), ev.WriteMetadata)
+    record = only(log.step(ev.MetadataWritten(metadata=close.metadata, version=1)), lev.WriteLogMetadata)
+    assert log.step(lev.TruncateRequested(token=1, before=Position(10**6, 0))) == []      # queued behind the record
+    commands = log.step(lev.LogMetadataWritten(name=NAME, metadata=record.metadata, version=2))
+    assert not of_type(commands, lev.WriteLogMetadata) and not of_type(commands, ev.DeleteLedger)
+    assert only(commands, lev.TruncateCompleted).ledger_ids == ()
+    assert only(commands, lev.LogClosed).metadata.ledger_ids == [10]

@@ -505,11 +505,17 @@ class LogMachine:
         return self._remove(lambda m: {s.ledger_id for s in m.expired(wall)}, None)
 
     def _remove(self, doomed_of: Callable[[LogMetadata], set[int]], token: int | None) -> list:
-        """_remove takes whole closed ledgers out of the list by CAS, then deletes them."""
+        """_remove takes whole closed ledgers out of the list by CAS, then deletes them.
+
+        It never takes the list's last ledger, so an opened log's list is never empty again
+        (walkit.core.replica's first writer, which skips the lease wait, relies on it): a closing
+        writer may have closed that ledger when a truncation past its end comes.
+        """
         doomed: set[int] = set()
 
         def change(metadata: LogMetadata) -> LogMetadata:
-            doomed.update(doomed_of(metadata) - set(self.unclosed))
+            last = {metadata.segments[-1].ledger_id} if metadata.segments else set()
+            doomed.update(doomed_of(metadata) - set(self.unclosed) - last)
             return metadata.truncated(doomed)
 
         def done() -> list:

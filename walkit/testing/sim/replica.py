@@ -199,6 +199,7 @@ class ReplicaSimulation(Scenario):
         self.holder: _Node | None = None
         self.first_leader: _Node | None = None
         self.epochs = 0
+        self.roles: list[tuple[int, str, str, int]] = []     # (time, node, role, epoch) as each node reported it
         self.candidates: list[_Node] = []
         # what happened
         self.reference: dict[Position, list] = {}         # position -> record ids applied there (first node)
@@ -249,7 +250,7 @@ class ReplicaSimulation(Scenario):
         self.world.run(self.config.end_ms, lambda: self.finished)
         self._check_end()
         return {"seed": self.seed, "config": self.config, "acked": len(self.acked), "reads": self.reads_checked,
-                "epochs": self.epochs, "applied": max((n.position for n in self.nodes.values() if n.position),
+                "epochs": self.epochs, "roles": self.roles, "applied": max((n.position for n in self.nodes.values() if n.position),
                                                       default=None)}
 
     def _tick_every(self, period: int) -> None:
@@ -329,6 +330,7 @@ class ReplicaSimulation(Scenario):
             world.at(max(0, int((command.at_ms - node.now()) / node.rate) + 1), self._tick, node)
         elif kind is rev.RoleChanged:
             self.log("node %s is %s (epoch %s)", node.name, command.role, command.epoch)
+            self.roles.append((self.world.now, node.name, command.role, command.epoch))
         elif kind is rev.Unhealthy:
             self.fail(f"node {node.name} is unhealthy: {command.why}")
         elif kind is rev.Stopped or kind is rev.Truncated or kind is rev.AppendsDone or kind is rev.Trouble:
