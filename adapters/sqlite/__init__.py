@@ -104,7 +104,8 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
     content becomes the log's first record (walkit.adapters.sqlite.adoption); refused if the
     replicated database `name` exists. ":memory:" (or "") is a private replicated database of
     this connection, under a name of its own, in a temporary file: closing the connection
-    deletes the file and the log.
+    deletes the file and the log. It takes no `name` (ValueError): a name would join, and at
+    close delete, the log of the database of that name.
 
     A committed transaction (its changeset, or a schema statement) is one record, at most
     `max_record_bytes` (default: the client's max_entry_bytes, 60 MiB, less 9 bytes). COMMIT of
@@ -121,9 +122,12 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
         if mode in ("ro", "rw") and not os.path.exists(path):
             raise OperationalError("unable to open database file")
     private = path in ("", ":memory:")
+    if private and name:
+        raise ValueError(f"a ':memory:' database is private to its connection and its log is deleted at close, so it "
+                         f"takes no name (name={name!r} would join, and at close delete, that database's log)")
     if private:                                    # a database of this connection alone (database.Database.private)
         path = os.path.join(tempfile.mkdtemp(prefix="walkit-sqlite-memory-"), "memory.db")
-        name = name or f"memory-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        name = f"memory-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         forward_address = False
         replicate_options.setdefault("snapshot_every_records", 0)
     name = name or os.path.splitext(os.path.basename(path))[0]

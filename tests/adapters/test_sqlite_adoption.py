@@ -121,6 +121,18 @@ def test_an_interrupted_adoption_goes_on_when_the_file_connects_again(nodes, clu
     assert len(log_records(conn)) == 1                                      # adopted once
 
 
+def test_a_named_memory_database_is_refused_and_the_database_of_that_name_keeps_its_log(cluster, tmp_path):
+    orders = sq.connect(str(tmp_path / "orders.db"), client=cluster.client(own_store=True))
+    with orders:
+        orders.execute("CREATE TABLE t(x)")
+    with pytest.raises(ValueError, match="private to its connection"):
+        sq.connect(":memory:", name="orders", client=cluster.client(own_store=True))
+    with pytest.raises(ValueError, match="private to its connection"):
+        sq.connect("file::memory:", uri=True, name="orders", client=cluster.client(own_store=True))
+    orders.close()
+    assert cluster.client(own_store=True).log_metadata("replicated-orders").segments
+
+
 def test_memory_is_a_private_database_deleted_at_close(cluster):
     client = cluster.client(own_store=True)
     first = sq.connect(":memory:", client=client)
