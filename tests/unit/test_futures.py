@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from walkit.futures import LightFuture
+from walkit.testing.processes import wait_until
 
 
 def test_is_a_concurrent_future_and_resolves_without_a_condition():
@@ -111,6 +112,52 @@ def test_a_waiting_thread_is_woken_by_set_result():
         future.set_result("done")
         waiter.join(10)
         assert got == ["done"]
+
+
+def _blocked_in_result(future, count: int) -> tuple[list, list[threading.Thread]]:
+    """_blocked_in_result starts `count` threads that call future.result() and waits until each is blocked."""
+    got: list = []
+
+    def wait() -> None:
+        try:
+            got.append(future.result(timeout=10))
+        except BaseException as exc:  # noqa: BLE001 - what the waiter saw is the test's to check
+            got.append(type(exc))
+    threads = [threading.Thread(target=wait) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: future._gate is not None and (count == 1 or future._waited), 10)
+    return got, threads
+
+
+@pytest.mark.parametrize("waiters", [1, 3])
+def test_threads_blocked_in_result_are_woken_by_set_result(waiters):
+    future = LightFuture()
+    got, threads = _blocked_in_result(future, waiters)
+    future.set_result("done")
+    for thread in threads:
+        thread.join(10)
+    assert got == ["done"] * waiters
+
+
+@pytest.mark.parametrize("waiters", [1, 3])
+def test_threads_blocked_in_result_are_woken_by_cancel(waiters):
+    future = LightFuture()
+    got, threads = _blocked_in_result(future, waiters)
+    assert future.cancel()
+    for thread in threads:
+        thread.join(10)
+    assert got == [concurrent.futures.CancelledError] * waiters
+
+
+def test_a_result_that_timed_out_can_wait_again_and_gets_the_value():
+    future = LightFuture()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        future.result(timeout=0.01)                  # the first waiter's gate stays behind
+    got, threads = _blocked_in_result(future, 1)
+    future.set_result(5)
+    threads[0].join(10)
+    assert got == [5] and future.result(timeout=0) == 5
 
 
 def test_a_waiting_thread_is_woken_by_set_exception():
