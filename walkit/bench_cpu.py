@@ -28,8 +28,12 @@ def _cpu_seconds(pid: int) -> float | None:
     """_cpu_seconds is the user + system CPU time of process `pid` (all its threads), or None if it cannot be read.
 
     It reads /proc/PID/stat itself (fields 14 and 15, in clock ticks): one small read, fast
-    enough for a thread that samples while the harness keeps the interpreter busy.
+    enough for a thread that samples while the harness keeps the interpreter busy. This process's
+    own time comes from the kernel's precise clock instead (time.process_time, as /proc reads it
+    but in nanoseconds), so a short phase does not read as no CPU at all.
     """
+    if pid == os.getpid() and os.path.exists(f"/proc/{pid}/stat"):
+        return time.process_time()
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()     # after the command name, which may hold spaces
