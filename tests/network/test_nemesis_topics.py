@@ -9,7 +9,13 @@ batch as consumed only once its synchronous commit is known to have taken effect
 faults, the consumers go on until the group's committed offsets pass every acknowledged
 offset. walkit.testing.history.check_queue (through topics_client.check) then checks the group:
 every acknowledged record consumed exactly once, in offset order per partition, at the offset
-its send was acknowledged with, and nothing consumed that was never sent.
+its send was acknowledged with, and nothing consumed that was never sent. A batch whose commit
+the client was told failed, and could not read back as its own (the next member's commit may
+overwrite it first), is in doubt: an earlier attempt of a retried commit may have taken effect
+(seen in a "halves" run: the cut coordinator's append of the first attempt landed after the
+heal, while librdkafka's retry was answered UNKNOWN_MEMBER_ID, and the next member started
+exactly at that batch's end). Its records, if no other batch consumed them, are listed as
+unknown in the verdict instead of lost.
 
 The nemesis's "leader" is the broker leading partition 0, as the Metadata of the cluster names
 it when a fault starts (`topics_client.py leaders`, asked from a client host): its faults stop

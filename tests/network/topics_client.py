@@ -38,8 +38,10 @@ The consumer polls batches and commits each batch's offsets synchronously, taggi
 with a token of its own (the commit's metadata). A batch is recorded as an ok "consume" only
 once its commit is known to have taken effect: the commit succeeded, or it failed but the
 committed offsets read back from the coordinator carry this batch's token (a commit whose
-answer was lost may have been applied). Otherwise the batch is recorded as `info` (its records
-are not counted) and the consumer seeks back to its first offsets, so it is delivered again.
+answer was lost may have been applied). Otherwise the batch is recorded as `info` with the
+offsets it asked to commit (its records are not counted; check_queue lists those no other batch
+consumed as unknown, since the commit may have taken effect) and the consumer seeks back to
+its first offsets, so it is delivered again if the commit did not take effect.
 After T seconds it goes on until every client's acked.json is written and the group's
 committed offsets have passed every acknowledged offset (at most CATCH_UP_S), then leaves.
 

@@ -698,3 +698,27 @@ def test_bank_accounts_may_be_numbers_after_reload(tmp_path):
     history = record([transfer(1, 0, 1, frm=0, to=1), bank_read({0: 7, 1: 13}, [1], 2, 3)])
     _same_verdict_after_reload(history, lambda h: check_bank(h, (0, 1), 20), tmp_path)
     assert check_bank(history, (0, 1), 20).valid
+
+
+def consume_in_doubt(offsets, start, end, group="g", process="consumer"):
+    """consume_in_doubt is a batch whose commit the client was told failed, naming the offsets it asked for."""
+    return Row(process, "consume", group, {"token": "t", "offsets": offsets}, start, end, INFO, None)
+
+
+def test_queue_records_of_a_batch_whose_commit_is_in_doubt_are_unknown_not_lost():
+    # the commit of the batch holding "b" may have taken effect: the next consumer rightly starts after it
+    verdict = queue(*SENT, consume([(0, 0, "a"), (1, 0, "c")], 3, 4), consume_in_doubt({0: [1, 2]}, 5, 6))
+    assert verdict.valid, verdict
+    (unknown,) = verdict.unknown
+    assert "1 ok send consumed only by batches whose commit's outcome is unknown" in unknown and "'b'" in unknown
+
+
+def test_queue_a_record_outside_every_batch_in_doubt_is_still_lost():
+    verdict = queue(*SENT, consume([(0, 0, "a"), (1, 0, "c")], 3, 4), consume_in_doubt({0: [0, 1], 1: [0, 1]}, 5, 6))
+    assert not verdict.valid and verdict.anomalies[0].startswith("lost: group 'g' never consumed 1 ok send")
+
+
+def test_queue_a_record_of_a_batch_in_doubt_consumed_twice_afterwards_is_duplicated():
+    verdict = queue(*SENT, consume([(0, 0, "a"), (1, 0, "c")], 3, 4), consume_in_doubt({0: [1, 2]}, 5, 6),
+                    consume([(0, 1, "b")], 7, 8), consume([(0, 1, "b")], 9, 10))
+    assert not verdict.valid and verdict.anomalies[0].startswith("duplicated")

@@ -573,6 +573,13 @@ def check_queue(history: Iterable[Op], groups: Iterable[Any]) -> Verdict:
     failed send or a value never sent never; within a partition, offsets strictly increase in
     commit order (consume ops ordered by completion); a consumed record has the partition and
     offset its send was acknowledged with.
+
+    An info consume is a batch whose commit's outcome is unknown: the client was told the commit
+    failed, but an earlier attempt of it may have taken effect (a retried request whose first try
+    was still being appended), and then the group's next consumer rightly starts after it. Its
+    value may name the offsets it asked to commit ({"offsets": {partition: [first, end]}}); an ok
+    send in those ranges that no ok consume holds is then not lost but `unknown` in the verdict.
+    A record outside every batch is still lost, and one that two ok consumes hold still duplicated.
     """
     ops = list(history)
     sends: dict[Any, Op] = {}
@@ -593,14 +600,20 @@ def check_queue(history: Iterable[Op], groups: Iterable[Any]) -> Verdict:
                                      f"{at_offset[place].describe()}; {op.describe()}")
                 at_offset[place] = op
     checked = len(sends)
+    unknown: list[str] = []
     for group in groups:
         consumes = _by_completion(op for op in ops if op.f == "consume" and op.key == group and op.outcome == OK)
         checked += sum(len(op.result or ()) for op in consumes)
-        _check_group(group, consumes, sends, anomalies)
-    return _verdict(checked, anomalies)
+        in_doubt = {(partition, offset): op for op in ops
+                    if op.f == "consume" and op.key == group and op.outcome == INFO and isinstance(op.value, dict)
+                    for partition, (first, end) in (op.value.get("offsets") or {}).items()
+                    for offset in range(first, end)}
+        _check_group(group, consumes, sends, anomalies, in_doubt, unknown)
+    return _verdict(checked, anomalies, unknown)
 
 
-def _check_group(group: Any, consumes: list[Op], sends: dict[Any, Op], anomalies: list[str]) -> None:
+def _check_group(group: Any, consumes: list[Op], sends: dict[Any, Op], anomalies: list[str],
+                 in_doubt: dict[tuple, Op] | None = None, unknown: list[str] | None = None) -> None:
     first: dict[Any, Op] = {}
     times: Counter = Counter()
     last: dict[Any, tuple[int, Op]] = {}
@@ -619,9 +632,17 @@ def _check_group(group: Any, consumes: list[Op], sends: dict[Any, Op], anomalies
                                  f"in {last[partition][1].describe()}")
             last[partition] = (offset, consume)
             _check_record(where, partition, offset, sends.get(value), anomalies)
-    lost = [send for value, send in sends.items() if send.outcome == OK and times[value] == 0]
+    missed = [send for value, send in sends.items() if send.outcome == OK and times[value] == 0]
+    in_doubt = in_doubt or {}
+    maybe = [send for send in missed if (send.value["partition"], send.result["offset"]) in in_doubt]
+    lost = [send for send in missed if (send.value["partition"], send.result["offset"]) not in in_doubt]
     if lost:
         anomalies.append(f"lost: group {group!r} never consumed {_count(lost, 'ok send')}: " + _some(lost))
+    if maybe and unknown is not None:
+        batches = sorted({in_doubt[(send.value["partition"], send.result["offset"])].index for send in maybe})
+        unknown.append(f"group {group!r}: {_count(maybe, 'ok send')} consumed only by batches whose commit's "
+                       f"outcome is unknown (ops {', '.join(f'#{i}' for i in batches)}); right if that commit took "
+                       f"effect: " + _some(maybe))
 
 
 def _check_record(where: str, partition: Any, offset: int, send: Op | None, anomalies: list[str]) -> None:
