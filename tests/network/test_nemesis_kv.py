@@ -11,7 +11,8 @@ Wing-Gong/Porcupine search (walkit.testing.history.check_registers).
 The broken-rule test runs servers whose leader reads its own state without its lease
 (tests/network/kv_lease_ignoring_server.py) while the nemesis isolates the leader's host past
 its session: another server is elected and takes writes, and the reader on the old leader's host
-still reaches it: the checker must find a stale read.
+still reaches it: the checker must find a stale read in seed 7's run, or in seed 8's when the
+old leader noticed its lost session before the new leader's first write (then no read is stale).
 
 Replay a seed: pytest tests/network/test_nemesis_kv.py --nemesis-seed S; run longer:
 --nemesis-seeds N --nemesis-seconds T.
@@ -108,9 +109,17 @@ def test_the_kv_store_stays_linearizable_under_a_seeded_nemesis(tmp_path, nemesi
 
 
 def test_the_checker_finds_the_stale_reads_of_a_leader_that_ignores_its_lease(tmp_path):
-    seed = 7
-    _, applied, ops = run_nemesis(tmp_path, seed, 40, [sys.executable, os.path.join(HERE, "kv_lease_ignoring_server.py")],
-                                  kinds=("isolate-leader",), hold_s=(8.0, 10.0))
-    verdict = check_registers(ops)
-    print(f"known-bad variant, seed {seed}: {verdict.checked} ops checked, {len(verdict.anomalies)} anomalies")
-    assert not verdict.valid, f"seed {seed}: the checker found no stale read from a leader that ignores its lease"
+    # The isolated leader's window for stale reads is the time from the new leader's first write
+    # to its own notice of the lost session; the server expires the session after the same 4 s
+    # that the old leader's session watchdog waits, so the window comes from the old leader noticing
+    # late (a busy machine), and a run may give it none. A second seed is run only then.
+    seeds = (7, 8)
+    for seed in seeds:
+        _, applied, ops = run_nemesis(tmp_path / f"seed{seed}", seed, 40,
+                                      [sys.executable, os.path.join(HERE, "kv_lease_ignoring_server.py")],
+                                      kinds=("isolate-leader",), hold_s=(8.0, 10.0))
+        verdict = check_registers(ops)
+        print(f"known-bad variant, seed {seed}: {verdict.checked} ops checked, {len(verdict.anomalies)} anomalies")
+        if not verdict.valid:
+            return
+    raise AssertionError(f"seeds {seeds}: the checker found no stale read from a leader that ignores its lease")
