@@ -87,6 +87,8 @@ SPECS = (
          target=_at_least(100_000, absolute=True)),
     Spec("replicate", "replicate, 1 submitter: mean per submit", "replicate.1_mean_ms", "ms",
          f"{ONE_APPEND}, mean", "append1.mean_ms", _at_most(1.3)),
+    Spec("replicate", "replicate, 1 submitter, leader alone (no followers): mean per submit",
+         "replicate.1_alone_mean_ms", "ms", f"{ONE_APPEND}, mean", "append1.mean_ms"),
     Spec("replicate", "replicate, 8 submitters", "replicate.8_per_s", "submits/s",
          ONE_APPEND, "append1.per_s", baseline_unit="appends/s"),
     Spec("replicate", "replicate, 64 submitters", "replicate.64_per_s", "submits/s",

@@ -54,24 +54,26 @@ class Counter(walkit.StateMachine):
         self.value = int(src.read())
 
 
-def throughput(url: str, submitters: int, records: int, run: int | str) -> tuple[float, float]:
+def throughput(url: str, submitters: int, records: int, run: int | str, *, followers: int = 2) -> tuple[float, float]:
     """throughput is (submits/s, records per log entry) of `submitters` threads on the leader, a node of this
-    process; the two followers are processes of their own (tests/support/counter_node.py), as on three
-    machines, so their applying does not share this process's GIL with the leader."""
+    process; the `followers` are processes of their own (tests/support/counter_node.py), as on three
+    machines, so their applying does not share this process's GIL with the leader. With none, the
+    figure is the node's own path (on a 2-core machine the followers' reads of each entry take CPU
+    from the bookies and the leader)."""
     name = f"bench-{submitters}-{run}"
     client = walkit.Client(url)
     leader = walkit.replicate(Counter(), client=client, name=name, node_id="n0", snapshot_every_records=0)
-    followers = []
+    processes = []
     try:
         deadline = time.monotonic() + 30
         while not leader.is_leader:                # alone, it wins the first election
             if time.monotonic() > deadline:
                 raise RuntimeError("no leader")
             time.sleep(0.01)
-        for i in (1, 2):
-            followers.append(subprocess.Popen([sys.executable, COUNTER_NODE, url, f"n{i}", os.devnull, name],
+        for i in range(1, followers + 1):
+            processes.append(subprocess.Popen([sys.executable, COUNTER_NODE, url, f"n{i}", os.devnull, name],
                                               stdout=subprocess.PIPE, text=True))
-        for follower in followers:
+        for follower in processes:
             follower.stdout.readline()             # "listening PORT": its node is open
         per_thread = max(1, records // submitters)
         payload = b"x" * 14 + b":1"                # 16 bytes, a record the followers' counter reads
@@ -92,7 +94,7 @@ def throughput(url: str, submitters: int, records: int, run: int | str) -> tuple
     finally:
         leader.close()
         client.close()
-        for follower in followers:
+        for follower in processes:
             follower.terminate()
             follower.wait(10)
 
