@@ -148,8 +148,8 @@ class LogMachine:
         self._recovered: dict[int, LogSegment | None] = {}   # ledger -> closed segment (None: gone)
         self._recovering: set[int] = set()
         self._open_token: int | None = None
-        self._pending_open: tuple[ev.LedgerCreated, set[int]] | None = None
-        self._first_writer = False                   # the list the pending open replaces held no ledger ever
+        # the open's ledger, the ledgers it drops, and whether the list it replaces never held one
+        self._pending_open: tuple[ev.LedgerCreated, set[int], bool] | None = None
         self._reopen_at: int | None = None
         # rolls
         self._roll_token: int | None = None          # CreateLedger of the roll in progress
@@ -313,8 +313,8 @@ class LogMachine:
         if event.token == self._open_token and self.state is OPENING:
             self._open_token = None
             proposed, dropped = self._opened_list(event.metadata.ledger_id)
-            self._pending_open = (event, dropped)
-            self._first_writer = not self.metadata.segments and self.metadata.truncated_to < 0
+            first_writer = not self.metadata.segments and self.metadata.truncated_to < 0
+            self._pending_open = (event, dropped, first_writer)
             return [ev.Failpoint(name="log.open.after_create"),
                     lev.WriteLogMetadata(name=self.name, metadata=proposed, expected_version=self.version)]
         if event.token == self._roll_token:
@@ -336,7 +336,7 @@ class LogMachine:
         return []
 
     def _open_written(self, event: lev.LogMetadataWritten) -> list:
-        created, dropped = self._pending_open
+        created, dropped, first_writer = self._pending_open
         self._pending_open = None
         self.metadata, self.version = event.metadata, event.version
         md = created.metadata
@@ -347,10 +347,10 @@ class LogMachine:
         self._live.append(_Live(md.ledger_id, writer, md.created_ms, self._now))
         self._to(WRITING)
         return ([ev.DeleteLedger(ledger_id=ledger_id) for ledger_id in sorted(dropped)]
-                + [lev.LogOpened(metadata=self.metadata, first_writer=self._first_writer)])
+                + [lev.LogOpened(metadata=self.metadata, first_writer=first_writer)])
 
     def _open_conflict(self, event: lev.LogMetadataConflict) -> list:
-        created, _ = self._pending_open
+        created, _, _ = self._pending_open
         self._pending_open = None
         commands: list = [ev.DeleteLedger(ledger_id=created.metadata.ledger_id)]    # never written
         self._attempt += 1

@@ -102,7 +102,8 @@ class LogOpened:
     `first_writer` is True when the list this open replaced held no ledger and nothing was ever
     truncated from it: no writer opened the log before this one (every open adds its ledger in
     the same CAS, and a ledger leaves the list only by a later open, which adds its own, or by
-    its own writer's truncation once closed, which records `truncated_to` if it held records).
+    truncation once closed, which never takes the list's last ledger and records `truncated_to`
+    if the ledger held records; `truncated_to` also covers lists older writers emptied).
     """
 
     metadata: LogMetadata

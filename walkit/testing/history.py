@@ -613,7 +613,7 @@ def check_queue(history: Iterable[Op], groups: Iterable[Any]) -> Verdict:
 
 
 def _check_group(group: Any, consumes: list[Op], sends: dict[Any, Op], anomalies: list[str],
-                 in_doubt: dict[tuple, Op] | None = None, unknown: list[str] | None = None) -> None:
+                 in_doubt: dict[tuple, Op], unknown: list[str]) -> None:
     first: dict[Any, Op] = {}
     times: Counter = Counter()
     last: dict[Any, tuple[int, Op]] = {}
@@ -633,12 +633,11 @@ def _check_group(group: Any, consumes: list[Op], sends: dict[Any, Op], anomalies
             last[partition] = (offset, consume)
             _check_record(where, partition, offset, sends.get(value), anomalies)
     missed = [send for value, send in sends.items() if send.outcome == OK and times[value] == 0]
-    in_doubt = in_doubt or {}
     maybe = [send for send in missed if (send.value["partition"], send.result["offset"]) in in_doubt]
     lost = [send for send in missed if (send.value["partition"], send.result["offset"]) not in in_doubt]
     if lost:
         anomalies.append(f"lost: group {group!r} never consumed {_count(lost, 'ok send')}: " + _some(lost))
-    if maybe and unknown is not None:
+    if maybe:
         batches = sorted({in_doubt[(send.value["partition"], send.result["offset"])].index for send in maybe})
         unknown.append(f"group {group!r}: {_count(maybe, 'ok send')} consumed only by batches whose commit's "
                        f"outcome is unknown (ops {', '.join(f'#{i}' for i in batches)}); right if that commit took "
