@@ -37,8 +37,9 @@ from tests.spark.kafkaclients import create_topic
 from tests.support.serverprocess import TopicsProcess
 
 TOPIC = "renumbered"
-#: librdkafka's timeouts here: 'b' gives up after MESSAGE_TIMEOUT_S, 'a' is sent GAP_S later.
-MESSAGE_TIMEOUT_S, REQUEST_TIMEOUT_S, GAP_S = 10.0, 1.0, 5.0
+#: librdkafka's timeouts here: 'b' gives up after MESSAGE_TIMEOUT_S, 'a' is sent GAP_S later, so 'a' is
+#: still queued at the bump and has MESSAGE_TIMEOUT_S + GAP_S - 12 s to be delivered once the broker runs again.
+MESSAGE_TIMEOUT_S, REQUEST_TIMEOUT_S, GAP_S = 10.0, 1.0, 8.0
 
 
 @pytest.fixture
