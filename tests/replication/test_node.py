@@ -382,7 +382,7 @@ def test_a_lingering_batch_leaves_when_linger_ms_is_up(nodes, cluster):
     wait_until(lambda: len(held.sent) == 2, message="the lingering batch was never appended")
     when, records = held.sent[1]
     assert records == [b"b:1", b"c:1"]
-    assert when - released >= 0.3
+    assert when - released >= 0.3 - 0.001                   # the node's clock counts whole milliseconds
     held.release()
     assert [f.result(20) for f in (b, c)] == [2, 3]
 
