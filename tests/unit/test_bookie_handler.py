@@ -310,6 +310,24 @@ def test_long_poll_read_woken_by_an_add_returns_the_entries_of_that_add():
     assert poll_reply.response.entries == [make_entry(1, lac=-1), make_entry(2, lac=0)]
 
 
+def test_long_poll_read_of_a_ledger_held_nowhere_here_waits_for_its_first_confirmed_entry():
+    # A follower tails a new writer's ledger before this bookie has any entry of it: answering
+    # NO_SUCH_LEDGER at once would make the follower poll in a loop (as for a LAC long poll).
+    bookie = Bookie()
+    assert bookie.send(read(0, previous_lac=-1, timeout_ms=1000)) == []
+    assert bookie.handler.poll_count == 1
+    bookie.send(add(0, lac=-1))
+    _, poll_reply = bookie.send(add(1, lac=0))
+    assert (poll_reply.response.lac, poll_reply.response.entries) == (0, [make_entry(0)])
+
+
+def test_long_poll_read_of_a_ledger_held_nowhere_here_is_no_such_ledger_at_its_timeout():
+    bookie = Bookie()
+    bookie.send(read(0, previous_lac=-1, timeout_ms=1000))
+    reply = the_reply(bookie.tick(1000))
+    assert reply.response.status == Status.NO_SUCH_LEDGER and bookie.handler.poll_count == 0
+
+
 def test_request_already_past_previous_lac_is_answered_at_once():
     bookie = Bookie()
     bookie.send(add(1, lac=0))

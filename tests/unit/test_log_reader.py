@@ -26,8 +26,10 @@ def listed(*ledger_ids: int, truncated_to: int = -1) -> lev.LogMetadataRead:
 
 
 def lac(reader: LogReader, ledger_id: int, value: int) -> list:
+    """lac answers the reader's long poll (a TailReader's read, or a LacReader's) from every bookie: LAC `value`, no entry."""
     out: list = []
     for bookie in B:
+        out += reader.step(ev.EntriesRead(bookie=bookie, ledger_id=ledger_id, entries=[], missing=[], lac=value))
         out += reader.step(ev.LacRead(bookie=bookie, ledger_id=ledger_id, status=Status.OK, lac=value))
     return out
 
@@ -82,10 +84,11 @@ def test_an_idle_follower_long_polls_and_a_log_change_makes_it_look_at_once():
     reader.start()
     reader.step(listed(11))
     polls = reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=0))
-    assert [(p.previous_lac, p.timeout_ms) for p in polls] == [(-1, 30_000)] * 3     # held until something new
+    # held until something new: entry 0 and the LAC that confirms it, of the replica that stores entry 1 too
+    assert polls == [ev.SendRead(bookie="B2", ledger_id=11, entry_ids=[0], previous_lac=-1, timeout_ms=30_000)]
     assert reader.step(lev.LogChanged()) == [ev.ReadLedgerMetadata(ledger_id=11)]  # a watch fired: look now
     again = reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=1))
-    assert [(p.previous_lac, p.timeout_ms) for p in again] == [(-1, 30_000)] * 3   # still open: held again
+    assert [(p.previous_lac, p.timeout_ms) for p in again] == [(-1, 30_000)]       # still open: held again
 
 
 def test_after_a_failed_read_the_follower_asks_the_lac_plainly_before_it_long_polls_again():
@@ -94,8 +97,8 @@ def test_after_a_failed_read_the_follower_asks_the_lac_plainly_before_it_long_po
     reader.step(listed(11))
     reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=0))
     out: list = []
-    for bookie in B:
-        out += reader.step(ev.LacRead(bookie=bookie, ledger_id=11, status=Status.UNREACHABLE, lac=-1))
+    for bookie in ("B2", "B1"):       # the first replica failed, so the other was asked at once: it fails too
+        out += reader.step(ev.ReadFailed(bookie=bookie, ledger_id=11, entry_ids=[0], status=Status.UNREACHABLE))
     retrying = only(out, lev.ReaderRetrying)
     assert retrying.failures == 1
     reader.step(ev.Ticked(now_ms=200, wall_ms=200))

@@ -1,12 +1,14 @@
-"""RangeReader and LacReader: replica fallback, ordered delivery, flow control, LAC reads."""
+"""RangeReader, LacReader and TailReader: replica fallback, ordered delivery, flow control, LAC reads, tailing."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from walkit.core import events as ev
 from walkit.core.messages import Status
-from walkit.core.reader import SLOW_FOR_MS, LacReader, RangeReader
+from walkit.core.reader import SLOW_FOR_MS, LacReader, RangeReader, TailReader
 from walkit.errors import BookieError, DigestMismatch, NoSuchEntry, Unauthorized
 
 from .helpers import DIGEST, LEDGER_ID, bookies, corrupt, make_entry, make_metadata, of_type, only, sent_reads
@@ -450,3 +452,92 @@ def test_entries_out_of_replicas_in_one_tick_fail_the_read_at_the_lowest_of_them
     reader.step(ev.EntriesRead(bookie="B2", ledger_id=LEDGER_ID, entries=[], missing=[1], lac=-1))
     fail = only(reader.step(ev.Ticked(now_ms=1000)), ev.FailRead)    # both last replicas are late
     assert isinstance(fail.error, DigestMismatch) and "entry 0 " in str(fail.error)
+
+
+# -- TailReader: the LAC and the next entry in one long poll -------------------------------------------
+def make_tail(entry_id: int = 4, *, slow=None, fragments=None) -> tuple[TailReader, list]:
+    """make_tail long-polls entry `entry_id` on B1..B3 (E3/Qw2: entry e is on B(e%3+1) and B((e+1)%3+1))."""
+    tail = TailReader(make_metadata(3, 2, 2, fragments=fragments), entry_id, DIGEST, timeout_ms=30_000,
+                      spread_ms=200, now_ms=1_000, slow=slow)
+    return tail, tail.start()
+
+
+def tail_answer(tail: TailReader, bookie: str, lac: int, entries=(), disk: int = 0) -> list:
+    return tail.step(ev.EntriesRead(bookie=bookie, ledger_id=LEDGER_ID, entries=list(entries), missing=[], lac=lac,
+                                    disk=disk))
+
+
+def test_tail_reader_asks_one_replica_for_the_entry_with_the_lac_before_it():
+    _, sent = make_tail(4)          # entry 4 is on B2, B3; entry 5 on B3, B1: B3 learns the LAC that confirms 4
+    assert sent == [ev.SendRead(bookie="B3", ledger_id=LEDGER_ID, entry_ids=[4], previous_lac=3, timeout_ms=30_000)]
+
+
+def test_tail_reader_delivers_the_entry_its_answer_confirms_and_completes_with_the_lac():
+    tail, _ = make_tail(4)
+    out = tail_answer(tail, "B3", 4, [make_entry(4)])
+    assert delivered(out) == [4]
+    assert only(out, ev.CompleteRead).lac == 4 and tail.done
+
+
+def test_tail_reader_delivers_nothing_the_answers_lac_does_not_confirm():
+    tail, _ = make_tail(4)
+    out = tail_answer(tail, "B3", 3, [make_entry(4)])       # held until its timeout: nothing new
+    assert delivered(out) == [] and only(out, ev.CompleteRead).lac == 3
+
+
+def test_tail_reader_hands_a_corrupt_entry_to_the_range_read_by_completing_without_it():
+    tail, _ = make_tail(4)
+    out = tail_answer(tail, "B3", 6, [corrupt(make_entry(4))])
+    assert delivered(out) == [] and only(out, ev.CompleteRead).lac == 6    # the caller reads 4..6 with retries
+
+
+def test_tail_reader_asks_the_other_replica_after_spread_ms_and_takes_the_first_answer():
+    tail, _ = make_tail(4)
+    assert tail.step(ev.Ticked(now_ms=1_199, wall_ms=0)) == []
+    spread = tail.step(ev.Ticked(now_ms=1_200, wall_ms=0))
+    assert [(s.bookie, s.entry_ids, s.previous_lac) for s in spread] == [("B2", [4], 3)]
+    assert tail.step(ev.Ticked(now_ms=5_000, wall_ms=0)) == []             # nobody left to ask
+    out = tail_answer(tail, "B2", 4, [make_entry(4)])
+    assert delivered(out) == [4] and tail.done
+
+
+def test_tail_reader_asks_the_next_replica_at_once_when_one_fails_and_marks_it_slow():
+    slow: dict[str, int] = {}
+    tail, _ = make_tail(4, slow=slow)
+    out = tail.step(ev.ReadFailed(bookie="B3", ledger_id=LEDGER_ID, entry_ids=[4], status=Status.UNREACHABLE))
+    assert [s.bookie for s in of_type(out, ev.SendRead)] == ["B2"] and slow["B3"] > 1_000
+    _, sent = make_tail(4, slow=slow)
+    assert [s.bookie for s in sent] == ["B2"]                               # a healthy replica first now
+
+
+def test_tail_reader_fails_only_when_every_replica_failed():
+    tail, _ = make_tail(4)
+    tail.step(ev.ReadFailed(bookie="B3", ledger_id=LEDGER_ID, entry_ids=[4], status=Status.IO_ERROR))
+    out = tail.step(ev.ReadFailed(bookie="B2", ledger_id=LEDGER_ID, entry_ids=[4], status=Status.IO_ERROR))
+    assert isinstance(read_error(out), BookieError)
+
+
+def test_tail_reader_takes_no_such_ledger_as_holding_nothing_yet():
+    tail, _ = make_tail(0)
+    out = tail.step(ev.ReadFailed(bookie="B2", ledger_id=LEDGER_ID, entry_ids=[0], status=Status.NO_SUCH_LEDGER))
+    assert only(out, ev.CompleteRead).lac == -1
+
+
+def test_tail_reader_counts_an_answer_from_a_replaced_disk_as_a_failure():
+    metadata = dataclasses.replace(make_metadata(3, 2, 2), disks={0: (1, 2, 7)})     # B3's disk is 7
+    tail = TailReader(metadata, 4, DIGEST, timeout_ms=30_000, spread_ms=200, now_ms=1_000)
+    tail.start()
+    out = tail_answer(tail, "B3", 6, [make_entry(4)], disk=9)     # a new disk: its LAC proves nothing
+    assert delivered(out) == [] and [s.bookie for s in of_type(out, ev.SendRead)] == ["B2"]
+    assert delivered(tail_answer(tail, "B2", 4, [make_entry(4)], disk=2)) == [4]
+
+
+def test_tail_reader_ignores_answers_of_replicas_it_did_not_ask():
+    tail, _ = make_tail(4)
+    assert tail_answer(tail, "B2", 4, [make_entry(4)]) == [] and not tail.done
+
+
+def test_tail_reader_never_completes_below_the_last_fragments_start():
+    tail, _ = make_tail(10, fragments={0: bookies(3), 10: ("B4", "B5", "B6")})
+    out = tail.step(ev.ReadFailed(bookie="B6", ledger_id=LEDGER_ID, entry_ids=[10], status=Status.NO_SUCH_LEDGER))
+    assert only(out, ev.CompleteRead).lac == 9           # issue 2615: the fragment started at LAC + 1

@@ -456,6 +456,8 @@ class BookieHandler:
             return [Reply(peer, ReadResponse(txn=request.txn, status=status, ledger_id=request.ledger_id,
                                              message=message), False)]
 
+        if self._polls_unknown_ledger(request):
+            return self._park(peer, request)
         ledger, commands, failure = self._fence_or_find(peer, request, error)
         if failure is not None:
             return failure
@@ -470,11 +472,7 @@ class BookieHandler:
             return [Reply(peer, ReadLacResponse(txn=request.txn, status=status, ledger_id=request.ledger_id,
                                                 message=message), False)]
 
-        if (not request.fence and request.previous_lac != NO_LONG_POLL and request.timeout_ms > 0
-                and self._ledger(request.ledger_id) is None):
-            # A long poll of a ledger this bookie holds nothing of yet (a new writer's, with no entry
-            # here so far) waits like any other: answered by its first confirmed entries, or at its
-            # timeout with NO_SUCH_LEDGER. Answering at once would make a follower poll in a loop.
+        if self._polls_unknown_ledger(request):
             return self._park(peer, request)
         ledger, commands, failure = self._fence_or_find(peer, request, error)
         if failure is not None:
@@ -583,6 +581,13 @@ class BookieHandler:
         return Reply(peer, ReadLacResponse(txn=request.txn, status=Status.OK, ledger_id=request.ledger_id,
                                            lac=ledger.lac, last_entry_id=ledger.last_entry_id,
                                            lafr=ledger.lafr), durable)
+
+    def _polls_unknown_ledger(self, request: ReadRequest | ReadLacRequest) -> bool:
+        """_polls_unknown_ledger: a long poll of a ledger this bookie holds nothing of yet (a new writer's,
+        with no entry here so far) waits like any other: answered by its first confirmed entries, or at its
+        timeout with NO_SUCH_LEDGER. Answering at once would make a follower poll in a loop."""
+        return (not request.fence and request.previous_lac != NO_LONG_POLL and request.timeout_ms > 0
+                and self._ledger(request.ledger_id) is None)
 
     @staticmethod
     def _should_wait(request: ReadRequest | ReadLacRequest, ledger: _Ledger) -> bool:

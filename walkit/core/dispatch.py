@@ -178,8 +178,9 @@ class Dispatcher:
         elif kind is ev.SendRead:
             request = ReadRequest(txn=txn, ledger_id=command.ledger_id, entry_ids=command.entry_ids,
                                   fence=command.fence, master_key=command.master_key, term=command.term,
-                                  max_bytes=self.max_read_bytes)
-            timeout = 0
+                                  max_bytes=self.max_read_bytes, previous_lac=command.previous_lac,
+                                  timeout_ms=command.timeout_ms)
+            timeout = command.timeout_ms
         elif kind is ev.SendReadLac:
             request = ReadLacRequest(txn=txn, ledger_id=command.ledger_id, fence=command.fence,
                                      master_key=command.master_key, previous_lac=command.previous_lac,

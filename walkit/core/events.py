@@ -257,6 +257,8 @@ class SendRead:
 
     The dispatcher sends at most MAX_READ_IDS ids per request (more go as several requests,
     each answered by an event of its own) and bounds each answer by its `max_read_bytes`.
+    With `previous_lac` >= -1 and `timeout_ms` > 0 the bookie holds the read until its LAC
+    passes `previous_lac` (a long poll, ReadRequest), and the request's deadline is that much later.
     """
 
     bookie: str
@@ -265,6 +267,8 @@ class SendRead:
     fence: bool = False
     master_key: bytes = b""
     term: int = 0
+    previous_lac: int = -2
+    timeout_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

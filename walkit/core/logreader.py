@@ -7,12 +7,16 @@ not closed: the writer may still complete entries there (a roll closes the previ
 after its pending adds), and recovery decides its end. So:
 
 - without `follow` the read ends at the first unclosed ledger's LAC (or at the end of the list);
-- with `follow` it long-polls the LAC (for `long_poll_ms`, default `poll_ms`), re-reads the
-  ledger's metadata when nothing new came, and moves to the next ledger of the list once the
+- with `follow`, once it has read up to the LAC it long-polls (for `long_poll_ms`, default
+  `poll_ms`) the replicas of the next entry for that entry and the LAC together (TailReader,
+  BookKeeper's readLastConfirmedAndEntry: one request and one answer per entry while the writer
+  keeps writing; the second replica is asked `poll_ms` later). It re-reads the ledger's
+  metadata when nothing new came, and moves to the next ledger of the list once the
   ledger is closed and read to its end: across rolls and writer handovers (the new writer closes
-  the old ledger at its true end). An idle follower so costs one metadata read and one LAC
-  request per bookie every `long_poll_ms`; LogChanged (the caller saw the log's metadata change,
+  the old ledger at its true end). An idle follower so costs one metadata read and a long poll
+  per replica of the next entry every `long_poll_ms`; LogChanged (the caller saw the log's metadata change,
   say through a watch) makes it look again at once instead of at the end of the long poll.
+  After a failed read it asks the LAC plainly first (LacReader), as its answer says the bookies are back.
 
 Truncation: if truncation or retention removed a ledger holding records at or after the
 reader's next position (LogMetadata.truncated_to), records it has not read are gone, and the
@@ -26,8 +30,8 @@ Memory stays bounded: within a ledger the RangeReader keeps at most `window` ent
 what the caller consumed (EntriesConsumed), and the reader moves on from a ledger (to the next
 one, or to long-polling) only once the caller consumed every record delivered so far.
 
-Events: LogMetadataRead, LedgerMetadataRead, the ledger-level events of its LacReader and
-RangeReader, EntriesConsumed (the caller's progress), LogChanged and Ticked. Outcomes:
+Events: LogMetadataRead, LedgerMetadataRead, the ledger-level events of its LacReader,
+TailReader and RangeReader, EntriesConsumed (the caller's progress), LogChanged and Ticked. Outcomes:
 DeliverRecords, ReaderCaughtUp (following: everything confirmed so far was delivered),
 ReaderRetrying (a read failed and is tried again), CompleteRead (the end, without `follow`), FailRead.
 """
@@ -40,15 +44,19 @@ from walkit.core.digest import Digest
 from walkit.core.loglist import LogMetadata, LogSegment, Position
 from walkit.core.metadata import CLOSED as LEDGER_CLOSED
 from walkit.core.metadata import LedgerMetadata
-from walkit.core.reader import LacReader, RangeReader
+from walkit.core.reader import LacReader, RangeReader, TailReader
 from walkit.errors import LogTruncated, NoSuchLog
 
-# Answers for the reader's sub-machines: a late answer meant for the other kind is dropped.
-_ROUTED = {ev.EntriesRead: RangeReader, ev.ReadFailed: RangeReader, ev.LacRead: LacReader}
+# Answers for the reader's sub-machines: a late answer meant for another kind is dropped.
+_ROUTED = {ev.EntriesRead: (RangeReader, TailReader), ev.ReadFailed: (RangeReader, TailReader),
+           ev.LacRead: (LacReader,)}
 
 
 class LogReader:
     """LogReader reads log `name` in order; call `start`, then feed events to `step` (see the module doc)."""
+
+    #: The machine that tails an unclosed ledger (a subclass in the simulator's broken-rule tests).
+    TAIL_READER = TailReader
 
     def __init__(self, name: str, *, password: bytes = b"", start: Position | None = None, follow: bool = False,
                  poll_ms: int = 1000, read_timeout_ms: int = 10_000, window: int = 4096, attempts: int = 5,
@@ -98,7 +106,7 @@ class LogReader:
         kind = type(event)
         if kind in _ROUTED:
             sub = self._sub
-            if type(sub) is not _ROUTED[kind] or event.ledger_id != sub.ledger_id:
+            if not isinstance(sub, _ROUTED[kind]) or event.ledger_id != sub.ledger_id:
                 return []
             return self._handle(self._sub.step(event))
         if kind is lev.LogMetadataRead:
@@ -115,8 +123,8 @@ class LogReader:
 
     def _on_changed(self) -> list:
         """_on_changed (LogChanged) looks again now instead of at the end of a long poll or a wait."""
-        if isinstance(self._sub, LacReader) and self._sub.timeout_ms > 0 and self._ledger is not None:
-            self._sub = None                  # its late answers still tell a true LAC to the next LacReader
+        if self._polling() and self._ledger is not None:
+            self._sub = None                  # its late answers are dropped
             return [ev.ReadLedgerMetadata(ledger_id=self._ledger.ledger_id)]
         if self._wake_at is not None:
             action, self._wake_at, self._wake_action = self._wake_action, None, None
@@ -171,7 +179,7 @@ class LogReader:
         if self.follow and not self._failures and md.last_fragment_start - 1 < self.next.entry_id:
             # Answered at once if there is something new; otherwise held until there is. (After a
             # failure the LAC is asked plainly first: its answer says the bookies are back.)
-            self._sub = LacReader(md, previous_lac=self.next.entry_id - 1, timeout_ms=self.long_poll_ms)
+            self._sub = self._tail(md)
         else:
             self._sub = LacReader(md)
         return self._handle(self._sub.start())
@@ -229,9 +237,18 @@ class LogReader:
             return self._next_ledger()
         if not self.follow:
             return self._complete()           # an unclosed ledger's end is not known yet
-        md = self._ledger
-        self._sub = LacReader(md, previous_lac=self.next.entry_id - 1, timeout_ms=self.long_poll_ms)
+        self._sub = self._tail(self._ledger)
         return self._caught_up() + self._handle(self._sub.start())
+
+    def _tail(self, md: LedgerMetadata) -> TailReader:
+        """_tail long-polls the ledger for the next entry and its LAC at once (TailReader)."""
+        return self.TAIL_READER(md, self.next.entry_id, self._digest(md.digest_type), timeout_ms=self.long_poll_ms,
+                          spread_ms=self.poll_ms, now_ms=self._now, slow=self._slow)
+
+    def _polling(self) -> bool:
+        """_polling tells whether a long poll is running (a TailReader, or a LacReader with a timeout)."""
+        sub = self._sub
+        return isinstance(sub, TailReader) or (type(sub) is LacReader and sub.timeout_ms > 0)
 
     def _handle(self, commands: list) -> list:
         out: list = []
@@ -243,7 +260,9 @@ class LogReader:
                 self.delivered = Position(command.ledger_id, entries[-1].entry_id)
                 out.append(lev.DeliverRecords(ledger_id=command.ledger_id, entries=entries))
             elif kind is ev.CompleteRead:
-                if isinstance(self._sub, LacReader):
+                if isinstance(self._sub, TailReader):      # it may have delivered the entry its LAC confirms
+                    out += self._on_lac(command.lac, progressed=command.lac >= self._sub.entry_id)
+                elif isinstance(self._sub, LacReader):
                     out += self._on_lac(command.lac)
                 else:
                     out += self._after_read()
@@ -253,10 +272,12 @@ class LogReader:
                 out.append(command)
         return out
 
-    def _on_lac(self, lac: int) -> list:
+    def _on_lac(self, lac: int, progressed: bool = False) -> list:
+        """_on_lac reads up to the LAC found (`progressed`: past the entry a TailReader asked for, which it
+        may have delivered already)."""
         self._sub = None
         self._failures = 0
-        if lac >= self.next.entry_id:
+        if lac >= self.next.entry_id or progressed:
             return self._read_to(lac, final=False)
         if self.follow:          # nothing new: the ledger may be closed by now
             return self._caught_up() + [ev.ReadLedgerMetadata(ledger_id=self._ledger.ledger_id)]

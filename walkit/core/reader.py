@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from walkit.core import events as ev
 from walkit.core.digest import Digest
-from walkit.core.distribution import ensemble_coverage, write_sets_of
+from walkit.core.distribution import ensemble_coverage, write_set_bookies, write_sets_of
 from walkit.core.messages import Entry, Status
 from walkit.core.metadata import LedgerMetadata
 from walkit.core.messages import refusal as _refusal
@@ -421,3 +421,136 @@ class LacReader:
                                 error=BookieError(f"no bookie of ledger {self.ledger_id} answered ({detail})"))]
         lac = max(best, self.metadata.last_fragment_start - 1)
         return [ev.CompleteRead(ledger_id=self.ledger_id, lac=lac, last_entry_id=max(lac, self._last_entry))]
+
+
+class TailReader:
+    """TailReader long-polls a ledger for its LAC and its next entry at once (BookKeeper's readLastConfirmedAndEntry).
+
+    A following reader that delivered every entry before `entry_id` asks the replicas of
+    `entry_id` for it with previous_lac = entry_id - 1: a bookie holds the read until its LAC
+    passes that, then answers with its LAC and the entry. Tailing so costs one request and one
+    answer per entry, where a LacReader and then a RangeReader take E LAC requests, E answers,
+    a read and its answer.
+
+    The replica asked first is one that also stores the next entry, as it learns the LAC that
+    confirms `entry_id` from that entry's piggyback (a healthy bookie before a slow one). The
+    others are asked `spread_ms` later, or at once when an answer fails, so a stalled or
+    replaced bookie costs `spread_ms`, not a long poll; a bookie that failed is marked slow in
+    the shared `slow` dict, as RangeReader does.
+
+    The outcome is a LacReader's with long poll: CompleteRead(lac, last_entry_id) at the first
+    answer whose LAC passes previous_lac, preceded by DeliverEntries of the entry when that
+    answer brought it with a verified digest (otherwise the caller reads up to the LAC as
+    usual); with the highest LAC seen once every replica asked answered without one; FailRead
+    if none answered. The LAC is never below (first entry of the last fragment) - 1, and an
+    answer from a disk other than the one the fragment records counts as a failure.
+    """
+
+    #: The rule the simulator's broken-rule test flips: an entry is delivered only when the answer's
+    #: LAC confirms it. A bookie returns an entry it holds whether or not it is confirmed (a poll
+    #: that timed out, a writer that crashed mid-add); a reader trusting that could deliver a record
+    #: that recovery then drops.
+    DELIVER_ONLY_CONFIRMED = True
+
+    def __init__(self, metadata: LedgerMetadata, entry_id: int, digest: Digest, *, timeout_ms: int,
+                 spread_ms: int, now_ms: int = 0, slow: dict[str, int] | None = None) -> None:
+        self.metadata = metadata
+        self.ledger_id = metadata.ledger_id
+        self.entry_id = entry_id
+        self.previous_lac = entry_id - 1
+        self.timeout_ms = timeout_ms
+        self.done = False
+        self._verify_many = digest.verify_many
+        self._now = now_ms
+        self._slow = {} if slow is None else slow
+        ensemble, quorum = metadata.current_ensemble, metadata.write_quorum
+        replicas = write_set_bookies(entry_id, ensemble, quorum)
+        following = set(write_set_bookies(entry_id + 1, ensemble, quorum))
+        # stable sorts: a healthy bookie first, and among those one that stores the next entry too
+        self._replicas = sorted(sorted(replicas, key=lambda b: b not in following), key=self._is_slow)
+        self._asked = 0
+        self._spread_at = now_ms + spread_ms
+        self._answers: dict[str, int] = {}
+        self._errors: dict[str, str] = {}
+        self._refused: dict[str, str] = {}
+        self._last_entry = -1
+
+    def start(self) -> list:
+        """start asks the first replica."""
+        return self._ask(1)
+
+    def step(self, event) -> list:
+        """step takes EntriesRead, ReadFailed and Ticked; other events are ignored."""
+        if self.done:
+            return []
+        kind = type(event)
+        if kind is ev.Ticked:
+            self._now = event.now_ms
+            return self._ask(len(self._replicas)) if self._now >= self._spread_at else []
+        if kind not in (ev.EntriesRead, ev.ReadFailed) or event.bookie not in self._replicas[:self._asked]:
+            return []
+        md, bookie, read = self.metadata, event.bookie, kind is ev.EntriesRead
+        if (read or event.status == Status.NO_SUCH_LEDGER) and not (
+                md.answer_counts(md.last_fragment_start, bookie, event.disk)
+                and (read or md.holds_nothing_counts(event.disk))):
+            # A replaced disk knows nothing of what its predecessor acknowledged (as in LacReader).
+            return self._failed(bookie, f"answered from disk {event.disk:x}, not the one the fragment records")
+        if kind is ev.ReadFailed:
+            if event.status == Status.NO_SUCH_LEDGER:
+                return self._answered(bookie, -1, None)        # holds nothing of it yet, at its timeout
+            if event.status == Status.UNAUTHORIZED:
+                self._refused[bookie] = event.message
+            return self._failed(bookie, f"{event.status.name} {event.message}".strip())
+        entry, lac = None, event.lac
+        if lac >= self.entry_id or not self.DELIVER_ONLY_CONFIRMED:
+            for found, verified in zip(event.entries, self._verify_many(event.entries)):
+                if found.entry_id == self.entry_id and found.ledger_id == self.ledger_id and verified:
+                    entry = found
+                    lac = max(lac, self.entry_id)
+        return self._answered(bookie, lac, entry)
+
+    def _ask(self, upto: int) -> list:
+        upto = min(upto, len(self._replicas))
+        asks = self._replicas[self._asked:upto]
+        self._asked = max(self._asked, upto)
+        self._spread_at = 1 << 62 if self._asked >= len(self._replicas) else self._spread_at
+        return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=[self.entry_id],
+                            previous_lac=self.previous_lac, timeout_ms=self.timeout_ms) for b in asks]
+
+    def _is_slow(self, bookie: str) -> bool:
+        return self._slow.get(bookie, 0) > self._now
+
+    def _failed(self, bookie: str, why: str) -> list:
+        self._errors[bookie] = why
+        self._slow[bookie] = self._now + SLOW_FOR_MS
+        return self._ask(self._asked + 1) + self._settle()
+
+    def _answered(self, bookie: str, lac: int, entry: Entry | None) -> list:
+        self._answers[bookie] = lac
+        self._last_entry = max(self._last_entry, lac)
+        if lac > self.previous_lac:
+            return self._complete(lac, entry)
+        return self._settle()
+
+    def _settle(self) -> list:
+        """_settle ends the read once every replica asked answered, and none is left to ask."""
+        if len(self._answers) + len(self._errors) < self._asked:
+            return []
+        if not self._answers:
+            if self._asked < len(self._replicas):
+                return []
+            self.done = True
+            if self._refused:
+                bookie, why = next(iter(self._refused.items()))
+                return [ev.FailRead(ledger_id=self.ledger_id, error=Unauthorized(
+                    f"bookie {bookie} refused ledger {self.ledger_id}: {why or 'wrong password'}"))]
+            detail = ", ".join(f"{b}: {why}" for b, why in self._errors.items())
+            return [ev.FailRead(ledger_id=self.ledger_id,
+                                error=BookieError(f"no bookie of ledger {self.ledger_id} answered ({detail})"))]
+        return self._complete(max(self._answers.values()), None)
+
+    def _complete(self, lac: int, entry: Entry | None) -> list:
+        self.done = True
+        lac = max(lac, self.metadata.last_fragment_start - 1)
+        out: list = [ev.DeliverEntries(ledger_id=self.ledger_id, entries=[entry])] if entry is not None else []
+        return out + [ev.CompleteRead(ledger_id=self.ledger_id, lac=lac, last_entry_id=max(lac, self._last_entry))]

@@ -146,8 +146,8 @@ class ReplicaConfig:
     `max_entries_in_flight` and `linger_ms` shape group commit; `max_entry_bytes` is the client's
     entry limit. `session_ttl_ms` is how long an idle client session is remembered. `poll_ms`
     paces retried reads and reads of the log's list; `tail_poll_ms` is how long the follower's
-    reader long-polls the LAC before it reads the ledger's metadata again (LogChanged, from the
-    shell's watch of the log's metadata, cuts that short). `explicit_lac_ms` is how long the
+    reader long-polls the bookies (for the next entry and the LAC) before it reads the ledger's
+    metadata again (LogChanged, from the shell's watch of the log's metadata, cuts that short). `explicit_lac_ms` is how long the
     leader's writer stays idle before it tells the bookies its LAC, so followers see the last
     entry (walkit.core.writer): the longest a follower waits to apply it when nothing follows.
     """

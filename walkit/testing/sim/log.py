@@ -182,10 +182,12 @@ class LogSimulation(Scenario):
     `writer_cls` lets a test substitute a deliberately broken LogMachine.
     """
 
-    def __init__(self, seed: int, config: LogSimConfig | None = None, writer_cls=LogMachine, hard: bool = False) -> None:
+    def __init__(self, seed: int, config: LogSimConfig | None = None, writer_cls=LogMachine, hard: bool = False,
+                 reader_cls=LogReader) -> None:
         self.seed = seed
         self.config = cfg = config or LogSimConfig.random(random.Random(seed), hard)
         self.writer_cls = writer_cls
+        self.reader_cls = reader_cls
         self.world = world = World(
             seed, bookies=cfg.bookies, drop_rate=cfg.drop_rate, duplicate_rate=cfg.duplicate_rate,
             max_delay_ms=cfg.max_delay_ms, max_sync_ms=cfg.max_sync_ms, metadata_delay_ms=cfg.metadata_delay_ms,
@@ -326,7 +328,7 @@ class LogSimulation(Scenario):
             world.at(50, self._start_follower, name, follow)
             return None
         process = world.process(name)
-        machine = LogReader(LOG, password=PASSWORD, follow=follow, poll_ms=100, read_timeout_ms=world.request_timeout_ms,
+        machine = self.reader_cls(LOG, password=PASSWORD, follow=follow, poll_ms=100, read_timeout_ms=world.request_timeout_ms,
                             speculative_ms=world.request_timeout_ms // 4, window=8, now_ms=world.now)
         follower = _Follower(self, name, machine, process)
         self.followers.append(follower)
