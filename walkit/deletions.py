@@ -3,6 +3,7 @@
     delete_ledger(store, ledger_id)          marker first, then the metadata (Client.delete_ledger)
     was_deleted(store, ledger_id)            the bookie's garbage collection asks this
     prune(store, older_than_ms)              the auditor forgets old markers
+    Reaper(store)                            a bookie carries out the deletions principals ask for
 
 A bookie never deletes a ledger because its metadata is missing: a typo in the metadata URI or
 root, a fresh ZooKeeper, or a store restored from an old backup all look exactly like that,
@@ -17,10 +18,14 @@ from before markers have none: their data stays on the bookies, and is listed in
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 
-from walkit.core.metadata import DELETED_PREFIX, deleted_key, deletion_marker, ledger_key
-from walkit.errors import BadVersion, NodeExists, NoSuchKey, NoSuchLedger
+from walkit.core.metadata import DELETED_PREFIX, LEDGER_PREFIX, deleted_key, deletion_marker, ledger_key
+from walkit.errors import BadVersion, MetadataError, NodeExists, NoSuchKey, NoSuchLedger
+
+log = logging.getLogger(__name__)
 
 #: How long deletion markers are kept: bookies that come back within it drop deleted ledgers.
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
@@ -64,3 +69,97 @@ def prune(store, older_than_ms: int) -> int:
         except (NoSuchKey, BadVersion, ValueError):
             continue
     return pruned
+
+
+#: Where principal stores leave the hint of a deletion they ask for (one key per resource, its
+#: key with '/' as '|'); the resource's own child `DELETE_CHILD` is the request itself.
+REQUESTS_PREFIX = "deletion-requests"
+DELETE_CHILD = "delete"
+#: The version the reaper writes into a request it refused (the log was not at the version asked for).
+REFUSED = -2
+
+
+class Reaper:
+    """Reaper carries out the deletions that principals ask for in ZooKeeper's principal mode.
+
+    A principal's store may not delete a ledger's or a log's key (ZooKeeper checks a delete
+    against the parent, so a principal that could delete one ledger could delete all of them,
+    and deletion markers must be the cluster's alone: walkit.plugins.metadata.zookeeper_principals).
+    It creates the child ``<key>/delete`` instead, which ZooKeeper lets only a principal holding
+    create on that resource make, and a hint ``deletion-requests/<key>``. Every bookie runs a
+    Reaper under the cluster's user: it watches the hints, and for each one whose request child
+    exists it writes the ledger's deletion marker, then deletes the child and the key (a log's
+    at the version asked for: a changed log keeps its key and loses the request, which the
+    waiting principal reports as BadVersion). A hint without its request is dropped. A ledger
+    is deleted whatever its version: the marker is written first, and the key must go after it.
+    """
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._watch = store.watch(REQUESTS_PREFIX, lambda key: self.scan())
+        self.scan()
+
+    def scan(self) -> int:
+        """scan carries out every request pending; it returns how many keys it deleted."""
+        done = 0
+        with self._lock:
+            try:
+                hints = self.store.children(REQUESTS_PREFIX)
+            except MetadataError as exc:
+                log.warning("deletion requests unreadable: %s", exc)
+                return 0
+            for hint in hints:
+                try:
+                    done += self._reap(hint)
+                except MetadataError as exc:
+                    log.warning("deletion request %s not carried out yet: %s", hint, exc)
+        return done
+
+    def _reap(self, hint: str) -> int:
+        store, key = self.store, hint.replace("|", "/")
+        done = 0
+        try:
+            request, _ = store.get(f"{key}/{DELETE_CHILD}")
+            version = int(json.loads(request).get("version", -1))
+        except NoSuchKey:
+            version = None
+        except ValueError:
+            version = -1
+        if version is not None and version != REFUSED:
+            parts = key.split("/")
+            is_ledger = len(parts) == 2 and parts[0] == LEDGER_PREFIX.rstrip("/") and parts[1].isdigit()
+            child = f"{key}/{DELETE_CHILD}"
+            try:
+                if not is_ledger and version >= 0 and store.get(key)[1] != version:
+                    raise BadVersion(key)
+                if is_ledger:
+                    try:
+                        store.create(deleted_key(int(parts[1])), deletion_marker(int(time.time() * 1000)))
+                    except NodeExists:
+                        pass
+                _forget(store, child)
+                store.delete(key, None if is_ledger or version < 0 else version)
+                done = 1
+                log.info("deleted %s as a principal asked", key)
+            except NoSuchKey:
+                pass
+            except BadVersion:                # the log changed since: the asker is told (it waits on the child)
+                refusal = json.dumps({"version": REFUSED}).encode()
+                try:
+                    store.put(child, refusal, store.get(child)[1])
+                except NoSuchKey:
+                    store.create(child, refusal)
+        _forget(store, f"{REQUESTS_PREFIX}/{hint}")
+        return done
+
+    def close(self) -> None:
+        """close stops watching the requests."""
+        self._watch.cancel()
+
+
+def _forget(store, key: str) -> None:
+    try:
+        store.delete(key)
+    except NoSuchKey:
+        pass

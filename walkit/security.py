@@ -63,14 +63,24 @@ def principal(public_key: bytes | str) -> str:
 
 
 # -- the allow-list -------------------------------------------------------------------------------
-def allow(store, principal: str, name: str = "") -> None:
-    """allow lets the client with public key `principal` talk to the bookies (`name` is a label)."""
+def allow(store, principal: str, name: str = "", metadata_identity: str | None = None) -> None:
+    """allow lets the client with public key `principal` talk to the bookies (`name` is a label).
+
+    `metadata_identity` records the principal's own metadata-store identity (ZooKeeper's digest
+    ``PRINCIPAL:HASH``, walkit.plugins.metadata.zookeeper_principals) in its entry.
+    """
     _check_principal(principal)
-    value = json.dumps({"name": name}).encode()
+    entry = {"name": name}
+    if metadata_identity:
+        entry["zookeeper"] = metadata_identity
+    key = f"{CLIENTS_PREFIX}/{principal}"
     try:
-        store.create(f"{CLIENTS_PREFIX}/{principal}", value)
+        store.create(key, json.dumps(entry).encode())
     except NodeExists:
-        pass
+        if metadata_identity:
+            value, version = store.get(key)
+            old = json.loads(value or b"{}")
+            store.put(key, json.dumps({**old, **entry, "name": name or old.get("name", "")}).encode(), version)
 
 
 def disallow(store, principal: str) -> None:

@@ -55,10 +55,12 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
+from walkit.core.metadata import DELETED_PREFIX
 from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
 from walkit.plugins.metadata import COUNTERS, check_key
 from walkit.plugins.metadata.credentials import HIDDEN, OPERATOR_HINT, Credentials
 from walkit.plugins.metadata.session import Registration, SessionStore, UserWatch, parse_uri
+from walkit.plugins.metadata.zookeeper_principals import Policy, digest_id, is_principal
 from walkit.plugins.metadata.zookeeper_security import is_security_key, protect, security_acl, split_options
 from walkit.plugins.metadata.zookeeper_watch import TreeWatch
 from walkit.spi import SessionState
@@ -66,6 +68,10 @@ from walkit.spi import SessionState
 log = logging.getLogger(__name__)
 
 _OPTIONS = {"session_timeout": 10.0, "timeout": 10.0}
+
+
+class NoAuth(MetadataError):
+    """NoAuth is the MetadataError of a znode whose ACL does not admit this store's user."""
 
 
 class _HideAuth(logging.Filter):
@@ -109,6 +115,9 @@ class ZooKeeperMetadataStore(SessionStore):
         self._watches: set[TreeWatch] = set()
         self._expiry_timer: threading.Timer | None = None
         self._acl = [make_digest_acl(credentials.user, credentials.password, all=True)] if credentials else None
+        # Principal mode (walkit.plugins.metadata.zookeeper_principals): a user named by a principal is one.
+        own = digest_id(credentials.user, credentials.password) if credentials and is_principal(credentials.user) else None
+        self._policy = Policy(self, own)
         self.security_user = security_credentials.user if security_credentials else None
         auth = [("digest", f"{c.user}:{c.password}") for c in (credentials, security_credentials) if c is not None]
         self._client = KazooClient(
@@ -140,11 +149,36 @@ class ZooKeeperMetadataStore(SessionStore):
         hosts, root, values, credentials = parse_uri(rest, "zk", _OPTIONS, options)
         return cls(hosts, root, uri=uri, credentials=credentials, security_credentials=security, **values)
 
-    def _acl_for(self, key: str):
+    def _acl_for(self, key: str, value: bytes = b""):
         """_acl_for is the ACL a new znode for `key` gets (and its parents, if created with it)."""
         if self._security_acl is not None and is_security_key(key):
-            return self._security_acl
+            return self._policy.with_world_read(self._security_acl)
+        if self._acl is not None:
+            chosen = self._policy.acl_for(key, value)
+            if chosen is not None:
+                return chosen
         return self._acl
+
+    # -- principal mode (walkit.plugins.metadata.zookeeper_principals) ---------------------------------
+    def principal_identity(self, principal: str, password: str) -> str:
+        """principal_identity (the operator's store) gives `principal` the ZooKeeper digest user PRINCIPAL with
+        `password`, turns principal mode on and rewrites every ACL for it; it returns the digest identity."""
+        from walkit.plugins.metadata import zookeeper_principals as principals
+        from walkit.security import allow
+        if self._policy.own is not None:
+            raise ConfigError("zk metadata: a principal's own store cannot give identities; use the cluster's user")
+        identity = digest_id(principal, password)
+        allow(self, principal, metadata_identity=identity)
+        principals.enable(self)
+        return identity
+
+    def refresh_acls(self, log: str | None = None, forget: str | None = None) -> int:
+        """refresh_acls rewrites the ACLs after grants changed on `log` (None: every znode), leaving out
+        `forget` (a revoked principal); nothing outside principal mode. It returns how many changed."""
+        from walkit.plugins.metadata import zookeeper_principals as principals
+        if not self._policy.enabled():
+            return 0
+        return principals.reacl_tree(self, only_log=log, forget=forget)
 
     def _check_root(self) -> None:
         """_check_root reads the root (NoAuth: not authorized) and warns if a user's root is open to others."""
@@ -155,7 +189,9 @@ class ZooKeeperMetadataStore(SessionStore):
             acls, _ = self._call("open the root", lambda: self._client.get_acls_async(self.root), idempotent=True)
         except NoNodeError:
             return                      # created, with the ACL, by the first write
-        if list(acls) != self._acl:
+        if self._policy.own is not None:
+            return                      # principal mode: the root is the cluster's (and readable by all)
+        if [a for a in acls if a.id.scheme != "world"] != self._acl:
             shown = ", ".join(f"{a.id.scheme}:{a.id.id.partition(':')[0]}" for a in acls)   # no digest hashes
             log.warning("the ZooKeeper root %s existed before with ACL %s, not only user %r's: znodes created "
                         "before stay readable or writable by others (fix them with zkCli setAcl -R)",
@@ -199,13 +235,16 @@ class ZooKeeperMetadataStore(SessionStore):
         """_not_authorized is the error for a znode whose ACL does not admit this store (NoAuth)."""
         if self.security_user is None and "'security/" in what:
             hint = OPERATOR_HINT.removeprefix("; ")
+        elif self._policy.own is not None:
+            hint = (f"user {self.user} is a principal (ZooKeeper's principal mode), and the znode's ACL grants it "
+                    f"nothing: its owner or an operator may grant it (walkit acl grant {self.user} LEVEL log NAME)")
         elif self.user is None:
             hint = ("its znodes are protected by a ZooKeeper ACL: give the store their user and password, "
                     "zk://user:password@host:port/root (or ?password_file=)")
         else:
             hint = (f"the znode's ACL does not admit user {self.user!r} with this password: check the user and "
                     f"password (or password_file) of the zk:// URI")
-        return MetadataError(f"{what}: ZooKeeper at {self.hosts} says this client is not authorized (NoAuth) "
+        return NoAuth(f"{what}: ZooKeeper at {self.hosts} says this client is not authorized (NoAuth) "
                              f"under {self.root}; {hint}")
 
     def _on_kazoo_state(self, state: str) -> None:
@@ -240,9 +279,15 @@ class ZooKeeperMetadataStore(SessionStore):
 
     # -- MetadataStore --------------------------------------------------------------------------
     def create(self, key: str, value: bytes) -> int:
-        """create makes `key` (and its parents) and returns its version; NodeExists if present."""
+        """create makes `key` (and its parents) and returns its version; NodeExists if present.
+
+        In principal mode a principal's store leaves deletion markers to the reaper (the module doc
+        of walkit.plugins.metadata.zookeeper_principals): creating one does nothing here.
+        """
+        if self._policy.own is not None and key.startswith(DELETED_PREFIX):
+            return 0
         path = self._path(key)
-        acl = self._acl_for(key)
+        acl = self._acl_for(key, value)
         try:
             self._call(f"create {key!r}", lambda: self._client.create_async(path, bytes(value), acl=acl, makepath=True),
                        idempotent=False)
@@ -274,6 +319,8 @@ class ZooKeeperMetadataStore(SessionStore):
 
     def delete(self, key: str, expected_version: int | None = None) -> None:
         """delete removes `key` (only at `expected_version` if given); NoSuchKey if absent."""
+        if self._policy.asks_for_deletion(key):
+            return self._policy.delete(key, expected_version)
         path = self._path(key)
         version = -1 if expected_version is None else expected_version
         try:
@@ -309,8 +356,9 @@ class ZooKeeperMetadataStore(SessionStore):
                                             generation=generation, deadline=deadline)
                     cached = (int(data), stat.version)
                 except NoNodeError:
+                    acl = self._acl_for(f"{COUNTERS}/{counter}")
                     try:
-                        self._call(what, lambda: self._client.create_async(path, b"1", makepath=True),
+                        self._call(what, lambda: self._client.create_async(path, b"1", acl=acl, makepath=True),
                                    idempotent=True, generation=generation, deadline=deadline)
                         self._counters[counter] = (1, 0)
                         return 0
@@ -341,10 +389,12 @@ class ZooKeeperMetadataStore(SessionStore):
         what = f"register {registration.key!r}"
         deadline = time.monotonic() + self.timeout
         generation = self._lost_generation()
+        acl = self._acl_for(registration.key, registration.value)
         while True:
             value = registration.value
             try:
-                self._call(what, lambda: self._client.create_async(path, value, ephemeral=True, makepath=True),
+                self._call(what, lambda: self._client.create_async(path, value, acl=acl, ephemeral=True,
+                                                                   makepath=True),
                            idempotent=True, generation=generation, deadline=deadline)
                 registration.owner, registration.version = self._token, 0
                 return

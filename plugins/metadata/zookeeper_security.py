@@ -64,7 +64,8 @@ def is_security_key(key: str) -> bool:
 def protect(store) -> None:
     """protect makes the security znodes of a ZooKeeperMetadataStore with a security user, and gives
     every znode below them the security ACL."""
-    acl, client, what = store._security_acl, store._client, "protect the security keys"
+    # In ZooKeeper's principal mode every principal reads the allow-list and the grants (zookeeper_principals).
+    acl, client, what = store._policy.with_world_read(store._security_acl), store._client, "protect the security keys"
     store._call("create the root", lambda: client.ensure_path_async(store.root, store._acl), idempotent=True)
     for key in BASES:
         path = store._path(key)

@@ -75,10 +75,13 @@ class TreeWatch:
                                 idempotent=True)
 
     def _children(self, path: str) -> list[str]:
+        """_children lists a znode's children and watches them; none of a znode this store may not read
+        (ZooKeeper's principal mode: another principal's log), whose changes it is not told of either."""
+        from walkit.plugins.metadata.zookeeper import NoAuth
         try:
             return self.store._call(f"watch {self._key(path)!r}",
                                     lambda: self.store._client.get_children_async(path, self._on_event), idempotent=True)
-        except NoNodeError:
+        except (NoNodeError, NoAuth):
             return []
 
     def _walk(self, path: str, found: dict[str, int]) -> None:

@@ -163,6 +163,7 @@ class BookieServer:
                 self._warn_disk(disk, "read-only from the start")
                 self.service.read_only = True
             self._registration = self._register(self._info(self.service.read_only))
+            self._reaper = self._start_reaper()
         except BaseException:
             for action in (self.socket.close, self.metadata.close, self.storage.close,
                            self.http.close if self.http is not None else (lambda: None)):
@@ -460,6 +461,8 @@ class BookieServer:
         self._serving = False
         actions = [self.recovery.close] if self.recovery is not None else []
         actions.append(self._registration.close)
+        if self._reaper is not None:
+            actions.append(self._reaper.close)
         if self._security is not None:
             actions += [self._security.access.close, self._security.allow_list.close, self._security.authenticator.stop]
         if self.http is not None:
@@ -470,6 +473,15 @@ class BookieServer:
             except Exception as exc:  # noqa: BLE001 - shut down as much as possible
                 log.warning("shutdown step failed: %s", exc)
         log.info("bookie %s stopped", self.address)
+
+    def _start_reaper(self):
+        """_start_reaper carries out the deletions principals ask for (walkit.deletions.Reaper); a store that
+        cannot be watched leaves them to the other bookies, and this bookie serves on."""
+        try:
+            return deletions.Reaper(self.metadata)
+        except MetadataError as exc:
+            log.error("deletion requests are not watched by this bookie: %s", exc)
+            return None
 
     def _start_recovery(self) -> None:
         """_start_recovery runs auto-recovery in this process; a failure to start leaves the bookie serving."""

@@ -66,17 +66,43 @@ def clients() -> None:
 @clients.command("allow")
 @click.argument("principal")
 @click.option("--name", default="", help="A label for this client.")
+@click.option("--metadata-password-file", type=click.Path(dir_okay=False),
+              help="ZooKeeper only: give the client a ZooKeeper user of its own, PRINCIPAL, with the password in "
+                   "this file (written, mode 0600, if it does not exist); ZooKeeper then enforces the client's "
+                   "permissions too. The client connects with zk://PRINCIPAL@HOSTS/ROOT?password_file=FILE.")
 @metadata_option
 @friendly
-def clients_allow(principal: str, name: str, metadata: str | None) -> None:
+def clients_allow(principal: str, name: str, metadata_password_file: str | None, metadata: str | None) -> None:
     """Let the client with this PRINCIPAL (`walkit keys show FILE`) connect to the bookies."""
     from walkit.security import allow
     store = _store(metadata)
     try:
         allow(store, principal, name)
+        if metadata_password_file:
+            if not hasattr(store, "principal_identity"):
+                raise click.UsageError(f"--metadata-password-file needs a ZooKeeper metadata store "
+                                       f"(this one is {store.backend}); see docs/operations/security.md#permissions")
+            store.principal_identity(principal, _password_file(metadata_password_file))
     finally:
         store.close()
     click.echo(f"allowed {principal}")
+    if metadata_password_file:
+        click.echo(f"its ZooKeeper user is {principal}, password in {metadata_password_file}: "
+                   f"zk://{principal}@HOSTS/ROOT?password_file={metadata_password_file}")
+
+
+def _password_file(path: str) -> str:
+    """_password_file reads the password in `path`, or writes a new random one there (mode 0600)."""
+    import os
+    import secrets
+    from walkit.plugins.metadata.credentials import read_password_file
+    if os.path.exists(path):
+        return read_password_file(path)
+    password = secrets.token_hex(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(password + "\n")
+    return password
 
 
 @clients.command("revoke")
@@ -89,6 +115,8 @@ def clients_revoke(principal: str, metadata: str | None) -> None:
     store = _store(metadata)
     try:
         disallow(store, principal)
+        if hasattr(store, "refresh_acls"):
+            store.refresh_acls(forget=principal)        # ZooKeeper's principal mode: its ACL entries go too
     finally:
         store.close()
     click.echo(f"revoked {principal}")
@@ -128,6 +156,8 @@ def acl_grant(principal: str, level: str, kind: str, name: str, metadata: str | 
     try:
         _check_grantor(store, name)
         grant(store, principal, level, name)
+        if hasattr(store, "refresh_acls"):
+            store.refresh_acls(log=name)                # ZooKeeper's principal mode: the log's ACLs follow
     finally:
         store.close()
     click.echo(f"granted {level} on log {name} to {principal}")
@@ -146,6 +176,8 @@ def acl_revoke(principal: str, kind: str, name: str, metadata: str | None) -> No
     try:
         _check_grantor(store, name)
         revoke(store, principal, name)
+        if hasattr(store, "refresh_acls"):
+            store.refresh_acls(log=name)
     finally:
         store.close()
     click.echo(f"revoked {principal} on log {name}")

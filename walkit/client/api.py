@@ -165,6 +165,7 @@ class Client:
         self._owns_store = isinstance(metadata, str)
         self.metadata_url = metadata if isinstance(metadata, str) else getattr(metadata, "uri", repr(metadata))
         self.store = open_metadata(metadata) if isinstance(metadata, str) else metadata
+        self._check_identity()
         self.registry = BookieRegistry(self.store)
         if transport is None:
             from walkit.transport.zmq import ZmqTransport
@@ -445,6 +446,18 @@ class Client:
         self.close()
 
     # -- permissions ------------------------------------------------------------------------
+    def _check_identity(self) -> None:
+        """_check_identity refuses a metadata user named by a principal other than this client's key's: it would
+        own what this client creates in ZooKeeper (principal mode) while bookies know the client as its key."""
+        from walkit.plugins.metadata.zookeeper_principals import is_principal
+        user = getattr(self.store, "user", None)
+        if is_principal(user) and user != self.principal:
+            if self._owns_store:
+                self.store.close()
+            held = f"key {self.principal}" if self.principal else "no key"
+            raise ConfigError(f"the metadata store's user {user} is a principal, and this client has {held}: give the "
+                              f"client that principal's key (walkit.Client(url, key=...), --key, WALKIT_KEY)")
+
     def check_ledger(self, metadata: LedgerMetadata, action: str) -> None:
         """check_ledger raises PermissionDenied unless this client's principal may do `action`
         (read, append, truncate, delete) on the ledger (walkit.permissions; read afresh)."""

@@ -1,0 +1,460 @@
+"""walkit.plugins.metadata.zookeeper_principals gives every client principal a ZooKeeper identity of its own.
+
+Without it every process of a cluster shares one ZooKeeper user, so walkit's permissions
+(walkit.permissions) hold only for processes that go through walkit. In *principal mode* a
+client whose key is allowed with a metadata password (`walkit clients allow PRINCIPAL
+--metadata-password-file FILE`) connects as ZooKeeper digest user PRINCIPAL
+(``zk://PRINCIPAL@host/root?password_file=FILE``), and ZooKeeper itself enforces the model:
+
+- *Resources* carry ACLs per principal. A ledger's znode (``ledgers/<id>``) and the znodes of a
+  replicated name N (``replication/N/...``, ``elections/replication/N/...`` and its election
+  counter) belong to a log: the log's owner and the principals granted `write` or `admin` on
+  it get ``crwd`` (read, write, and create or delete *children*), `read` grants get ``r``. A log's
+  own znode (``logs/<name>``) gives ``crwd`` to its owner and `admin` grants, ``rw`` to `write`
+  grants, ``r`` to `read` grants. A ledger of no log is its owner's alone. The cluster's user
+  (bookies, the auditor, the operator) holds every right everywhere; everyone else nothing.
+- *Shared* znodes (the roots of the lists, bookie registrations, counters, the allow-list and
+  the grants, deletion markers) are readable by anyone who can reach ZooKeeper and writable by
+  the cluster's user alone, as Kafka's ``zookeeper.set.acl`` does; each allowed principal may
+  create children in the few it must (``WRITE_POINTS``) and advance the ledger id counter.
+- *Deleting* a znode needs the delete right on its parent in ZooKeeper, so a principal that may
+  delete one ledger znode could delete them all. A principal store therefore never deletes a
+  ledger or a log: it creates the child ``delete`` under the resource (which only a principal
+  holding create on that resource may do: ZooKeeper checks it), leaves a hint under
+  ``deletion-requests``, and waits until the *reaper* (walkit.deletions.Reaper, run by every
+  bookie under the cluster's user) wrote the deletion marker and deleted the znode. Deletion
+  markers, which have bookies drop a ledger's data, are written by the reaper only.
+
+Grants live in the metadata store (walkit.security); `walkit acl grant/revoke` rewrites the ACLs
+of the log's znodes and ledgers at once (`reacl_log`), and `walkit clients revoke` removes the
+principal from every ACL (`forget_principal`), so both take effect within the command, without
+restarts.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import re
+import time
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.security import ACL, Id, Permissions
+
+from walkit.errors import BadVersion, MetadataError, NoSuchKey
+
+log = logging.getLogger(__name__)
+
+#: A principal: its public key in hex (walkit.security.principal).
+PRINCIPAL = re.compile(r"[0-9a-f]{64}")
+#: The flag an operator's first `walkit clients allow --metadata-password-file` sets: principal mode is on.
+MODE_KEY = "security/principal-identities"
+#: Where a principal store leaves the hint of a deletion it asked for (walkit.deletions.Reaper).
+REQUESTS = "deletion-requests"
+#: The child of a resource znode whose presence asks the reaper to delete the resource.
+DELETE_CHILD = "delete"
+
+_REFUSED = json.dumps({"version": -2}).encode()     # walkit.deletions.REFUSED: the reaper's "not at that version"
+_CRWD = Permissions.CREATE | Permissions.READ | Permissions.WRITE | Permissions.DELETE
+_READ = Permissions.READ
+_RW = Permissions.READ | Permissions.WRITE
+_WORLD_READ = ACL(_READ, Id("world", "anyone"))
+
+#: Where the deletion markers live (walkit.core.metadata.DELETED_PREFIX): the cluster's user alone writes there.
+DELETED_DIR = "deleted-ledgers"
+
+#: Shared znodes in which every allowed principal may create children, with what it gets there.
+#: (The counters' directory is the store's COUNTERS; LEDGER_ID_COUNTER is advanced by every client.)
+WRITE_POINTS = {
+    "ledgers": Permissions.CREATE,
+    "logs": Permissions.CREATE,
+    REQUESTS: Permissions.CREATE,
+    "replication": Permissions.CREATE,
+    "elections": Permissions.CREATE,
+    "elections/replication": Permissions.CREATE,
+    ".counters": Permissions.CREATE,
+    ".counters/elections": Permissions.CREATE,
+    ".counters/elections/replication": Permissions.CREATE,
+    ".counters/ledger-id": _RW,
+}
+
+
+def digest_id(user: str, password: str) -> str:
+    """digest_id is ZooKeeper's digest identity ``user:base64(sha1(user:password))``."""
+    hashed = base64.b64encode(hashlib.sha1(f"{user}:{password}".encode()).digest()).decode()
+    return f"{user}:{hashed}"
+
+
+def is_principal(user: str | None) -> bool:
+    """is_principal tells whether a ZooKeeper user name is a walkit principal (a store in principal mode)."""
+    return bool(user) and PRINCIPAL.fullmatch(user) is not None
+
+
+def resource_of(relpath: str) -> tuple[str, str | None] | None:
+    """resource_of says which resource a znode (path below the root) is: ("ledger", None: its metadata
+    names the log), ("log", name) or ("name", log of the replicated name); None for a shared znode."""
+    parts = relpath.split("/")
+    if len(parts) == 2 and parts[0] == "ledgers" and parts[1].isdigit():
+        return ("ledger", None)
+    if len(parts) == 2 and parts[0] == "logs":
+        return ("log", parts[1])
+    for prefix in (("replication",), ("elections", "replication"), (".counters", "elections", "replication")):
+        n = len(prefix)
+        if len(parts) > n and tuple(parts[:n]) == prefix:
+            return ("name", f"replicated-{parts[n]}")
+    return None
+
+
+class Policy:
+    """Policy computes the ACLs of the znodes a store creates in principal mode, and runs its deletions.
+
+    `store` is a ZooKeeperMetadataStore; `own` is its user's digest identity, None for the
+    cluster's user (which needs no entry of its own: it holds every right through `cluster`).
+    """
+
+    #: How long a store of the cluster's user trusts that principal mode is off (once on, it stays on).
+    REFRESH_S = 1.0
+
+    def __init__(self, store, own: str | None) -> None:
+        self.store = store
+        self.own = own
+        self._cluster: list[ACL] | None = None
+        self._mode: tuple[float, bool] = (0.0, False)
+
+    # -- what principal mode looks like -------------------------------------------------------
+    def enabled(self) -> bool:
+        """enabled tells whether the operator turned principal mode on (re-read at most every REFRESH_S)."""
+        if self.own is not None:
+            return True
+        at, on = self._mode
+        if not on and time.monotonic() - at >= self.REFRESH_S:
+            on = self._exists(MODE_KEY)
+            self._mode = (time.monotonic(), on)
+        return on
+
+    def cluster(self) -> list[ACL]:
+        """cluster is the cluster's user, which holds every right on every znode: the store's own user, or for a
+        principal's store the identity MODE_KEY records (ZooKeeper shows other users' digests only as 'x')."""
+        if self._cluster is None:
+            if self.own is None:
+                self._cluster = list(self.store._acl or [])
+            else:
+                try:
+                    ids = json.loads(self.store.get(MODE_KEY)[0] or b"{}").get("cluster", [])
+                except (NoSuchKey, ValueError):
+                    raise MetadataError(f"ZooKeeper's principal mode is not on under {self.store.root}: an operator "
+                                        f"turns it on with `walkit clients allow PRINCIPAL --metadata-password-file "
+                                        f"FILE`") from None
+                self._cluster = [ACL(Permissions.ALL, Id("digest", i)) for i in ids]
+        return self._cluster
+
+    def shared_acl(self) -> list[ACL]:
+        """shared_acl: the cluster everything, everyone else read."""
+        return self.cluster() + [_WORLD_READ]
+
+    def with_world_read(self, acl: list[ACL]) -> list[ACL]:
+        """with_world_read adds read for everyone to `acl` in principal mode (the security znodes' ACL)."""
+        return acl + [_WORLD_READ] if self.enabled() and _WORLD_READ not in acl else acl
+
+    # -- ACLs ------------------------------------------------------------------------------------
+    def acl_for(self, relpath: str, value: bytes) -> list[ACL] | None:
+        """acl_for is the ACL a new znode gets (None: the store's default, outside principal mode)."""
+        if not self.enabled():
+            return None
+        resource = resource_of(relpath)
+        if resource is None:
+            own = [ACL(_CRWD, self._id(self.own))] if self.own else []
+            return self.shared_acl() + own
+        kind, log_name = resource
+        owner = ""
+        if kind == "ledger":
+            log_name, owner = _ledger_log(value)
+        elif kind == "log":
+            owner = _log_owner(value)
+        return self.resource_acl(kind, log_name, owner, creator=self.own.partition(":")[0] if self.own else "")
+
+    def resource_acl(self, kind: str, log_name: str | None, owner: str, creator: str = "") -> list[ACL]:
+        """resource_acl: the cluster everything; the owners and grants what the module doc says.
+
+        `owner` is the resource's own owner (a ledger's); the log's owner counts too. A resource
+        of a log not created yet (a replicated name's election) is its `creator`'s.
+        """
+        store = self.store
+        entries: dict[str, int] = {}
+        owners = [owner]
+        if log_name is not None:
+            owners.append(_log_owner(_get(store, f"logs/{log_name}")))
+            for principal in store.children(f"security/acl/logs/{log_name}"):
+                level = _get(store, f"security/acl/logs/{log_name}/{principal}").decode()
+                entries[principal] = _perms(kind, level)
+        owners = [o for o in owners if o] or ([creator] if creator else [])
+        if not owners:
+            return self.shared_acl()          # unowned (created without security): everyone reads it
+        for principal in owners:
+            entries[principal] = _CRWD
+        acl = list(self.cluster())
+        for principal, perms in sorted(entries.items()):
+            found = self._id_of(principal)
+            if found is not None and perms:
+                acl.append(ACL(perms, Id("digest", found)))
+        return acl
+
+    def _id(self, own: str) -> Id:
+        return Id("digest", own)
+
+    def _id_of(self, principal: str) -> str | None:
+        """_id_of is a principal's digest identity, from its allow-list entry (None: it has none)."""
+        if self.own is not None and self.own.partition(":")[0] == principal:
+            return self.own
+        try:
+            return json.loads(_get(self.store, f"security/clients/{principal}") or b"{}").get("zookeeper")
+        except ValueError:
+            return None
+
+    # -- deletions -------------------------------------------------------------------------------
+    def asks_for_deletion(self, key: str) -> bool:
+        """asks_for_deletion tells whether deleting `key` goes through the reaper (a principal store's ledgers and logs)."""
+        if self.own is None:
+            return False
+        resource = resource_of(key)
+        return resource is not None and resource[0] in ("ledger", "log")
+
+    def delete(self, key: str, expected_version: int | None) -> None:
+        """delete asks the reaper to delete `key` (at `expected_version`) and waits until it did."""
+        store = self.store
+        try:
+            store.get(key)
+        except NoSuchKey:
+            raise NoSuchKey(f"no metadata key {key!r}") from None
+        request = json.dumps({"version": -1 if expected_version is None else expected_version}).encode()
+        child = store._path(f"{key}/{DELETE_CHILD}")
+        acl = self.cluster() + [ACL(_CRWD, self._id(self.own))]
+        try:
+            store._call(f"ask to delete {key!r}", lambda: store._client.create_async(child, request, acl=acl),
+                        idempotent=False)
+        except NodeExistsError:
+            store._call(f"ask to delete {key!r}", lambda: store._client.set_async(child, request), idempotent=True)
+        except NoNodeError:
+            raise NoSuchKey(f"no metadata key {key!r}") from None
+        hint = store._path(f"{REQUESTS}/{key.replace('/', '|')}")
+        try:
+            store._call(f"ask to delete {key!r}", lambda: store._client.create_async(hint, b"", acl=self.shared_acl()
+                                                                                     + [ACL(_CRWD, self._id(self.own))]),
+                        idempotent=False)
+        except NodeExistsError:
+            pass
+        deadline = time.monotonic() + store.timeout
+        while time.monotonic() < deadline:
+            try:
+                store.get(key)
+            except NoSuchKey:
+                return
+            if _get(store, f"{key}/{DELETE_CHILD}") == _REFUSED:
+                store.delete(f"{key}/{DELETE_CHILD}")
+                raise BadVersion(f"metadata key {key!r} is not at version {expected_version}")
+            time.sleep(0.02)
+        raise MetadataError(f"{key!r} was not deleted within {store.timeout:g} s: its deletion waits for a bookie "
+                            f"(every bookie runs the reaper that carries out deletions in principal mode); "
+                            f"it will be deleted when one runs")
+
+    def _exists(self, key: str) -> bool:
+        try:
+            self.store.get(key)
+            return True
+        except NoSuchKey:
+            return False
+
+
+def _perms(kind: str, level: str) -> int:
+    if level == "read":
+        return _READ
+    if kind == "log" and level == "write":
+        return _RW
+    return _CRWD if level in ("write", "admin") else 0
+
+
+def _get(store, key: str) -> bytes:
+    try:
+        return store.get(key)[0]
+    except NoSuchKey:
+        return b""
+
+
+def _ledger_log(value: bytes) -> tuple[str | None, str]:
+    from walkit.core.metadata import LedgerMetadata
+    from walkit.permissions import log_of
+    try:
+        metadata = LedgerMetadata.from_bytes(value)
+    except Exception:  # noqa: BLE001 - not ledger metadata: treat as a ledger of no owner
+        return None, ""
+    return log_of(metadata), metadata.owner
+
+
+def _log_owner(value: bytes) -> str:
+    from walkit.core.loglist import LogMetadata
+    if not value:
+        return ""
+    try:
+        return LogMetadata.from_bytes(value).owner
+    except Exception:  # noqa: BLE001 - not log metadata
+        return ""
+
+
+# -- the operator's side ----------------------------------------------------------------------------
+def enable(store) -> None:
+    """enable turns principal mode on (a cluster-user store): the flag, the write points, and every existing
+    znode's ACL (shared ones readable by all, resources per principal). Idempotent; one pass over the tree."""
+    policy = store._policy
+    mode = json.dumps({"cluster": [acl.id.id for acl in policy.cluster()]}).encode()
+    _ensure(store, MODE_KEY, store._acl_for(MODE_KEY), mode)    # an operator user's, if the security keys are
+    if _get(store, MODE_KEY) != mode:
+        store.put(MODE_KEY, mode, store.get(MODE_KEY)[1])
+    policy._mode = (time.monotonic(), True)
+    # Every other store of the cluster's user sees the flag within REFRESH_S: what they create after that
+    # has the right ACL, and what they created before, the pass below fixes.
+    time.sleep(Policy.REFRESH_S + 0.2)
+    for point in (*WRITE_POINTS, DELETED_DIR):   # made now, so that no principal's create makes them its own
+        _ensure(store, point, policy.shared_acl(), b"0" if point == ".counters/ledger-id" else b"")
+    reacl_tree(store)
+
+
+def reacl_tree(store, only_log: str | None = None, forget: str | None = None) -> int:
+    """reacl_tree gives every znode (or only those of log `only_log`: its znode, its ledgers, a replicated
+    name's znodes and snapshot ledgers) the ACL principal mode wants, leaving out principal `forget` (revoked).
+    It returns how many ACLs it changed; one or two round trips per znode."""
+    client = store._client
+    allowed = _allowed_ids(store, forget)
+    changed = 0
+    for rel in (_log_paths(store, only_log) if only_log is not None else _all_paths(store)):
+        path = f"{store.root}/{rel}"
+        try:
+            wanted = _wanted(store, rel, allowed)
+            if wanted is None:
+                continue
+            acls, stat = store._call("read an ACL", lambda: client.get_acls_async(path), idempotent=True)
+            if sorted(map(_key, acls)) != sorted(map(_key, wanted)):
+                store._call("set an ACL", lambda: client.set_acls_async(path, wanted, version=stat.aversion),
+                            idempotent=True)
+                changed += 1
+        except (NoNodeError, BadVersionError):
+            continue                      # gone or changed meanwhile: created again with the right ACL
+    if only_log is None:
+        root_acl, stat = store._call("read the root's ACL", lambda: client.get_acls_async(store.root),
+                                     idempotent=True)
+        if _WORLD_READ not in root_acl:
+            store._call("set the root's ACL", lambda: client.set_acls_async(
+                store.root, list(root_acl) + [_WORLD_READ], version=stat.aversion), idempotent=True)
+    return changed
+
+
+def _key(acl: ACL) -> tuple:
+    return (acl.perms, acl.id.scheme, acl.id.id)
+
+
+def _all_paths(store):
+    """_all_paths yields every znode below the root (paths relative to it), parents first."""
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        path = store.root + ("/" + rel if rel else "")
+        try:
+            children = store._call("list", lambda: store._client.get_children_async(path), idempotent=True)
+        except NoNodeError:
+            continue
+        for child in children:
+            pending.append(f"{rel}/{child}" if rel else child)
+            yield f"{rel}/{child}" if rel else child
+
+
+def _log_paths(store, log_name: str):
+    """_log_paths yields the znodes of one log: its own, its ledgers', and a replicated name's."""
+    from walkit.core.loglist import LogMetadata
+    from walkit.core.metadata import ledger_key
+    yield f"logs/{log_name}"
+    value = _get(store, f"logs/{log_name}")
+    if value:
+        for ledger_id in LogMetadata.from_bytes(value).ledger_ids:
+            yield ledger_key(ledger_id)
+    if log_name.startswith("replicated-"):
+        name = log_name[len("replicated-"):]
+        for base in ("replication", "elections/replication", ".counters/elections/replication"):
+            top = f"{base}/{name}"
+            if _get_exists(store, top):
+                yield top
+                for rel in _subtree(store, top):
+                    yield rel
+        for child in store.children(f"replication/{name}/snapshots"):
+            yield ledger_key(int(child))
+
+
+def _subtree(store, top: str):
+    pending = [top]
+    while pending:
+        rel = pending.pop()
+        try:
+            children = store._call("list", lambda: store._client.get_children_async(f"{store.root}/{rel}"),
+                                   idempotent=True)
+        except NoNodeError:
+            continue
+        for child in children:
+            pending.append(f"{rel}/{child}")
+            yield f"{rel}/{child}"
+
+
+def _get_exists(store, rel: str) -> bool:
+    return store._call("look", lambda: store._client.exists_async(f"{store.root}/{rel}"), idempotent=True) is not None
+
+
+def _wanted(store, rel: str, allowed: dict[str, str]) -> list[ACL] | None:
+    """_wanted is the ACL znode `rel` should have (None: leave it as it is)."""
+    policy = store._policy
+    if rel == "zookeeper" or rel.startswith("zookeeper/"):
+        return None                       # ZooKeeper's own
+    if rel == "security" or rel.startswith("security/"):
+        acls, _ = store._call("read an ACL", lambda: store._client.get_acls_async(f"{store.root}/{rel}"),
+                              idempotent=True)
+        return policy.with_world_read(list(acls))     # its writers (an operator user) stay as they are
+    point = WRITE_POINTS.get(rel)
+    if point is not None:
+        return policy.shared_acl() + [ACL(point, Id("digest", i)) for _, i in sorted(allowed.items())]
+    resource = resource_of(rel)
+    if resource is None:
+        parent, _, name = rel.rpartition("/")
+        if name == DELETE_CHILD and resource_of(parent) is not None:
+            return None                   # a deletion request: its creator's, until the reaper takes it
+        return policy.shared_acl()
+    kind, log_name = resource
+    owner = ""
+    if kind == "ledger":
+        log_name, owner = _ledger_log(_get(store, rel))
+    elif kind == "log":
+        owner = _log_owner(_get(store, rel))
+    cluster = policy.cluster()
+    return [a for a in policy.resource_acl(kind, log_name, owner)
+            if a.id.scheme != "digest" or a in cluster or a.id.id in allowed.values()]
+
+
+def _allowed_ids(store, forget: str | None) -> dict[str, str]:
+    """_allowed_ids maps every allowed principal with a ZooKeeper identity (but `forget`) to it."""
+    out = {}
+    for principal in store.children("security/clients"):
+        if principal == forget:
+            continue
+        try:
+            found = json.loads(_get(store, f"security/clients/{principal}") or b"{}").get("zookeeper")
+        except ValueError:
+            found = None
+        if found:
+            out[principal] = found
+    return out
+
+
+def _ensure(store, rel: str, acl: list[ACL], value: bytes) -> None:
+    path = f"{store.root}/{rel}"
+    try:
+        store._call(f"create {rel!r}", lambda: store._client.create_async(path, value, acl=acl, makepath=True),
+                    idempotent=True)
+    except NodeExistsError:
+        pass
