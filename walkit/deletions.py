@@ -114,10 +114,22 @@ class Reaper:
                     done += self._reap(hint)
                 except MetadataError as exc:
                     log.warning("deletion request %s not carried out yet: %s", hint, exc)
+                except Exception as exc:  # noqa: BLE001 - a principal wrote it: bad input must not stop the bookie
+                    log.warning("dropped deletion request %r: %s", hint, exc)
+                    try:
+                        _forget(self.store, f"{REQUESTS_PREFIX}/{hint}")
+                    except Exception:  # noqa: BLE001 - it stays, and is looked at again
+                        pass
         return done
 
     def _reap(self, hint: str) -> int:
         store, key = self.store, hint.replace("|", "/")
+        parts = key.split("/")
+        if not (len(parts) == 2 and parts[1] and (parts[0] == "logs" or (parts[0] == LEDGER_PREFIX.rstrip("/")
+                                                                          and parts[1].isdigit()))):
+            log.warning("dropped deletion request %r: only a ledger's or a log's deletion is asked this way", hint)
+            _forget(store, f"{REQUESTS_PREFIX}/{hint}")
+            return 0
         done = 0
         try:
             request, _ = store.get(f"{key}/{DELETE_CHILD}")
@@ -127,8 +139,7 @@ class Reaper:
         except ValueError:
             version = -1
         if version is not None and version != REFUSED:
-            parts = key.split("/")
-            is_ledger = len(parts) == 2 and parts[0] == LEDGER_PREFIX.rstrip("/") and parts[1].isdigit()
+            is_ledger = parts[0] == LEDGER_PREFIX.rstrip("/")
             child = f"{key}/{DELETE_CHILD}"
             try:
                 if not is_ledger and version >= 0 and store.get(key)[1] != version:

@@ -35,7 +35,9 @@ set only on znodes the store creates: znodes made before the user was configured
 are (the store logs a warning when the root is one of them; ``setAcl -R`` in zkCli fixes them).
 
 The allow-list and the grants may be an operator user's own (``?security_user=NAME&
-security_password_file=PATH``): walkit.plugins.metadata.zookeeper_security.
+security_password_file=PATH``): walkit.plugins.metadata.zookeeper_security. Clients may have
+ZooKeeper users of their own, named by their principals, so that ZooKeeper enforces walkit's
+permissions (principal mode): walkit.plugins.metadata.zookeeper_principals.
 """
 
 from __future__ import annotations

@@ -138,6 +138,13 @@ def test_zk_a_principal_cannot_read_change_or_delete_anothers_log_or_ledger_with
     refused(lambda: raw.create(mallory.path(deleted_key(lone)), b"{}"),           # would have bookies drop it
             lambda: raw.delete(mallory.path("security/clients/" + alice.id)),
             lambda: raw.set(mallory.path(f"security/clients/{mallory.id}"), b"{}"))
+    # A forged deletion hint (no request under the ledger, which it may not make) and garbage ones are
+    # dropped by the bookies' reaper, which keeps serving; the ledger stays.
+    for hint in (ledger_key(lone).replace("/", "|"), "..|security", "bookies|x", "logs|"):
+        raw.create(mallory.path(f"deletion-requests/{hint}"), b"")
+    wait_until(lambda: raw.get_children(mallory.path("deletion-requests")) == [], timeout=20,
+               message="the reaper left forged deletion requests")
+    assert alice.raw.exists(alice.path(ledger_key(lone))) is not None
     # Shared lists stay readable (bookie addresses, the allow-list) and changeable by the cluster alone.
     assert raw.get_children(mallory.path("bookies"))
     refused(lambda: raw.create(mallory.path("bookies/evil"), b""))

@@ -475,8 +475,11 @@ class BookieServer:
         log.info("bookie %s stopped", self.address)
 
     def _start_reaper(self):
-        """_start_reaper carries out the deletions principals ask for (walkit.deletions.Reaper); a store that
-        cannot be watched leaves them to the other bookies, and this bookie serves on."""
+        """_start_reaper carries out the deletions principals ask for (walkit.deletions.Reaper) on a store that has
+        principal identities (ZooKeeper's); a store that cannot be watched leaves them to the other bookies, and
+        this bookie serves on."""
+        if not hasattr(self.metadata, "principal_identity"):
+            return None
         try:
             return deletions.Reaper(self.metadata)
         except MetadataError as exc:
