@@ -22,8 +22,9 @@ import logging
 import threading
 import time
 
+from walkit.core.loglist import check_log_name
 from walkit.core.metadata import DELETED_PREFIX, LEDGER_PREFIX, deleted_key, deletion_marker, ledger_key
-from walkit.errors import BadVersion, MetadataError, NodeExists, NoSuchKey, NoSuchLedger
+from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey, NoSuchLedger
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,9 @@ REQUESTS_PREFIX = "deletion-requests"
 DELETE_CHILD = "delete"
 #: The version the reaper writes into a request it refused (the log was not at the version asked for).
 REFUSED = -2
+#: How long before its hint a request may have been made: an older one was made by a principal that may
+#: have lost the right since, and is dropped (a principal's store makes both at once).
+REQUEST_WINDOW_S = 30.0
 
 
 class Reaper:
@@ -123,30 +127,40 @@ class Reaper:
         return done
 
     def _reap(self, hint: str) -> int:
-        store, key = self.store, hint.replace("|", "/")
-        parts = key.split("/")
-        if not (len(parts) == 2 and parts[1] and (parts[0] == "logs" or (parts[0] == LEDGER_PREFIX.rstrip("/")
-                                                                          and parts[1].isdigit()))):
+        store = self.store
+        key = hint.rpartition("#")[0].replace("|", "/") if "#" in hint else hint.replace("|", "/")
+        if not _deletable(key):
             log.warning("dropped deletion request %r: only a ledger's or a log's deletion is asked this way", hint)
             _forget(store, f"{REQUESTS_PREFIX}/{hint}")
             return 0
         done = 0
+        child = f"{key}/{DELETE_CHILD}"
         try:
-            request, _ = store.get(f"{key}/{DELETE_CHILD}")
+            request, _ = store.get(child)
             version = int(json.loads(request).get("version", -1))
         except NoSuchKey:
             version = None
         except ValueError:
             version = -1
         if version is not None and version != REFUSED:
-            is_ledger = parts[0] == LEDGER_PREFIX.rstrip("/")
-            child = f"{key}/{DELETE_CHILD}"
+            fresh = self._fresh(child, f"{REQUESTS_PREFIX}/{hint}")
+            if fresh is None:
+                return 0                  # another bookie carried it out meanwhile
+            if not fresh:
+                # Made long before its hint: by a principal that held the right then, and may not now
+                # (revoked since), so it no longer counts.
+                log.warning("dropped deletion request %r: its request %s is older than its hint by more than %g s",
+                            hint, child, REQUEST_WINDOW_S)
+                _forget(store, child)
+                version = None
+        if version is not None and version != REFUSED:
+            is_ledger = key.startswith(LEDGER_PREFIX)
             try:
                 if not is_ledger and version >= 0 and store.get(key)[1] != version:
                     raise BadVersion(key)
                 if is_ledger:
                     try:
-                        store.create(deleted_key(int(parts[1])), deletion_marker(int(time.time() * 1000)))
+                        store.create(deleted_key(int(key[len(LEDGER_PREFIX):])), deletion_marker(int(time.time() * 1000)))
                     except NodeExists:
                         pass
                 _forget(store, child)
@@ -164,9 +178,35 @@ class Reaper:
         _forget(store, f"{REQUESTS_PREFIX}/{hint}")
         return done
 
+    def _fresh(self, child: str, hint: str) -> bool | None:
+        """_fresh tells whether the request `child` was made at most REQUEST_WINDOW_S before its hint (the
+        store's own creation times; a store that keeps none counts every request fresh); None if either is gone."""
+        created = getattr(self.store, "created_ms", None)
+        if created is None:
+            return True
+        try:
+            lag = created(hint) - created(child)
+        except NoSuchKey:
+            return None
+        return 0 <= lag <= REQUEST_WINDOW_S * 1000
+
     def close(self) -> None:
         """close stops watching the requests."""
         self._watch.cancel()
+
+
+def _deletable(key: str) -> bool:
+    """_deletable tells whether `key` is what a principal may ask the reaper to delete: a ledger's key as
+    ledger_key writes it, or a log's."""
+    parts = key.split("/")
+    if len(parts) != 2:
+        return False
+    if parts[0] == "logs":
+        try:
+            return check_log_name(parts[1]) == parts[1]
+        except ConfigError:
+            return False
+    return key.startswith(LEDGER_PREFIX) and len(parts[1]) == 20 and parts[1].isascii() and parts[1].isdigit()
 
 
 def _forget(store, key: str) -> None:

@@ -65,6 +65,10 @@ class MetadataError(WalkitError):
     """MetadataError is raised when the metadata store cannot complete an operation."""
 
 
+class MetadataNotAuthorized(MetadataError):
+    """MetadataNotAuthorized is raised when the metadata store's ACL does not admit this client for a key."""
+
+
 class SessionLost(MetadataError):
     """SessionLost is raised for operations in flight when a metadata session is lost."""
 

@@ -58,7 +58,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
 from walkit.core.metadata import DELETED_PREFIX
-from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
+from walkit.errors import BadVersion, ConfigError, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey
 from walkit.plugins.metadata import COUNTERS, check_key
 from walkit.plugins.metadata.credentials import HIDDEN, OPERATOR_HINT, Credentials
 from walkit.plugins.metadata.session import Registration, SessionStore, UserWatch, parse_uri
@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 _OPTIONS = {"session_timeout": 10.0, "timeout": 10.0}
 
 
-class NoAuth(MetadataError):
+class NoAuth(MetadataNotAuthorized):
     """NoAuth is the MetadataError of a znode whose ACL does not admit this store's user."""
 
 
@@ -169,6 +169,10 @@ class ZooKeeperMetadataStore(SessionStore):
         from walkit.security import allow
         if self._policy.own is not None:
             raise ConfigError("zk metadata: a principal's own store cannot give identities; use the cluster's user")
+        if self._acl is None:
+            raise ConfigError("zk metadata: principal identities need the cluster's own ZooKeeper user in the URI "
+                              "(zk://USER@host:port/root?password_file=...): without one, the znodes principal mode "
+                              "makes would be nobody's to change")
         identity = digest_id(principal, password)
         allow(self, principal, metadata_identity=identity)
         principals.enable(self)
@@ -235,11 +239,12 @@ class ZooKeeperMetadataStore(SessionStore):
 
     def _not_authorized(self, what: str) -> MetadataError:
         """_not_authorized is the error for a znode whose ACL does not admit this store (NoAuth)."""
-        if self.security_user is None and "'security/" in what:
+        if self.security_user is None and "'security/" in what and self._policy.own is None:
             hint = OPERATOR_HINT.removeprefix("; ")
         elif self._policy.own is not None:
-            hint = (f"user {self.user} is a principal (ZooKeeper's principal mode), and the znode's ACL grants it "
-                    f"nothing: its owner or an operator may grant it (walkit acl grant {self.user} LEVEL log NAME)")
+            hint = (f"user {self.user} is a principal (ZooKeeper's principal mode), and the znode's ACL does not "
+                    f"grant it that: an operator may, with the cluster's user (walkit acl grant {self.user} LEVEL "
+                    f"log NAME --metadata zk://CLUSTER-USER@...)")
         elif self.user is None:
             hint = ("its znodes are protected by a ZooKeeper ACL: give the store their user and password, "
                     "zk://user:password@host:port/root (or ?password_file=)")
@@ -288,6 +293,9 @@ class ZooKeeperMetadataStore(SessionStore):
         """
         if self._policy.own is not None and key.startswith(DELETED_PREFIX):
             return 0
+        if self._policy.marked_deleted(key):
+            raise NodeExists(f"metadata key {key!r}: a ledger of that id was deleted (its deletion marker is kept), "
+                             f"so the id is not used again")
         path = self._path(key)
         acl = self._acl_for(key, value)
         try:
@@ -335,6 +343,14 @@ class ZooKeeperMetadataStore(SessionStore):
         except NotEmptyError:
             raise MetadataError(f"cannot delete metadata key {key!r}: ZooKeeper holds keys under it") from None
 
+    def created_ms(self, key: str) -> int:
+        """created_ms is when ZooKeeper created `key` (its ctime, the server's clock); NoSuchKey if absent."""
+        path = self._path(key)
+        stat = self._call(f"look at {key!r}", lambda: self._client.exists_async(path), idempotent=True)  # no ACL needed
+        if stat is None:
+            raise NoSuchKey(f"no metadata key {key!r}")
+        return stat.ctime
+
     def children(self, prefix: str) -> list[str]:
         """children lists the names directly under `prefix`, sorted."""
         path = self._path(prefix)
@@ -356,7 +372,7 @@ class ZooKeeperMetadataStore(SessionStore):
                 try:
                     data, stat = self._call(what, lambda: self._client.get_async(path), idempotent=True,
                                             generation=generation, deadline=deadline)
-                    cached = (int(data), stat.version)
+                    cached = (_counter_value(counter, data), stat.version)
                 except NoNodeError:
                     acl = self._acl_for(f"{COUNTERS}/{counter}")
                     try:
@@ -451,3 +467,15 @@ class ZooKeeperMetadataStore(SessionStore):
             self._client.close()
         except Exception:  # noqa: BLE001 - closing a broken connection: the session expires anyway
             log.debug("closing the ZooKeeper client failed", exc_info=True)
+
+
+def _counter_value(counter: str, data: bytes) -> int:
+    """_counter_value reads a counter znode: a non-negative integer, or a MetadataError that says it is broken."""
+    try:
+        value = int(data)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise MetadataError(f"the counter {counter!r} holds {bytes(data)[:40]!r}, not a non-negative integer: an "
+                            f"operator sets it past every id in use (zkCli set)")
+    return value

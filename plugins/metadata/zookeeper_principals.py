@@ -35,20 +35,24 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import logging
 import re
+import secrets
 import time
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import ACL, Id, Permissions
 
-from walkit.errors import BadVersion, MetadataError, NoSuchKey
+from walkit.errors import BadVersion, MetadataError, MetadataNotAuthorized, NoSuchKey
 
 log = logging.getLogger(__name__)
 
 #: A principal: its public key in hex (walkit.security.principal).
 PRINCIPAL = re.compile(r"[0-9a-f]{64}")
+#: A ledger znode's name, as walkit.core.metadata.ledger_key writes it (and nothing else: not "5", "05", "５").
+LEDGER_NAME = re.compile(r"[0-9]{20}", re.ASCII)
 #: The flag an operator's first `walkit clients allow --metadata-password-file` sets: principal mode is on.
 MODE_KEY = "security/principal-identities"
 #: Where a principal store leaves the hint of a deletion it asked for (walkit.deletions.Reaper).
@@ -96,7 +100,7 @@ def resource_of(relpath: str) -> tuple[str, str | None] | None:
     """resource_of says which resource a znode (path below the root) is: ("ledger", None: its metadata
     names the log), ("log", name) or ("name", log of the replicated name); None for a shared znode."""
     parts = relpath.split("/")
-    if len(parts) == 2 and parts[0] == "ledgers" and parts[1].isdigit():
+    if len(parts) == 2 and parts[0] == "ledgers" and LEDGER_NAME.fullmatch(parts[1]):
         return ("ledger", None)
     if len(parts) == 2 and parts[0] == "logs":
         return ("log", parts[1])
@@ -214,6 +218,17 @@ class Policy:
             return None
 
     # -- deletions -------------------------------------------------------------------------------
+    def marked_deleted(self, key: str) -> bool:
+        """marked_deleted tells, in principal mode, whether `key` is a ledger whose deletion marker exists.
+
+        Principals may advance the ledger id counter, so one could wind it back; a ledger created
+        again under a deleted id would have its data dropped by the bookies, which obey the marker.
+        """
+        resource = resource_of(key)
+        if resource is None or resource[0] != "ledger" or not self.enabled():
+            return False
+        return self._exists(f"{DELETED_DIR}/{key.rpartition('/')[2]}")
+
     def asks_for_deletion(self, key: str) -> bool:
         """asks_for_deletion tells whether deleting `key` goes through the reaper (a principal store's ledgers and logs)."""
         if self.own is None:
@@ -238,13 +253,11 @@ class Policy:
             store._call(f"ask to delete {key!r}", lambda: store._client.set_async(child, request), idempotent=True)
         except NoNodeError:
             raise NoSuchKey(f"no metadata key {key!r}") from None
-        hint = store._path(f"{REQUESTS}/{key.replace('/', '|')}")
-        try:
-            store._call(f"ask to delete {key!r}", lambda: store._client.create_async(hint, b"", acl=self.shared_acl()
-                                                                                     + [ACL(_CRWD, self._id(self.own))]),
-                        idempotent=False)
-        except NodeExistsError:
-            pass
+        # A hint of its own (a random suffix): one another principal made first cannot hide this request.
+        hint = store._path(f"{REQUESTS}/{key.replace('/', '|')}#{secrets.token_hex(8)}")
+        store._call(f"ask to delete {key!r}", lambda: store._client.create_async(hint, b"", acl=self.shared_acl()
+                                                                                 + [ACL(_CRWD, self._id(self.own))]),
+                    idempotent=False)
         deadline = time.monotonic() + store.timeout
         while time.monotonic() < deadline:
             try:
@@ -327,9 +340,23 @@ def reacl_tree(store, only_log: str | None = None, forget: str | None = None) ->
     client = store._client
     allowed = _allowed_ids(store, forget)
     changed = 0
-    for rel in (_log_paths(store, only_log) if only_log is not None else _all_paths(store)):
+    unfixed: list[str] = []
+    # The write points first: a revoked principal loses them even if the pass fails further on.
+    paths = _log_paths(store, only_log) if only_log is not None else _all_paths(store)
+    for rel in itertools.chain(WRITE_POINTS if only_log is None else (), paths):
         path = f"{store.root}/{rel}"
         try:
+            if rel.rpartition("/")[2] == DELETE_CHILD and resource_of(rel.rpartition("/")[0]) is not None:
+                # A pending deletion request, made by whoever held the right until now: it no longer counts
+                # (its client, if it still waits, is told the delete did not happen and may ask again).
+                store._call("drop a deletion request", lambda: client.delete_async(path), idempotent=True)
+                continue
+            if only_log is not None and resource_of(rel) is not None:
+                try:                          # its pending deletion request, as above (the walk skips children)
+                    store._call("drop a deletion request", lambda: client.delete_async(f"{path}/{DELETE_CHILD}"),
+                                idempotent=True)
+                except (NoNodeError, NotEmptyError):
+                    pass
             wanted = _wanted(store, rel, allowed)
             if wanted is None:
                 continue
@@ -338,8 +365,15 @@ def reacl_tree(store, only_log: str | None = None, forget: str | None = None) ->
                 store._call("set an ACL", lambda: client.set_acls_async(path, wanted, version=stat.aversion),
                             idempotent=True)
                 changed += 1
-        except (NoNodeError, BadVersionError):
+        except (NoNodeError, BadVersionError, NotEmptyError):
             continue                      # gone or changed meanwhile: created again with the right ACL
+        except MetadataNotAuthorized:
+            unfixed.append(rel)           # a principal made it with an ACL that shuts the cluster out
+        except ValueError:
+            unfixed.append(rel)           # not what its place says it is (a snapshot index entry that is no id)
+    if unfixed:
+        log.warning("%d znodes keep their ACL: the cluster's user may not change them (a principal made them so; "
+                    "ZooKeeper's super user can remove them): %s", len(unfixed), ", ".join(sorted(unfixed)[:20]))
     if only_log is None:
         root_acl, stat = store._call("read the root's ACL", lambda: client.get_acls_async(store.root),
                                      idempotent=True)
@@ -361,8 +395,8 @@ def _all_paths(store):
         path = store.root + ("/" + rel if rel else "")
         try:
             children = store._call("list", lambda: store._client.get_children_async(path), idempotent=True)
-        except NoNodeError:
-            continue
+        except (NoNodeError, MetadataNotAuthorized):
+            continue                      # gone, or shut to the cluster by a principal (reacl_tree reports it)
         for child in children:
             pending.append(f"{rel}/{child}" if rel else child)
             yield f"{rel}/{child}" if rel else child
@@ -386,7 +420,8 @@ def _log_paths(store, log_name: str):
                 for rel in _subtree(store, top):
                     yield rel
         for child in store.children(f"replication/{name}/snapshots"):
-            yield ledger_key(int(child))
+            if LEDGER_NAME.fullmatch(child):
+                yield ledger_key(int(child))
 
 
 def _subtree(store, top: str):
@@ -396,7 +431,7 @@ def _subtree(store, top: str):
         try:
             children = store._call("list", lambda: store._client.get_children_async(f"{store.root}/{rel}"),
                                    idempotent=True)
-        except NoNodeError:
+        except (NoNodeError, MetadataNotAuthorized):
             continue
         for child in children:
             pending.append(f"{rel}/{child}")

@@ -85,12 +85,16 @@ class TreeWatch:
             return []
 
     def _walk(self, path: str, found: dict[str, int]) -> None:
-        stat = self._exists(path)
-        if stat is None:
-            return
-        found[path] = stat.version
-        for name in self._children(path):
-            self._walk(f"{path}/{name}", found)
+        """_walk reads and watches the subtree at `path`, without recursion (a subtree may be arbitrarily deep:
+        in ZooKeeper's principal mode, principals make znodes where watched subtrees are)."""
+        pending = [path]
+        while pending:
+            path = pending.pop()
+            stat = self._exists(path)
+            if stat is None:
+                continue
+            found[path] = stat.version
+            pending.extend(f"{path}/{name}" for name in self._children(path))
 
     def _subtree(self, path: str) -> set[str]:
         return {p for p in self.known if p == path or p.startswith(path + "/")}

@@ -15,10 +15,10 @@ import sys
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
-from kazoo.security import OPEN_ACL_UNSAFE
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, Id, Permissions
 
 import walkit
-from walkit import security
+from walkit import deletions, security
 from walkit.client.log import read_log_metadata
 from walkit.core.metadata import deleted_key, ledger_key
 from walkit.errors import ConfigError, MetadataError, PermissionDenied
@@ -114,6 +114,12 @@ def a_log_with_a_ledger(principal: Principal, name: str) -> tuple[int, int]:
         writer.append(b"private")
         writer.close()
         return read_log_metadata(client.store, name)[0].ledger_ids[0], writer.ledger_id
+
+
+def digest_of(principal: Principal) -> str:
+    """digest_of is the hash part of a principal's ZooKeeper digest identity."""
+    from walkit.plugins.metadata.zookeeper_principals import digest_id
+    return digest_id(principal.id, principal.password).partition(":")[2]
 
 
 def refused(*attempts) -> None:
@@ -258,3 +264,78 @@ def test_zk_a_replicated_name_runs_under_a_principals_own_identity(env, alice, m
 def test_zk_a_client_whose_store_user_is_another_principal_is_refused(env, alice, mallory):
     with pytest.raises(ConfigError, match="is a principal"):
         walkit.Client(alice.url, key=mallory.key)
+
+
+# -- what an adversarial review of principal mode tried (each was possible before its fix) -------------
+def test_zk_a_deletion_request_made_while_granted_does_not_outlive_the_grant(env, alice, mallory):
+    log_ledger, _ = a_log_with_a_ledger(alice, "kept")
+    env.walkit("acl", "grant", mallory.id, "write", "log", "kept")
+    mallory.raw.create(mallory.path(f"{ledger_key(log_ledger)}/delete"), b'{"version": -1}')   # no hint yet
+    env.walkit("acl", "revoke", mallory.id, "log", "kept")                                     # drops the request
+    mallory.raw.create(mallory.path(f"deletion-requests/{ledger_key(log_ledger).replace('/', '|')}"), b"")
+    wait_until(lambda: mallory.raw.get_children(mallory.path("deletion-requests")) == [], timeout=20,
+               message="the hint was not dropped")
+    assert alice.raw.exists(alice.path(ledger_key(log_ledger))) is not None
+    with alice.client() as client:
+        assert [bytes(r.payload) for r in client.read_log("kept")] == [b"secret"]
+
+
+@pytest.mark.parametrize("form", ["short", "padded", "full-width"])
+def test_zk_a_principal_cannot_have_a_marker_written_for_another_principals_ledger(env, alice, mallory, form):
+    _, lone = a_log_with_a_ledger(alice, f"marked-{form}")
+    name = {"short": str(lone), "padded": f"0{lone}", "full-width": "".join(chr(0xFF10 + int(d)) for d in str(lone))}[form]
+    mallory.raw.create(mallory.path(f"ledgers/{name}"), b"{}")                      # hers: she may create ledgers
+    mallory.raw.create(mallory.path(f"ledgers/{name}/delete"), b'{"version": -1}')
+    mallory.raw.create(mallory.path(f"deletion-requests/ledgers|{name}"), b"")
+    wait_until(lambda: mallory.raw.get_children(mallory.path("deletion-requests")) == [], timeout=20,
+               message="the hint was not dropped")
+    assert mallory.raw.exists(mallory.path(deleted_key(lone))) is None
+    assert alice.raw.exists(alice.path(ledger_key(lone))) is not None
+
+
+def test_zk_a_znode_a_principal_shut_to_the_cluster_does_not_stop_its_revocation(env):
+    poisoner = env.principal("poisoner")
+    poisoner.raw.create(poisoner.path("logs/aaa-poison"), b"",
+                        acl=[ACL(Permissions.ALL, Id("digest", f"{poisoner.id}:{digest_of(poisoner)}"))])
+    env.walkit("clients", "revoke", poisoner.id)                     # exits 0, reporting what it could not fix
+    refused(lambda: poisoner.raw.create(poisoner.path("ledgers/00000000000099999999"), b"{}"),
+            lambda: poisoner.raw.create(poisoner.path("logs/another"), b"{}"))
+
+
+def test_zk_a_deep_chain_of_znodes_under_a_watched_prefix_stops_neither_watches_nor_the_reaper(env, mallory):
+    path = mallory.path("deletion-requests/deep")
+    mallory.raw.create(path, b"")
+    for _ in range(1100):
+        path += "/a"
+        mallory.raw.create(path, b"")
+    changes: list[str] = []
+    watch = env.operator.watch("deletion-requests", changes.append)        # Python's recursion limit is 1000
+    try:
+        reaper = deletions.Reaper(env.operator)
+        reaper.close()
+    finally:
+        watch.cancel()
+
+
+def test_zk_a_wound_back_or_broken_ledger_id_counter_never_reuses_a_deleted_ledgers_id(env, alice, mallory):
+    _, lone = a_log_with_a_ledger(alice, "counter")
+    with alice.client() as client:
+        client.delete_ledger(lone)
+        assert alice.raw.exists(alice.path(deleted_key(lone))) is not None
+        mallory.raw.set(mallory.path(".counters/ledger-id"), str(lone).encode())      # wound back to a deleted id
+        writer = client.create_ledger(3, 2, 2, password=b"pw")
+        assert writer.ledger_id != lone
+        writer.close()
+        mallory.raw.set(mallory.path(".counters/ledger-id"), b"not-a-number")
+        with pytest.raises(MetadataError, match="not a non-negative integer"):
+            client.create_ledger(3, 2, 2, password=b"pw")
+        mallory.raw.set(mallory.path(".counters/ledger-id"), str(writer.ledger_id + 1).encode())
+
+
+def test_zk_principal_mode_needs_the_clusters_own_user(env):
+    anonymous = open_metadata(env.zk.url(fresh_root(), timeout=10))
+    try:
+        with pytest.raises(ConfigError, match="cluster's own ZooKeeper user"):
+            anonymous.principal_identity("c" * 64, "pw")
+    finally:
+        anonymous.close()

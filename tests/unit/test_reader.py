@@ -501,6 +501,24 @@ def test_tail_reader_asks_the_other_replica_after_spread_ms_and_takes_the_first_
     assert delivered(out) == [4] and tail.done
 
 
+def test_tail_reader_marks_a_replica_slow_that_stayed_silent_while_the_other_had_news():
+    slow: dict[str, int] = {}
+    tail, _ = make_tail(4, slow=slow)
+    tail.step(ev.Ticked(now_ms=1_200, wall_ms=0))                        # B3 silent for spread_ms: B2 asked
+    assert delivered(tail_answer(tail, "B2", 4, [make_entry(4)])) == [4]
+    assert slow["B3"] > 1_200 and "B2" not in slow
+    _, sent = make_tail(4, slow=slow)
+    assert [s.bookie for s in sent] == ["B2"]                            # the next tail read does not wait for B3
+
+
+def test_tail_reader_marks_no_replica_slow_when_the_first_answers():
+    slow: dict[str, int] = {}
+    tail, _ = make_tail(4, slow=slow)
+    tail.step(ev.Ticked(now_ms=1_200, wall_ms=0))
+    tail_answer(tail, "B3", 4, [make_entry(4)])
+    assert slow == {}
+
+
 def test_tail_reader_asks_the_next_replica_at_once_when_one_fails_and_marks_it_slow():
     slow: dict[str, int] = {}
     tail, _ = make_tail(4, slow=slow)

@@ -65,7 +65,9 @@ from walkit.bookie.service import BookieService
 from walkit.core.messages import ErrorResponse, Status
 from walkit.core.metadata import CLOSED, LedgerMetadata, ledger_key
 from walkit.advertise import advertised_address, join_host_port, split_host_port
-from walkit.errors import ConfigError, MetadataError, NodeExists, NoSuchKey, StorageError, WalkitError
+from walkit.errors import (
+    ConfigError, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey, StorageError, WalkitError,
+)
 from walkit.metrics import BookieMetrics, HttpEndpoint
 from walkit.plugins import open_metadata, open_storage
 from walkit.plugins.metadata.credentials import redact
@@ -79,6 +81,8 @@ log = logging.getLogger("walkit.bookie")
 #: How often the ledger count (a metric) is refreshed, and the decommission key read.
 COUNT_INTERVAL_S = 2.0
 DECOMMISSION_CHECK_S = 1.0
+#: How often a bookie looks at the deletion requests besides their watch (walkit.deletions.Reaper).
+REAP_SCAN_S = 30.0
 #: /health fails once the serving loop has not turned for this long.
 HEALTH_STALL_S = 10.0
 _MB = 1024 * 1024
@@ -482,7 +486,7 @@ class BookieServer:
             return None
         try:
             return deletions.Reaper(self.metadata)
-        except MetadataError as exc:
+        except Exception as exc:  # noqa: BLE001 - principals write what it reads: serving entries comes first
             log.error("deletion requests are not watched by this bookie: %s", exc)
             return None
 
@@ -532,16 +536,21 @@ class BookieServer:
     def _gc_loop(self) -> None:
         """_gc_loop checks candidate ledgers against the metadata, off the serving thread.
 
-        It also looks at this bookie's decommission key every DECOMMISSION_CHECK_S. An error in
+        It also looks at this bookie's decommission key every DECOMMISSION_CHECK_S, and at the
+        deletion requests principals left every REAP_SCAN_S (walkit.deletions.Reaper), if it runs
+        one. An error in
         either is logged and the loop goes on: a thread that died here would leave the bookie
         serving with neither garbage collection nor decommissions, and nobody told.
         """
-        next_decommission_check = 0.0
+        next_decommission_check = next_reap = 0.0
         while not self._stopping.wait(0.05):
             try:
                 if time.monotonic() >= next_decommission_check:
                     next_decommission_check = time.monotonic() + DECOMMISSION_CHECK_S
                     self._check_decommission()
+                if self._reaper is not None and time.monotonic() >= next_reap:
+                    next_reap = time.monotonic() + REAP_SCAN_S
+                    self._reaper.scan()         # requests whose watch event was missed, or that failed before
                 if self._gc_candidates:
                     self._collect(self._gc_candidates.popleft())
                 while self._released:
@@ -580,6 +589,12 @@ class BookieServer:
                     log.warning("garbage collection: ledger %d has no metadata and no deletion marker; keeping its "
                                 "data (deleted by a walkit from before deletion markers, or an incomplete store?)",
                                 ledger_id)
+                continue
+            except MetadataNotAuthorized as exc:
+                # ZooKeeper's principal mode: a principal shut the cluster out of its own ledger's znode.
+                # Its data stays; the other ledgers are collected as usual.
+                log.warning("garbage collection: keeping ledger %d, its metadata is shut to this bookie: %s",
+                            ledger_id, exc)
                 continue
             except MetadataError as exc:
                 log.warning("garbage collection: keeping ledger %d, metadata unreadable: %s", ledger_id, exc)

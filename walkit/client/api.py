@@ -37,7 +37,8 @@ from walkit import deletions, permissions
 from walkit.core.recovery import LedgerRecovery
 from walkit.core.writer import DEFAULT_FRAGMENT_MAX_BYTES, DEFAULT_MAX_BYTES_IN_FLIGHT, LedgerWriter
 from walkit.errors import (
-    BadVersion, ClientClosed, ConfigError, NoSuchEntry, NoSuchKey, NoSuchLedger, RecordTooLarge, Timeout, Unauthorized,
+    BadVersion, ClientClosed, ConfigError, NodeExists, NoSuchEntry, NoSuchKey, NoSuchLedger, RecordTooLarge, Timeout,
+    Unauthorized,
 )
 from walkit.metrics import client_metrics
 from walkit.plugins import open_metadata
@@ -50,6 +51,10 @@ MAX_ENTRY_BYTES = DEFAULT_MAX_FRAME - 64 * 1024
 #: The default of `max_entry_bytes`: 60 MiB, so an entry leaves 4 MiB of its 64 MiB frame to the
 #: requests the client sends to the same bookie in the same frame.
 DEFAULT_MAX_ENTRY_BYTES = DEFAULT_MAX_FRAME - 4 * 1024 * 1024
+
+
+#: How many ledger ids create_ledger draws before it gives up on ids that are taken.
+CREATE_ATTEMPTS = 100
 
 
 def _password(password: bytes | str) -> bytes:
@@ -247,14 +252,23 @@ class Client:
         racks = min(self.min_racks, write_quorum) if min_racks is None else min_racks
         permissions.check_create(self.store, self.principal, "a ledger")
         bookies = self.registry.choose(ensemble, write_quorum=write_quorum, min_racks=racks)
-        ledger_id = self.store.next_id(LEDGER_ID_COUNTER)
-        metadata = LedgerMetadata(
-            ledger_id=ledger_id, ensemble_size=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
-            ensembles={0: tuple(bookies)}, digest_type=digest, password_check=password_check(password),
-            created_ms=int(time.time() * 1000), custom=dict(custom or {}), owner=self.principal,
-            guaranteed_write_quorum=bool(guaranteed_write_quorum or unbounded), unbounded=bool(unbounded),
-            term=1 if unbounded else 0).with_fragment(0, tuple(bookies), tuple(bookies.disks.get(b, 0) for b in bookies))
-        version = self.store.create(ledger_key(ledger_id), metadata.to_bytes())
+        for attempt in range(CREATE_ATTEMPTS):
+            ledger_id = self.store.next_id(LEDGER_ID_COUNTER)
+            metadata = LedgerMetadata(
+                ledger_id=ledger_id, ensemble_size=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
+                ensembles={0: tuple(bookies)}, digest_type=digest, password_check=password_check(password),
+                created_ms=int(time.time() * 1000), custom=dict(custom or {}), owner=self.principal,
+                guaranteed_write_quorum=bool(guaranteed_write_quorum or unbounded), unbounded=bool(unbounded),
+                term=1 if unbounded else 0).with_fragment(0, tuple(bookies),
+                                                          tuple(bookies.disks.get(b, 0) for b in bookies))
+            try:
+                version = self.store.create(ledger_key(ledger_id), metadata.to_bytes())
+                break
+            except NodeExists:
+                # The id is taken (a counter wound back, or an id of a deleted ledger in ZooKeeper's principal
+                # mode, walkit.plugins.metadata.zookeeper_principals): draw the next one, as the dispatcher does.
+                if attempt == CREATE_ATTEMPTS - 1:
+                    raise
         machine = LedgerWriter(metadata, version, master_key=master_key(password),
                                digest=Digest(digest, password), add_timeout_ms=int(self.add_timeout * 1000),
                                now_ms=now_ms(), max_bytes_in_flight=self.max_bytes_in_flight,

@@ -435,8 +435,9 @@ class TailReader:
     The replica asked first is one that also stores the next entry, as it learns the LAC that
     confirms `entry_id` from that entry's piggyback (a healthy bookie before a slow one). The
     others are asked `spread_ms` later, or at once when an answer fails, so a stalled or
-    replaced bookie costs `spread_ms`, not a long poll; a bookie that failed is marked slow in
-    the shared `slow` dict, as RangeReader does.
+    replaced bookie costs `spread_ms`, not a long poll: a bookie that failed, or that was asked
+    `spread_ms` before another replica answered with news and has not answered, is marked slow
+    in the shared `slow` dict (asked last for SLOW_FOR_MS), as RangeReader does.
 
     The outcome is a LacReader's with long poll: CompleteRead(lac, last_entry_id) at the first
     answer whose LAC passes previous_lac, preceded by DeliverEntries of the entry when that
@@ -469,6 +470,8 @@ class TailReader:
         # stable sorts: a healthy bookie first, and among those one that stores the next entry too
         self._replicas = sorted(sorted(replicas, key=lambda b: b not in following), key=self._is_slow)
         self._asked = 0
+        self._asked_at: dict[str, int] = {}
+        self._spread_ms = spread_ms
         self._spread_at = now_ms + spread_ms
         self._answers: dict[str, int] = {}
         self._errors: dict[str, str] = {}
@@ -513,6 +516,8 @@ class TailReader:
         upto = min(upto, len(self._replicas))
         asks = self._replicas[self._asked:upto]
         self._asked = max(self._asked, upto)
+        for bookie in asks:
+            self._asked_at[bookie] = self._now
         self._spread_at = 1 << 62 if self._asked >= len(self._replicas) else self._spread_at
         return [ev.SendRead(bookie=b, ledger_id=self.ledger_id, entry_ids=[self.entry_id],
                             previous_lac=self.previous_lac, timeout_ms=self.timeout_ms) for b in asks]
@@ -529,6 +534,12 @@ class TailReader:
         self._answers[bookie] = lac
         self._last_entry = max(self._last_entry, lac)
         if lac > self.previous_lac:
+            # A replica asked first that has not answered while this one had news is behind or stopped
+            # (a SIGSTOP, a partition): ask it last for a while, so the next entries do not wait spread_ms.
+            late = [b for b in self._replicas[:self._asked] if b != bookie and b not in self._answers
+                    and b not in self._errors and self._asked_at.get(b, self._now) + self._spread_ms <= self._now]
+            for slow in late:
+                self._slow[slow] = self._now + SLOW_FOR_MS
             return self._complete(lac, entry)
         return self._settle()
 
