@@ -339,3 +339,20 @@ def test_zk_principal_mode_needs_the_clusters_own_user(env):
             anonymous.principal_identity("c" * 64, "pw")
     finally:
         anonymous.close()
+
+
+def test_zk_junk_a_principal_makes_under_ledgers_is_skipped_by_listings_and_the_auditor(env, alice, mallory):
+    from walkit.autorecovery.auditor import Auditor
+    from walkit.autorecovery.daemon import RecoveryConfig
+    _, lone = a_log_with_a_ledger(alice, "junk-around")
+    mallory.raw.create(mallory.path("ledgers/not-a-ledger"), b"junk")
+    mallory.raw.create(mallory.path("ledgers/00000000000088888888"), b"not ledger metadata")
+    shut = [ACL(Permissions.ALL, Id("digest", f"{mallory.id}:{digest_of(mallory)}"))]
+    mallory.raw.create(mallory.path("ledgers/00000000000088888889"), b"{}", acl=shut)
+    with alice.client() as client:
+        listed = client.list_ledgers()
+    assert lone in listed and 88888888 in listed
+    auditor = Auditor(env.operator, "test-auditor", RecoveryConfig())
+    auditor._leading = lambda: True               # the audit's reading loop, without campaigning for it
+    audited = [ledger_id for ledger_id, _ in auditor._ledgers()]
+    assert lone in audited and 88888888 not in audited and 88888889 not in audited

@@ -42,7 +42,7 @@ from walkit.core.messages import MAX_READ_IDS, Status
 from walkit.core.metadata import CLOSED, LEDGER_PREFIX, LedgerMetadata, ledger_id_of, ledger_key
 from walkit.deletions import DEFAULT_RETENTION_S
 from walkit.election import LeaderElection
-from walkit.errors import MetadataError, NoSuchKey, Timeout, WalkitError
+from walkit.errors import MetadataError, MetadataNotAuthorized, NoSuchKey, Timeout, WalkitError
 from walkit.registry import BOOKIES_PREFIX
 
 log = logging.getLogger("walkit.autorecovery")
@@ -279,6 +279,8 @@ class Auditor:
             if not self._leading():
                 return
             for name in names[first:first + page]:
+                if not (len(name) == 20 and name.isascii() and name.isdigit()):
+                    continue                         # not a key ledger_key writes (ZooKeeper's principals may make any)
                 self.throttle.take()
                 ledger_id = ledger_id_of(name)
                 self._reads += 1
@@ -286,7 +288,15 @@ class Auditor:
                     value, _ = self.store.get(ledger_key(ledger_id))
                 except NoSuchKey:
                     continue                         # deleted since the listing
-                yield ledger_id, LedgerMetadata.from_bytes(value)
+                except MetadataNotAuthorized as exc:
+                    log.warning("audit: ledger %d is shut to the auditor, not checked: %s", ledger_id, exc)
+                    continue
+                try:
+                    metadata = LedgerMetadata.from_bytes(value)
+                except (WalkitError, ValueError, TypeError, KeyError) as exc:
+                    log.warning("audit: ledger %d holds no ledger metadata, not checked: %s", ledger_id, exc)
+                    continue
+                yield ledger_id, metadata
 
     def audit(self, lost: set[str]) -> int:
         """audit marks every ledger with a fragment on a `lost` bookie; it returns how many it marked."""

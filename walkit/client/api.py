@@ -385,7 +385,8 @@ class Client:
     def list_ledgers(self) -> list[int]:
         """list_ledgers returns the ids of all ledgers, ascending."""
         self._check_open()
-        return sorted(ledger_id_of(name) for name in self.store.children(LEDGER_PREFIX.rstrip("/")))
+        return sorted(ledger_id_of(name) for name in self.store.children(LEDGER_PREFIX.rstrip("/"))
+                      if len(name) == 20 and name.isascii() and name.isdigit())     # only keys ledger_key writes
 
     def delete_ledger(self, ledger_id: int) -> None:
         """delete_ledger removes a ledger; its bookies drop its data at their next garbage collection.
