@@ -172,3 +172,13 @@ def test_a_principal_off_the_allow_list_cannot_create_a_ledger_or_claim_a_log_na
         with pytest.raises(PermissionDenied, match="not on the allow-list"):
             attempt()
     assert cluster.client().list_ledgers() == [] and cluster.client().list_logs() == []
+
+
+def test_clients_allow_refuses_a_metadata_password_for_a_store_without_principal_identities(tmp_path):
+    url = f"sqlite://{tmp_path / 'metadata.db'}"
+    principal = "ab" * 32
+    result = CliRunner().invoke(main, ["clients", "allow", principal, "--metadata-password-file",
+                                       str(tmp_path / "p.zk"), "--metadata", url])
+    assert result.exit_code == 2 and "needs a ZooKeeper metadata store" in result.output
+    listed = CliRunner().invoke(main, ["clients", "list", "--metadata", url])
+    assert principal not in listed.output and not (tmp_path / "p.zk").exists()      # nothing half done

@@ -77,11 +77,12 @@ def clients_allow(principal: str, name: str, metadata_password_file: str | None,
     from walkit.security import allow
     store = _store(metadata)
     try:
+        if metadata_password_file and not hasattr(store, "principal_identity"):
+            scheme = str(getattr(store, "uri", "")).partition(":")[0] or type(store).__name__
+            raise click.UsageError(f"--metadata-password-file needs a ZooKeeper metadata store (this one is "
+                                   f"{scheme}); see docs/operations/security.md#zookeeper-principals")
         allow(store, principal, name)
         if metadata_password_file:
-            if not hasattr(store, "principal_identity"):
-                raise click.UsageError(f"--metadata-password-file needs a ZooKeeper metadata store "
-                                       f"(this one is {store.backend}); see docs/operations/security.md#permissions")
             store.principal_identity(principal, _password_file(metadata_password_file))
     finally:
         store.close()
