@@ -304,17 +304,33 @@ def test_zk_a_znode_a_principal_shut_to_the_cluster_does_not_stop_its_revocation
 
 def test_zk_a_deep_chain_of_znodes_under_a_watched_prefix_stops_neither_watches_nor_the_reaper(env, mallory):
     path = mallory.path("deletion-requests/deep")
-    mallory.raw.create(path, b"")
-    for _ in range(1100):
-        path += "/a"
-        mallory.raw.create(path, b"")
-    changes: list[str] = []
-    watch = env.operator.watch("deletion-requests", changes.append)        # Python's recursion limit is 1000
+    chain = [path, path + "/a"]
+    first = mallory.raw.transaction()          # the hint and its first child at once: the bookies' reapers drop a
+    first.create(chain[0], b"")                # childless garbage hint as soon as they see it
+    first.create(chain[1], b"")
+    assert not any(isinstance(result, Exception) for result in first.commit())
     try:
-        reaper = deletions.Reaper(env.operator)
-        reaper.close()
+        for _ in range(1100):
+            chain.append(chain[-1] + "/a")
+            mallory.raw.create(chain[-1], b"")
+        changes: list[str] = []
+        watch = env.operator.watch("deletion-requests", changes.append)    # Python's recursion limit is 1000
+        try:
+            reaper = deletions.Reaper(env.operator)
+            assert reaper.scan() == 0                                      # the garbage hint stays, it goes on
+            reaper.close()
+            chain.append(chain[-1] + "/b")
+            mallory.raw.create(chain[-1], b"")                             # at the bottom: the watch still sees it
+            bottom = chain[-1][len(env.root) + 1:]
+            wait_until(lambda: bottom in changes, timeout=20, message="the watch missed a change 1,100 znodes deep")
+        finally:
+            watch.cancel()
     finally:
-        watch.cancel()
+        for znode in reversed(chain):          # deepest first: kazoo's recursive delete would recurse 1,100 deep
+            try:
+                env.operator._client.delete(znode)
+            except NoNodeError:
+                pass
 
 
 def test_zk_a_wound_back_or_broken_ledger_id_counter_never_reuses_a_deleted_ledgers_id(env, alice, mallory):
