@@ -45,6 +45,8 @@ import time
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import ACL, Id, Permissions
 
+from walkit.deletions import DELETE_CHILD, REFUSED
+from walkit.deletions import REQUESTS_PREFIX as REQUESTS
 from walkit.errors import BadVersion, MetadataError, MetadataNotAuthorized, NoSuchKey
 
 log = logging.getLogger(__name__)
@@ -55,12 +57,9 @@ PRINCIPAL = re.compile(r"[0-9a-f]{64}")
 LEDGER_NAME = re.compile(r"[0-9]{20}", re.ASCII)
 #: The flag an operator's first `walkit clients allow --metadata-password-file` sets: principal mode is on.
 MODE_KEY = "security/principal-identities"
-#: Where a principal store leaves the hint of a deletion it asked for (walkit.deletions.Reaper).
-REQUESTS = "deletion-requests"
-#: The child of a resource znode whose presence asks the reaper to delete the resource.
-DELETE_CHILD = "delete"
+#: The reaper's answer "the log is not at that version" (walkit.deletions.Reaper), as it writes it.
+_REFUSED = json.dumps({"version": REFUSED}).encode()
 
-_REFUSED = json.dumps({"version": -2}).encode()     # walkit.deletions.REFUSED: the reaper's "not at that version"
 _CRWD = Permissions.CREATE | Permissions.READ | Permissions.WRITE | Permissions.DELETE
 _READ = Permissions.READ
 _RW = Permissions.READ | Permissions.WRITE
@@ -246,13 +245,19 @@ class Policy:
         request = json.dumps({"version": -1 if expected_version is None else expected_version}).encode()
         child = store._path(f"{key}/{DELETE_CHILD}")
         acl = self.cluster() + [ACL(_CRWD, self._id(self.own))]
-        try:
-            store._call(f"ask to delete {key!r}", lambda: store._client.create_async(child, request, acl=acl),
-                        idempotent=False)
-        except NodeExistsError:
-            store._call(f"ask to delete {key!r}", lambda: store._client.set_async(child, request), idempotent=True)
-        except NoNodeError:
-            raise NoSuchKey(f"no metadata key {key!r}") from None
+        for attempt in range(2):
+            try:
+                store._call(f"ask to delete {key!r}", lambda: store._client.create_async(child, request, acl=acl),
+                            idempotent=False)
+                break
+            except NodeExistsError:
+                if attempt:
+                    raise MetadataError(f"cannot ask to delete {key!r}: another request keeps being made") from None
+                # An earlier request (refused, or left by a client that gave up): made anew, as the reaper
+                # honours only a request made just before its hint.
+                store._call(f"ask to delete {key!r}", lambda: store._client.delete_async(child), idempotent=True)
+            except NoNodeError:
+                raise NoSuchKey(f"no metadata key {key!r}") from None
         # A hint of its own (a random suffix): one another principal made first cannot hide this request.
         hint = store._path(f"{REQUESTS}/{key.replace('/', '|')}#{secrets.token_hex(8)}")
         store._call(f"ask to delete {key!r}", lambda: store._client.create_async(hint, b"", acl=self.shared_acl()
