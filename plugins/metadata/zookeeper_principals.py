@@ -168,7 +168,7 @@ class Policy:
             return None
         resource = resource_of(relpath)
         if resource is None:
-            own = [ACL(_CRWD, self._id(self.own))] if self.own else []
+            own = [ACL(_CRWD, Id("digest", self.own))] if self.own else []
             return self.shared_acl() + own
         kind, log_name = resource
         owner = ""
@@ -203,9 +203,6 @@ class Policy:
             if found is not None and perms:
                 acl.append(ACL(perms, Id("digest", found)))
         return acl
-
-    def _id(self, own: str) -> Id:
-        return Id("digest", own)
 
     def _id_of(self, principal: str) -> str | None:
         """_id_of is a principal's digest identity, from its allow-list entry (None: it has none)."""
@@ -244,7 +241,7 @@ class Policy:
             raise NoSuchKey(f"no metadata key {key!r}") from None
         request = json.dumps({"version": -1 if expected_version is None else expected_version}).encode()
         child = store._path(f"{key}/{DELETE_CHILD}")
-        acl = self.cluster() + [ACL(_CRWD, self._id(self.own))]
+        acl = self.cluster() + [ACL(_CRWD, Id("digest", self.own))]
         for attempt in range(2):
             try:
                 store._call(f"ask to delete {key!r}", lambda: store._client.create_async(child, request, acl=acl),
@@ -261,7 +258,7 @@ class Policy:
         # A hint of its own (a random suffix): one another principal made first cannot hide this request.
         hint = store._path(f"{REQUESTS}/{key.replace('/', '|')}#{secrets.token_hex(8)}")
         store._call(f"ask to delete {key!r}", lambda: store._client.create_async(hint, b"", acl=self.shared_acl()
-                                                                                 + [ACL(_CRWD, self._id(self.own))]),
+                                                                                 + [ACL(_CRWD, Id("digest", self.own))]),
                     idempotent=False)
         deadline = time.monotonic() + store.timeout
         while time.monotonic() < deadline:

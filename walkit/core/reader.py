@@ -334,6 +334,16 @@ class RangeReader:
         return commands + self._deliver()
 
 
+def _no_answer(ledger_id: int, refused: dict[str, str], errors: dict[str, str]):
+    """_no_answer is the FailRead of a LAC read no bookie answered: Unauthorized if one refused the client."""
+    if refused:
+        bookie, why = next(iter(refused.items()))
+        return ev.FailRead(ledger_id=ledger_id, error=Unauthorized(
+            f"bookie {bookie} refused ledger {ledger_id}: {why or 'wrong password'}"))
+    detail = ", ".join(f"{b}: {why}" for b, why in errors.items())
+    return ev.FailRead(ledger_id=ledger_id, error=BookieError(f"no bookie of ledger {ledger_id} answered ({detail})"))
+
+
 class LacReader:
     """LacReader asks the bookies of a ledger's last fragment for their LAC.
 
@@ -412,13 +422,7 @@ class LacReader:
             return []
         self.done = True
         if best is None:
-            if self._refused:
-                bookie, why = next(iter(self._refused.items()))
-                return [ev.FailRead(ledger_id=self.ledger_id, error=Unauthorized(
-                    f"bookie {bookie} refused ledger {self.ledger_id}: {why or 'wrong password'}"))]
-            detail = ", ".join(f"{b}: {why}" for b, why in self._errors.items())
-            return [ev.FailRead(ledger_id=self.ledger_id,
-                                error=BookieError(f"no bookie of ledger {self.ledger_id} answered ({detail})"))]
+            return [_no_answer(self.ledger_id, self._refused, self._errors)]
         lac = max(best, self.metadata.last_fragment_start - 1)
         return [ev.CompleteRead(ledger_id=self.ledger_id, lac=lac, last_entry_id=max(lac, self._last_entry))]
 
@@ -476,7 +480,6 @@ class TailReader:
         self._answers: dict[str, int] = {}
         self._errors: dict[str, str] = {}
         self._refused: dict[str, str] = {}
-        self._last_entry = -1
 
     def start(self) -> list:
         """start asks the first replica."""
@@ -532,7 +535,6 @@ class TailReader:
 
     def _answered(self, bookie: str, lac: int, entry: Entry | None) -> list:
         self._answers[bookie] = lac
-        self._last_entry = max(self._last_entry, lac)
         if lac > self.previous_lac:
             # A replica asked first that has not answered while this one had news is behind or stopped
             # (a SIGSTOP, a partition): ask it last for a while, so the next entries do not wait spread_ms.
@@ -551,17 +553,11 @@ class TailReader:
             if self._asked < len(self._replicas):
                 return []
             self.done = True
-            if self._refused:
-                bookie, why = next(iter(self._refused.items()))
-                return [ev.FailRead(ledger_id=self.ledger_id, error=Unauthorized(
-                    f"bookie {bookie} refused ledger {self.ledger_id}: {why or 'wrong password'}"))]
-            detail = ", ".join(f"{b}: {why}" for b, why in self._errors.items())
-            return [ev.FailRead(ledger_id=self.ledger_id,
-                                error=BookieError(f"no bookie of ledger {self.ledger_id} answered ({detail})"))]
+            return [_no_answer(self.ledger_id, self._refused, self._errors)]
         return self._complete(max(self._answers.values()), None)
 
     def _complete(self, lac: int, entry: Entry | None) -> list:
         self.done = True
-        lac = max(lac, self.metadata.last_fragment_start - 1)
+        lac = max(lac, self.metadata.last_fragment_start - 1)        # the highest LAC any replica answered
         out: list = [ev.DeliverEntries(ledger_id=self.ledger_id, entries=[entry])] if entry is not None else []
-        return out + [ev.CompleteRead(ledger_id=self.ledger_id, lac=lac, last_entry_id=max(lac, self._last_entry))]
+        return out + [ev.CompleteRead(ledger_id=self.ledger_id, lac=lac, last_entry_id=lac)]
