@@ -136,3 +136,22 @@ def _log_owner(store, name: str) -> str:
         return LogMetadata.from_bytes(store.get(log_key(name))[0]).owner
     except NoSuchKey:
         return ""
+
+
+def holders(store, *, owner: str, log: str | None = None) -> set[str]:
+    """holders are the allowed principals that hold `write` or more on a resource owned by `owner` (of log
+    `log`): its owner, its log's owner and the log's `write` and `admin` grants. An unowned resource has none
+    (it is open to every caller through walkit, and the cluster's in a store that enforces principals)."""
+    if not owner:
+        return set()
+    found = {owner}
+    if log is not None:
+        found.add(_log_owner(store, log))
+        for principal in store.children(f"{ACL_PREFIX}/{log}"):
+            try:
+                held = store.get(f"{ACL_PREFIX}/{log}/{principal}")[0].decode()
+            except (NoSuchKey, UnicodeDecodeError):
+                continue
+            if held in LEVELS and permits(held, "write"):
+                found.add(principal)
+    return {principal for principal in found if principal and _allowed(store, principal)}

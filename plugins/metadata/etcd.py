@@ -50,7 +50,8 @@ from etcd3gw.exceptions import ConnectionFailedError, ConnectionTimeoutError, Et
 from etcd3gw.lease import Lease
 from urllib3.exceptions import NewConnectionError
 
-from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey
+from walkit.core.metadata import DELETED_PREFIX
+from walkit.errors import BadVersion, ConfigError, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey
 from walkit.plugins.metadata import COUNTERS, check_key
 from walkit.plugins.metadata.credentials import HIDDEN, Credentials, redact
 from walkit.plugins.metadata.etcd_auth import EtcdAuth, EtcdAuthFailed, hint, token_refused
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 
 _OPTIONS = {"lease_ttl": 3.0, "timeout": 10.0}
 _API_PATH = "/v3/"
+#: etcd's answer to a request checked against roles that changed before it was applied: it was not applied.
+_AUTH_CHANGED = "revision of auth store is old"
 
 
 def _b64(data: bytes | str) -> str:
@@ -178,6 +181,10 @@ class EtcdMetadataStore(SessionStore):
         self._keeper = _Client(host, port, timeout)          # the keep-alive thread's own connection
         self._auth = EtcdAuth(credentials, self._client.get_url("/auth/authenticate")) if credentials else None
         self._client.auth = self._keeper.auth = self._auth
+        # Principal mode (walkit.plugins.metadata.etcd_principals): a user named by a principal is one.
+        from walkit.plugins.metadata.etcd_principals import Requests
+        from walkit.plugins.metadata.zookeeper_principals import is_principal
+        self._requests = Requests(self, self.user) if is_principal(self.user) else None
         self._counters: dict[str, tuple[int, int]] = {}      # counter -> (next value, mod_revision)
         self._watches: set[EtcdWatch] = set()
         self._lease: int | None = None
@@ -235,8 +242,11 @@ class EtcdMetadataStore(SessionStore):
             except EtcdAuthFailed as exc:
                 raise MetadataError(f"{what}: {exc.detail_text}") from None
             except Etcd3Exception as exc:
-                raise MetadataError(f"{what}: etcd at {self.address} refused it: {_describe(exc)}"
-                                    f"{hint(exc.detail_text or '', self.user, self.root, what)}") from exc
+                if _AUTH_CHANGED not in (exc.detail_text or ""):
+                    kind = MetadataNotAuthorized if "permission denied" in (exc.detail_text or "") else MetadataError
+                    raise kind(f"{what}: etcd at {self.address} refused it: {_describe(exc)}"
+                               f"{hint(exc.detail_text or '', self.user, self.root, what)}") from exc
+                last = exc            # refused unapplied: etcd's roles changed after it checked the request's
             finally:
                 client.bounded(None)
             with self._cond:                  # wait before retrying; close() wakes us
@@ -247,11 +257,31 @@ class EtcdMetadataStore(SessionStore):
         body = {"compare": compare, "success": success, "failure": failure}
         return self._call(what, lambda: self._client.transaction(body), idempotent=idempotent, **kw)
 
+    def _as_principal(self, key: str, attempt: Callable[[], object]):
+        """_as_principal runs `attempt`, a write of `key`; in principal mode a write etcd refused (it checks
+        permissions before it applies anything) is made once more after the agent synced the key's resource."""
+        try:
+            return attempt()
+        except MetadataNotAuthorized:
+            if self._requests is None or not self._requests.sync(key):
+                raise
+            return attempt()
+
     # -- MetadataStore --------------------------------------------------------------------------
     def create(self, key: str, value: bytes) -> int:
-        """create makes `key` and returns its version (mod_revision); NodeExists if present."""
+        """create makes `key` and returns its version (mod_revision); NodeExists if present.
+
+        A principal's store has the agent create ledgers and logs, and leaves deletion markers to it
+        (walkit.plugins.metadata.etcd_principals): creating one does nothing here.
+        """
+        if self._requests is not None:
+            if key.startswith(DELETED_PREFIX):
+                return 0
+            if self._requests.handles(key):
+                return self._requests.create(key, value)
         k = self._key(key)
-        result = self._txn(f"create {key!r}", [_compare(k, "CREATE", 0)], [_put(k, value)], [], idempotent=False)
+        result = self._as_principal(key, lambda: self._txn(f"create {key!r}", [_compare(k, "CREATE", 0)],
+                                                           [_put(k, value)], [], idempotent=False))
         if not result.get("succeeded"):
             raise NodeExists(f"metadata key {key!r} already exists")
         return int(result["header"]["revision"])
@@ -269,8 +299,9 @@ class EtcdMetadataStore(SessionStore):
     def put(self, key: str, value: bytes, expected_version: int) -> int:
         """put replaces the value at `expected_version` and returns the new version."""
         k = self._key(key)
-        result = self._txn(f"put {key!r}", [_compare(k, "CREATE", 0, "GREATER"), _compare(k, "MOD", expected_version)],
-                           [_put(k, value)], [_range(k)], idempotent=False)
+        result = self._as_principal(key, lambda: self._txn(
+            f"put {key!r}", [_compare(k, "CREATE", 0, "GREATER"), _compare(k, "MOD", expected_version)],
+            [_put(k, value)], [_range(k)], idempotent=False))
         if result.get("succeeded"):
             return int(result["header"]["revision"])
         found = _found(result["responses"][0])
@@ -280,12 +311,14 @@ class EtcdMetadataStore(SessionStore):
 
     def delete(self, key: str, expected_version: int | None = None) -> None:
         """delete removes `key` (only at `expected_version` if given); NoSuchKey if absent."""
+        if self._requests is not None and self._requests.handles(key):
+            return self._requests.delete(key, expected_version)
         k = self._key(key)
         compare = [_compare(k, "CREATE", 0, "GREATER")]
         if expected_version is not None:
             compare.append(_compare(k, "MOD", expected_version))
-        result = self._txn(f"delete {key!r}", compare, [{"request_delete_range": {"key": k}}], [_range(k)],
-                           idempotent=False)
+        result = self._as_principal(key, lambda: self._txn(
+            f"delete {key!r}", compare, [{"request_delete_range": {"key": k}}], [_range(k)], idempotent=False))
         if result.get("succeeded"):
             return
         found = _found(result["responses"][0])
@@ -304,6 +337,9 @@ class EtcdMetadataStore(SessionStore):
 
     def next_id(self, counter: str) -> int:
         """next_id returns 0, 1, 2, ... for `counter`, unique across clients (CAS on a counter key)."""
+        return self._as_principal(f"{COUNTERS}/{counter}", lambda: self._next_id(counter))
+
+    def _next_id(self, counter: str) -> int:
         k = _b64(f"{self.root}/{COUNTERS}/{check_key(counter)}")
         what = f"next_id {counter!r}"
         deadline = time.monotonic() + self.timeout
@@ -338,6 +374,32 @@ class EtcdMetadataStore(SessionStore):
         watch.start(time.monotonic() + self.timeout)
         self._watches.add(watch)
         return watch.user
+
+    # -- principal mode (walkit.plugins.metadata.etcd_principals) --------------------------------------
+    def principal_identity(self, principal: str, password: str) -> str:
+        """principal_identity (a store of a user with etcd's root role) gives `principal` the etcd user PRINCIPAL
+        with `password` and a role with the keys of what it holds; it returns the user's name."""
+        from walkit.plugins.metadata import etcd_principals
+        if self._requests is not None:
+            raise ConfigError("etcd metadata: a principal's own store cannot give identities; use a user with "
+                              "etcd's root role")
+        etcd_principals.give_identity(self, principal, password)
+        return principal
+
+    def refresh_acls(self, log: str | None = None, forget: str | None = None) -> int:
+        """refresh_acls (the operator's store) recomputes the roles of log `log`'s resources, or deletes principal
+        `forget`'s role (revoked); nothing outside principal mode. It returns how many permissions changed."""
+        from walkit.plugins.metadata import etcd_principals
+        if not etcd_principals.enabled(self):
+            return 0
+        if forget is not None:
+            etcd_principals.forget(self, forget)
+        return etcd_principals.sync_log(self, log) if log is not None else 0
+
+    def principal_agent(self):
+        """principal_agent starts the agent that carries out principals' creations and deletions (a bookie's)."""
+        from walkit.plugins.metadata.etcd_principals import Agent
+        return Agent(self)
 
     # -- sessions -------------------------------------------------------------------------------
     def _probe(self) -> None:
@@ -383,6 +445,9 @@ class EtcdMetadataStore(SessionStore):
                 self._lease, delay = None, 0
 
     def _claim(self, registration: Registration) -> None:
+        self._as_principal(registration.key, lambda: self._claim_once(registration))
+
+    def _claim_once(self, registration: Registration) -> None:
         what = f"register {registration.key!r}"
         deadline = time.monotonic() + self.timeout
         generation = self._lost_generation()

@@ -178,6 +178,11 @@ class ZooKeeperMetadataStore(SessionStore):
         principals.enable(self)
         return identity
 
+    def principal_agent(self):
+        """principal_agent starts the reaper that carries out principals' deletions (a bookie's)."""
+        from walkit.deletions import Reaper
+        return Reaper(self)
+
     def refresh_acls(self, log: str | None = None, forget: str | None = None) -> int:
         """refresh_acls rewrites the ACLs after grants changed on `log` (None: every znode), leaving out
         `forget` (a revoked principal); nothing outside principal mode. It returns how many changed."""

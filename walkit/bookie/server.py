@@ -479,13 +479,14 @@ class BookieServer:
         log.info("bookie %s stopped", self.address)
 
     def _start_reaper(self):
-        """_start_reaper carries out the deletions principals ask for (walkit.deletions.Reaper) on a store that has
-        principal identities (ZooKeeper's); a store that cannot be watched leaves them to the other bookies, and
-        this bookie serves on."""
-        if not hasattr(self.metadata, "principal_identity"):
+        """_start_reaper carries out what principals ask of the cluster on a store that has principal identities:
+        ZooKeeper's deletions (walkit.deletions.Reaper), etcd's creations and deletions
+        (walkit.plugins.metadata.etcd_principals.Agent); a store that cannot be watched leaves them to the other
+        bookies, and this bookie serves on."""
+        if not hasattr(self.metadata, "principal_agent"):
             return None
         try:
-            return deletions.Reaper(self.metadata)
+            return self.metadata.principal_agent()
         except Exception as exc:  # noqa: BLE001 - principals write what it reads: serving entries comes first
             log.error("deletion requests are not watched by this bookie: %s", exc)
             return None

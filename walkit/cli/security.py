@@ -67,9 +67,11 @@ def clients() -> None:
 @click.argument("principal")
 @click.option("--name", default="", help="A label for this client.")
 @click.option("--metadata-password-file", type=click.Path(dir_okay=False),
-              help="ZooKeeper only: give the client a ZooKeeper user of its own, PRINCIPAL, with the password in "
-                   "this file (written, mode 0600, if it does not exist); ZooKeeper then enforces the client's "
-                   "permissions too. The client connects with zk://PRINCIPAL@HOSTS/ROOT?password_file=FILE.")
+              help="ZooKeeper and etcd: give the client a metadata user of its own, PRINCIPAL, with the password "
+                   "in this file (written, mode 0600, if it does not exist); the store then enforces the client's "
+                   "permissions too. The client connects with zk://PRINCIPAL@HOSTS/ROOT?password_file=FILE or "
+                   "etcd://PRINCIPAL@HOST:PORT/ROOT?password_file=FILE. etcd needs the --metadata user to hold "
+                   "etcd's root role.")
 @metadata_option
 @friendly
 def clients_allow(principal: str, name: str, metadata_password_file: str | None, metadata: str | None) -> None:
@@ -79,17 +81,19 @@ def clients_allow(principal: str, name: str, metadata_password_file: str | None,
     try:
         if metadata_password_file and not hasattr(store, "principal_identity"):
             scheme = str(getattr(store, "uri", "")).partition(":")[0] or type(store).__name__
-            raise click.UsageError(f"--metadata-password-file needs a ZooKeeper metadata store (this one is "
+            raise click.UsageError(f"--metadata-password-file needs a ZooKeeper or etcd metadata store (this one is "
                                    f"{scheme}); see docs/operations/security.md#zookeeper-principals")
         allow(store, principal, name)
         if metadata_password_file:
             store.principal_identity(principal, _password_file(metadata_password_file))
+        scheme = getattr(store, "backend", "zk")
     finally:
         store.close()
     click.echo(f"allowed {principal}")
     if metadata_password_file:
-        click.echo(f"its ZooKeeper user is {principal}, password in {metadata_password_file}: "
-                   f"zk://{principal}@HOSTS/ROOT?password_file={metadata_password_file}")
+        where = "etcd://{p}@HOST:PORT/ROOT" if scheme == "etcd" else "zk://{p}@HOSTS/ROOT"
+        click.echo(f"its {'etcd' if scheme == 'etcd' else 'ZooKeeper'} user is {principal}, password in "
+                   f"{metadata_password_file}: {where.format(p=principal)}?password_file={metadata_password_file}")
 
 
 def _password_file(path: str) -> str:
@@ -117,7 +121,7 @@ def clients_revoke(principal: str, metadata: str | None) -> None:
     try:
         disallow(store, principal)
         if hasattr(store, "refresh_acls"):
-            store.refresh_acls(forget=principal)        # ZooKeeper's principal mode: its ACL entries go too
+            store.refresh_acls(forget=principal)        # principal mode: its ACL entries (etcd: its role) go too
     finally:
         store.close()
     click.echo(f"revoked {principal}")
@@ -158,7 +162,7 @@ def acl_grant(principal: str, level: str, kind: str, name: str, metadata: str | 
         _check_grantor(store, name)
         grant(store, principal, level, name)
         if hasattr(store, "refresh_acls"):
-            store.refresh_acls(log=name)                # ZooKeeper's principal mode: the log's ACLs follow
+            store.refresh_acls(log=name)                # principal mode: the log's ACLs (etcd: roles) follow
     finally:
         store.close()
     click.echo(f"granted {level} on log {name} to {principal}")
