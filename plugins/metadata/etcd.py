@@ -31,7 +31,9 @@ see walkit.plugins.metadata.credentials) every request, lease renewal and watch 
 user's token, renewed when etcd drops it (walkit.plugins.metadata.etcd_auth). The user's role
 needs readwrite on the prefix ``/root/``. Opening the store authenticates and reads that prefix,
 so a wrong password, a missing user (etcd with authentication enabled) or a missing permission
-fails at once with a MetadataError that says which.
+fails at once with a MetadataError that says which; a write etcd refuses for want of a permission
+raises MetadataNotAuthorized. A user named by a principal is a client in *principal mode*, whose
+role etcd keeps to what walkit lets it change (walkit.plugins.metadata.etcd_principals).
 """
 
 from __future__ import annotations

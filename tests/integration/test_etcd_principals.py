@@ -379,3 +379,23 @@ def test_etcd_principal_mode_needs_a_user_with_etcds_root_role(env, tmp_path):
             plain.principal_identity("c" * 64, "pw")
     finally:
         plain.close()
+
+
+def role_keys(env, principal: Principal) -> set[str]:
+    role = env.root_raw.call("/auth/role/get", {"role": role_of(env.root, principal.id)})
+    return {base64.b64decode(p["key"]).decode()[len(env.root) + 1:] for p in role.get("perm", ())
+            if p.get("permType") == "READWRITE"}
+
+
+def test_etcd_an_agent_that_stopped_half_way_is_finished_by_the_next(env, alice):
+    _, lone = a_log_with_a_ledger(alice, "half-way")
+    key = ledger_key(lone)
+    # Created, but stopped before the roles got the key: the request stays marked "granting".
+    env.root_raw.call("/auth/role/revoke", {"role": role_of(env.root, alice.id), "key": alice.raw.key(key)})
+    assert key not in role_keys(env, alice)
+    answer = ask(alice, {"op": "create", "key": key, "value": _b64(b"-"), "state": "granting"})
+    assert "version" in answer and key in role_keys(env, alice)
+    # Deleted, but stopped before the roles lost the key: marked "revoking".
+    env.root_raw.delete(key)
+    assert ask(alice, {"op": "delete", "key": key, "version": -1, "state": "revoking"}) == {"deleted": True}
+    assert key not in role_keys(env, alice)

@@ -179,6 +179,6 @@ def test_clients_allow_refuses_a_metadata_password_for_a_store_without_principal
     principal = "ab" * 32
     result = CliRunner().invoke(main, ["clients", "allow", principal, "--metadata-password-file",
                                        str(tmp_path / "p.zk"), "--metadata", url])
-    assert result.exit_code == 2 and "needs a ZooKeeper metadata store" in result.output
+    assert result.exit_code == 2 and "needs a ZooKeeper or etcd metadata store" in result.output
     listed = CliRunner().invoke(main, ["clients", "list", "--metadata", url])
     assert principal not in listed.output and not (tmp_path / "p.zk").exists()      # nothing half done

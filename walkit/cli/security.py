@@ -82,7 +82,7 @@ def clients_allow(principal: str, name: str, metadata_password_file: str | None,
         if metadata_password_file and not hasattr(store, "principal_identity"):
             scheme = str(getattr(store, "uri", "")).partition(":")[0] or type(store).__name__
             raise click.UsageError(f"--metadata-password-file needs a ZooKeeper or etcd metadata store (this one is "
-                                   f"{scheme}); see docs/operations/security.md#zookeeper-principals")
+                                   f"{scheme}); see docs/operations/security.md#permissions")
         allow(store, principal, name)
         if metadata_password_file:
             store.principal_identity(principal, _password_file(metadata_password_file))
