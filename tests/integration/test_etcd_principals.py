@@ -201,7 +201,8 @@ def test_etcd_a_principal_cannot_change_or_delete_anothers_log_or_ledger_with_it
     # Through walkit and its CLI: refused too.
     with mallory.client() as client:
         for attempt in (lambda: client.delete_ledger(lone), lambda: client.truncate_ledger(lone, 1),
-                        lambda: list(client.read_log("orders")), lambda: client.delete_log("orders")):
+                        lambda: list(client.read_log("orders")), lambda: client.delete_log("orders"),
+                        lambda: client.open_log("orders")):               # a writer rolls the log
             with pytest.raises((PermissionDenied, MetadataError), match="may not|not authorized|denied"):
                 attempt()
     for args in (("log", "read", "orders"), ("log", "truncate", "orders", "--before", f"{log_ledger}:1"),
