@@ -26,13 +26,13 @@ from walkit.errors import ConfigError, MetadataError, MetadataNotAuthorized, Nod
 from walkit.local import LocalCluster
 from walkit.plugins import open_metadata
 from walkit.plugins.metadata.etcd_principals import REQUESTS, role_of
-from walkit.testing.servers import SecuredEtcdServer, etcd_missing, with_user
+from walkit.testing.servers import SecuredEtcdServer, with_user
 
 from tests.conftest import fresh_root
 
 from .helpers import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(etcd_missing() is not None, reason=str(etcd_missing()))]
+pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
 ROOT_PASSWORD = "root-s3cret"
 

@@ -22,7 +22,7 @@ from walkit.testing.servers import SecuredEtcdServer, etcd_missing, with_user
 
 from tests.conftest import fresh_root
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
 ROOT_PASSWORD = "root-s3cret"
 ALICE, MALLORY = "a" * 64, "b" * 64
