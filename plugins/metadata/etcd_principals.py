@@ -104,32 +104,40 @@ def resource_keys(store, key: str) -> tuple[str, str, list[tuple[str, str]]] | N
 
 def holders_of(store, kind: str, ident: str) -> set[str]:
     """holders_of are the principals whose roles get a resource's keys (see the module doc); none for a ledger
-    or log that is gone or whose metadata does not decode."""
+    or log that is gone or whose metadata (or its log's) does not decode. A store that cannot be read raises
+    MetadataError: an answer of none would take the keys from every role."""
     if kind == "name":
         log_name = permissions.REPLICATED_PREFIX + ident
-        try:
-            owner = LogMetadata.from_bytes(store.get(log_key(log_name))[0]).owner
-            return permissions.holders(store, owner=owner, log=log_name)
-        except NoSuchKey:
-            pass
-        except Exception:  # noqa: BLE001 - not log metadata: nobody's
-            return set()
-        try:
-            claimant = store.get(f"{CLAIMS}/{ident}")[0].decode()
-        except (NoSuchKey, UnicodeDecodeError):
-            return set()
-        return permissions.holders(store, owner=claimant)
-    try:
-        value = store.get(ident)[0]
-    except NoSuchKey:
+        value = _get(store, log_key(log_name))
+        if not value:
+            claimant = _get(store, f"{CLAIMS}/{ident}").decode(errors="replace")
+            return _holders(store, lambda: claimant, None)
+        return _holders(store, lambda: LogMetadata.from_bytes(value).owner, log_name)
+    value = _get(store, ident)
+    if not value:
         return set()
+    if kind == "ledger":
+        metadata = _decoded(LedgerMetadata.from_bytes, value)
+        if metadata is None:
+            return set()
+        return _holders(store, lambda: metadata.owner, permissions.log_of(metadata))
+    return _holders(store, lambda: LogMetadata.from_bytes(value).owner, ident.partition("/")[2])
+
+
+def _holders(store, owner, log_name: str | None) -> set[str]:
     try:
-        if kind == "ledger":
-            metadata = LedgerMetadata.from_bytes(value)
-            return permissions.holders(store, owner=metadata.owner, log=permissions.log_of(metadata))
-        return permissions.holders(store, owner=LogMetadata.from_bytes(value).owner, log=ident.partition("/")[2])
-    except Exception:  # noqa: BLE001 - not walkit's metadata: nobody's
+        return permissions.holders(store, owner=owner(), log=log_name)
+    except MetadataError:
+        raise
+    except Exception:  # noqa: BLE001 - metadata that is not walkit's (a principal may write its own): nobody's
         return set()
+
+
+def _decoded(parse, value: bytes):
+    try:
+        return parse(value)
+    except Exception:  # noqa: BLE001 - not walkit's metadata
+        return None
 
 
 # -- etcd's roles --------------------------------------------------------------------------------------
