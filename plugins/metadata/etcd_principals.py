@@ -9,25 +9,28 @@ and etcd itself enforces the model with the user's role ``walkit<root>:<principa
 - *Reads*: the role reads every key under the root. walkit's watches cover whole prefixes
   (``logs``, ``elections``), which etcd allows only to a role that reads all of them, and the
   metadata holds no data: bookies check every read of entries.
-- *Writes*: readwrite on exactly the keys of the resources the principal holds `write` or
-  `admin` on (`walkit.permissions.holders`): a ledger's key, a log's key, and a replicated name
-  N's keys (``replication/N``, ``elections/replication/N``, ``.counters/elections/replication/N``,
-  each with everything under it); plus the ledger id counter and its own request prefix
-  ``principal-requests/<principal>/``.
+- *Writes*: readwrite on the keys of the ledgers and logs the principal owns, on a replicated
+  name N's keys (``replication/N``, ``elections/replication/N``, ``.counters/elections/replication/N``,
+  each with everything under it) when it holds `write` or `admin` on N's log
+  (`walkit.permissions.holders`), and on its own request prefix ``principal-requests/<principal>/``.
+  A ledger or log of someone else's that the principal may write (a grant) it changes through the
+  agent, which refuses a change of the owner, the log or the id: the owner is in the value, and a
+  principal that could rewrite it would keep the resource after its grant is revoked.
 
 etcd's roles are changed by its root alone, and a role that may create one new key under
 ``ledgers/`` may create or delete any key there. So a principal never creates or deletes a
-ledger or a log itself: it writes a *request* under its prefix and waits for the answer, which
-the *agent* (`Agent`, run by every bookie, whose etcd user holds etcd's root role) writes into
-the request. The agent checks the request against walkit's permissions read afresh, creates
-the key in one transaction with the request (a ledger only if no deletion marker has its id:
-the id counter is every principal's to advance, so one could wind it back), gives every holder's
-role the key and takes it from every other walkit role of the root, and only then answers. A
-deletion writes the ledger's deletion marker first (markers are the agent's alone, so no
-principal can have another's data collected) and takes the key from every role. A write the
-role refuses (a replicated name not claimed yet, a grant the operator's pass has not reached)
-is retried once after a ``sync`` request, which recomputes the resource's roles; the first
-principal to sync a replicated name with no log yet claims it (``principal-names/N``).
+ledger or a log itself, nor draws a ledger id: it writes a *request* under its prefix and waits
+for the answer, which the *agent* (`Agent`, run by every bookie, whose etcd user holds etcd's
+root role) writes into the request. The agent checks the request against walkit's permissions
+read afresh; creating, it first takes the key from every walkit role of the root (one deleted
+directly may have left its old holders the key), creates it in one transaction with the request
+(a ledger only if no deletion marker has its id), gives the asker's role the key, and only then
+answers. A deletion writes the ledger's deletion marker first, for the id of the key (markers
+are the agent's alone, so no principal can have another's data collected), and takes the key
+from every role. A write the role refuses (a replicated name not claimed yet, a grant the
+operator's pass has not reached) is retried once after a ``sync`` request, which recomputes the
+resource's roles; the first principal to sync a replicated name with no log yet claims it
+(``principal-names/N``).
 
 etcd checks a delete like a put: a principal that may change a key may delete it. A `write`
 grant on a log may therefore delete the log's key directly (its ledgers, and their data, stay;
@@ -42,6 +45,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 import secrets
 import threading
 import time
@@ -49,8 +53,8 @@ import time
 from etcd3gw.exceptions import Etcd3Exception
 
 from walkit import permissions
-from walkit.core.loglist import LogMetadata, log_key
-from walkit.core.metadata import LEDGER_PREFIX, LedgerMetadata, deleted_key, deletion_marker
+from walkit.core.loglist import LogMetadata, check_log_name, log_key
+from walkit.core.metadata import LEDGER_PREFIX, LedgerMetadata, deleted_key, deletion_marker, ledger_key
 from walkit.errors import (BadVersion, ConfigError, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey,
                            PermissionDenied)
 from walkit.plugins.metadata import COUNTERS
@@ -103,9 +107,11 @@ def resource_keys(store, key: str) -> tuple[str, str, list[tuple[str, str]]] | N
 
 
 def holders_of(store, kind: str, ident: str) -> set[str]:
-    """holders_of are the principals whose roles get a resource's keys (see the module doc); none for a ledger
-    or log that is gone or whose metadata (or its log's) does not decode. A store that cannot be read raises
-    MetadataError: an answer of none would take the keys from every role."""
+    """holders_of are the principals whose roles get a resource's keys (see the module doc): a ledger's or a
+    log's owner alone (whoever else may change it asks the agent, which keeps the owner as it is); a replicated
+    name's, everyone who may write its log. None for a resource that is gone or whose metadata does not
+    decode. A store that cannot be read raises MetadataError: an answer of none would take the keys from every
+    role."""
     if kind == "name":
         log_name = permissions.REPLICATED_PREFIX + ident
         value = _get(store, log_key(log_name))
@@ -116,12 +122,8 @@ def holders_of(store, kind: str, ident: str) -> set[str]:
     value = _get(store, ident)
     if not value:
         return set()
-    if kind == "ledger":
-        metadata = _decoded(LedgerMetadata.from_bytes, value)
-        if metadata is None:
-            return set()
-        return _holders(store, lambda: metadata.owner, permissions.log_of(metadata))
-    return _holders(store, lambda: LogMetadata.from_bytes(value).owner, ident.partition("/")[2])
+    parse = LedgerMetadata.from_bytes if kind == "ledger" else LogMetadata.from_bytes
+    return _holders(store, lambda: parse(value).owner, None)
 
 
 def _holders(store, owner, log_name: str | None) -> set[str]:
@@ -131,13 +133,6 @@ def _holders(store, owner, log_name: str | None) -> set[str]:
         raise
     except Exception:  # noqa: BLE001 - metadata that is not walkit's (a principal may write its own): nobody's
         return set()
-
-
-def _decoded(parse, value: bytes):
-    try:
-        return parse(value)
-    except Exception:  # noqa: BLE001 - not walkit's metadata
-        return None
 
 
 # -- etcd's roles --------------------------------------------------------------------------------------
@@ -223,7 +218,6 @@ def give_identity(store, principal: str, password: str) -> None:
     auth_call(store, "/auth/role/add", {"name": role}, tolerate=("role name already exists",))
     root = store.root + "/"
     grant(store, role, root, _prefix_end(root), "READ")
-    grant(store, role, f"{store.root}/{LEDGER_ID_COUNTER}")
     requests = f"{store.root}/{REQUESTS}/{principal}/"
     grant(store, role, requests, _prefix_end(requests))
     auth_call(store, "/auth/user/grant", {"user": principal, "role": role})
@@ -264,6 +258,13 @@ def sync_all(store) -> int:
             if name not in seen_names:
                 seen_names.add(name)
                 changed += _sync(store, roles, f"{NAME_BASES[0]}/{name}")
+    # Keys deleted directly (a holder may: etcd tells no delete from a write) leave their roles' keys behind.
+    low = store.root + "/"
+    for held in roles.perms.values():
+        for key, end in list(held):
+            found = resource_of(key[len(low):]) if key.startswith(low) and not end else None
+            if found is not None and found[0] in ("ledger", "log") and not _get(store, key[len(low):]):
+                changed += roles.sync([(key, end)], set())
     return changed
 
 
@@ -300,7 +301,8 @@ def _sync(store, roles: Roles, key: str) -> int:
 
 # -- a principal's side --------------------------------------------------------------------------------
 class Requests:
-    """Requests is how a principal's store has the agent create, delete and sync the keys of its resources."""
+    """Requests is how a principal's store has the agent create, delete, change and sync the keys of its
+    resources, and draw ledger ids."""
 
     def __init__(self, store, principal: str) -> None:
         self.store = store
@@ -319,6 +321,17 @@ class Requests:
     def delete(self, key: str, expected_version: int | None) -> None:
         """delete has the agent delete `key` (at `expected_version` if given), a ledger's marker first."""
         self._ask({"op": "delete", "key": key, "version": -1 if expected_version is None else expected_version})
+
+    def put(self, key: str, value: bytes, expected_version: int) -> int:
+        """put has the agent change `key` at `expected_version` (a resource of someone else's this principal may
+        write: the agent keeps its owner); it returns the new version."""
+        answer = self._ask({"op": "put", "key": key, "value": base64.b64encode(bytes(value)).decode(),
+                            "version": expected_version})
+        return int(answer["version"])
+
+    def next_id(self) -> int:
+        """next_id has the agent draw the next ledger id (the counter is the cluster's: nobody winds it back)."""
+        return int(self._ask({"op": "next-id", "key": LEDGER_ID_COUNTER})["value"])
 
     def sync(self, key: str) -> bool:
         """sync has the agent recompute the roles of `key`'s resource (claiming a replicated name with no log yet);
@@ -363,7 +376,8 @@ class Agent:
 
     It watches ``principal-requests`` and also scans it when asked (`scan`, the bookie's GC loop calls it
     every few seconds). Several agents may serve one request: each step is a transaction that
-    compares the request's revision, and giving roles their keys twice changes nothing.
+    compares the request's revision, and giving roles their keys twice changes nothing. A request
+    is a principal's input: whatever it holds, the agent answers it or leaves it, and goes on.
     """
 
     def __init__(self, store) -> None:
@@ -378,34 +392,43 @@ class Agent:
         store, served = self.store, 0
         with self._lock:
             try:
-                principals = store.children(REQUESTS)
+                principals = [p for p in store.children(REQUESTS) if PRINCIPAL.fullmatch(p)]
             except MetadataError as exc:
                 log.warning("principal requests unreadable: %s", exc)
                 return 0
             for principal in principals:
                 try:
-                    nonces = store.children(f"{REQUESTS}/{principal}")
+                    nonces = [n for n in store.children(f"{REQUESTS}/{principal}") if NONCE.fullmatch(n)]
                 except MetadataError:
                     continue
                 for nonce in nonces:
+                    key = f"{REQUESTS}/{principal}/{nonce}"
                     try:
-                        served += self._serve(principal, f"{REQUESTS}/{principal}/{nonce}")
+                        served += self._serve(principal, key)
                     except MetadataNotAuthorized as exc:
                         if not self._refused:
                             log.error("principal requests are not carried out by this bookie: %s", exc)
                         self._refused = True
                         return served
                     except MetadataError as exc:
-                        log.warning("principal request %s not carried out yet: %s", nonce, exc)
+                        log.warning("principal request %s not carried out yet: %s", key, _short(str(exc)))
                     except Exception as exc:  # noqa: BLE001 - a principal wrote it: bad input must not stop the bookie
-                        log.warning("refused principal request %s/%s: %s", principal, nonce, exc)
-                        self._answer(f"{REQUESTS}/{principal}/{nonce}", None, {"error": "invalid",
-                                                                              "message": f"not a valid request: {exc}"})
+                        served += self._refuse(key, exc)
         return served
 
     def close(self) -> None:
         """close stops watching the requests."""
         self._watch.cancel()
+
+    def _refuse(self, key: str, exc: Exception) -> int:
+        """_refuse answers a request that is not one (its text is not repeated: it is the asker's)."""
+        log.warning("refused principal request %s: %s", key, _short(f"{type(exc).__name__}: {exc}"))
+        try:
+            return self._answer(key, None, {"error": "invalid", "message": f"not a valid request "
+                                                                        f"({type(exc).__name__})"})
+        except Exception as again:  # noqa: BLE001 - it stays, and is looked at again
+            log.warning("cannot answer principal request %s: %s", key, _short(str(again)))
+            return 0
 
     def _serve(self, principal: str, key: str) -> int:
         store = self.store
@@ -414,173 +437,217 @@ class Agent:
         except NoSuchKey:
             return 0
         request = json.loads(raw)
-        if "answer" in request:
-            return 0
-        target = request["key"]
-        if not isinstance(target, str):
-            raise ValueError("the key is not a string")
-        if not PRINCIPAL.fullmatch(principal) or not permissions._allowed(store, principal):
+        if not isinstance(request, dict) or "answer" in request:
+            return 0 if isinstance(request, dict) else self._refuse(key, TypeError("not an object"))
+        op, target = request.get("op"), request.get("key")
+        if op not in OPS or not isinstance(target, str):
+            raise ValueError("no such op, or no key")
+        if not permissions._allowed(store, principal):
             return self._answer(key, revision, {"error": "denied", "message": f"principal {principal} is not on "
                                                                              f"the allow-list"})
+        if op == "next-id":
+            return self._answer(key, revision, {"value": store.next_id("ledger-id")})
+        found = _checked_resource(target)
         roles = Roles(store)                        # first: a user that may not change roles changes nothing
-        if request.get("state") == "granting":      # created by an agent that stopped before it answered
+        if request.get("state") == "written":       # written by an agent that stopped before it answered
             _sync(store, roles, target)
             return self._answer(key, revision, {"version": revision})
-        if request.get("state") == "revoking":      # deleted by an agent that stopped before it answered
+        if request.get("state") == "deleted":
             _sync(store, roles, target)
             return self._answer(key, revision, {"deleted": True})
-        op = request.get("op")
-        if op == "create":
-            return self._create(principal, key, revision, request, roles)
-        if op == "delete":
-            return self._delete(principal, key, revision, request, roles)
-        if op == "sync":
-            return self._sync_request(principal, key, revision, target, roles)
-        raise ValueError(f"unknown op {op!r}")
-
-    def _create(self, principal: str, key: str, revision: int, request: dict, roles: Roles) -> int:
-        store, target, value = self.store, request["key"], base64.b64decode(request["value"])
-        found = resource_of(target)
-        if found is None or found[0] not in ("ledger", "log"):
-            raise ValueError(f"{target!r} is not a ledger's or a log's key as walkit writes them")
         try:
-            if found[0] == "ledger":
-                metadata = LedgerMetadata.from_bytes(value)
-                if target != f"{LEDGER_PREFIX}{metadata.ledger_id:020d}" or metadata.owner != principal:
-                    raise PermissionDenied(f"ledger {target!r} must be ledger {metadata.ledger_id}'s, owned by the "
-                                           f"principal that asks")
-                log_name = permissions.log_of(metadata)
-                if log_name is not None:
-                    permissions.check_log(store, principal, log_name, "roll")
-                guard = [deleted_key(metadata.ledger_id)]
-            else:
-                if LogMetadata.from_bytes(value).owner != principal:
-                    raise PermissionDenied(f"log {target!r} must be owned by the principal that asks")
-                name = target.partition("/")[2]
-                if name.startswith(permissions.REPLICATED_PREFIX):
-                    claimant = _get(store, f"{CLAIMS}/{name[len(permissions.REPLICATED_PREFIX):]}")
-                    if claimant and claimant != principal.encode():
-                        raise PermissionDenied(f"replicated name {name!r} was claimed by another principal")
-                guard = []
+            if op == "create":
+                return self._create(principal, key, revision, target, found, _value(request), roles)
+            if op == "put":
+                return self._put(principal, key, revision, target, found, _value(request), int(request["version"]))
+            if op == "delete":
+                return self._delete(principal, key, revision, target, found, int(request.get("version", -1)), roles)
+            return self._sync_request(principal, key, revision, target, found, roles)
         except PermissionDenied as exc:
-            return self._answer(key, revision, {"error": "denied", "message": str(exc)})
-        version = _create_with(store, target, value, key, revision, {**request, "state": "granting"}, guard)
+            return self._answer(key, revision, {"error": "denied", "message": _short(str(exc))})
+
+    def _create(self, principal: str, key: str, revision: int, target: str, kind: str, value: bytes,
+                roles: Roles) -> int:
+        store = self.store
+        guard: tuple[str, ...] = ()
+        if kind == "ledger":
+            metadata = LedgerMetadata.from_bytes(value)
+            if target != ledger_key(metadata.ledger_id) or metadata.owner != principal:
+                raise PermissionDenied(f"{target} must be ledger {metadata.ledger_id}'s, owned by the asker")
+            log_name = permissions.log_of(metadata)
+            if log_name is not None:
+                permissions.check_log(store, principal, log_name, "roll")
+            guard = (deleted_key(metadata.ledger_id),)
+        elif kind == "log":
+            metadata = LogMetadata.from_bytes(value)
+            name = target.partition("/")[2]
+            if metadata.owner != principal or metadata.name != name:
+                raise PermissionDenied(f"{target} must be log {name!r}, owned by the asker")
+            if name.startswith(permissions.REPLICATED_PREFIX):
+                claimant = _get(store, f"{CLAIMS}/{name[len(permissions.REPLICATED_PREFIX):]}")
+                if claimant and claimant != principal.encode():
+                    raise PermissionDenied(f"replicated name {name!r} was claimed by another principal")
+        else:
+            raise ValueError("only a ledger's or a log's key is created this way")
+        ranges = resource_keys(store, target)[2]
+        roles.sync(ranges, set())                   # a key deleted directly may have left its old holders the key
+        version = _write_with(store, "create", target, value, -1, key, revision,
+                              {"op": "create", "key": target, "state": "written"}, guard)
+        if version == "exists":
+            return self._answer(key, revision, {"error": "exists", "message": f"metadata key {target!r} already "
+                                                                             f"exists"})
+        if version == "guard":
+            return self._answer(key, revision, {"error": "exists", "message": f"metadata key {target!r}: a ledger "
+                                f"of that id was deleted (its deletion marker is kept), so the id is not used again"})
         if version is None:                           # the request changed meanwhile: looked at again
             return 0
-        if isinstance(version, str):
-            why = {"exists": f"metadata key {target!r} already exists",
-                   "guard": f"metadata key {target!r}: a ledger of that id was deleted (its deletion marker is "
-                            f"kept), so the id is not used again"}[version]
-            return self._answer(key, revision, {"error": "exists", "message": why})
-        _sync(store, roles, target)
+        roles.sync(ranges, {principal})               # from what was checked and written, never read back
         return self._answer(key, version, {"version": version})
 
-    def _delete(self, principal: str, key: str, revision: int, request: dict, roles: Roles) -> int:
-        store, target, version = self.store, request["key"], int(request.get("version", -1))
-        found = resource_of(target)
-        if found is None or found[0] not in ("ledger", "log"):
-            raise ValueError(f"{target!r} is not a ledger's or a log's key as walkit writes them")
+    def _put(self, principal: str, key: str, revision: int, target: str, kind: str, value: bytes,
+             version: int) -> int:
+        store = self.store
+        try:
+            current = store.get(target)[0]
+        except NoSuchKey:
+            return self._answer(key, revision, _failed("missing", target, version))
+        if kind == "ledger":
+            old, new = LedgerMetadata.from_bytes(current), LedgerMetadata.from_bytes(value)
+            permissions.check_ledger(store, principal, old, "append")
+            if (new.ledger_id, new.owner, permissions.log_of(new)) != (old.ledger_id, old.owner, permissions.log_of(old)):
+                raise PermissionDenied(f"{target}: only its owner changes its id, owner or log")
+        elif kind == "log":
+            old, new = LogMetadata.from_bytes(current), LogMetadata.from_bytes(value)
+            permissions.check_log(store, principal, old.name, "roll", old)
+            if (new.name, new.owner) != (old.name, old.owner):
+                raise PermissionDenied(f"{target}: only its owner changes its name or owner")
+        else:
+            raise ValueError("only a ledger's or a log's key is changed this way")
+        written = _write_with(store, "put", target, value, version, key, revision,
+                              {"op": "put", "key": target, "state": "written"})
+        if isinstance(written, str):
+            return self._answer(key, revision, _failed(written, target, version))
+        if written is None:
+            return 0
+        return self._answer(key, written, {"version": written})
+
+    def _delete(self, principal: str, key: str, revision: int, target: str, kind: str, version: int,
+                roles: Roles) -> int:
+        store = self.store
+        if kind not in ("ledger", "log"):
+            raise ValueError("only a ledger's or a log's key is deleted this way")
         try:
             value = store.get(target)[0]
         except NoSuchKey:
             return self._answer(key, revision, {"error": "missing", "message": f"no metadata key {target!r}"})
-        try:
-            if found[0] == "ledger":
-                metadata = LedgerMetadata.from_bytes(value)
-                permissions.check_ledger(store, principal, metadata, "delete")
-                try:
-                    store.create(deleted_key(metadata.ledger_id), deletion_marker(int(time.time() * 1000)))
-                except NodeExists:
-                    pass
-            else:
-                permissions.check_log(store, principal, target.partition("/")[2], "delete",
-                                      LogMetadata.from_bytes(value))
-        except PermissionDenied as exc:
-            return self._answer(key, revision, {"error": "denied", "message": str(exc)})
-        outcome = _delete_with(store, target, version if found[0] == "log" else -1, key, revision,
-                               {**request, "state": "revoking"})
-        if outcome is None:                           # the request changed meanwhile (another agent): looked at again
-            return 0
-        if outcome == "missing":
-            return self._answer(key, revision, {"error": "missing", "message": f"no metadata key {target!r}"})
-        if outcome == "version":
-            return self._answer(key, revision, {"error": "version", "message": f"metadata key {target!r} is not "
-                                                                              f"at version {version}"})
-        revision = outcome
-        _sync(store, roles, target)
-        log.info("deleted %s as principal %s asked", target, principal)
-        return self._answer(key, revision, {"deleted": True})
-
-    def _sync_request(self, principal: str, key: str, revision: int, target: str, roles: Roles) -> int:
-        store = self.store
-        found = resource_keys(store, target)
-        if found is None:
-            raise ValueError(f"{target!r} belongs to no ledger, log or replicated name")
-        kind, ident, _ = found
-        if kind == "name" and not _get(store, log_key(permissions.REPLICATED_PREFIX + ident)):
-            try:
-                store.create(f"{CLAIMS}/{ident}", principal.encode())
+        if kind == "ledger":
+            metadata = LedgerMetadata.from_bytes(value)
+            if target != ledger_key(metadata.ledger_id):
+                raise PermissionDenied(f"{target} holds another ledger's metadata: it is not deleted this way")
+            permissions.check_ledger(store, principal, metadata, "delete")
+            try:                                    # the key's own id: a value names whatever its writer wants
+                store.create(deleted_key(int(target[len(LEDGER_PREFIX):])), deletion_marker(int(time.time() * 1000)))
             except NodeExists:
                 pass
+        else:
+            permissions.check_log(store, principal, target.partition("/")[2], "delete", LogMetadata.from_bytes(value))
+        outcome = _write_with(store, "delete", target, None, version if kind == "log" else -1, key, revision,
+                              {"op": "delete", "key": target, "state": "deleted"})
+        if outcome is None:                           # the request changed meanwhile (another agent)
+            return 0
+        if isinstance(outcome, str):
+            return self._answer(key, revision, _failed(outcome, target, version))
+        _sync(store, roles, target)
+        log.info("deleted %s as principal %s asked", target, principal)
+        return self._answer(key, outcome, {"deleted": True})
+
+    def _sync_request(self, principal: str, key: str, revision: int, target: str, kind: str, roles: Roles) -> int:
+        store = self.store
+        if kind == "name":
+            name = resource_keys(store, target)[1]
+            if not _get(store, log_key(permissions.REPLICATED_PREFIX + name)):
+                try:
+                    store.create(f"{CLAIMS}/{name}", principal.encode())
+                except NodeExists:
+                    pass
         _sync(store, roles, target)
         return self._answer(key, revision, {"synced": True})
 
     def _answer(self, key: str, revision: int | None, answer: dict) -> int:
-        """_answer writes `answer` into request `key` if it is still at `revision` (any revision if None: a request
-        that does not parse, answered with its text dropped)."""
+        """_answer writes `answer` into request `key` if it is still at `revision` (None: whatever it holds)."""
         store = self.store
         try:
-            raw, current = store.get(key)
+            current = store.get(key)[1]
             if revision is not None and current != revision:
                 return 0
-            request = json.loads(raw) if revision is not None else {}
-            store.put(key, json.dumps({**request, "answer": answer}).encode(), current)
+            store.put(key, json.dumps({"answer": answer}).encode(), current)
             return 1
         except (NoSuchKey, BadVersion):
             return 0
 
 
-def _create_with(store, target: str, value: bytes, request_key: str, revision: int, request: dict,
-                 absent: list[str]) -> int | str | None:
-    """_create_with creates `target` and rewrites the request in one transaction, if the request is still at
-    `revision` and no key of `absent` exists. It returns the new version; "exists" or "guard" when `target` or a
-    key of `absent` exists; None when the request changed."""
+#: What a principal may ask the agent.
+OPS = ("create", "put", "delete", "sync", "next-id")
+#: A request's name under its principal's prefix (the stores' are 16 hex digits).
+NONCE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def _checked_resource(target: str) -> str:
+    """_checked_resource is the kind of resource `target` is a key of (ledger, log, name); ValueError if none, or
+    not as walkit writes them."""
+    found = resource_of(target)
+    if found is None:
+        raise ValueError("not a key of a ledger, log or replicated name")
+    if found[0] == "log":
+        check_log_name(target.partition("/")[2])
+    if found[0] == "name":
+        check_log_name(found[1])
+    return found[0]
+
+
+def _failed(outcome: str, target: str, version: int) -> dict:
+    if outcome == "missing":
+        return {"error": "missing", "message": f"no metadata key {target!r}"}
+    return {"error": "version", "message": f"metadata key {target!r} is not at version {version}"}
+
+
+def _value(request: dict) -> bytes:
+    value = request.get("value")
+    if not isinstance(value, str):
+        raise ValueError("no value")
+    return base64.b64decode(value, validate=True)
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _write_with(store, mode: str, target: str, value: bytes | None, version: int, request_key: str, revision: int,
+                request: dict, absent: tuple[str, ...] = ()) -> int | str | None:
+    """_write_with creates (`mode` "create"), changes ("put") or deletes ("delete") `target`, and rewrites the
+    request, in one transaction: only if the request is still at `revision`, `target` is absent (create) or
+    present at `version` (put; delete when `version` is not negative), and no key of `absent` exists. It returns
+    the transaction's revision (the request's, and a written `target`'s, new version); "exists", "missing",
+    "version" or "guard" for the comparison that failed; None when the request changed."""
     from walkit.plugins.metadata.etcd import _compare, _found, _put, _range
     k, rk, guards = store._key(target), store._key(request_key), [store._key(a) for a in absent]
-    result = store._txn(f"create {target!r}",
-                        [_compare(k, "CREATE", 0), _compare(rk, "MOD", revision)] + [_compare(g, "CREATE", 0) for g in guards],
-                        [_put(k, value), _put(rk, json.dumps(request).encode())],
+    compare = [_compare(k, "CREATE", 0)] if mode == "create" else [_compare(k, "CREATE", 0, "GREATER")]
+    if mode != "create" and version >= 0:
+        compare.append(_compare(k, "MOD", version))
+    compare += [_compare(rk, "MOD", revision)] + [_compare(g, "CREATE", 0) for g in guards]
+    change = {"request_delete_range": {"key": k}} if mode == "delete" else _put(k, value)
+    result = store._txn(f"{mode} {target!r}", compare, [change, _put(rk, json.dumps(request).encode())],
                         [_range(k), _range(rk)] + [_range(g) for g in guards], idempotent=False)
     if result.get("succeeded"):
         return int(result["header"]["revision"])
     responses = result["responses"]
-    if _found(responses[0]) is not None:
-        return "exists"
     found = _found(responses[1])
     if found is None or int(found["mod_revision"]) != revision:
         return None
-    return "guard"
-
-
-def _delete_with(store, target: str, version: int, request_key: str, revision: int, request: dict) -> int | str | None:
-    """_delete_with deletes `target` (at `version` if not negative) and rewrites the request in one transaction,
-    if the request is still at `revision`. It returns the request's new revision; "missing" or "version" when
-    `target` is absent or at another version; None when the request changed."""
-    from walkit.plugins.metadata.etcd import _compare, _found, _put, _range
-    k, rk = store._key(target), store._key(request_key)
-    compare = [_compare(k, "CREATE", 0, "GREATER"), _compare(rk, "MOD", revision)]
-    if version >= 0:
-        compare.append(_compare(k, "MOD", version))
-    result = store._txn(f"delete {target!r}", compare,
-                        [{"request_delete_range": {"key": k}}, _put(rk, json.dumps(request).encode())],
-                        [_range(k), _range(rk)], idempotent=False)
-    if result.get("succeeded"):
-        return int(result["header"]["revision"])
-    responses = result["responses"]
-    found = _found(responses[1])
-    if found is None or int(found["mod_revision"]) != revision:
-        return None
-    return "missing" if _found(responses[0]) is None else "version"
+    present = _found(responses[0])
+    if mode == "create":
+        return "exists" if present is not None else "guard"
+    return "missing" if present is None else "version"
 
 
 def _get(store, key: str) -> bytes:

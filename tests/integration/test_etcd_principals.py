@@ -240,17 +240,22 @@ def test_etcd_an_owners_deletions_go_through_the_bookies_agent(env, alice):
 
 def test_etcd_a_grant_opens_the_keys_at_once_and_its_revocation_closes_them(env, alice, mallory):
     log_ledger, _ = a_log_with_a_ledger(alice, "shared")
-    refused(lambda: mallory.raw.put(ledger_key(log_ledger), mallory.raw.get(ledger_key(log_ledger))))
-    env.walkit("acl", "grant", mallory.id, "write", "log", "shared")
-    mallory.raw.put(ledger_key(log_ledger), mallory.raw.get(ledger_key(log_ledger)))     # the role has the key now
-    read = mallory.walkit("log", "read", "shared")
-    assert read.returncode == 0 and "secret" in read.stdout, read.stderr
-    env.walkit("acl", "revoke", mallory.id, "log", "shared")
-    refused(lambda: mallory.raw.put(ledger_key(log_ledger), b"{}"),
-            lambda: mallory.raw.put("logs/shared", b"{}"))
-    with pytest.raises(PermissionDenied):
-        with mallory.client() as client:
+    key = ledger_key(log_ledger)
+    with mallory.client() as client:
+        value, version = client.store.get(key)
+        with pytest.raises(MetadataNotAuthorized):
+            client.store.put(key, value, version)
+        env.walkit("acl", "grant", mallory.id, "write", "log", "shared")
+        version = client.store.put(key, value, version)             # through the agent: it is alice's ledger
+        refused(lambda: mallory.raw.put(key, value))                # directly never: its owner is in its value
+        read = mallory.walkit("log", "read", "shared")
+        assert read.returncode == 0 and "secret" in read.stdout, read.stderr
+        env.walkit("acl", "revoke", mallory.id, "log", "shared")
+        with pytest.raises(MetadataNotAuthorized):
+            client.store.put(key, value, version)
+        with pytest.raises(PermissionDenied):
             list(client.read_log("shared"))
+    refused(lambda: mallory.raw.put(key, b"{}"), lambda: mallory.raw.put("logs/shared", b"{}"))
 
 
 def test_etcd_a_write_grant_lets_a_principal_roll_and_truncate_but_not_delete_the_log_through_walkit(
@@ -345,14 +350,16 @@ def test_etcd_requests_for_keys_that_are_not_the_principals_are_refused(env, ali
         client.create_ledger(3, 2, 2, password=b"pw").close()
 
 
-def test_etcd_a_wound_back_ledger_id_counter_never_reuses_a_deleted_ledgers_id(env, alice, mallory):
+def test_etcd_ledger_ids_are_drawn_by_the_agent_and_no_principal_winds_the_counter_back(env, alice, mallory):
     _, lone = a_log_with_a_ledger(alice, "counter")
+    refused(lambda: mallory.raw.put(".counters/ledger-id", str(lone).encode()),
+            lambda: mallory.raw.put(".counters/ledger-id", b"not-a-number"))
     with alice.client() as client:
         client.delete_ledger(lone)
-        mallory.raw.put(".counters/ledger-id", str(lone).encode())      # wound back to a deleted id
         writer = client.create_ledger(3, 2, 2, password=b"pw")
-        assert writer.ledger_id != lone
+        assert writer.ledger_id > lone
         writer.close()
+        assert int(env.operator.get(".counters/ledger-id")[0]) > writer.ledger_id
 
 
 def test_etcd_two_principals_racing_for_one_log_name_get_one_owner(env):
@@ -391,12 +398,12 @@ def role_keys(env, principal: Principal) -> set[str]:
 def test_etcd_an_agent_that_stopped_half_way_is_finished_by_the_next(env, alice):
     _, lone = a_log_with_a_ledger(alice, "half-way")
     key = ledger_key(lone)
-    # Created, but stopped before the roles got the key: the request stays marked "granting".
+    # Created, but stopped before the roles got the key: the request stays marked "written".
     env.root_raw.call("/auth/role/revoke", {"role": role_of(env.root, alice.id), "key": alice.raw.key(key)})
     assert key not in role_keys(env, alice)
-    answer = ask(alice, {"op": "create", "key": key, "value": _b64(b"-"), "state": "granting"})
+    answer = ask(alice, {"op": "create", "key": key, "value": _b64(b"-"), "state": "written"})
     assert "version" in answer and key in role_keys(env, alice)
-    # Deleted, but stopped before the roles lost the key: marked "revoking".
+    # Deleted, but stopped before the roles lost the key: marked "deleted".
     env.root_raw.delete(key)
-    assert ask(alice, {"op": "delete", "key": key, "version": -1, "state": "revoking"}) == {"deleted": True}
+    assert ask(alice, {"op": "delete", "key": key, "version": -1, "state": "deleted"}) == {"deleted": True}
     assert key not in role_keys(env, alice)

@@ -31,11 +31,11 @@ ALICE, MALLORY = "a" * 64, "b" * 64
 class NoMarkerGuard(Agent):
     """NoMarkerGuard creates ledgers without looking for their deletion marker (the broken rule)."""
 
-    def _create(self, principal, key, revision, request, roles):
+    def _create(self, *args):
         original = etcd_principals.deleted_key
         etcd_principals.deleted_key = lambda ledger_id: f"unused-guard/{ledger_id}"
         try:
-            return super()._create(principal, key, revision, request, roles)
+            return super()._create(*args)
         finally:
             etcd_principals.deleted_key = original
 
@@ -43,11 +43,11 @@ class NoMarkerGuard(Agent):
 class NoDeleteCheck(Agent):
     """NoDeleteCheck deletes whatever a principal asks, without walkit's permission check (the broken rule)."""
 
-    def _delete(self, principal, key, revision, request, roles):
+    def _delete(self, *args):
         original = etcd_principals.permissions.check_ledger
         etcd_principals.permissions.check_ledger = lambda *args: None
         try:
-            return super()._delete(principal, key, revision, request, roles)
+            return super()._delete(*args)
         finally:
             etcd_principals.permissions.check_ledger = original
 
