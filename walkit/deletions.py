@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 
 from walkit.core.loglist import check_log_name
 from walkit.core.metadata import DELETED_PREFIX, LEDGER_PREFIX, deleted_key, deletion_marker, ledger_key
-from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey, NoSuchLedger
+from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey, NoSuchLedger, PermissionDenied
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,14 @@ REQUESTS_PREFIX = "deletion-requests"
 DELETE_CHILD = "delete"
 #: The version the reaper writes into a request it refused (the log was not at the version asked for).
 REFUSED = -2
+#: A log's child where principals that may write the log but do not own it (grants) ask the reaper to change
+#: the log's or its ledgers' metadata: ``logs/<name>/put-requests/<nonce>``, hinted as ``put|<name>|<nonce>``.
+#: Only the owners' ZooKeeper ACL entries write a ledger's or log's znode: the owner is in the value, and a
+#: grantee that could rewrite it would keep the resource after its grant is revoked.
+PUT_CHILD = "put-requests"
+PUT_HINT = "put|"
+#: A put request's name (a store makes 16 hex digits).
+_NONCE = re.compile(r"[0-9a-f]{16}")
 #: How long before its hint a request may have been made: an older one was made by a principal that may
 #: have lost the right since, and is dropped (a principal's store makes both at once).
 REQUEST_WINDOW_S = 30.0
@@ -128,6 +137,8 @@ class Reaper:
 
     def _reap(self, hint: str) -> int:
         store = self.store
+        if hint.startswith(PUT_HINT):
+            return self._put(hint)
         key = hint.rpartition("#")[0].replace("|", "/") if "#" in hint else hint.replace("|", "/")
         if not _deletable(key):
             log.warning("dropped deletion request %r: only a ledger's or a log's deletion is asked this way", hint)
@@ -177,6 +188,73 @@ class Reaper:
                     store.create(child, refusal)
         _forget(store, f"{REQUESTS_PREFIX}/{hint}")
         return done
+
+    def _put(self, hint: str) -> int:
+        """_put carries out a put request (PUT_CHILD): ZooKeeper let only a principal that may write the log make
+        it; the change must leave what decides who holds the resource as it is (permissions.check_change)."""
+        store, hint_key = self.store, f"{REQUESTS_PREFIX}/{hint}"
+        log_name, _, nonce = hint[len(PUT_HINT):].partition("|")
+        try:
+            check_log_name(log_name)
+            if not _NONCE.fullmatch(nonce):
+                raise ConfigError(f"not a request name: {nonce!r}")
+        except ConfigError as exc:
+            log.warning("dropped put request %r: %s", hint, exc)
+            _forget(store, hint_key)
+            return 0
+        key = f"logs/{log_name}/{PUT_CHILD}/{nonce}"
+        try:
+            raw, version = store.get(key)
+        except NoSuchKey:
+            _forget(store, hint_key)
+            return 0
+        request = json.loads(raw)
+        if not isinstance(request, dict) or "answer" in request:
+            _forget(store, hint_key)
+            return 0
+        fresh = self._fresh(key, hint_key)
+        if fresh is None:
+            return 0
+        answer = {"error": "denied", "message": f"the request is older than its hint by more than "
+                                                f"{REQUEST_WINDOW_S:g} s"}
+        if fresh:
+            try:
+                answer = self._change(log_name, request, key, version)
+            except MetadataError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a principal wrote it: answered, not repeated
+                answer = {"error": "invalid", "message": f"not a valid request ({type(exc).__name__})"}
+        if answer is not None and "version" not in answer:
+            try:
+                store.put(key, json.dumps({"answer": answer}).encode(), version)
+            except (NoSuchKey, BadVersion):
+                pass
+        _forget(store, hint_key)
+        return 1 if answer is not None and "version" in answer else 0
+
+    def _change(self, log_name: str, request: dict, key: str, request_version: int) -> dict | None:
+        """_change makes the change `request` (at `key`, `request_version`) asks of log `log_name`'s key or one of its
+        ledgers; it returns the answer (written with the change), or None when another reaper answered."""
+        from walkit.plugins.metadata.zookeeper_principals import commit_put
+        import base64
+        from walkit.core.loglist import log_key
+        from walkit.core.metadata import LedgerMetadata
+        from walkit.permissions import check_change, log_of
+        store, target = self.store, request.get("key")
+        value = base64.b64decode(request.get("value") or "", validate=True)
+        version = int(request.get("version", -1))
+        try:
+            current = store.get(target)[0] if isinstance(target, str) and _deletable(target) else None
+        except NoSuchKey:
+            return {"error": "missing", "message": f"no metadata key {target!r}"}
+        if current is None or (target != log_key(log_name) and (
+                not target.startswith(LEDGER_PREFIX) or log_of(LedgerMetadata.from_bytes(current)) != log_name)):
+            return {"error": "denied", "message": f"not log {log_name!r}'s key or one of its ledgers'"}
+        try:
+            check_change(target, current, value)
+        except PermissionDenied as exc:
+            return {"error": "denied", "message": str(exc)}
+        return commit_put(store, target, value, version, key, request_version)
 
     def _fresh(self, child: str, hint: str) -> bool | None:
         """_fresh tells whether the request `child` was made at most REQUEST_WINDOW_S before its hint (the

@@ -155,3 +155,18 @@ def holders(store, *, owner: str, log: str | None = None) -> set[str]:
             if held in LEVELS and permits(held, "write"):
                 found.add(principal)
     return {principal for principal in found if principal and _allowed(store, principal)}
+
+
+def check_change(key: str, current: bytes, value: bytes) -> None:
+    """check_change raises PermissionDenied when a change of ledger or log `key` from `current` to `value`, by
+    a principal that may write it but does not own it (a grant), would change what decides who holds it: a
+    ledger's id, owner or log, a log's name or owner. Such a change would outlive the grant's revocation.
+    Undecodable metadata raises what its decoder raises."""
+    if key.startswith("logs/"):
+        old, new = LogMetadata.from_bytes(current), LogMetadata.from_bytes(value)
+        if (new.name, new.owner) != (old.name, old.owner):
+            raise PermissionDenied(f"{key}: only its owner changes its name or owner", needed="owner", resource=key)
+        return
+    old, new = LedgerMetadata.from_bytes(current), LedgerMetadata.from_bytes(value)
+    if (new.ledger_id, new.owner, log_of(new)) != (old.ledger_id, old.owner, log_of(old)):
+        raise PermissionDenied(f"{key}: only its owner changes its id, owner or log", needed="owner", resource=key)

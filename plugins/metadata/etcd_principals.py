@@ -455,6 +455,8 @@ class Agent:
         if request.get("state") == "deleted":
             _sync(store, roles, target)
             return self._answer(key, revision, {"deleted": True})
+        if request.get("state") == "creating" and time.time() * 1000 - int(request.get("at", 0)) < CLAIM_MS:
+            return 0                                # another agent creates it (taken over if it stopped)
         try:
             if op == "create":
                 return self._create(principal, key, revision, target, found, _value(request), roles)
@@ -489,8 +491,17 @@ class Agent:
                     raise PermissionDenied(f"replicated name {name!r} was claimed by another principal")
         else:
             raise ValueError("only a ledger's or a log's key is created this way")
+        # This agent's alone from here (the others leave a request being created), since taking the key from
+        # every role must come before the key exists (a key deleted directly may have left its old holders the
+        # key, who could write the new one), and must not come after another agent gave it to the new owner.
+        claimed = {"op": "create", "key": target, "value": base64.b64encode(value).decode(), "state": "creating",
+                   "at": int(time.time() * 1000)}
+        try:
+            revision = store.put(key, json.dumps(claimed).encode(), revision)
+        except (BadVersion, NoSuchKey):
+            return 0
         ranges = resource_keys(store, target)[2]
-        roles.sync(ranges, set())                   # a key deleted directly may have left its old holders the key
+        roles.sync(ranges, set())
         version = _write_with(store, "create", target, value, -1, key, revision,
                               {"op": "create", "key": target, "state": "written"}, guard)
         if version == "exists":
@@ -512,17 +523,12 @@ class Agent:
         except NoSuchKey:
             return self._answer(key, revision, _failed("missing", target, version))
         if kind == "ledger":
-            old, new = LedgerMetadata.from_bytes(current), LedgerMetadata.from_bytes(value)
-            permissions.check_ledger(store, principal, old, "append")
-            if (new.ledger_id, new.owner, permissions.log_of(new)) != (old.ledger_id, old.owner, permissions.log_of(old)):
-                raise PermissionDenied(f"{target}: only its owner changes its id, owner or log")
+            permissions.check_ledger(store, principal, LedgerMetadata.from_bytes(current), "append")
         elif kind == "log":
-            old, new = LogMetadata.from_bytes(current), LogMetadata.from_bytes(value)
-            permissions.check_log(store, principal, old.name, "roll", old)
-            if (new.name, new.owner) != (old.name, old.owner):
-                raise PermissionDenied(f"{target}: only its owner changes its name or owner")
+            permissions.check_log(store, principal, target.partition("/")[2], "roll", LogMetadata.from_bytes(current))
         else:
             raise ValueError("only a ledger's or a log's key is changed this way")
+        permissions.check_change(target, current, value)
         written = _write_with(store, "put", target, value, version, key, revision,
                               {"op": "put", "key": target, "state": "written"})
         if isinstance(written, str):
@@ -586,6 +592,8 @@ class Agent:
             return 0
 
 
+#: How long an agent's claim on a creation keeps the other agents away from it (then one takes it over).
+CLAIM_MS = 10_000
 #: What a principal may ask the agent.
 OPS = ("create", "put", "delete", "sync", "next-id")
 #: A request's name under its principal's prefix (the stores' are 16 hex digits).

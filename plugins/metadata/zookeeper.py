@@ -308,6 +308,8 @@ class ZooKeeperMetadataStore(SessionStore):
                        idempotent=False)
         except NodeExistsError:
             raise NodeExists(f"metadata key {key!r} already exists") from None
+        if self._policy.own is not None and key.startswith("logs/") and key.count("/") == 1:
+            self._policy.made_log(key)
         return 0
 
     def get(self, key: str) -> tuple[bytes, int]:
@@ -326,6 +328,10 @@ class ZooKeeperMetadataStore(SessionStore):
             stat = self._call(f"put {key!r}",
                               lambda: self._client.set_async(path, bytes(value), version=expected_version),
                               idempotent=False)
+        except MetadataNotAuthorized:
+            if not self._policy.asks_for_deletion(key):
+                raise
+            return self._policy.put(key, value, expected_version)     # not its own: the reaper keeps the owner
         except NoNodeError:
             raise NoSuchKey(f"no metadata key {key!r}") from None
         except BadVersionError:
@@ -338,6 +344,8 @@ class ZooKeeperMetadataStore(SessionStore):
             return self._policy.delete(key, expected_version)
         path = self._path(key)
         version = -1 if expected_version is None else expected_version
+        if key.startswith("logs/") and key.count("/") == 1 and self._policy.enabled():
+            self._drop_put_requests(key)
         try:
             self._call(f"delete {key!r}", lambda: self._client.delete_async(path, version=version),
                        idempotent=False)
@@ -347,6 +355,21 @@ class ZooKeeperMetadataStore(SessionStore):
             raise BadVersion(f"metadata key {key!r} is not at version {expected_version}") from None
         except NotEmptyError:
             raise MetadataError(f"cannot delete metadata key {key!r}: ZooKeeper holds keys under it") from None
+
+    def _drop_put_requests(self, key: str) -> None:
+        """_drop_put_requests deletes log `key`'s put requests' znode (principal mode), which would keep the log's."""
+        from walkit.plugins.metadata.zookeeper_principals import PUT_CHILD
+        top = self._path(f"{key}/{PUT_CHILD}")
+        try:
+            for child in self._call("list", lambda: self._client.get_children_async(top), idempotent=True):
+                try:
+                    self._call("drop a put request", lambda: self._client.delete_async(f"{top}/{child}"),
+                               idempotent=True)
+                except NoNodeError:
+                    pass
+            self._call("drop the put requests", lambda: self._client.delete_async(top), idempotent=True)
+        except (NoNodeError, NotEmptyError):
+            pass
 
     def created_ms(self, key: str) -> int:
         """created_ms is when ZooKeeper created `key` (its ctime, the server's clock); NoSuchKey if absent."""

@@ -45,9 +45,9 @@ import time
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import ACL, Id, Permissions
 
-from walkit.deletions import DELETE_CHILD, REFUSED
+from walkit.deletions import DELETE_CHILD, PUT_CHILD, PUT_HINT, REFUSED
 from walkit.deletions import REQUESTS_PREFIX as REQUESTS
-from walkit.errors import BadVersion, MetadataError, MetadataNotAuthorized, NoSuchKey
+from walkit.errors import BadVersion, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ MODE_KEY = "security/principal-identities"
 _REFUSED = json.dumps({"version": REFUSED}).encode()
 
 _CRWD = Permissions.CREATE | Permissions.READ | Permissions.WRITE | Permissions.DELETE
+_CRD = Permissions.CREATE | Permissions.READ | Permissions.DELETE
 _READ = Permissions.READ
 _RW = Permissions.READ | Permissions.WRITE
 _WORLD_READ = ACL(_READ, Id("world", "anyone"))
@@ -166,9 +167,14 @@ class Policy:
         """acl_for is the ACL a new znode gets (None: the store's default, outside principal mode)."""
         if not self.enabled():
             return None
+        own = [ACL(_CRWD, Id("digest", self.own))] if self.own else []
+        parts = relpath.split("/")
+        if len(parts) == 3 and parts[0] == "logs" and parts[2] == PUT_CHILD:
+            return self.resource_acl("put", parts[1], "", creator=self.own.partition(":")[0] if self.own else "")
+        if len(parts) == 4 and parts[0] == "logs" and parts[2] == PUT_CHILD:
+            return self.cluster() + own           # a put request: its maker's and the reaper's, nobody else's
         resource = resource_of(relpath)
         if resource is None:
-            own = [ACL(_CRWD, Id("digest", self.own))] if self.own else []
             return self.shared_acl() + own
         kind, log_name = resource
         owner = ""
@@ -274,6 +280,61 @@ class Policy:
                             f"(every bookie runs the reaper that carries out deletions in principal mode); "
                             f"it will be deleted when one runs")
 
+    def made_log(self, key: str) -> None:
+        """made_log gives a log a principal just created its put requests' znode (PUT_CHILD); an operator's pass
+        makes it for logs without one."""
+        try:
+            self.store.create(f"{key}/{PUT_CHILD}", b"")
+        except (MetadataError, NodeExists) as exc:
+            log.warning("%s has no %s znode yet (%s): principals granted on it cannot change it until an operator "
+                        "pass (`walkit acl grant`) makes it", key, PUT_CHILD, exc)
+
+    def put(self, key: str, value: bytes, expected_version: int) -> int:
+        """put asks the reaper to change `key` (a ledger or log this principal may write but does not own) at
+        `expected_version`, through the log's put requests; it returns the new version."""
+        store = self.store
+        if key.startswith("logs/"):
+            log_name = key.partition("/")[2]
+        else:
+            log_name = _ledger_log(store.get(key)[0])[0]
+            if log_name is None:
+                raise MetadataNotAuthorized(f"put {key!r}: a ledger of no log is its owner's alone")
+        nonce = secrets.token_hex(8)
+        request = f"logs/{log_name}/{PUT_CHILD}/{nonce}"
+        body = json.dumps({"key": key, "value": base64.b64encode(bytes(value)).decode(),
+                           "version": expected_version}).encode()
+        acl = self.cluster() + [ACL(_CRWD, Id("digest", self.own))]
+        try:
+            store._call(f"ask to change {key!r}", lambda: store._client.create_async(store._path(request), body,
+                                                                                    acl=acl), idempotent=False)
+        except NoNodeError:
+            raise MetadataNotAuthorized(f"put {key!r}: log {log_name!r} takes no changes from its grants yet (it has "
+                                        f"no {PUT_CHILD} znode): an operator pass makes it (`walkit acl grant`)") from None
+        try:
+            store._call(f"ask to change {key!r}", lambda: store._client.create_async(
+                store._path(f"{REQUESTS}/{PUT_HINT}{log_name}|{nonce}"), b"",
+                acl=self.shared_acl() + [ACL(_CRWD, Id("digest", self.own))]), idempotent=False)
+            deadline = time.monotonic() + store.timeout
+            while time.monotonic() < deadline:
+                try:
+                    answer = json.loads(store.get(request)[0]).get("answer")
+                except NoSuchKey:
+                    raise MetadataNotAuthorized(f"put {key!r}: the request was dropped (the log's grants changed); "
+                                                f"not changed") from None
+                if answer is not None:
+                    if "version" in answer:
+                        return int(answer["version"])
+                    kind = {"version": BadVersion, "missing": NoSuchKey}.get(answer.get("error"), MetadataNotAuthorized)
+                    raise kind(f"put {key!r}: {answer.get('message') or answer.get('error')}")
+                time.sleep(0.005)
+        finally:
+            try:
+                store.delete(request)
+            except MetadataError:
+                pass                      # the reaper's answer stays; the log's next operator pass drops it
+        raise MetadataError(f"put {key!r}: not changed within {store.timeout:g} s: a change by a principal that "
+                            f"does not own it waits for a bookie's reaper; whether it was made is unknown")
+
     def _exists(self, key: str) -> bool:
         try:
             self.store.get(key)
@@ -283,11 +344,19 @@ class Policy:
 
 
 def _perms(kind: str, level: str) -> int:
+    """_perms is what a grant of `level` gives on a znode of `kind`: `read` reads; `write` and `admin` create and
+    delete children of a ledger (deletion requests, for truncation) and of the log's put requests, and write a
+    replicated name's znodes (which hold no owner); a log's deletion request is `admin`'s. Changes of a
+    ledger's or log's metadata go through put requests (PUT_CHILD)."""
     if level == "read":
         return _READ
-    if kind == "log" and level == "write":
-        return _RW
-    return _CRWD if level in ("write", "admin") else 0
+    if level not in ("write", "admin"):
+        return 0
+    if kind == "name":
+        return _CRWD
+    if kind == "log":
+        return _CRD if level == "admin" else _READ
+    return _CRD
 
 
 def _get(store, key: str) -> bytes:
@@ -348,6 +417,13 @@ def reacl_tree(store, only_log: str | None = None, forget: str | None = None) ->
     for rel in itertools.chain(WRITE_POINTS if only_log is None else (), paths):
         path = f"{store.root}/{rel}"
         try:
+            parts = rel.split("/")
+            if len(parts) == 4 and parts[0] == "logs" and parts[2] == PUT_CHILD:
+                # A pending put request, made by whoever held the right until now: dropped, as deletion requests.
+                store._call("drop a put request", lambda: client.delete_async(path), idempotent=True)
+                continue
+            if len(parts) == 2 and parts[0] == "logs":
+                _ensure(store, f"{rel}/{PUT_CHILD}", store._policy.resource_acl("put", parts[1], ""), b"")
             if rel.rpartition("/")[2] == DELETE_CHILD and resource_of(rel.rpartition("/")[0]) is not None:
                 # A pending deletion request, made by whoever held the right until now: it no longer counts
                 # (its client, if it still waits, is told the delete did not happen and may ask again).
@@ -409,6 +485,9 @@ def _log_paths(store, log_name: str):
     from walkit.core.loglist import LogMetadata
     from walkit.core.metadata import ledger_key
     yield f"logs/{log_name}"
+    yield f"logs/{log_name}/{PUT_CHILD}"
+    for nonce in store.children(f"logs/{log_name}/{PUT_CHILD}"):
+        yield f"logs/{log_name}/{PUT_CHILD}/{nonce}"
     value = _get(store, f"logs/{log_name}")
     if value:
         for ledger_id in LogMetadata.from_bytes(value).ledger_ids:
@@ -453,6 +532,10 @@ def _wanted(store, rel: str, allowed: dict[str, str]) -> list[ACL] | None:
         acls, _ = store._call("read an ACL", lambda: store._client.get_acls_async(f"{store.root}/{rel}"),
                               idempotent=True)
         return policy.with_world_read(list(acls))     # its writers (an operator user) stay as they are
+    parts = rel.split("/")
+    if len(parts) == 3 and parts[0] == "logs" and parts[2] == PUT_CHILD:
+        return [a for a in policy.resource_acl("put", parts[1], "")
+                if a.id.scheme != "digest" or a in policy.cluster() or a.id.id in allowed.values()]
     point = WRITE_POINTS.get(rel)
     if point is not None:
         return policy.shared_acl() + [ACL(point, Id("digest", i)) for _, i in sorted(allowed.items())]
@@ -495,3 +578,27 @@ def _ensure(store, rel: str, acl: list[ACL], value: bytes) -> None:
                     idempotent=True)
     except NodeExistsError:
         pass
+
+
+def commit_put(store, target: str, value: bytes, version: int, request: str, request_version: int) -> dict | None:
+    """commit_put (the reaper's) changes `target` at `version` and answers put request `request` in one ZooKeeper
+    transaction, so that two bookies' reapers never both carry one request out; it returns the answer written,
+    or None when the request changed (another reaper answered it)."""
+    from kazoo.exceptions import RolledBackError
+    answer = {"version": version + 1}
+    txn = store._client.transaction()
+    txn.set_data(store._path(target), bytes(value), version)
+    txn.set_data(store._path(request), json.dumps({"answer": answer}).encode(), request_version)
+    results = store._call(f"change {target!r}", lambda: txn.commit_async(), idempotent=False)
+    if not any(isinstance(r, Exception) for r in results):
+        return answer
+    if not isinstance(results[1], (RolledBackError, type(None))) and isinstance(results[1], Exception):
+        return None                                 # the request changed: another reaper answered it
+    answer = ({"error": "missing", "message": f"no metadata key {target!r}"} if isinstance(results[0], NoNodeError)
+              else {"error": "version", "message": f"metadata key {target!r} is not at version {version}"})
+    try:
+        store.put(request, json.dumps({"answer": answer}).encode(), request_version)
+    except (BadVersion, NoSuchKey):
+        return None
+    return answer
+

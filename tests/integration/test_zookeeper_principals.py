@@ -372,3 +372,37 @@ def test_zk_junk_a_principal_makes_under_ledgers_is_skipped_by_listings_and_the_
     auditor._leading = lambda: True               # the audit's reading loop, without campaigning for it
     audited = [ledger_id for ledger_id, _ in auditor._ledgers()]
     assert lone in audited and 88888888 not in audited and 88888889 not in audited
+
+
+def test_zk_a_write_grantee_cannot_make_itself_the_owner_and_keep_the_log_after_the_revocation(env, alice, mallory):
+    # The owner is in the log's and its ledgers' values: only the owners' ACL entries write them; a grantee's
+    # changes go through the reaper (put requests), which keeps the owner, the log and the id as they are.
+    import base64
+    log_ledger, _ = a_log_with_a_ledger(alice, "coveted")
+    env.walkit("acl", "grant", mallory.id, "write", "log", "coveted")
+    for key in ("logs/coveted", ledger_key(log_ledger)):
+        doc = json.loads(mallory.raw.get(mallory.path(key))[0])
+        doc["owner"] = mallory.id
+        forged = json.dumps(doc).encode()
+        refused(lambda: mallory.raw.set(mallory.path(key), forged))
+        nonce = "0123456789abcdef"
+        request = mallory.path(f"logs/coveted/put-requests/{nonce}")
+        mallory.raw.create(request, json.dumps({"key": key, "value": base64.b64encode(forged).decode(),
+                                                "version": mallory.raw.get(mallory.path(key))[1].version}).encode())
+        mallory.raw.create(mallory.path(f"deletion-requests/put|coveted|{nonce}"), b"")
+        wait_until(lambda: b"answer" in mallory.raw.get(request)[0], timeout=20, message="the reaper did not answer")
+        assert json.loads(mallory.raw.get(request)[0])["answer"]["error"] == "denied"
+        mallory.raw.delete(request)
+        assert json.loads(alice.raw.get(alice.path(key))[0])["owner"] == alice.id
+    with mallory.client() as client:                   # through walkit: the same refusal
+        value, version = client.store.get("logs/coveted")
+        doc = json.loads(value)
+        doc["owner"] = mallory.id
+        with pytest.raises(MetadataError, match="only its owner changes"):
+            client.store.put("logs/coveted", json.dumps(doc).encode(), version)
+        client.store.put("logs/coveted", value, version)             # a change that keeps the owner goes through
+    env.walkit("acl", "revoke", mallory.id, "log", "coveted")
+    refused(lambda: mallory.raw.set(mallory.path("logs/coveted"), b"{}"),
+            lambda: mallory.raw.create(mallory.path("logs/coveted/put-requests/fedcba9876543210"), b"{}"))
+    with alice.client() as client:
+        assert [bytes(r.payload) for r in client.read_log("coveted")] == [b"secret"]
