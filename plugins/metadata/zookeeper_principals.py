@@ -8,11 +8,18 @@ client whose key is allowed with a metadata password (`walkit clients allow PRIN
 
 - *Resources* carry ACLs per principal. A ledger's znode (``ledgers/<id>``) and the znodes of a
   replicated name N (``replication/N/...``, ``elections/replication/N/...`` and its election
-  counter) belong to a log: the log's owner and the principals granted `write` or `admin` on
-  it get ``crwd`` (read, write, and create or delete *children*), `read` grants get ``r``. A log's
-  own znode (``logs/<name>``) gives ``crwd`` to its owner and `admin` grants, ``rw`` to `write`
-  grants, ``r`` to `read` grants. A ledger of no log is its owner's alone. The cluster's user
-  (bookies, the auditor, the operator) holds every right everywhere; everyone else nothing.
+  counter) belong to a log. A ledger's owner and its log's owner get ``crwd`` on it; the log's
+  `write` and `admin` grants get ``crd`` (read, and request deletion: truncation); `read` grants
+  ``r``. A log's own znode (``logs/<name>``) gives ``crwd`` to its owner, ``crd`` to `admin`
+  grants, ``r`` to `write` and `read` grants. A replicated name's znodes hold no owner, so the
+  log's owner and its `write` and `admin` grants get ``crwd`` there. A ledger of no log is its
+  owner's alone. The cluster's user (bookies, the auditor, the operator) holds every right
+  everywhere; everyone else nothing.
+- *Changes by grantees*: an owner is in its resource's value, and a grantee that could rewrite
+  it would keep the resource after its grant is revoked. So a grantee's store asks the reaper
+  for a change (``logs/<name>/put-requests/<nonce>``, which ZooKeeper lets only the log's owner
+  and its `write` and `admin` grants create, and a hint ``put|<name>|<nonce>``); the reaper
+  makes it only if it keeps the owner, the log and the id (walkit.permissions.check_change).
 - *Shared* znodes (the roots of the lists, bookie registrations, counters, the allow-list and
   the grants, deletion markers) are readable by anyone who can reach ZooKeeper and writable by
   the cluster's user alone, as Kafka's ``zookeeper.set.acl`` does; each allowed principal may
