@@ -6,6 +6,7 @@ The rules: docs/internals/protocol.md#ledger-metadata.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -155,3 +156,16 @@ def test_to_bytes_is_deterministic():
 def test_ledger_key_sorts_by_id_and_round_trips():
     assert ledger_key(9) < ledger_key(10)
     assert ledger_id_of(ledger_key(12345)) == 12345
+
+
+@pytest.mark.parametrize("field, value", [("last_entry_id", "5"), ("ledger_id", "7"), ("term", 1.5),
+                                          ("owner", 5), ("unbounded", "yes")])
+def test_ledger_metadata_of_the_wrong_type_is_refused_where_it_is_read(field, value):
+    # Metadata comes from a store others write (a principal's own ledgers in principal mode): a string where
+    # a number belongs would otherwise fail later, in the auditor's arithmetic, and stop its audit.
+    from walkit.core.metadata import LedgerMetadata
+    doc = json.loads(LedgerMetadata(ledger_id=7, ensemble_size=3, write_quorum=2, ack_quorum=2,
+                                    ensembles={0: ("a", "b", "c")}, state="CLOSED", last_entry_id=4).to_bytes())
+    doc[field] = value
+    with pytest.raises(ConfigError, match="wrong type"):
+        LedgerMetadata.from_bytes(json.dumps(doc).encode())

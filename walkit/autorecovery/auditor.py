@@ -305,7 +305,12 @@ class Auditor:
         for ledger_id, metadata in self._ledgers():
             hits = {b: LOST for b in lost if b in metadata.bookies}
             if hits:
-                marked += self._mark(ledger_id, metadata, hits)
+                try:
+                    marked += self._mark(ledger_id, metadata, hits)
+                except MetadataError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - one ledger's odd metadata must not stop the others' audit
+                    log.warning("audit: ledger %d not marked: %s: %s", ledger_id, type(exc).__name__, exc)
         if not self._leading():
             raise MetadataError("leadership lost during the audit")
         self.audits += 1

@@ -114,6 +114,16 @@ class LedgerMetadata:
 
     def __post_init__(self) -> None:
         check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        # Metadata is read from a store others write (a principal writes its own ledgers' in principal mode): a
+        # value of the wrong type would fail far from here, in the auditor or a bookie's garbage collection.
+        numbers = (self.ledger_id, self.created_ms, self.term, self.first_entry_id, *self.ensembles)
+        if (not all(type(n) is int for n in numbers) or type(self.last_entry_id) not in (int, type(None))
+                or not all(isinstance(v, str) for v in (self.state, self.digest_type, self.password_check,
+                                                        self.owner, self.term_holder))
+                or not all(isinstance(b, str) for bookies in self.ensembles.values() for b in bookies)
+                or not isinstance(self.custom, Mapping)
+                or type(self.guaranteed_write_quorum) is not bool or type(self.unbounded) is not bool):
+            raise ConfigError("ledger metadata holds a field of the wrong type")
         if self.state not in STATES:
             raise ConfigError(f"unknown ledger state {self.state!r}")
         if not self.ensembles or min(self.ensembles) > self.first_entry_id:
