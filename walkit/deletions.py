@@ -77,13 +77,16 @@ def prune(store, older_than_ms: int) -> int:
 #: key with '/' as '|'); the resource's own child `DELETE_CHILD` is the request itself.
 REQUESTS_PREFIX = "deletion-requests"
 DELETE_CHILD = "delete"
-#: The version the reaper writes into a request it refused (the log was not at the version asked for).
+#: The versions the reaper writes into a request it refused: the log was not at the version asked for; the
+#: principal that asked may not delete it (any more).
 REFUSED = -2
-#: A log's child where principals that may write the log but do not own it (grants) ask the reaper to change
-#: the log's or its ledgers' metadata: ``logs/<name>/put-requests/<nonce>``, hinted as ``put|<name>|<nonce>``.
-#: Only the owners' ZooKeeper ACL entries write a ledger's or log's znode: the owner is in the value, and a
-#: grantee that could rewrite it would keep the resource after its grant is revoked.
-PUT_CHILD = "put-requests"
+DENIED = -3
+#: Where principals that may write a log but do not own it (grants) ask the reaper to change the log's or its
+#: ledgers' metadata: ``put-requests/<log name>/<nonce>``, hinted as ``put|<name>|<nonce>``. Only the owners'
+#: ZooKeeper ACL entries write a ledger's or log's znode: the owner is in the value, and a grantee that could
+#: rewrite it would keep the resource after its grant is revoked. (Not under the log's znode: a request a
+#: grantee pins there with children of its own would keep the log from being deleted.)
+PUT_PREFIX = "put-requests"
 PUT_HINT = "put|"
 #: A put request's name (a store makes 16 hex digits).
 _NONCE = re.compile(r"[0-9a-f]{16}")
@@ -153,7 +156,7 @@ class Reaper:
             version = None
         except ValueError:
             version = -1
-        if version is not None and version != REFUSED:
+        if version is not None and version not in (REFUSED, DENIED):
             fresh = self._fresh(child, f"{REQUESTS_PREFIX}/{hint}")
             if fresh is None:
                 return 0                  # another bookie carried it out meanwhile
@@ -164,7 +167,14 @@ class Reaper:
                             hint, child, REQUEST_WINDOW_S)
                 _forget(store, child)
                 version = None
-        if version is not None and version != REFUSED:
+        if version is not None and version not in (REFUSED, DENIED) and not self._asked_by_holder(child, key):
+            log.warning("refused deletion request %r: made by no principal that may delete %s now", hint, key)
+            try:
+                store.put(child, json.dumps({"version": DENIED}).encode(), store.get(child)[1])
+            except (NoSuchKey, BadVersion):
+                pass
+            version = None
+        if version is not None and version not in (REFUSED, DENIED):
             is_ledger = key.startswith(LEDGER_PREFIX)
             try:
                 if not is_ledger and version >= 0 and store.get(key)[1] != version:
@@ -189,8 +199,33 @@ class Reaper:
         _forget(store, f"{REQUESTS_PREFIX}/{hint}")
         return done
 
+    def _asked_by_holder(self, request: str, target: str, action: str = "delete") -> bool:
+        """_asked_by_holder tells whether request znode `request` was made by a principal that may do `action` on
+        `target` now (read afresh: a grant revoked since the request was made counts no more)."""
+        from walkit.core.loglist import LogMetadata
+        from walkit.core.metadata import LedgerMetadata
+        from walkit.permissions import check_ledger, check_log
+        from walkit.plugins.metadata.zookeeper_principals import requester_of
+        try:
+            principal = requester_of(self.store, request)
+        except NoSuchKey:
+            return False
+        if principal is None:
+            return False
+        try:
+            value = self.store.get(target)[0]
+            if target.startswith(LEDGER_PREFIX):
+                check_ledger(self.store, principal, LedgerMetadata.from_bytes(value), action)
+            else:
+                check_log(self.store, principal, target.partition("/")[2], action, LogMetadata.from_bytes(value))
+            return True
+        except NoSuchKey:
+            return True                   # gone: nothing is done
+        except (PermissionDenied, ConfigError):
+            return False
+
     def _put(self, hint: str) -> int:
-        """_put carries out a put request (PUT_CHILD): ZooKeeper let only a principal that may write the log make
+        """_put carries out a put request (PUT_PREFIX): ZooKeeper let only a principal that may write the log make
         it; the change must leave what decides who holds the resource as it is (permissions.check_change)."""
         store, hint_key = self.store, f"{REQUESTS_PREFIX}/{hint}"
         log_name, _, nonce = hint[len(PUT_HINT):].partition("|")
@@ -202,7 +237,7 @@ class Reaper:
             log.warning("dropped put request %r: %s", hint, exc)
             _forget(store, hint_key)
             return 0
-        key = f"logs/{log_name}/{PUT_CHILD}/{nonce}"
+        key = f"{PUT_PREFIX}/{log_name}/{nonce}"
         try:
             raw, version = store.get(key)
         except NoSuchKey:
@@ -250,8 +285,12 @@ class Reaper:
         if current is None or (target != log_key(log_name) and (
                 not target.startswith(LEDGER_PREFIX) or log_of(LedgerMetadata.from_bytes(current)) != log_name)):
             return {"error": "denied", "message": f"not log {log_name!r}'s key or one of its ledgers'"}
+        if not self._asked_by_holder(key, log_key(log_name), "roll"):
+            return {"error": "denied", "message": f"made by no principal that may write log {log_name!r} now"}
+        if version < 0:
+            raise ValueError("a change names the version it changes")
         try:
-            check_change(target, current, value)
+            check_change(target, current, value, store)
         except PermissionDenied as exc:
             return {"error": "denied", "message": str(exc)}
         return commit_put(store, target, value, version, key, request_version)

@@ -35,7 +35,7 @@ credentials (the operator), never through a principal's level.
 from __future__ import annotations
 
 from walkit.core.loglist import LogMetadata, log_key
-from walkit.core.metadata import LedgerMetadata
+from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import NoSuchKey, PermissionDenied
 from walkit.security import ACL_PREFIX, CLIENTS_PREFIX, LEVELS, permits
 
@@ -157,15 +157,24 @@ def holders(store, *, owner: str, log: str | None = None) -> set[str]:
     return {principal for principal in found if principal and _allowed(store, principal)}
 
 
-def check_change(key: str, current: bytes, value: bytes) -> None:
+def check_change(key: str, current: bytes, value: bytes, store=None) -> None:
     """check_change raises PermissionDenied when a change of ledger or log `key` from `current` to `value`, by
     a principal that may write it but does not own it (a grant), would change what decides who holds it: a
-    ledger's id, owner or log, a log's name or owner. Such a change would outlive the grant's revocation.
-    Undecodable metadata raises what its decoder raises."""
+    ledger's id, owner or log, a log's name or owner; or would list in the log a ledger that is not the log's
+    (read from `store`), which the owner's deletion of the log would then delete. Such changes would outlive
+    the grant's revocation. Undecodable metadata raises what its decoder raises."""
     if key.startswith("logs/"):
         old, new = LogMetadata.from_bytes(current), LogMetadata.from_bytes(value)
         if (new.name, new.owner) != (old.name, old.owner):
             raise PermissionDenied(f"{key}: only its owner changes its name or owner", needed="owner", resource=key)
+        for ledger_id in set(new.ledger_ids) - set(old.ledger_ids):
+            try:
+                added = LedgerMetadata.from_bytes(store.get(ledger_key(ledger_id))[0]) if store is not None else None
+            except NoSuchKey:
+                added = None
+            if added is None or log_of(added) != new.name:
+                raise PermissionDenied(f"{key}: ledger {ledger_id} is not log {new.name!r}'s, so it is not added to it",
+                                       needed="owner", resource=key)
         return
     old, new = LedgerMetadata.from_bytes(current), LedgerMetadata.from_bytes(value)
     if (new.ledger_id, new.owner, log_of(new)) != (old.ledger_id, old.owner, log_of(old)):

@@ -494,6 +494,9 @@ class Agent:
         # This agent's alone from here (the others leave a request being created), since taking the key from
         # every role must come before the key exists (a key deleted directly may have left its old holders the
         # key, who could write the new one), and must not come after another agent gave it to the new owner.
+        if _get(store, target) or any(_get(store, g) for g in guard):
+            return self._answer(key, revision, {"error": "exists", "message": f"metadata key {target!r} exists, or "
+                                                                             f"a ledger of that id was deleted"})
         claimed = {"op": "create", "key": target, "value": base64.b64encode(value).decode(), "state": "creating",
                    "at": int(time.time() * 1000)}
         try:
@@ -504,6 +507,8 @@ class Agent:
         roles.sync(ranges, set())
         version = _write_with(store, "create", target, value, -1, key, revision,
                               {"op": "create", "key": target, "state": "written"}, guard)
+        if version in ("exists", "guard"):
+            _sync(store, roles, target)             # created meanwhile by another: its owner keeps the key
         if version == "exists":
             return self._answer(key, revision, {"error": "exists", "message": f"metadata key {target!r} already "
                                                                              f"exists"})
@@ -528,7 +533,9 @@ class Agent:
             permissions.check_log(store, principal, target.partition("/")[2], "roll", LogMetadata.from_bytes(current))
         else:
             raise ValueError("only a ledger's or a log's key is changed this way")
-        permissions.check_change(target, current, value)
+        if version < 0:
+            raise ValueError("a change names the version it changes")
+        permissions.check_change(target, current, value, store)
         written = _write_with(store, "put", target, value, version, key, revision,
                               {"op": "put", "key": target, "state": "written"})
         if isinstance(written, str):

@@ -357,9 +357,9 @@ class ZooKeeperMetadataStore(SessionStore):
             raise MetadataError(f"cannot delete metadata key {key!r}: ZooKeeper holds keys under it") from None
 
     def _drop_put_requests(self, key: str) -> None:
-        """_drop_put_requests deletes log `key`'s put requests' znode (principal mode), which would keep the log's."""
-        from walkit.plugins.metadata.zookeeper_principals import PUT_CHILD
-        top = self._path(f"{key}/{PUT_CHILD}")
+        """_drop_put_requests deletes the znode of log `key`'s put requests (principal mode), as far as it can."""
+        from walkit.deletions import PUT_PREFIX
+        top = self._path(f"{PUT_PREFIX}/{key.partition('/')[2]}")
         try:
             for child in self._call("list", lambda: self._client.get_children_async(top), idempotent=True):
                 try:
@@ -368,8 +368,8 @@ class ZooKeeperMetadataStore(SessionStore):
                 except NoNodeError:
                     pass
             self._call("drop the put requests", lambda: self._client.delete_async(top), idempotent=True)
-        except (NoNodeError, NotEmptyError):
-            pass
+        except (NoNodeError, NotEmptyError, MetadataNotAuthorized):
+            pass                            # left (a grantee pinned a request): it counts for nothing
 
     def created_ms(self, key: str) -> int:
         """created_ms is when ZooKeeper created `key` (its ctime, the server's clock); NoSuchKey if absent."""

@@ -17,7 +17,7 @@ client whose key is allowed with a metadata password (`walkit clients allow PRIN
   everywhere; everyone else nothing.
 - *Changes by grantees*: an owner is in its resource's value, and a grantee that could rewrite
   it would keep the resource after its grant is revoked. So a grantee's store asks the reaper
-  for a change (``logs/<name>/put-requests/<nonce>``, which ZooKeeper lets only the log's owner
+  for a change (``put-requests/<name>/<nonce>``, which ZooKeeper lets only the log's owner
   and its `write` and `admin` grants create, and a hint ``put|<name>|<nonce>``); the reaper
   makes it only if it keeps the owner, the log and the id (walkit.permissions.check_change).
 - *Shared* znodes (the roots of the lists, bookie registrations, counters, the allow-list and
@@ -52,7 +52,7 @@ import time
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import ACL, Id, Permissions
 
-from walkit.deletions import DELETE_CHILD, PUT_CHILD, PUT_HINT, REFUSED
+from walkit.deletions import DELETE_CHILD, DENIED, PUT_HINT, PUT_PREFIX, REFUSED
 from walkit.deletions import REQUESTS_PREFIX as REQUESTS
 from walkit.errors import BadVersion, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey
 
@@ -64,8 +64,9 @@ PRINCIPAL = re.compile(r"[0-9a-f]{64}")
 LEDGER_NAME = re.compile(r"[0-9]{20}", re.ASCII)
 #: The flag an operator's first `walkit clients allow --metadata-password-file` sets: principal mode is on.
 MODE_KEY = "security/principal-identities"
-#: The reaper's answer "the log is not at that version" (walkit.deletions.Reaper), as it writes it.
+#: The reaper's answers "the log is not at that version" and "the asker may not" (walkit.deletions.Reaper).
 _REFUSED = json.dumps({"version": REFUSED}).encode()
+_DENIED = json.dumps({"version": DENIED}).encode()
 
 _CRWD = Permissions.CREATE | Permissions.READ | Permissions.WRITE | Permissions.DELETE
 _CRD = Permissions.CREATE | Permissions.READ | Permissions.DELETE
@@ -82,6 +83,7 @@ WRITE_POINTS = {
     "ledgers": Permissions.CREATE,
     "logs": Permissions.CREATE,
     REQUESTS: Permissions.CREATE,
+    PUT_PREFIX: Permissions.CREATE,
     "replication": Permissions.CREATE,
     "elections": Permissions.CREATE,
     "elections/replication": Permissions.CREATE,
@@ -176,9 +178,9 @@ class Policy:
             return None
         own = [ACL(_CRWD, Id("digest", self.own))] if self.own else []
         parts = relpath.split("/")
-        if len(parts) == 3 and parts[0] == "logs" and parts[2] == PUT_CHILD:
+        if len(parts) == 2 and parts[0] == PUT_PREFIX:
             return self.resource_acl("put", parts[1], "", creator=self.own.partition(":")[0] if self.own else "")
-        if len(parts) == 4 and parts[0] == "logs" and parts[2] == PUT_CHILD:
+        if len(parts) == 3 and parts[0] == PUT_PREFIX:
             return self.cluster() + own           # a put request: its maker's and the reaper's, nobody else's
         resource = resource_of(relpath)
         if resource is None:
@@ -279,8 +281,12 @@ class Policy:
                 store.get(key)
             except NoSuchKey:
                 return
-            if _get(store, f"{key}/{DELETE_CHILD}") == _REFUSED:
+            answer = _get(store, f"{key}/{DELETE_CHILD}")
+            if answer in (_REFUSED, _DENIED):
                 store.delete(f"{key}/{DELETE_CHILD}")
+                if answer == _DENIED:
+                    raise MetadataNotAuthorized(f"{key!r} was not deleted: the reaper found that this principal may "
+                                                f"not delete it")
                 raise BadVersion(f"metadata key {key!r} is not at version {expected_version}")
             time.sleep(0.02)
         raise MetadataError(f"{key!r} was not deleted within {store.timeout:g} s: its deletion waits for a bookie "
@@ -288,13 +294,13 @@ class Policy:
                             f"it will be deleted when one runs")
 
     def made_log(self, key: str) -> None:
-        """made_log gives a log a principal just created its put requests' znode (PUT_CHILD); an operator's pass
-        makes it for logs without one."""
+        """made_log gives a log a principal just created its put requests' znode (PUT_PREFIX/<name>); an operator's
+        pass makes it for logs without one."""
         try:
-            self.store.create(f"{key}/{PUT_CHILD}", b"")
+            self.store.create(f"{PUT_PREFIX}/{key.partition('/')[2]}", b"")
         except (MetadataError, NodeExists) as exc:
             log.warning("%s has no %s znode yet (%s): principals granted on it cannot change it until an operator "
-                        "pass (`walkit acl grant`) makes it", key, PUT_CHILD, exc)
+                        "pass (`walkit acl grant`) makes it", key, PUT_PREFIX, exc)
 
     def put(self, key: str, value: bytes, expected_version: int) -> int:
         """put asks the reaper to change `key` (a ledger or log this principal may write but does not own) at
@@ -307,7 +313,7 @@ class Policy:
             if log_name is None:
                 raise MetadataNotAuthorized(f"put {key!r}: a ledger of no log is its owner's alone")
         nonce = secrets.token_hex(8)
-        request = f"logs/{log_name}/{PUT_CHILD}/{nonce}"
+        request = f"{PUT_PREFIX}/{log_name}/{nonce}"
         body = json.dumps({"key": key, "value": base64.b64encode(bytes(value)).decode(),
                            "version": expected_version}).encode()
         acl = self.cluster() + [ACL(_CRWD, Id("digest", self.own))]
@@ -316,7 +322,7 @@ class Policy:
                                                                                     acl=acl), idempotent=False)
         except NoNodeError:
             raise MetadataNotAuthorized(f"put {key!r}: log {log_name!r} takes no changes from its grants yet (it has "
-                                        f"no {PUT_CHILD} znode): an operator pass makes it (`walkit acl grant`)") from None
+                                        f"no {PUT_PREFIX} znode): an operator pass makes it (`walkit acl grant`)") from None
         try:
             store._call(f"ask to change {key!r}", lambda: store._client.create_async(
                 store._path(f"{REQUESTS}/{PUT_HINT}{log_name}|{nonce}"), b"",
@@ -354,7 +360,7 @@ def _perms(kind: str, level: str) -> int:
     """_perms is what a grant of `level` gives on a znode of `kind`: `read` reads; `write` and `admin` create and
     delete children of a ledger (deletion requests, for truncation) and of the log's put requests, and write a
     replicated name's znodes (which hold no owner); a log's deletion request is `admin`'s. Changes of a
-    ledger's or log's metadata go through put requests (PUT_CHILD)."""
+    ledger's or log's metadata go through put requests (PUT_PREFIX)."""
     if level == "read":
         return _READ
     if level not in ("write", "admin"):
@@ -425,12 +431,12 @@ def reacl_tree(store, only_log: str | None = None, forget: str | None = None) ->
         path = f"{store.root}/{rel}"
         try:
             parts = rel.split("/")
-            if len(parts) == 4 and parts[0] == "logs" and parts[2] == PUT_CHILD:
+            if len(parts) == 3 and parts[0] == PUT_PREFIX:
                 # A pending put request, made by whoever held the right until now: dropped, as deletion requests.
                 store._call("drop a put request", lambda: client.delete_async(path), idempotent=True)
                 continue
             if len(parts) == 2 and parts[0] == "logs":
-                _ensure(store, f"{rel}/{PUT_CHILD}", store._policy.resource_acl("put", parts[1], ""), b"")
+                _ensure(store, f"{PUT_PREFIX}/{parts[1]}", store._policy.resource_acl("put", parts[1], ""), b"")
             if rel.rpartition("/")[2] == DELETE_CHILD and resource_of(rel.rpartition("/")[0]) is not None:
                 # A pending deletion request, made by whoever held the right until now: it no longer counts
                 # (its client, if it still waits, is told the delete did not happen and may ask again).
@@ -492,9 +498,13 @@ def _log_paths(store, log_name: str):
     from walkit.core.loglist import LogMetadata
     from walkit.core.metadata import ledger_key
     yield f"logs/{log_name}"
-    yield f"logs/{log_name}/{PUT_CHILD}"
-    for nonce in store.children(f"logs/{log_name}/{PUT_CHILD}"):
-        yield f"logs/{log_name}/{PUT_CHILD}/{nonce}"
+    yield f"{PUT_PREFIX}/{log_name}"
+    try:
+        nonces = store.children(f"{PUT_PREFIX}/{log_name}")
+    except MetadataNotAuthorized:
+        nonces = []                       # shut to the cluster by a grantee: its requests do not count (requester_of)
+    for nonce in nonces:
+        yield f"{PUT_PREFIX}/{log_name}/{nonce}"
     value = _get(store, f"logs/{log_name}")
     if value:
         for ledger_id in LogMetadata.from_bytes(value).ledger_ids:
@@ -540,7 +550,7 @@ def _wanted(store, rel: str, allowed: dict[str, str]) -> list[ACL] | None:
                               idempotent=True)
         return policy.with_world_read(list(acls))     # its writers (an operator user) stay as they are
     parts = rel.split("/")
-    if len(parts) == 3 and parts[0] == "logs" and parts[2] == PUT_CHILD:
+    if len(parts) == 2 and parts[0] == PUT_PREFIX:
         return [a for a in policy.resource_acl("put", parts[1], "")
                 if a.id.scheme != "digest" or a in policy.cluster() or a.id.id in allowed.values()]
     point = WRITE_POINTS.get(rel)
@@ -608,4 +618,23 @@ def commit_put(store, target: str, value: bytes, version: int, request: str, req
     except (BadVersion, NoSuchKey):
         return None
     return answer
+
+
+def requester_of(store, key: str) -> str | None:
+    """requester_of (the reaper's) is the principal that made request znode `key`: the one principal digest its
+    ACL names beside the cluster's, as a principal's store makes it. None (the request does not count) when
+    the ACL names none or several, hides them from the cluster (no admin for it: ZooKeeper then shows digests
+    as 'x'), or the request has children (pinned against the drop of pending requests on a revocation)."""
+    acls, stat = store._call("read a request's ACL", lambda: store._client.get_acls_async(store._path(key)),
+                             idempotent=True)
+    if stat.numChildren:
+        return None
+    cluster = {acl.id.id for acl in store._policy.cluster()}
+    others = [acl for acl in acls if not (acl.id.scheme == "digest" and acl.id.id in cluster)]
+    if len(others) != 1 or others[0].id.scheme != "digest":
+        return None
+    for principal, identity in _allowed_ids(store, None).items():
+        if identity == others[0].id.id:
+            return principal
+    return None
 

