@@ -552,7 +552,9 @@ def list_logs(store) -> list[str]:
 def delete_log(client, name: str) -> None:
     """delete_log removes a log and all its ledgers; it needs admin on the log (walkit.permissions).
 
-    Its ledgers go with it whoever wrote them: the permission on the log covers them.
+    Its ledgers go with it whoever wrote them: the permission on the log covers them. A listed ledger of
+    another log, or of no log and someone other than the log's owner, stays (with a warning): the log's
+    list is written by its writers, and deleting the log deletes only what is the log's.
     """
     metadata, version = read_log_metadata(client.store, name)
     client.check_log(name, "delete", metadata)
