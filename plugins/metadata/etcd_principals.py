@@ -448,25 +448,31 @@ class Agent:
         if op == "next-id":
             return self._answer(key, revision, {"value": store.next_id("ledger-id")})
         found = _checked_resource(target)
-        roles = Roles(store)                        # first: a user that may not change roles changes nothing
-        if request.get("state") == "written":       # written by an agent that stopped before it answered
-            _sync(store, roles, target)
-            return self._answer(key, revision, {"version": revision})
-        if request.get("state") == "deleted":
-            _sync(store, roles, target)
-            return self._answer(key, revision, {"deleted": True})
-        if request.get("state") == "creating" and time.time() * 1000 - int(request.get("at", 0)) < CLAIM_MS:
-            return 0                                # another agent creates it (taken over if it stopped)
         try:
-            if op == "create":
-                return self._create(principal, key, revision, target, found, _value(request), roles)
-            if op == "put":
-                return self._put(principal, key, revision, target, found, _value(request), int(request["version"]))
-            if op == "delete":
-                return self._delete(principal, key, revision, target, found, int(request.get("version", -1)), roles)
-            return self._sync_request(principal, key, revision, target, found, roles)
+            return self._carry_out(principal, key, revision, request, target, found)
         except PermissionDenied as exc:
             return self._answer(key, revision, {"error": "denied", "message": _short(str(exc))})
+
+    def _carry_out(self, principal: str, key: str, revision: int, request: dict, target: str, kind: str) -> int:
+        store, op, state = self.store, request["op"], request.get("state")
+        if op == "put":                             # changes no role
+            if state == "written":                  # written by an agent that stopped before it answered
+                return self._answer(key, revision, {"version": revision})
+            return self._put(principal, key, revision, target, kind, _value(request), int(request["version"]))
+        roles = Roles(store)                        # first: a user that may not change roles changes nothing
+        if state == "written":
+            _sync(store, roles, target)
+            return self._answer(key, revision, {"version": revision})
+        if state == "deleted":
+            _sync(store, roles, target)
+            return self._answer(key, revision, {"deleted": True})
+        if state == "creating" and time.time() * 1000 - int(request.get("at", 0)) < CLAIM_MS:
+            return 0                                # another agent creates it (taken over if it stopped)
+        if op == "create":
+            return self._create(principal, key, revision, target, kind, _value(request), roles)
+        if op == "delete":
+            return self._delete(principal, key, revision, target, kind, int(request.get("version", -1)), roles)
+        return self._sync_request(principal, key, revision, target, kind, roles)
 
     def _create(self, principal: str, key: str, revision: int, target: str, kind: str, value: bytes,
                 roles: Roles) -> int:
