@@ -249,6 +249,7 @@ class EtcdMetadataStore(SessionStore):
                     raise kind(f"{what}: etcd at {self.address} refused it: {_describe(exc)}"
                                f"{hint(exc.detail_text or '', self.user, self.root, what)}") from exc
                 last = exc            # refused unapplied: etcd's roles changed after it checked the request's
+                continue              # sent again at once: nothing is wrong with etcd
             finally:
                 client.bounded(None)
             with self._cond:                  # wait before retrying; close() wakes us

@@ -49,6 +49,7 @@ import re
 import secrets
 import threading
 import time
+from typing import Callable
 
 from etcd3gw.exceptions import Etcd3Exception
 
@@ -447,18 +448,17 @@ class Agent:
                                                                              f"the allow-list"})
         if op == "next-id":
             return self._answer(key, revision, {"value": store.next_id("ledger-id")})
-        found = _checked_resource(target)
-        try:
-            return self._carry_out(principal, key, revision, request, target, found)
-        except PermissionDenied as exc:
-            return self._answer(key, revision, {"error": "denied", "message": _short(str(exc))})
+        return self._carry_out(principal, key, revision, request, target, _checked_resource(target))
 
     def _carry_out(self, principal: str, key: str, revision: int, request: dict, target: str, kind: str) -> int:
         store, op, state = self.store, request["op"], request.get("state")
         if op == "put":                             # changes no role
             if state == "written":                  # written by an agent that stopped before it answered
                 return self._answer(key, revision, {"version": revision})
-            return self._put(principal, key, revision, target, kind, _value(request), int(request["version"]))
+            return self._denied_or(key, revision, lambda: self._put(principal, key, revision, target, kind,
+                                                                    _value(request), int(request["version"])))
+        if state is not None and _now_ms() - int(request.get("at", 0)) < CLAIM_MS:
+            return 0                                # another agent carries it out (taken over if it stopped)
         roles = Roles(store)                        # first: a user that may not change roles changes nothing
         if state == "written":
             _sync(store, roles, target)
@@ -466,13 +466,29 @@ class Agent:
         if state == "deleted":
             _sync(store, roles, target)
             return self._answer(key, revision, {"deleted": True})
-        if state == "creating" and time.time() * 1000 - int(request.get("at", 0)) < CLAIM_MS:
-            return 0                                # another agent creates it (taken over if it stopped)
+        # This agent's alone from here: every agent sees each request, and one that took a new key from every
+        # role after another gave it to its owner would leave the owner without it.
+        claimed = {**{k: request[k] for k in ("op", "key", "value", "version") if k in request},
+                   "state": "claimed", "at": _now_ms()}
+        try:
+            revision = store.put(key, json.dumps(claimed).encode(), revision)
+        except (BadVersion, NoSuchKey):
+            return 0
         if op == "create":
-            return self._create(principal, key, revision, target, kind, _value(request), roles)
+            return self._denied_or(key, revision, lambda: self._create(principal, key, revision, target, kind,
+                                                                       _value(request), roles))
         if op == "delete":
-            return self._delete(principal, key, revision, target, kind, int(request.get("version", -1)), roles)
-        return self._sync_request(principal, key, revision, target, kind, roles)
+            return self._denied_or(key, revision, lambda: self._delete(principal, key, revision, target, kind,
+                                                                       int(request.get("version", -1)), roles))
+        return self._denied_or(key, revision, lambda: self._sync_request(principal, key, revision, target, kind,
+                                                                         roles))
+
+    def _denied_or(self, key: str, revision: int, step: Callable[[], int]) -> int:
+        """_denied_or runs `step`, answering the request at `revision` if walkit's permissions refuse it."""
+        try:
+            return step()
+        except PermissionDenied as exc:
+            return self._answer(key, revision, {"error": "denied", "message": _short(str(exc))})
 
     def _create(self, principal: str, key: str, revision: int, target: str, kind: str, value: bytes,
                 roles: Roles) -> int:
@@ -497,22 +513,13 @@ class Agent:
                     raise PermissionDenied(f"replicated name {name!r} was claimed by another principal")
         else:
             raise ValueError("only a ledger's or a log's key is created this way")
-        # This agent's alone from here (the others leave a request being created), since taking the key from
-        # every role must come before the key exists (a key deleted directly may have left its old holders the
-        # key, who could write the new one), and must not come after another agent gave it to the new owner.
         if _get(store, target) or any(_get(store, g) for g in guard):
             return self._answer(key, revision, {"error": "exists", "message": f"metadata key {target!r} exists, or "
                                                                              f"a ledger of that id was deleted"})
-        claimed = {"op": "create", "key": target, "value": base64.b64encode(value).decode(), "state": "creating",
-                   "at": int(time.time() * 1000)}
-        try:
-            revision = store.put(key, json.dumps(claimed).encode(), revision)
-        except (BadVersion, NoSuchKey):
-            return 0
         ranges = resource_keys(store, target)[2]
-        roles.sync(ranges, set())
+        roles.sync(ranges, set())                   # before the key exists: an old holder's role could write it
         version = _write_with(store, "create", target, value, -1, key, revision,
-                              {"op": "create", "key": target, "state": "written"}, guard)
+                              {"op": "create", "key": target, "state": "written", "at": _now_ms()}, guard)
         if version in ("exists", "guard"):
             _sync(store, roles, target)             # created meanwhile by another: its owner keeps the key
         if version == "exists":
@@ -543,7 +550,7 @@ class Agent:
             raise ValueError("a change names the version it changes")
         permissions.check_change(target, current, value, store)
         written = _write_with(store, "put", target, value, version, key, revision,
-                              {"op": "put", "key": target, "state": "written"})
+                              {"op": "put", "key": target, "state": "written", "at": _now_ms()})
         if isinstance(written, str):
             return self._answer(key, revision, _failed(written, target, version))
         if written is None:
@@ -571,7 +578,7 @@ class Agent:
         else:
             permissions.check_log(store, principal, target.partition("/")[2], "delete", LogMetadata.from_bytes(value))
         outcome = _write_with(store, "delete", target, None, version if kind == "log" else -1, key, revision,
-                              {"op": "delete", "key": target, "state": "deleted"})
+                              {"op": "delete", "key": target, "state": "deleted", "at": _now_ms()})
         if outcome is None:                           # the request changed meanwhile (another agent)
             return 0
         if isinstance(outcome, str):
@@ -605,7 +612,7 @@ class Agent:
             return 0
 
 
-#: How long an agent's claim on a creation keeps the other agents away from it (then one takes it over).
+#: How long an agent's claim on a request keeps the other agents away from it (then one takes it over).
 CLAIM_MS = 10_000
 #: What a principal may ask the agent.
 OPS = ("create", "put", "delete", "sync", "next-id")
@@ -637,6 +644,10 @@ def _value(request: dict) -> bytes:
     if not isinstance(value, str):
         raise ValueError("no value")
     return base64.b64decode(value, validate=True)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _short(text: str, limit: int = 300) -> str:
