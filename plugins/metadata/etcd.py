@@ -393,11 +393,17 @@ class EtcdMetadataStore(SessionStore):
         """principal_identity (a store of a user with etcd's root role) gives `principal` the etcd user PRINCIPAL
         with `password` and a role with the keys of what it holds; it returns the user's name."""
         from walkit.plugins.metadata import etcd_principals
+        self.check_principal_identities()
+        etcd_principals.give_identity(self, principal, password)
+        return principal
+
+    def check_principal_identities(self) -> None:
+        """check_principal_identities raises unless this store may give principals identities (before any change)."""
+        from walkit.plugins.metadata import etcd_principals
         if self._requests is not None:
             raise ConfigError("etcd metadata: a principal's own store cannot give identities; use a user with "
                               "etcd's root role")
-        etcd_principals.give_identity(self, principal, password)
-        return principal
+        etcd_principals.check_can_give(self)
 
     def refresh_acls(self, log: str | None = None, forget: str | None = None) -> int:
         """refresh_acls (the operator's store) recomputes the roles of log `log`'s resources, or deletes principal

@@ -204,14 +204,21 @@ def grant(store, role: str, key: str, end: str = "", perm: str = "READWRITE") ->
 
 
 # -- the operator's side ---------------------------------------------------------------------------------
-def give_identity(store, principal: str, password: str) -> None:
-    """give_identity (a store of a user with etcd's root role) makes etcd user `principal` with `password` (or
-    sets its password), gives it its role with what every principal has, and the keys of every resource it
-    holds (one pass over the logs, ledgers and replicated names)."""
+def check_can_give(store) -> None:
+    """check_can_give raises unless the store's user may give principals etcd users: etcd's authentication is on
+    and the user holds etcd's root role (MetadataNotAuthorized says so)."""
     if store._auth is None or not store._auth.token(store._client.session, store.timeout):
         raise ConfigError("etcd metadata: principal identities need etcd's authentication enabled and the store's "
                           "user in the URI (etcd://USER@host:port/root?password_file=...), a user with etcd's root "
                           "role; see docs/operations/security.md#etcd-principals")
+    auth_call(store, "/auth/role/list", {})
+
+
+def give_identity(store, principal: str, password: str) -> None:
+    """give_identity (a store of a user with etcd's root role) makes etcd user `principal` with `password` (or
+    sets its password), gives it its role with what every principal has, and the keys of every resource it
+    holds (one pass over the logs, ledgers and replicated names)."""
+    check_can_give(store)
     role = role_of(store.root, principal)
     if auth_call(store, "/auth/user/add", {"name": principal, "password": password},
                  tolerate=("user name already exists",)) is None:

@@ -167,19 +167,23 @@ class ZooKeeperMetadataStore(SessionStore):
         `password`, turns principal mode on and rewrites every ACL for it; it returns the digest identity."""
         from walkit.plugins.metadata import zookeeper_principals as principals
         from walkit.security import allow
+        self.check_principal_identities()
+        identity = digest_id(principal, password)
+        allow(self, principal, metadata_identity=identity)
+        principals.enable(self)
+        return identity
+
+    def check_principal_identities(self) -> None:
+        """check_principal_identities raises unless this store may give principals identities (before any change)."""
         if self._policy.own is not None:
             raise ConfigError("zk metadata: a principal's own store cannot give identities; use the cluster's user")
         if self._acl is None:
             raise ConfigError("zk metadata: principal identities need the cluster's own ZooKeeper user in the URI "
                               "(zk://USER@host:port/root?password_file=...): without one, the znodes principal mode "
                               "makes would be nobody's to change")
-        identity = digest_id(principal, password)
-        allow(self, principal, metadata_identity=identity)
-        principals.enable(self)
-        return identity
 
     def principal_agent(self):
-        """principal_agent starts the reaper that carries out principals' deletions (a bookie's)."""
+        """principal_agent starts the reaper that carries out principals' deletions and changes (a bookie's)."""
         from walkit.deletions import Reaper
         return Reaper(self)
 

@@ -385,6 +385,12 @@ def test_etcd_principal_mode_needs_a_user_with_etcds_root_role(env, tmp_path):
     try:
         with pytest.raises(MetadataNotAuthorized, match="root role"):
             plain.principal_identity("c" * 64, "pw")
+        done = subprocess.run([sys.executable, "-m", "walkit", "clients", "allow", "d" * 64, "--metadata-password-file",
+                               str(tmp_path / "d.etcd"), "--metadata",
+                               with_user(env.etcd.url(env.root, timeout=10), "plain", "plain-pw")],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and "root role" in done.stderr, (done.stdout, done.stderr)
+        assert "d" * 64 not in security.allowed(plain)                  # refused before anything changed
     finally:
         plain.close()
 

@@ -83,6 +83,8 @@ def clients_allow(principal: str, name: str, metadata_password_file: str | None,
             scheme = str(getattr(store, "uri", "")).partition(":")[0] or type(store).__name__
             raise click.UsageError(f"--metadata-password-file needs a ZooKeeper or etcd metadata store (this one is "
                                    f"{scheme}); see docs/operations/security.md#permissions")
+        if metadata_password_file:
+            store.check_principal_identities()         # before the allow-list changes: nothing half done
         allow(store, principal, name)
         if metadata_password_file:
             store.principal_identity(principal, _password_file(metadata_password_file))
