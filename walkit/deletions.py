@@ -82,10 +82,11 @@ DELETE_CHILD = "delete"
 REFUSED = -2
 DENIED = -3
 #: Where principals that may write a log but do not own it (grants) ask the reaper to change the log's or its
-#: ledgers' metadata: ``put-requests/<log name>/<nonce>``, hinted as ``put|<name>|<nonce>``. Only the owners'
-#: ZooKeeper ACL entries write a ledger's or log's znode: the owner is in the value, and a grantee that could
-#: rewrite it would keep the resource after its grant is revoked. (Not under the log's znode: a request a
-#: grantee pins there with children of its own would keep the log from being deleted.)
+#: ledgers' metadata: ``put-requests/<log name>/<principal>/<nonce>``, hinted as
+#: ``put|<name>|<principal>|<nonce>``. Only the owners' ZooKeeper ACL entries write a ledger's or log's znode:
+#: the owner is in the value, and a grantee that could rewrite it would keep the resource after its grant is
+#: revoked. The cluster makes each grantee's directory (`walkit acl grant`), so a request's path says who made
+#: it. (Not under the log's znode: a request a grantee pins with children would keep the log from being deleted.)
 PUT_PREFIX = "put-requests"
 PUT_HINT = "put|"
 #: A put request's name (a store makes 16 hex digits).
@@ -188,6 +189,8 @@ class Reaper:
                 store.delete(key, None if is_ledger or version < 0 else version)
                 done = 1
                 log.info("deleted %s as a principal asked", key)
+                if not is_ledger:
+                    forget_grants(store, key.partition("/")[2])
             except NoSuchKey:
                 pass
             except BadVersion:                # the log changed since: the asker is told (it waits on the child)
@@ -202,16 +205,18 @@ class Reaper:
     def _asked_by_holder(self, request: str, target: str, action: str = "delete") -> bool:
         """_asked_by_holder tells whether request znode `request` was made by a principal that may do `action` on
         `target` now (read afresh: a grant revoked since the request was made counts no more)."""
-        from walkit.core.loglist import LogMetadata
-        from walkit.core.metadata import LedgerMetadata
-        from walkit.permissions import check_ledger, check_log
         from walkit.plugins.metadata.zookeeper_principals import requester_of
         try:
             principal = requester_of(self.store, request)
         except NoSuchKey:
             return False
-        if principal is None:
-            return False
+        return principal is not None and self._may(principal, target, action)
+
+    def _may(self, principal: str, target: str, action: str) -> bool:
+        """_may tells whether `principal` may do `action` on ledger or log `target` now (read afresh)."""
+        from walkit.core.loglist import LogMetadata
+        from walkit.core.metadata import LedgerMetadata
+        from walkit.permissions import check_ledger, check_log
         try:
             value = self.store.get(target)[0]
             if target.startswith(LEDGER_PREFIX):
@@ -227,17 +232,19 @@ class Reaper:
     def _put(self, hint: str) -> int:
         """_put carries out a put request (PUT_PREFIX): ZooKeeper let only a principal that may write the log make
         it; the change must leave what decides who holds the resource as it is (permissions.check_change)."""
+        from walkit.plugins.metadata.zookeeper_principals import PRINCIPAL, put_requester
         store, hint_key = self.store, f"{REQUESTS_PREFIX}/{hint}"
-        log_name, _, nonce = hint[len(PUT_HINT):].partition("|")
+        log_name, _, rest = hint[len(PUT_HINT):].partition("|")
+        principal, _, nonce = rest.partition("|")
         try:
             check_log_name(log_name)
-            if not _NONCE.fullmatch(nonce):
-                raise ConfigError(f"not a request name: {nonce!r}")
+            if not _NONCE.fullmatch(nonce) or not PRINCIPAL.fullmatch(principal):
+                raise ConfigError(f"not a request's name: {rest!r}")
         except ConfigError as exc:
             log.warning("dropped put request %r: %s", hint, exc)
             _forget(store, hint_key)
             return 0
-        key = f"{PUT_PREFIX}/{log_name}/{nonce}"
+        key = f"{PUT_PREFIX}/{log_name}/{principal}/{nonce}"
         try:
             raw, version = store.get(key)
         except NoSuchKey:
@@ -252,9 +259,11 @@ class Reaper:
             return 0
         answer = {"error": "denied", "message": f"the request is older than its hint by more than "
                                                 f"{REQUEST_WINDOW_S:g} s"}
-        if fresh:
+        if fresh and not put_requester(store, log_name, principal):
+            answer = {"error": "denied", "message": f"{PUT_PREFIX}/{log_name} is not the cluster's making"}
+        elif fresh:
             try:
-                answer = self._change(log_name, request, key, version)
+                answer = self._change(log_name, principal, request, key, version)
             except MetadataError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a principal wrote it: answered, not repeated
@@ -267,7 +276,7 @@ class Reaper:
         _forget(store, hint_key)
         return 1 if answer is not None and "version" in answer else 0
 
-    def _change(self, log_name: str, request: dict, key: str, request_version: int) -> dict | None:
+    def _change(self, log_name: str, principal: str, request: dict, key: str, request_version: int) -> dict | None:
         """_change makes the change `request` (at `key`, `request_version`) asks of log `log_name`'s key or one of its
         ledgers; it returns the answer (written with the change), or None when another reaper answered."""
         from walkit.plugins.metadata.zookeeper_principals import commit_put
@@ -285,7 +294,7 @@ class Reaper:
         if current is None or (target != log_key(log_name) and (
                 not target.startswith(LEDGER_PREFIX) or log_of(LedgerMetadata.from_bytes(current)) != log_name)):
             return {"error": "denied", "message": f"not log {log_name!r}'s key or one of its ledgers'"}
-        if not self._asked_by_holder(key, log_key(log_name), "roll"):
+        if not self._may(principal, log_key(log_name), "roll") or self.store.children(key):
             return {"error": "denied", "message": f"made by no principal that may write log {log_name!r} now"}
         if version < 0:
             raise ValueError("a change names the version it changes")
@@ -331,3 +340,14 @@ def _forget(store, key: str) -> None:
         store.delete(key)
     except NoSuchKey:
         pass
+
+
+def forget_grants(store, log_name: str) -> None:
+    """forget_grants deletes the grants on a deleted log (a grant is none on the next log of that name)."""
+    from walkit.security import forget_log
+    try:
+        forget_log(store, log_name)
+    except MetadataError as exc:
+        log.warning("the grants on deleted log %r stay (the cluster's user may not change grants: delete them with "
+                    "`walkit acl revoke` as the operator): %s", log_name, exc)
+

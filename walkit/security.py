@@ -157,6 +157,19 @@ def revoke(store, principal: str, log: str) -> None:
         pass
 
 
+def forget_log(store, log: str) -> int:
+    """forget_log deletes every grant on `log` (its log was deleted: a grant is not one on the next log of that
+    name); it returns how many. The store's user must be allowed to change the grants."""
+    gone = 0
+    for principal in store.children(f"{ACL_PREFIX}/{log}"):
+        try:
+            store.delete(f"{ACL_PREFIX}/{log}/{principal}")
+            gone += 1
+        except NoSuchKey:
+            pass
+    return gone
+
+
 def grants(store, log: str) -> dict[str, str]:
     """grants maps each principal granted something on `log` to its level."""
     out = {}

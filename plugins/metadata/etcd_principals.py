@@ -591,6 +591,9 @@ class Agent:
         if isinstance(outcome, str):
             return self._answer(key, revision, _failed(outcome, target, version))
         _sync(store, roles, target)
+        if kind == "log":
+            from walkit.deletions import forget_grants
+            forget_grants(store, target.partition("/")[2])
         log.info("deleted %s as principal %s asked", target, principal)
         return self._answer(key, outcome, {"deleted": True})
 

@@ -312,8 +312,6 @@ class ZooKeeperMetadataStore(SessionStore):
                        idempotent=False)
         except NodeExistsError:
             raise NodeExists(f"metadata key {key!r} already exists") from None
-        if self._policy.own is not None and key.startswith("logs/") and key.count("/") == 1:
-            self._policy.made_log(key)
         return 0
 
     def get(self, key: str) -> tuple[bytes, int]:
@@ -361,19 +359,11 @@ class ZooKeeperMetadataStore(SessionStore):
             raise MetadataError(f"cannot delete metadata key {key!r}: ZooKeeper holds keys under it") from None
 
     def _drop_put_requests(self, key: str) -> None:
-        """_drop_put_requests deletes the znode of log `key`'s put requests (principal mode), as far as it can."""
+        """_drop_put_requests deletes the znodes of log `key`'s put requests (principal mode), as far as it can."""
         from walkit.deletions import PUT_PREFIX
-        top = self._path(f"{PUT_PREFIX}/{key.partition('/')[2]}")
-        try:
-            for child in self._call("list", lambda: self._client.get_children_async(top), idempotent=True):
-                try:
-                    self._call("drop a put request", lambda: self._client.delete_async(f"{top}/{child}"),
-                               idempotent=True)
-                except NoNodeError:
-                    pass
-            self._call("drop the put requests", lambda: self._client.delete_async(top), idempotent=True)
-        except (NoNodeError, NotEmptyError, MetadataNotAuthorized):
-            pass                            # left (a grantee pinned a request): it counts for nothing
+        from walkit.plugins.metadata.zookeeper_principals import _delete_tree
+        _delete_tree(self, f"{PUT_PREFIX}/{key.partition('/')[2]}")   # what stays counts for nothing: requests
+                                                                    # are checked against who may write now
 
     def created_ms(self, key: str) -> int:
         """created_ms is when ZooKeeper created `key` (its ctime, the server's clock); NoSuchKey if absent."""

@@ -83,7 +83,6 @@ WRITE_POINTS = {
     "ledgers": Permissions.CREATE,
     "logs": Permissions.CREATE,
     REQUESTS: Permissions.CREATE,
-    PUT_PREFIX: Permissions.CREATE,
     "replication": Permissions.CREATE,
     "elections": Permissions.CREATE,
     "elections/replication": Permissions.CREATE,
@@ -178,9 +177,7 @@ class Policy:
             return None
         own = [ACL(_CRWD, Id("digest", self.own))] if self.own else []
         parts = relpath.split("/")
-        if len(parts) == 2 and parts[0] == PUT_PREFIX:
-            return self.resource_acl("put", parts[1], "", creator=self.own.partition(":")[0] if self.own else "")
-        if len(parts) == 3 and parts[0] == PUT_PREFIX:
+        if len(parts) == 4 and parts[0] == PUT_PREFIX:
             return self.cluster() + own           # a put request: its maker's and the reaper's, nobody else's
         resource = resource_of(relpath)
         if resource is None:
@@ -293,15 +290,6 @@ class Policy:
                             f"(every bookie runs the reaper that carries out deletions in principal mode); "
                             f"it will be deleted when one runs")
 
-    def made_log(self, key: str) -> None:
-        """made_log gives a log a principal just created its put requests' znode (PUT_PREFIX/<name>); an operator's
-        pass makes it for logs without one."""
-        try:
-            self.store.create(f"{PUT_PREFIX}/{key.partition('/')[2]}", b"")
-        except (MetadataError, NodeExists) as exc:
-            log.warning("%s has no %s znode yet (%s): principals granted on it cannot change it until an operator "
-                        "pass (`walkit acl grant`) makes it", key, PUT_PREFIX, exc)
-
     def put(self, key: str, value: bytes, expected_version: int) -> int:
         """put asks the reaper to change `key` (a ledger or log this principal may write but does not own) at
         `expected_version`, through the log's put requests; it returns the new version."""
@@ -312,8 +300,8 @@ class Policy:
             log_name = _ledger_log(store.get(key)[0])[0]
             if log_name is None:
                 raise MetadataNotAuthorized(f"put {key!r}: a ledger of no log is its owner's alone")
-        nonce = secrets.token_hex(8)
-        request = f"{PUT_PREFIX}/{log_name}/{nonce}"
+        nonce, principal = secrets.token_hex(8), self.own.partition(":")[0]
+        request = f"{PUT_PREFIX}/{log_name}/{principal}/{nonce}"
         body = json.dumps({"key": key, "value": base64.b64encode(bytes(value)).decode(),
                            "version": expected_version}).encode()
         acl = self.cluster() + [ACL(_CRWD, Id("digest", self.own))]
@@ -321,11 +309,11 @@ class Policy:
             store._call(f"ask to change {key!r}", lambda: store._client.create_async(store._path(request), body,
                                                                                     acl=acl), idempotent=False)
         except NoNodeError:
-            raise MetadataNotAuthorized(f"put {key!r}: log {log_name!r} takes no changes from its grants yet (it has "
-                                        f"no {PUT_PREFIX} znode): an operator pass makes it (`walkit acl grant`)") from None
+            raise MetadataNotAuthorized(f"put {key!r}: log {log_name!r} takes no changes from this principal: "
+                                        f"`walkit acl grant` makes its {PUT_PREFIX} znode for each grant") from None
         try:
             store._call(f"ask to change {key!r}", lambda: store._client.create_async(
-                store._path(f"{REQUESTS}/{PUT_HINT}{log_name}|{nonce}"), b"",
+                store._path(f"{REQUESTS}/{PUT_HINT}{log_name}|{principal}|{nonce}"), b"",
                 acl=self.shared_acl() + [ACL(_CRWD, Id("digest", self.own))]), idempotent=False)
             deadline = time.monotonic() + store.timeout
             while time.monotonic() < deadline:
@@ -412,7 +400,7 @@ def enable(store) -> None:
     # Every other store of the cluster's user sees the flag within REFRESH_S: what they create after that
     # has the right ACL, and what they created before, the pass below fixes.
     time.sleep(Policy.REFRESH_S + 0.2)
-    for point in (*WRITE_POINTS, DELETED_DIR):   # made now, so that no principal's create makes them its own
+    for point in (*WRITE_POINTS, DELETED_DIR, PUT_PREFIX):   # made now, so that no principal's create makes them its own
         _ensure(store, point, policy.shared_acl(), b"0" if point == ".counters/ledger-id" else b"")
     reacl_tree(store)
 
@@ -431,12 +419,18 @@ def reacl_tree(store, only_log: str | None = None, forget: str | None = None) ->
         path = f"{store.root}/{rel}"
         try:
             parts = rel.split("/")
-            if len(parts) == 3 and parts[0] == PUT_PREFIX:
+            if len(parts) == 4 and parts[0] == PUT_PREFIX:
                 # A pending put request, made by whoever held the right until now: dropped, as deletion requests.
                 store._call("drop a put request", lambda: client.delete_async(path), idempotent=True)
                 continue
+            if len(parts) == 3 and parts[0] == PUT_PREFIX and parts[2] not in _put_holders(store, parts[1], allowed):
+                _delete_tree(store, rel)          # a principal that may no longer ask for changes of the log
+                continue
             if len(parts) == 2 and parts[0] == "logs":
-                _ensure(store, f"{PUT_PREFIX}/{parts[1]}", store._policy.resource_acl("put", parts[1], ""), b"")
+                _ensure(store, f"{PUT_PREFIX}/{parts[1]}", store._policy.shared_acl(), b"")
+                for principal, identity in _put_holders(store, parts[1], allowed).items():
+                    _ensure(store, f"{PUT_PREFIX}/{parts[1]}/{principal}",
+                            store._policy.cluster() + [ACL(_CRD, Id("digest", identity))], b"")
             if rel.rpartition("/")[2] == DELETE_CHILD and resource_of(rel.rpartition("/")[0]) is not None:
                 # A pending deletion request, made by whoever held the right until now: it no longer counts
                 # (its client, if it still waits, is told the delete did not happen and may ask again).
@@ -448,6 +442,7 @@ def reacl_tree(store, only_log: str | None = None, forget: str | None = None) ->
                                 idempotent=True)
                 except (NoNodeError, NotEmptyError):
                     pass
+            wanted = None
             wanted = _wanted(store, rel, allowed)
             if wanted is None:
                 continue
@@ -459,7 +454,13 @@ def reacl_tree(store, only_log: str | None = None, forget: str | None = None) ->
         except (NoNodeError, BadVersionError, NotEmptyError):
             continue                      # gone or changed meanwhile: created again with the right ACL
         except MetadataNotAuthorized:
-            unfixed.append(rel)           # a principal made it with an ACL that shuts the cluster out
+            # A principal made it with an ACL that leaves the cluster no admin right (a grantee may delete and
+            # make again a replicated name's znodes, as its grant allows): made again with the same data and
+            # the right ACL, in one transaction, if the cluster may read and delete it; reported otherwise.
+            if wanted is not None and resource_of(rel) is not None and _replace(store, rel, wanted):
+                changed += 1
+            else:
+                unfixed.append(rel)
         except ValueError:
             unfixed.append(rel)           # not what its place says it is (a snapshot index entry that is no id)
     if unfixed:
@@ -499,12 +500,14 @@ def _log_paths(store, log_name: str):
     from walkit.core.metadata import ledger_key
     yield f"logs/{log_name}"
     yield f"{PUT_PREFIX}/{log_name}"
-    try:
-        nonces = store.children(f"{PUT_PREFIX}/{log_name}")
-    except MetadataNotAuthorized:
-        nonces = []                       # shut to the cluster by a grantee: its requests do not count (requester_of)
-    for nonce in nonces:
-        yield f"{PUT_PREFIX}/{log_name}/{nonce}"
+    for principal in store.children(f"{PUT_PREFIX}/{log_name}"):
+        yield f"{PUT_PREFIX}/{log_name}/{principal}"
+        try:
+            nonces = store.children(f"{PUT_PREFIX}/{log_name}/{principal}")
+        except MetadataNotAuthorized:
+            nonces = []                   # gone, or unreadable: the reaper checks the requester when it acts
+        for nonce in nonces:
+            yield f"{PUT_PREFIX}/{log_name}/{principal}/{nonce}"
     value = _get(store, f"logs/{log_name}")
     if value:
         for ledger_id in LogMetadata.from_bytes(value).ledger_ids:
@@ -551,8 +554,10 @@ def _wanted(store, rel: str, allowed: dict[str, str]) -> list[ACL] | None:
         return policy.with_world_read(list(acls))     # its writers (an operator user) stay as they are
     parts = rel.split("/")
     if len(parts) == 2 and parts[0] == PUT_PREFIX:
-        return [a for a in policy.resource_acl("put", parts[1], "")
-                if a.id.scheme != "digest" or a in policy.cluster() or a.id.id in allowed.values()]
+        return policy.shared_acl()        # the cluster makes each grantee's directory in it
+    if len(parts) == 3 and parts[0] == PUT_PREFIX:
+        identity = _put_holders(store, parts[1], allowed).get(parts[2])
+        return policy.cluster() + [ACL(_CRD, Id("digest", identity))] if identity else None
     point = WRITE_POINTS.get(rel)
     if point is not None:
         return policy.shared_acl() + [ACL(point, Id("digest", i)) for _, i in sorted(allowed.items())]
@@ -637,4 +642,59 @@ def requester_of(store, key: str) -> str | None:
         if identity == others[0].id.id:
             return principal
     return None
+
+
+def _put_holders(store, log_name: str, allowed: dict[str, str]) -> dict[str, str]:
+    """_put_holders maps each principal that may ask for changes of log `log_name` (its `write` and `admin`
+    grants: owners write themselves) and has a ZooKeeper identity to that identity."""
+    from walkit.security import LEVELS, permits
+    found = {}
+    for principal in store.children(f"security/acl/logs/{log_name}"):
+        level = _get(store, f"security/acl/logs/{log_name}/{principal}").decode(errors="replace")
+        if principal in allowed and level in LEVELS and permits(level, "write"):
+            found[principal] = allowed[principal]
+    return found
+
+
+def _delete_tree(store, rel: str) -> None:
+    """_delete_tree deletes znode `rel` and what is under it, as far as the cluster may."""
+    for child in reversed(list(_subtree(store, rel))):
+        try:
+            store._call("delete", lambda: store._client.delete_async(f"{store.root}/{child}"), idempotent=True)
+        except (NoNodeError, NotEmptyError, MetadataNotAuthorized):
+            pass
+    try:
+        store._call("delete", lambda: store._client.delete_async(f"{store.root}/{rel}"), idempotent=True)
+    except (NoNodeError, NotEmptyError, MetadataNotAuthorized):
+        pass
+
+
+def put_requester(store, log_name: str, principal: str) -> bool:
+    """put_requester (the reaper's) tells whether `put-requests/<log_name>/<principal>` is the cluster's making, so
+    that a request in it is that principal's: no one but the cluster may create in `put-requests/<log_name>`."""
+    acls, _ = store._call("read an ACL", lambda: store._client.get_acls_async(store._path(f"{PUT_PREFIX}/{log_name}")),
+                          idempotent=True)
+    cluster = {acl.id.id for acl in store._policy.cluster()}
+    return all((acl.id.scheme == "digest" and acl.id.id in cluster) or not acl.perms & Permissions.CREATE
+               for acl in acls)
+
+
+def _replace(store, rel: str, acl: list[ACL]) -> bool:
+    """_replace makes znode `rel` again with its data and ACL `acl`, in one transaction; False if the cluster may
+    not read or delete it, or it has children."""
+    path = f"{store.root}/{rel}"
+    try:
+        data, stat = store._call("read", lambda: store._client.get_async(path), idempotent=True)
+        if stat.numChildren:
+            return False
+        txn = store._client.transaction()
+        txn.delete(path, stat.version)
+        txn.create(path, data, acl=acl)
+        results = store._call(f"make {rel!r} again", lambda: txn.commit_async(), idempotent=False)
+    except (NoNodeError, MetadataNotAuthorized):
+        return False
+    if any(isinstance(r, Exception) for r in results):
+        return False
+    log.warning("made %s again with the ACL principal mode wants: a principal had made it shut to the cluster", rel)
+    return True
 

@@ -1,7 +1,7 @@
 """Adversarial review 2 of ZooKeeper principal mode: a request that outlives its grant.
 
 An operator pass (`walkit acl revoke`, `walkit clients revoke`) drops a grantee's pending put requests
-(``put-requests/<name>/<nonce>``) and deletion requests (``<resource>/delete``) with a plain ZooKeeper
+(``put-requests/<name>/<principal>/<nonce>``) and deletion requests (``<resource>/delete``) with a plain ZooKeeper
 delete. The request's ACL gives its maker ``crwd``, so the maker can give it a child: the delete then fails
 with NotEmpty, which reacl_tree skips silently, and the request stays. The reaper never looks at grants
 (only at ZooKeeper having let the request be made), so a hint made after the revocation, within
@@ -35,7 +35,7 @@ def test_zk_review2_a_put_request_pinned_by_a_child_is_carried_out_after_the_gra
     env.walkit("acl", "grant", mallory.id, "write", "log", "rev-put")
     value, stat = mallory.raw.get(mallory.path("logs/rev-put"))
     nonce = "00112233445566aa"
-    request = mallory.path(f"put-requests/rev-put/{nonce}")
+    request = mallory.path(f"put-requests/rev-put/{mallory.id}/{nonce}")
     mallory.raw.create(request, b"{}")                               # made while granted: ZooKeeper lets it
     mallory.raw.create(f"{request}/pin", b"", acl=_own_acl(mallory))  # the maker's crwd lets it add a child
     env.walkit("acl", "revoke", mallory.id, "log", "rev-put")          # should drop every pending request
@@ -47,7 +47,7 @@ def test_zk_review2_a_put_request_pinned_by_a_child_is_carried_out_after_the_gra
                 "version": stat.version}
         if mallory.raw.exists(request) is not None:
             mallory.raw.set(request, json.dumps(body).encode())
-            mallory.raw.create(mallory.path(f"deletion-requests/put|rev-put|{nonce}"), b"")
+            mallory.raw.create(mallory.path(f"deletion-requests/put|rev-put|{mallory.id}|{nonce}"), b"")
             wait_until(lambda: b"answer" in mallory.raw.get(request)[0], timeout=20,
                        message="the reaper did not answer")
         with alice.client() as client:                 # the revoked grantee emptied alice's log
@@ -94,7 +94,7 @@ def test_zk_review2_a_former_write_grantee_cannot_block_the_logs_deletion_for_go
     # the log's own znode is not writable by a write grant, yet a child of its put request blocks the log's.
     a_log_with_a_ledger(alice, "rev-block")
     env.walkit("acl", "grant", mallory.id, "write", "log", "rev-block")
-    request = mallory.path("put-requests/rev-block/00112233445566bb")
+    request = mallory.path(f"put-requests/rev-block/{mallory.id}/00112233445566bb")
     mallory.raw.create(request, b"{}")
     mallory.raw.create(f"{request}/pin", b"", acl=_own_acl(mallory))
     mallory.raw.create(f"{request}/pin/deeper", b"", acl=_own_acl(mallory))  # the cluster may not delete under pin

@@ -386,10 +386,10 @@ def test_zk_a_write_grantee_cannot_make_itself_the_owner_and_keep_the_log_after_
         forged = json.dumps(doc).encode()
         refused(lambda: mallory.raw.set(mallory.path(key), forged))
         nonce = "0123456789abcdef"
-        request = mallory.path(f"put-requests/coveted/{nonce}")
+        request = mallory.path(f"put-requests/coveted/{mallory.id}/{nonce}")
         mallory.raw.create(request, json.dumps({"key": key, "value": base64.b64encode(forged).decode(),
                                                 "version": mallory.raw.get(mallory.path(key))[1].version}).encode())
-        mallory.raw.create(mallory.path(f"deletion-requests/put|coveted|{nonce}"), b"")
+        mallory.raw.create(mallory.path(f"deletion-requests/put|coveted|{mallory.id}|{nonce}"), b"")
         wait_until(lambda: b"answer" in mallory.raw.get(request)[0], timeout=20, message="the reaper did not answer")
         assert json.loads(mallory.raw.get(request)[0])["answer"]["error"] == "denied"
         mallory.raw.delete(request)
@@ -403,6 +403,7 @@ def test_zk_a_write_grantee_cannot_make_itself_the_owner_and_keep_the_log_after_
         client.store.put("logs/coveted", value, version)             # a change that keeps the owner goes through
     env.walkit("acl", "revoke", mallory.id, "log", "coveted")
     refused(lambda: mallory.raw.set(mallory.path("logs/coveted"), b"{}"),
-            lambda: mallory.raw.create(mallory.path("put-requests/coveted/fedcba9876543210"), b"{}"))
+            lambda: mallory.raw.create(mallory.path(f"put-requests/coveted/{alice.id}"), b""))   # the cluster's
+    assert mallory.raw.exists(mallory.path(f"put-requests/coveted/{mallory.id}")) is None      # gone with the grant
     with alice.client() as client:
         assert [bytes(r.payload) for r in client.read_log("coveted")] == [b"secret"]

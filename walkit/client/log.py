@@ -21,7 +21,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
-from walkit import deletions, faults, permissions
+from walkit import deletions, faults, permissions, security
 from walkit.client.loop import ClientLoop, Driver, now_ms, result_within, wall_ms
 from walkit.core import events as ev
 from walkit.core import logevents as lev
@@ -559,6 +559,10 @@ def delete_log(client, name: str) -> None:
     metadata, version = read_log_metadata(client.store, name)
     client.check_log(name, "delete", metadata)
     client.store.delete(log_key(name), version)
+    try:
+        security.forget_log(client.store, name)    # a grant on it is none on the next log of that name
+    except WalkitError as exc:                     # a principal's store: the bookies that deleted it did it
+        log.debug("the grants on log %r stay for the bookies (or the operator) to delete: %s", name, exc)
     for ledger_id in metadata.ledger_ids:
         try:
             ledger = LedgerMetadata.from_bytes(client.store.get(ledger_key(ledger_id))[0])
