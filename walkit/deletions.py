@@ -49,6 +49,29 @@ def delete_ledger(store, ledger_id: int) -> None:
         raise NoSuchLedger(f"no ledger {ledger_id}") from None
 
 
+def delete_log_ledgers(store, log_name: str, listed: list[int], owner: str) -> list[int]:
+    """delete_log_ledgers deletes (marker first) the ledgers a deleted log listed that are the log's: of that log,
+    or of no log and its owner's (`owner`); a listed ledger of another log or owner stays, with a warning (a log's
+    list is written by its writers). It returns the ids deleted."""
+    from walkit.core.metadata import LedgerMetadata
+    from walkit.errors import WalkitError
+    from walkit.permissions import log_of
+    deleted = []
+    for ledger_id in listed:
+        try:
+            ledger = LedgerMetadata.from_bytes(store.get(ledger_key(ledger_id))[0])
+            of = log_of(ledger)
+            if of not in (log_name, None) or (of is None and ledger.owner != owner):
+                log.warning("log %r listed ledger %d (of log %r, owner %s): kept", log_name, ledger_id, of,
+                            ledger.owner or "nobody")
+                continue
+            delete_ledger(store, ledger_id)
+            deleted.append(ledger_id)
+        except WalkitError:
+            continue
+    return deleted
+
+
 def was_deleted(store, ledger_id: int) -> bool:
     """was_deleted tells whether the store holds `ledger_id`'s deletion marker."""
     try:
@@ -177,6 +200,7 @@ class Reaper:
             version = None
         if version is not None and version not in (REFUSED, DENIED):
             is_ledger = key.startswith(LEDGER_PREFIX)
+            deleted_log = None if is_ledger else _get_value(store, key)
             try:
                 if not is_ledger and version >= 0 and store.get(key)[1] != version:
                     raise BadVersion(key)
@@ -191,6 +215,7 @@ class Reaper:
                 log.info("deleted %s as a principal asked", key)
                 if not is_ledger:
                     forget_grants(store, key.partition("/")[2])
+                    _delete_ledgers_of(store, key.partition("/")[2], deleted_log)
             except NoSuchKey:
                 pass
             except BadVersion:                # the log changed since: the asker is told (it waits on the child)
@@ -350,4 +375,24 @@ def forget_grants(store, log_name: str) -> None:
     except MetadataError as exc:
         log.warning("the grants on deleted log %r stay (the cluster's user may not change grants: delete them with "
                     "`walkit acl revoke` as the operator): %s", log_name, exc)
+
+
+def _get_value(store, key: str) -> bytes | None:
+    try:
+        return store.get(key)[0]
+    except NoSuchKey:
+        return None
+
+
+def _delete_ledgers_of(store, log_name: str, value: bytes | None) -> list[int]:
+    """_delete_ledgers_of deletes the ledgers of a log a principal had deleted (its metadata `value`), as
+    `delete_log` does: a principal that deleted the key alone would leave them to the next owner of the name."""
+    from walkit.core.loglist import LogMetadata
+    try:
+        metadata = LogMetadata.from_bytes(value) if value else None
+    except Exception:  # noqa: BLE001 - not log metadata: nothing listed
+        metadata = None
+    if metadata is None:
+        return []
+    return delete_log_ledgers(store, log_name, metadata.ledger_ids, metadata.owner)
 

@@ -591,9 +591,11 @@ class Agent:
         if isinstance(outcome, str):
             return self._answer(key, revision, _failed(outcome, target, version))
         _sync(store, roles, target)
-        if kind == "log":
-            from walkit.deletions import forget_grants
+        if kind == "log":                           # as delete_log does: the log's ledgers and grants go with it
+            from walkit.deletions import _delete_ledgers_of, forget_grants
             forget_grants(store, target.partition("/")[2])
+            for ledger_id in _delete_ledgers_of(store, target.partition("/")[2], value):
+                _sync(store, roles, ledger_key(ledger_id))
         log.info("deleted %s as principal %s asked", target, principal)
         return self._answer(key, outcome, {"deleted": True})
 

@@ -21,7 +21,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
-from walkit import deletions, faults, permissions, security
+from walkit import deletions, faults, security
 from walkit.client.loop import ClientLoop, Driver, now_ms, result_within, wall_ms
 from walkit.core import events as ev
 from walkit.core import logevents as lev
@@ -30,7 +30,6 @@ from walkit.core.messages import NOOP_PAYLOAD
 from walkit.core.log import LogMachine
 from walkit.core.logreader import LogReader
 from walkit.core.loglist import LOG_PREFIX, LogConfig, LogMetadata, LogSegment, Position, check_log_name, log_key
-from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import (ClientClosed, ConfigError, LedgerClosed, NodeExists, NoSuchKey, NoSuchLog, Timeout,
                            WalkitError)
 
@@ -563,15 +562,4 @@ def delete_log(client, name: str) -> None:
         security.forget_log(client.store, name)    # a grant on it is none on the next log of that name
     except WalkitError as exc:                     # a principal's store: the bookies that deleted it did it
         log.debug("the grants on log %r stay for the bookies (or the operator) to delete: %s", name, exc)
-    for ledger_id in metadata.ledger_ids:
-        try:
-            ledger = LedgerMetadata.from_bytes(client.store.get(ledger_key(ledger_id))[0])
-            if permissions.log_of(ledger) not in (name, None):
-                log.warning("log %r listed ledger %d of log %r: kept", name, ledger_id, permissions.log_of(ledger))
-                continue
-            if permissions.log_of(ledger) is None and ledger.owner != metadata.owner:
-                log.warning("log %r listed ledger %d of no log, %s's: kept", name, ledger_id, ledger.owner or "nobody")
-                continue
-            deletions.delete_ledger(client.store, ledger_id)
-        except WalkitError:
-            pass
+    deletions.delete_log_ledgers(client.store, name, metadata.ledger_ids, metadata.owner)
