@@ -99,3 +99,14 @@ class RawBookie:
     def read_lac(self, ledger_id: int, timeout: float = 5.0):
         return self.request(ReadLacRequest(txn=self.next_txn(), ledger_id=ledger_id), timeout)
 
+
+
+def read_within(client, ledger_id: int, seconds: float = 10.0) -> list[bytes] | None:
+    """read_within reads ledger `ledger_id` through `client` until it succeeds, for up to `seconds`; None if it
+    was refused all along (bookies may take a moment to see a change of owner, so a refusal counts only at the
+    end)."""
+    try:
+        return wait_until(lambda: [bytes(e.payload) for e in client.open_ledger(ledger_id).read()],
+                          timeout=seconds, interval=0.25)
+    except AssertionError:
+        return None

@@ -7,12 +7,12 @@ log's key deleted alone by an admin grantee) pass, with their data, to the next 
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 from walkit.core.loglist import LogMetadata
 
+from .helpers import read_within
 from .test_etcd_principals import alice, ask, env, mallory  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]
@@ -30,12 +30,7 @@ def _read_as_next_owner(mallory, name: str, ledger: int):
         # The name is free: mallory's log now (made before she writes a ledger of it, so that the bookies look the
         # log's owner up again: they cache it per ledger until the grants change).
         client.store.create(f"logs/{name}", LogMetadata(name=name, owner=mallory.id).to_bytes())
-        for _ in range(20):
-            try:
-                return [bytes(e.payload) for e in client.open_ledger(ledger).read()]
-            except Exception:  # noqa: BLE001 - refused (or the ledger is gone): held
-                time.sleep(0.5)
-    return None
+        return read_within(client, ledger)
 
 
 @pytest.mark.xfail(strict=True, reason='known hole (issue 47, open): a ledger belongs to a log by name, not by instance; one a grantee unlisted outlives the log and goes to the next owner of the name')

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from kazoo.exceptions import NoAuthError
@@ -25,6 +24,7 @@ from kazoo.security import ACL, Id, Permissions
 
 from walkit.core.loglist import LogMetadata
 
+from .helpers import read_within
 from .test_zookeeper_principals import alice, env, mallory  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
@@ -113,12 +113,7 @@ def test_zk_review4_a_write_grantee_unlists_a_ledger_and_reads_it_as_owner_of_th
     read = None
     with mallory.client() as client:
         client.store.create(f"logs/{name}", LogMetadata(name=name, owner=mallory.id).to_bytes())  # hers now
-        for _ in range(20):                           # bookies may take a moment to see the new log's owner
-            try:
-                read = [bytes(e.payload) for e in client.open_ledger(hidden).read()]
-                break
-            except Exception:  # noqa: BLE001 - refused (or the ledger is gone): held
-                time.sleep(0.5)
+        read = read_within(client, hidden)
     assert not read or not any(b"alice's secret" in r for r in read), (
         f"mallory read ledger {hidden} of alice's deleted log through the next log of that name: {read}")
 
@@ -139,12 +134,6 @@ def test_zk_review4_an_admin_grantee_deletes_only_the_logs_key_and_owns_its_ledg
         # The next log of that name, hers (made before she writes a ledger of it, so that the bookies look the
         # log's owner up again: they cache it per ledger until the grants change).
         client.store.create(f"logs/{name}", LogMetadata(name=name, owner=mallory.id).to_bytes())
-        read = None
-        for _ in range(20):                           # bookies may take a moment to see the new log's owner
-            try:
-                read = [bytes(e.payload) for e in client.open_ledger(ledger).read()]
-                break
-            except Exception:  # noqa: BLE001 - refused (or the ledger is gone): held
-                time.sleep(0.5)
+        read = read_within(client, ledger)
     assert not read or not any(b"alice's secret" in r for r in read), (
         f"a former admin grantee owns alice's ledger {ledger} through the next log of that name: {read}")
