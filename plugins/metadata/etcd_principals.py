@@ -59,7 +59,7 @@ from walkit.core.metadata import LEDGER_PREFIX, LedgerMetadata, deleted_key, del
 from walkit.errors import (BadVersion, ConfigError, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey,
                            PermissionDenied)
 from walkit.plugins.metadata import COUNTERS
-from walkit.plugins.metadata.zookeeper_principals import MODE_KEY, PRINCIPAL, resource_of
+from walkit.plugins.metadata.zookeeper_principals import MODE_KEY, PRINCIPAL, _get, resource_of
 
 log = logging.getLogger(__name__)
 
@@ -692,10 +692,3 @@ def _write_with(store, mode: str, target: str, value: bytes | None, version: int
     if mode == "create":
         return "exists" if present is not None else "guard"
     return "missing" if present is None else "version"
-
-
-def _get(store, key: str) -> bytes:
-    try:
-        return store.get(key)[0]
-    except NoSuchKey:
-        return b""
