@@ -17,6 +17,7 @@ from before markers have none: their data stays on the bookies, and is listed in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -49,27 +50,28 @@ def delete_ledger(store, ledger_id: int) -> None:
         raise NoSuchLedger(f"no ledger {ledger_id}") from None
 
 
-def delete_log_ledgers(store, log_name: str, listed: list[int], owner: str) -> list[int]:
-    """delete_log_ledgers deletes (marker first) the ledgers a deleted log listed that are the log's: of that log,
-    or of no log and its owner's (`owner`); a listed ledger of another log or owner stays, with a warning (a log's
-    list is written by its writers). It returns the ids deleted."""
+def delete_log_ledgers(store, deleted) -> list[int]:
+    """delete_log_ledgers deletes (marker first) the ledgers a deleted log (its LogMetadata, `deleted`) listed that
+    are the log's: of that instance of the log (LogMetadata.holds), or of no log and its owner's; a listed ledger
+    of another log, instance or owner stays, with a warning (a log's list is written by its writers). It returns
+    the ids deleted."""
     from walkit.core.metadata import LedgerMetadata
     from walkit.errors import WalkitError
     from walkit.permissions import log_of
-    deleted = []
-    for ledger_id in listed:
+    removed = []
+    for ledger_id in deleted.ledger_ids:
         try:
             ledger = LedgerMetadata.from_bytes(store.get(ledger_key(ledger_id))[0])
             of = log_of(ledger)
-            if of not in (log_name, None) or (of is None and ledger.owner != owner):
-                log.warning("log %r listed ledger %d (of log %r, owner %s): kept", log_name, ledger_id, of,
+            if not (of == deleted.name and deleted.holds(ledger.custom) or of is None and ledger.owner == deleted.owner):
+                log.warning("log %r listed ledger %d (of log %r, owner %s): kept", deleted.name, ledger_id, of,
                             ledger.owner or "nobody")
                 continue
             delete_ledger(store, ledger_id)
-            deleted.append(ledger_id)
+            removed.append(ledger_id)
         except WalkitError:
             continue
-    return deleted
+    return removed
 
 
 def was_deleted(store, ledger_id: int) -> bool:
@@ -308,7 +310,7 @@ class Reaper:
         import base64
         from walkit.core.loglist import log_key
         from walkit.core.metadata import LedgerMetadata
-        from walkit.permissions import check_change, log_of
+        from walkit.permissions import bound_log, check_change
         store, target = self.store, request.get("key")
         value = base64.b64decode(request.get("value") or "", validate=True)
         version = int(request.get("version", -1))
@@ -317,7 +319,7 @@ class Reaper:
         except NoSuchKey:
             return {"error": "missing", "message": f"no metadata key {target!r}"}
         if current is None or (target != log_key(log_name) and (
-                not target.startswith(LEDGER_PREFIX) or log_of(LedgerMetadata.from_bytes(current)) != log_name)):
+                not target.startswith(LEDGER_PREFIX) or bound_log(store, LedgerMetadata.from_bytes(current)) != log_name)):
             return {"error": "denied", "message": f"not log {log_name!r}'s key or one of its ledgers'"}
         if not self._may(principal, log_key(log_name), "roll") or self.store.children(key):
             return {"error": "denied", "message": f"made by no principal that may write log {log_name!r} now"}
@@ -394,5 +396,5 @@ def _delete_ledgers_of(store, log_name: str, value: bytes | None) -> list[int]:
         metadata = None
     if metadata is None:
         return []
-    return delete_log_ledgers(store, log_name, metadata.ledger_ids, metadata.owner)
+    return delete_log_ledgers(store, dataclasses.replace(metadata, name=log_name))   # the key's name, not its value's
 

@@ -12,6 +12,9 @@ the lower ones. Who holds what:
 - anyone else holds what ``security/acl/logs/<log>/<principal>`` grants on the ledger's log.
   A ledger belongs to a log when its custom metadata names one (``log``), or a replicated name
   (``replication``, its snapshots); a ledger of no log grants nothing to anyone but its owner.
+  It belongs to one instance of that log: it records the log's owner and creation time
+  (LogMetadata.ledger_custom), and once the log is deleted, a later log of the same name does not
+  govern it (a ledger its log's deletion missed, unlisted by a writer, stays its owner's alone).
 
 What each action needs (`NEEDS`):
 
@@ -34,7 +37,7 @@ credentials (the operator), never through a principal's level.
 
 from __future__ import annotations
 
-from walkit.core.loglist import LogMetadata, log_key
+from walkit.core.loglist import LOG_CREATED, LOG_OWNER, LogMetadata, log_key
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import NoSuchKey, PermissionDenied
 from walkit.security import ACL_PREFIX, CLIENTS_PREFIX, LEVELS, permits
@@ -58,8 +61,19 @@ def log_of(metadata: LedgerMetadata) -> str | None:
     return None
 
 
-def level(store, principal: str, *, owner: str, log: str | None = None) -> str | None:
-    """level is what `principal` holds on a resource owned by `owner` (of log `log`); None for nothing."""
+def of_instance(log: LogMetadata | None, ledger: LedgerMetadata) -> bool:
+    """of_instance says whether a ledger is of its log's current instance, `log` (None: the log is deleted;
+    LogMetadata.holds). A ledger made before walkit recorded instances is of any log of its log's name."""
+    return log.holds(ledger.custom) if log is not None else LOG_OWNER not in ledger.custom
+
+
+def level(store, principal: str, *, owner: str, log: str | None = None,
+          ledger: LedgerMetadata | None = None) -> str | None:
+    """level is what `principal` holds on a resource owned by `owner` (of log `log`); None for nothing.
+
+    For a ledger (`ledger`, of log `log`), the log counts only if the ledger is of its current
+    instance (LogMetadata.holds): a ledger that outlived its log is its owner's alone.
+    """
     if not owner:
         return "admin"
     if not principal or not _allowed(store, principal):
@@ -68,8 +82,10 @@ def level(store, principal: str, *, owner: str, log: str | None = None) -> str |
         return "admin"
     if log is None:
         return None
-    log_owner = _log_owner(store, log)
-    if principal == log_owner:
+    current = _log(store, log)
+    if ledger is not None and not of_instance(current, ledger):
+        return None
+    if current is not None and principal == current.owner:
         return "admin"
     try:
         found = store.get(f"{ACL_PREFIX}/{log}/{principal}")[0].decode()
@@ -78,11 +94,18 @@ def level(store, principal: str, *, owner: str, log: str | None = None) -> str |
     return found if found in LEVELS else None
 
 
+def bound_log(store, metadata: LedgerMetadata) -> str | None:
+    """bound_log names the log whose grants govern a ledger: the log it names (log_of), if the ledger is of the
+    log's current instance; None for a ledger of no log, or of a log deleted since (and perhaps made again)."""
+    name = log_of(metadata)
+    return name if name is not None and of_instance(_log(store, name), metadata) else None
+
+
 def check_ledger(store, principal: str, metadata: LedgerMetadata, action: str) -> None:
     """check_ledger raises PermissionDenied unless `principal` may do `action` on the ledger."""
     log = log_of(metadata)
     needed = NEEDS[action] if log is not None or action != "delete" else "admin"
-    _check(level(store, principal, owner=metadata.owner, log=log), principal, needed, action,
+    _check(level(store, principal, owner=metadata.owner, log=log, ledger=metadata), principal, needed, action,
            f"ledger {metadata.ledger_id}" + (f" of log {log!r}" if log else ""))
 
 
@@ -131,11 +154,16 @@ def _allowed(store, principal: str) -> bool:
         return False
 
 
-def _log_owner(store, name: str) -> str:
+def _log(store, name: str) -> LogMetadata | None:
     try:
-        return LogMetadata.from_bytes(store.get(log_key(name))[0]).owner
+        return LogMetadata.from_bytes(store.get(log_key(name))[0])
     except NoSuchKey:
-        return ""
+        return None
+
+
+def _log_owner(store, name: str) -> str:
+    found = _log(store, name)
+    return found.owner if found is not None else ""
 
 
 def holders(store, *, owner: str, log: str | None = None) -> set[str]:
@@ -160,22 +188,30 @@ def holders(store, *, owner: str, log: str | None = None) -> set[str]:
 def check_change(key: str, current: bytes, value: bytes, store=None) -> None:
     """check_change raises PermissionDenied when a change of ledger or log `key` from `current` to `value`, by
     a principal that may write it but does not own it (a grant), would change what decides who holds it: a
-    ledger's id, owner or log, a log's name or owner; or would list in the log a ledger that is not the log's
+    ledger's id, owner or log (and the log instance it is of), a log's name, owner or creation time (which tell
+    its instances apart); or would list in the log a ledger that is not the log's
     (read from `store`), which the owner's deletion of the log would then delete. Such changes would outlive
     the grant's revocation. Undecodable metadata raises what its decoder raises."""
     if key.startswith("logs/"):
         old, new = LogMetadata.from_bytes(current), LogMetadata.from_bytes(value)
-        if (new.name, new.owner) != (old.name, old.owner):
-            raise PermissionDenied(f"{key}: only its owner changes its name or owner", needed="owner", resource=key)
+        if (new.name, new.owner, new.created_ms) != (old.name, old.owner, old.created_ms):
+            raise PermissionDenied(f"{key}: only its owner changes its name, owner or creation time", needed="owner",
+                                   resource=key)
         for ledger_id in set(new.ledger_ids) - set(old.ledger_ids):
             try:
                 added = LedgerMetadata.from_bytes(store.get(ledger_key(ledger_id))[0]) if store is not None else None
             except NoSuchKey:
                 added = None
-            if added is None or log_of(added) != new.name:
+            if added is None or log_of(added) != new.name or not new.holds(added.custom):
                 raise PermissionDenied(f"{key}: ledger {ledger_id} is not log {new.name!r}'s, so it is not added to it",
                                        needed="owner", resource=key)
         return
     old, new = LedgerMetadata.from_bytes(current), LedgerMetadata.from_bytes(value)
-    if (new.ledger_id, new.owner, log_of(new)) != (old.ledger_id, old.owner, log_of(old)):
+    if _governed(new) != _governed(old):
         raise PermissionDenied(f"{key}: only its owner changes its id, owner or log", needed="owner", resource=key)
+
+
+def _governed(metadata: LedgerMetadata) -> tuple:
+    """_governed is what decides who holds a ledger: its id, owner, log and the log instance it is of."""
+    custom = metadata.custom
+    return metadata.ledger_id, metadata.owner, log_of(metadata), custom.get(LOG_OWNER), custom.get(LOG_CREATED)

@@ -321,6 +321,8 @@ class ZooKeeperMetadataStore(SessionStore):
             data, stat = self._call(f"get {key!r}", lambda: self._client.get_async(path), idempotent=True)
         except NoNodeError:
             raise NoSuchKey(f"no metadata key {key!r}") from None
+        if self._policy.own is not None and key.startswith("logs/") and key.count("/") == 1:
+            self._policy.check_own_log(key, data, stat.czxid)
         return data, stat.version
 
     def put(self, key: str, value: bytes, expected_version: int) -> int:

@@ -10,8 +10,9 @@ client whose key is allowed with a metadata password (`walkit clients allow PRIN
   replicated name N (``replication/N/...``, ``elections/replication/N/...`` and its election
   counter) belong to a log. A ledger's owner and its log's owner get ``crwd`` on it; the log's
   `write` and `admin` grants get ``crd`` (read, and request deletion: truncation); `read` grants
-  ``r``. A log's own znode (``logs/<name>``) gives ``crwd`` to its owner, ``crd`` to `admin`
-  grants, ``r`` to `write` and `read` grants. A replicated name's znodes hold no owner, so the
+  ``r``. A log's own znode (``logs/<name>``) gives ``crwda`` to its owner (admin, so that it sees
+  the ACL in full and refuses a log planted in its name: `Policy.check_own_log`), ``crd`` to
+  `admin` grants, ``r`` to `write` and `read` grants. A replicated name's znodes hold no owner, so the
   log's owner and its `write` and `admin` grants get ``crwd`` there. A ledger of no log is its
   owner's alone. The cluster's user (bookies, the auditor, the operator) holds every right
   everywhere; everyone else nothing.
@@ -134,6 +135,7 @@ class Policy:
         self.own = own
         self._cluster: list[ACL] | None = None
         self._mode: tuple[float, bool] = (0.0, False)
+        self._trusted: dict[str, int] = {}          # log key -> czxid of its znode, checked (check_own_log)
 
     # -- what principal mode looks like -------------------------------------------------------
     def enabled(self) -> bool:
@@ -185,36 +187,70 @@ class Policy:
         kind, log_name = resource
         owner = ""
         if kind == "ledger":
-            log_name, owner = _ledger_log(value)
+            log_name, owner = _ledger_log(self.store, value)
         elif kind == "log":
             owner = _log_owner(value)
         return self.resource_acl(kind, log_name, owner, creator=self.own.partition(":")[0] if self.own else "")
 
-    def resource_acl(self, kind: str, log_name: str | None, owner: str, creator: str = "") -> list[ACL]:
+    def resource_acl(self, kind: str, log_name: str | None, owner: str, creator: str = "",
+                     log_owner: str | None = None) -> list[ACL]:
         """resource_acl: the cluster everything; the owners and grants what the module doc says.
 
         `owner` is the resource's own owner (a ledger's); the log's owner counts too. A resource
-        of a log not created yet (a replicated name's election) is its `creator`'s.
+        of a log not created yet (a replicated name's election) is its `creator`'s. The log's owner is read
+        unless given (`log_owner`).
         """
         store = self.store
         entries: dict[str, int] = {}
         owners = [owner]
         if log_name is not None:
-            owners.append(_log_owner(_get(store, f"logs/{log_name}")))
+            owners.append(_log_owner(_get(store, f"logs/{log_name}")) if log_owner is None else log_owner)
             for principal in store.children(f"security/acl/logs/{log_name}"):
                 level = _get(store, f"security/acl/logs/{log_name}/{principal}").decode()
                 entries[principal] = _perms(kind, level)
         owners = [o for o in owners if o] or ([creator] if creator else [])
         if not owners:
             return self.shared_acl()          # unowned (created without security): everyone reads it
-        for principal in owners:
-            entries[principal] = _CRWD
+        for principal in owners:           # a log's owner may read its ACL in full (check_own_log)
+            entries[principal] = Permissions.ALL if kind == "log" else _CRWD
         acl = list(self.cluster())
         for principal, perms in sorted(entries.items()):
             found = self._id_of(principal)
             if found is not None and perms:
                 acl.append(ACL(perms, Id("digest", found)))
         return acl
+
+    def check_own_log(self, key: str, value: bytes, created: int) -> None:
+        """check_own_log (a principal's store, reading log `key`) raises MetadataNotAuthorized when the log's value
+        names this principal as its owner but its znode's ACL gives anyone more than the cluster's rules do
+        (`resource_acl`). Any allowed principal may create under ``logs/``, with the value and the ACL it likes:
+        such a log was planted, and its maker could rewrite it after the named owner wrote to it.
+
+        ZooKeeper shows the digests in an ACL only to a reader with the admin right on the znode (to others,
+        ``user:x``, which a digest of any password for that user name would look like), so a log's owner holds
+        admin on it, and an ACL it sees masked is not its log's. Checked once per znode (`created`, its czxid)."""
+        principal = self.own.partition(":")[0] if self.own else ""
+        if not principal or self._trusted.get(key) == created or _log_owner(value) != principal:
+            return
+        store = self.store
+        acls, _ = store._call("read a log's ACL", lambda: store._client.get_acls_async(store._path(key)),
+                              idempotent=True)
+        expected: dict[str, int] = {}
+        for entry in self.resource_acl("log", key.partition("/")[2], principal, log_owner=principal):
+            expected[entry.id.id] = expected.get(entry.id.id, 0) | entry.perms
+        cluster = {entry.id.id for entry in self.cluster()}
+        for entry in acls:
+            ident = entry.id.id if entry.id.scheme == "digest" else f"{entry.id.scheme}:{entry.id.id}"
+            if ident == self.own or ident in cluster or entry.perms & ~expected.get(ident, 0) == 0:
+                continue
+            raise MetadataNotAuthorized(
+                f"{key} names principal {principal} as its owner, but it was not made by it: its ZooKeeper ACL gives "
+                f"{ident} rights ({entry.perms}) that neither {principal} nor a grant gave (any allowed principal may "
+                f"create under logs/). It is not used: the operator deletes it with the cluster's credentials "
+                f"(docs/operations/security.md#planted-logs)" + (
+                    ", or, for a log made before owners held admin on their logs, gives it its ACL again "
+                    "(`walkit clients allow`)" if ident.endswith(":x") else ""))
+        self._trusted[key] = created
 
     def _id_of(self, principal: str) -> str | None:
         """_id_of is a principal's digest identity, from its allow-list entry (None: it has none)."""
@@ -297,7 +333,7 @@ class Policy:
         if key.startswith("logs/"):
             log_name = key.partition("/")[2]
         else:
-            log_name = _ledger_log(store.get(key)[0])[0]
+            log_name = _ledger_log(store, store.get(key)[0])[0]
             if log_name is None:
                 raise MetadataNotAuthorized(f"put {key!r}: a ledger of no log is its owner's alone")
         nonce, principal = secrets.token_hex(8), self.own.partition(":")[0]
@@ -367,14 +403,15 @@ def _get(store, key: str) -> bytes:
         return b""
 
 
-def _ledger_log(value: bytes) -> tuple[str | None, str]:
+def _ledger_log(store, value: bytes) -> tuple[str | None, str]:
+    """_ledger_log is (the log whose grants govern a ledger, or None; its owner) from its metadata `value`."""
     from walkit.core.metadata import LedgerMetadata
-    from walkit.permissions import log_of
+    from walkit.permissions import bound_log
     try:
         metadata = LedgerMetadata.from_bytes(value)
     except Exception:  # noqa: BLE001 - not ledger metadata: treat as a ledger of no owner
         return None, ""
-    return log_of(metadata), metadata.owner
+    return bound_log(store, metadata), metadata.owner
 
 
 def _log_owner(value: bytes) -> str:
@@ -570,7 +607,7 @@ def _wanted(store, rel: str, allowed: dict[str, str]) -> list[ACL] | None:
     kind, log_name = resource
     owner = ""
     if kind == "ledger":
-        log_name, owner = _ledger_log(_get(store, rel))
+        log_name, owner = _ledger_log(store, _get(store, rel))
     elif kind == "log":
         owner = _log_owner(_get(store, rel))
     cluster = policy.cluster()

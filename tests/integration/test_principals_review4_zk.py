@@ -2,14 +2,16 @@
 
 1. A principal with no grant plants ``logs/<name>`` (a write point every principal creates in) with a value
    naming *another* principal as owner and an ACL of its own choosing that keeps write for itself. The named
-   owner's client sees a log that is its own, writes into it, and the planter rewrites it at will.
+   owner's client saw a log that is its own, wrote into it, and the planter rewrote it at will. Closed: the
+   owner's store checks its log's ACL (Policy.check_own_log; a broken-rule twin shows what it stops).
 2. A write grantee remakes a replicated name's znode with an ACL that leaves the cluster read and delete
    (so `_replace` would fix it) but pins it with a child: `_replace` gives up on a znode with children, and the
    revoked grantee keeps writing it.
 3. A write grantee drops one of the owner's ledgers from the log's list (a put request: removals are not
    checked). Revocation's pass and the owner's `delete_log` only touch listed ledgers, so the ledger stays
    (data, no deletion marker, and its ZooKeeper ACL still reading the grantee); once the log is deleted its
-   grants go, and the grantee creates the next log of that name, whose owner governs every ledger naming it.
+   grants go, and the grantee creates the next log of that name, whose owner governed every ledger naming it.
+   Closed: a ledger belongs to the instance of its log it was made for (LogMetadata.holds).
 4. The same with an admin grant and no unlisting: the grantee has the reaper delete the log's key alone (not
    through delete_log, which would delete the ledgers too) and creates the next log of that name.
 """
@@ -23,6 +25,7 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import ACL, Id, Permissions
 
 from walkit.core.loglist import LogMetadata
+from walkit.errors import MetadataNotAuthorized
 
 from .helpers import read_within
 from .test_zookeeper_principals import alice, env, mallory  # noqa: F401 - fixtures
@@ -40,31 +43,37 @@ def _cluster(mallory, perms=Permissions.ALL) -> list[ACL]:
     return [ACL(perms, Id("digest", i)) for i in ids]
 
 
-@pytest.mark.xfail(strict=True, reason="known hole (issue 47, open): a principal may create logs/NAME with another owner in its value and an ACL of its own; the owner's store trusts the value")
-def test_zk_review4_a_principal_plants_a_log_naming_another_owner_and_rewrites_it_after_the_owner_wrote(
-        env, alice, mallory):
-    name = "planted"
+def _plant(mallory, alice, name: str) -> bytes:
+    """_plant creates logs/NAME as mallory, naming alice as its owner, with an ACL that keeps write for mallory."""
     planted = LogMetadata(name=name, owner=alice.id).to_bytes()
     alice_id = json.loads(mallory.raw.get(mallory.path(f"security/clients/{alice.id}"))[0])["zookeeper"]
     # `logs` is a write point: any allowed principal creates there, with the ACL it likes.
     mallory.raw.create(mallory.path(f"logs/{name}"), planted,
                        acl=_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", _digest(mallory))),
                                                 ACL(Permissions.ALL, Id("digest", alice_id))])
-    try:
-        with alice.client() as client:
-            with client.open_log(name) as log:        # "her" log: the value names her as its owner
-                log.append(b"alice's secret")
-    except Exception:  # noqa: BLE001 - alice's client refused a log it did not make: held
-        return
-    try:
-        mallory.raw.set(mallory.path(f"logs/{name}"), planted)   # alice's ledgers dropped from her log
-        rewrote = True
-    except NoAuthError:
-        rewrote = False
+    return planted
+
+
+def test_zk_review4_a_principal_plants_a_log_naming_another_owner_and_its_owner_refuses_it(env, alice, mallory):
+    _plant(mallory, alice, "planted")
     with alice.client() as client:
-        records = [bytes(r.payload) for r in client.read_log(name)]
-    assert not rewrote and records == [b"alice's secret"], (
-        f"a principal without any grant planted alice's log and rewrote it after she wrote to it: {records}")
+        with pytest.raises(MetadataNotAuthorized, match="not made by it"):
+            client.open_log("planted")
+        with pytest.raises(MetadataNotAuthorized, match="not made by it"):
+            list(client.read_log("planted"))
+
+
+def test_zk_review4_broken_rule_an_owner_that_trusts_a_planted_log_loses_what_it_wrote(env, alice, mallory,
+                                                                                         monkeypatch):
+    from walkit.plugins.metadata.zookeeper_principals import Policy
+    monkeypatch.setattr(Policy, "check_own_log", lambda *args: None)
+    planted = _plant(mallory, alice, "trusted")
+    with alice.client() as client:
+        with client.open_log("trusted") as log:        # "her" log: the value names her as its owner
+            log.append(b"alice's secret")
+    mallory.raw.set(mallory.path("logs/trusted"), planted)   # alice's ledgers dropped from her log
+    with alice.client() as client:
+        assert list(client.read_log("trusted")) == []
 
 
 @pytest.mark.xfail(strict=True, reason="known hole (issue 47, open): a write grantee may make a replicated name's znode again and pin it with a child the cluster cannot remove; only ZooKeeper's super user can")
@@ -94,7 +103,6 @@ def test_zk_review4_a_revoked_write_grantee_pins_a_replicated_names_znode_it_mad
     assert not kept, "a revoked write grantee still rewrites the replicated name's snapshot pointer"
 
 
-@pytest.mark.xfail(strict=True, reason='known hole (issue 47, open): a ledger belongs to a log by name, not by instance; one a grantee unlisted outlives the log and goes to the next owner of the name')
 def test_zk_review4_a_write_grantee_unlists_a_ledger_and_reads_it_as_owner_of_the_next_log_of_that_name(
         env, alice, mallory):
     name = "unlisted"
@@ -116,6 +124,8 @@ def test_zk_review4_a_write_grantee_unlists_a_ledger_and_reads_it_as_owner_of_th
         read = read_within(client, hidden)
     assert not read or not any(b"alice's secret" in r for r in read), (
         f"mallory read ledger {hidden} of alice's deleted log through the next log of that name: {read}")
+    with alice.client() as client:                   # the ledger its log's deletion missed stays its owner's
+        assert read_within(client, hidden) == [b"alice's secret"]
 
 
 def test_zk_review4_an_admin_grantee_deletes_only_the_logs_key_and_owns_its_ledgers_as_the_next_logs_owner(

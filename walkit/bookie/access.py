@@ -11,7 +11,8 @@ the metadata store, on the first request for a ledger, and caches it:
   concurrent requests for one missing ledger share one lookup;
 - its owner has every right; for a ledger of a log (custom "log", or a replicated name's
   snapshot, whose log is ``replicated-<name>``: walkit.permissions.log_of), so does the log's
-  owner and whoever the log's ACL grants the level; a ledger created without security (no
+  owner and whoever the log's ACL grants the level, while the ledger is of the log's current
+  instance (walkit.permissions.bound_log); a ledger created without security (no
   owner) is open to every allowed client;
 - the principal must still be on the allow-list (a revoked client is refused at once, also on
   connections it opened before);
@@ -35,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from walkit.core.loglist import LogMetadata, log_key
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import NoSuchKey, WalkitError
-from walkit.permissions import log_of
+from walkit.permissions import log_of, of_instance
 from walkit.security import ACL_PREFIX, AllowList, grants, permits
 
 log = logging.getLogger("walkit.bookie")
@@ -138,9 +139,14 @@ class LedgerAccess:
             log_owner = ""
             if name is not None:
                 try:
-                    log_owner = LogMetadata.from_bytes(self.store.get(log_key(name))[0]).owner
+                    current = LogMetadata.from_bytes(self.store.get(log_key(name))[0])
                 except NoSuchKey:
-                    pass
+                    current = None
+                if not of_instance(current, metadata):
+                    name = None              # its log was deleted (and perhaps made again): its owner's alone
+                elif current is not None:
+                    log_owner = current.owner
+            if name is not None:
                 self._grants[name] = grants(self.store, name)
             self._missing.pop(ledger_id, None)
             self._unreadable.pop(ledger_id, None)

@@ -323,12 +323,11 @@ class UnboundedLogWriter:
         try:
             metadata = read_log_metadata(store, name)[0]
         except NoSuchLog:
+            created = LogMetadata(name=name, config=config, created_ms=wall_ms(), owner=client.principal)
             handle = client.create_ledger(config.ensemble, config.write_quorum, config.ack_quorum, password=password,
-                                          digest=config.digest, custom={"log": name}, timeout=timeout, unbounded=True,
-                                          **_rotation(config))
-            metadata = LogMetadata(name=name, config=config, segments=(LogSegment(ledger_id=handle.ledger_id,
-                                                                                  created_ms=wall_ms()),),
-                                   created_ms=wall_ms(), owner=client.principal)
+                                          digest=config.digest, custom=dict(created.ledger_custom()), timeout=timeout,
+                                          unbounded=True, **_rotation(config))
+            metadata = created.with_segment(LogSegment(ledger_id=handle.ledger_id, created_ms=wall_ms()))
             try:
                 store.create(log_key(name), metadata.to_bytes())
                 return cls(client, handle, metadata, timeout)
@@ -562,4 +561,4 @@ def delete_log(client, name: str) -> None:
         security.forget_log(client.store, name)    # a grant on it is none on the next log of that name
     except WalkitError as exc:                     # a principal's store: the bookies that deleted it did it
         log.debug("the grants on log %r stay for the bookies (or the operator) to delete: %s", name, exc)
-    deletions.delete_log_ledgers(client.store, name, metadata.ledger_ids, metadata.owner)
+    deletions.delete_log_ledgers(client.store, metadata)

@@ -296,7 +296,7 @@ class LogMachine:
         cfg = self.metadata.config
         return ev.CreateLedger(token=token, ensemble=cfg.ensemble, write_quorum=cfg.write_quorum,
                                ack_quorum=cfg.ack_quorum, digest=cfg.digest, password_check=self.password_check,
-                               custom=(("log", self.name),), owner=self.owner)
+                               custom=self.metadata.ledger_custom(), owner=self.owner)
 
     def _opened_list(self, new_ledger: int) -> tuple[LogMetadata, set[int]]:
         """_opened_list is the list with the recovered ledgers' ends, without empty ones, plus the new ledger."""

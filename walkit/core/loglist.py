@@ -19,6 +19,9 @@ from typing import NamedTuple
 from walkit.errors import ConfigError
 
 LOG_PREFIX = "logs"
+#: Custom metadata keys of a ledger of a log: the owner and creation time (ms) of the log instance it
+#: was made for (LogMetadata.ledger_custom, LogMetadata.holds).
+LOG_OWNER, LOG_CREATED = "log_owner", "log_created_ms"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
@@ -152,6 +155,22 @@ class LogMetadata:
     def without(self, ledger_ids: set[int]) -> "LogMetadata":
         """without removes the given ledgers from the log (ledgers found to hold no record)."""
         return replace(self, segments=tuple(s for s in self.segments if s.ledger_id not in ledger_ids))
+
+    def ledger_custom(self, key: str = "log", value: str | None = None) -> tuple[tuple[str, str], ...]:
+        """ledger_custom is the custom metadata of a ledger of this log: its name (under `key`, as `value`: a
+        replicated name's snapshot names its name under "replication") and this instance of the log, its owner
+        and creation time, so that the ledger passes to no later log of the same name (`holds`)."""
+        return ((key, self.name if value is None else value), (LOG_OWNER, self.owner),
+                (LOG_CREATED, str(self.created_ms)))
+
+    def holds(self, custom) -> bool:
+        """holds says whether a ledger whose custom metadata is `custom` (and names this log) is this instance's.
+
+        A ledger made before walkit recorded instances (no LOG_OWNER) is the log's by name alone.
+        """
+        if LOG_OWNER not in custom:
+            return True
+        return custom[LOG_OWNER] == self.owner and custom.get(LOG_CREATED) == str(self.created_ms)
 
     def truncated(self, ledger_ids: set[int]) -> "LogMetadata":
         """truncated removes the given ledgers and records how far records were removed."""

@@ -25,8 +25,9 @@ from typing import BinaryIO
 
 import crc32c
 
-from walkit.core.loglist import Position
+from walkit.core.loglist import LogMetadata, Position, log_key
 from walkit.errors import BadVersion, NodeExists, NoSuchKey, NoSuchLedger, WalkitError
+from walkit.permissions import REPLICATED_PREFIX
 
 FORMAT = 1
 CHUNK_BYTES = 1 << 20
@@ -111,8 +112,13 @@ def write_snapshot(client, name: str, state: BinaryIO, position: Position, *, en
         crc = crc32c.crc32c(chunk, crc)
     state.seek(0)
     created_ms = int(time.time() * 1000)
-    writer = client.create_ledger(ensemble, write_quorum, ack_quorum, password=password,
-                                  custom={"replication": name, "snapshot": str(position), "created_ms": str(created_ms)})
+    custom = {"replication": name, "snapshot": str(position), "created_ms": str(created_ms)}
+    try:                                   # the snapshot is of this instance of the name's log (LogMetadata.holds)
+        custom.update(LogMetadata.from_bytes(client.store.get(log_key(REPLICATED_PREFIX + name))[0])
+                      .ledger_custom("replication", name))
+    except NoSuchKey:
+        pass
+    writer = client.create_ledger(ensemble, write_quorum, ack_quorum, password=password, custom=custom)
     _index(client.store, name, writer.ledger_id)
     header = {"format": FORMAT, "name": name, "position": str(position), "size": size, "crc32c": crc}
     if sessions:
