@@ -168,6 +168,13 @@ class Reaper:
         store = self.store
         if hint.startswith(PUT_HINT):
             return self._put(hint)
+        if hint.startswith("name|"):            # a replicated name's znodes, asked for by a principal's store
+            from walkit.plugins.metadata.zookeeper_principals import make_name
+            name = hint.split("|")[1]
+            check_log_name(f"replicated-{name}")
+            make_name(store, name)
+            _forget(store, f"{REQUESTS_PREFIX}/{hint}")
+            return 0
         key = hint.rpartition("#")[0].replace("|", "/") if "#" in hint else hint.replace("|", "/")
         if not _deletable(key):
             log.warning("dropped deletion request %r: only a ledger's or a log's deletion is asked this way", hint)

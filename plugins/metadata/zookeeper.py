@@ -302,6 +302,7 @@ class ZooKeeperMetadataStore(SessionStore):
         """
         if self._policy.own is not None and key.startswith(DELETED_PREFIX):
             return 0
+        self._policy.ensure_name(key)
         if self._policy.marked_deleted(key):
             raise NodeExists(f"metadata key {key!r}: a ledger of that id was deleted (its deletion marker is kept), "
                              f"so the id is not used again")
@@ -312,7 +313,16 @@ class ZooKeeperMetadataStore(SessionStore):
                        idempotent=False)
         except NodeExistsError:
             raise NodeExists(f"metadata key {key!r} already exists") from None
+        except MetadataNotAuthorized:
+            # ZooKeeper checks the parent's create right before whether the key exists: a principal may not create
+            # a replicated name's pointer, which the cluster made (zookeeper_principals.make_name), but it exists.
+            if self._policy.own is not None and self._exists_at(path):
+                raise NodeExists(f"metadata key {key!r} already exists") from None
+            raise
         return 0
+
+    def _exists_at(self, path: str) -> bool:
+        return self._call(f"exists {path!r}", lambda: self._client.exists_async(path), idempotent=True) is not None
 
     def get(self, key: str) -> tuple[bytes, int]:
         """get returns (value, version); NoSuchKey if absent."""
@@ -323,6 +333,11 @@ class ZooKeeperMetadataStore(SessionStore):
             raise NoSuchKey(f"no metadata key {key!r}") from None
         if self._policy.own is not None and key.startswith("logs/") and key.count("/") == 1:
             self._policy.check_own_log(key, data, stat.czxid)
+        if not stat.ephemeralOwner and key.startswith("elections/replication/") and key.count("/") == 3 \
+                and self._policy.enabled():
+            raise MetadataNotAuthorized(f"{key} is not ephemeral, so no election made it (a principal that held write "
+                                        f"on the replicated name made it, to hold the election): it is not used; "
+                                        f"the operator deletes it (docs/operations/security.md#pinned-names)")
         return data, stat.version
 
     def put(self, key: str, value: bytes, expected_version: int) -> int:
@@ -388,6 +403,7 @@ class ZooKeeperMetadataStore(SessionStore):
         """next_id returns 0, 1, 2, ... for `counter`, unique across clients (CAS on a counter znode)."""
         path = f"{self.root}/{COUNTERS}/{check_key(counter)}"
         what = f"next_id {counter!r}"
+        self._policy.ensure_name(f"{COUNTERS}/{counter}")
         deadline = time.monotonic() + self.timeout
         generation = self._lost_generation()
         while True:
@@ -429,6 +445,7 @@ class ZooKeeperMetadataStore(SessionStore):
     def _claim(self, registration: Registration) -> None:
         path = self._path(registration.key)
         what = f"register {registration.key!r}"
+        self._policy.ensure_name(registration.key)
         deadline = time.monotonic() + self.timeout
         generation = self._lost_generation()
         acl = self._acl_for(registration.key, registration.value)

@@ -12,8 +12,10 @@ client whose key is allowed with a metadata password (`walkit clients allow PRIN
   `write` and `admin` grants get ``crd`` (read, and request deletion: truncation); `read` grants
   ``r``. A log's own znode (``logs/<name>``) gives ``crwda`` to its owner (admin, so that it sees
   the ACL in full and refuses a log planted in its name: `Policy.check_own_log`), ``crd`` to
-  `admin` grants, ``r`` to `write` and `read` grants. A replicated name's znodes hold no owner, so the
-  log's owner and its `write` and `admin` grants get ``crwd`` there. A ledger of no log is its
+  `admin` grants, ``r`` to `write` and `read` grants. A replicated name's znodes hold no owner; the
+  cluster makes them (`make_name`, on a principal's hint), and the log's owner and its `write` and
+  `admin` grants read and write them, create and delete only snapshot index entries and the
+  election's leader key (`_name_perms`), so none can make one again with an ACL of its own. A ledger of no log is its
   owner's alone. The cluster's user (bookies, the auditor, the operator) holds every right
   everywhere; everyone else nothing.
 - *Changes by grantees*: an owner is in its resource's value, and a grantee that could rewrite
@@ -84,14 +86,14 @@ WRITE_POINTS = {
     "ledgers": Permissions.CREATE,
     "logs": Permissions.CREATE,
     REQUESTS: Permissions.CREATE,
-    "replication": Permissions.CREATE,
-    "elections": Permissions.CREATE,
-    "elections/replication": Permissions.CREATE,
-    ".counters": Permissions.CREATE,
-    ".counters/elections": Permissions.CREATE,
-    ".counters/elections/replication": Permissions.CREATE,
     ".counters/ledger-id": _RW,
 }
+
+#: Where a replicated name N's znodes live: under each, the cluster makes N's own (`make_name`); no principal
+#: creates or deletes there, so none can make a name's znode with an ACL of its own choosing.
+NAME_BASES = ("replication", "elections/replication", ".counters/elections/replication")
+#: A hint (under REQUESTS) that asks the reaper to make a replicated name's znodes: ``name|<N>|<nonce>``.
+NAME_HINT = "name|"
 
 
 def digest_id(user: str, password: str) -> str:
@@ -136,6 +138,7 @@ class Policy:
         self._cluster: list[ACL] | None = None
         self._mode: tuple[float, bool] = (0.0, False)
         self._trusted: dict[str, int] = {}          # log key -> czxid of its znode, checked (check_own_log)
+        self._names: set[str] = set()               # replicated names whose znodes exist (ensure_name)
 
     # -- what principal mode looks like -------------------------------------------------------
     def enabled(self) -> bool:
@@ -190,15 +193,16 @@ class Policy:
             log_name, owner = _ledger_log(self.store, value)
         elif kind == "log":
             owner = _log_owner(value)
-        return self.resource_acl(kind, log_name, owner, creator=self.own.partition(":")[0] if self.own else "")
+        return self.resource_acl(kind, log_name, owner, creator=self.own.partition(":")[0] if self.own else "",
+                                 rel=relpath)
 
     def resource_acl(self, kind: str, log_name: str | None, owner: str, creator: str = "",
-                     log_owner: str | None = None) -> list[ACL]:
+                     log_owner: str | None = None, rel: str = "") -> list[ACL]:
         """resource_acl: the cluster everything; the owners and grants what the module doc says.
 
         `owner` is the resource's own owner (a ledger's); the log's owner counts too. A resource
         of a log not created yet (a replicated name's election) is its `creator`'s. The log's owner is read
-        unless given (`log_owner`).
+        unless given (`log_owner`). A replicated name's znode `rel` gets what `_name_perms` says.
         """
         store = self.store
         entries: dict[str, int] = {}
@@ -207,12 +211,13 @@ class Policy:
             owners.append(_log_owner(_get(store, f"logs/{log_name}")) if log_owner is None else log_owner)
             for principal in store.children(f"security/acl/logs/{log_name}"):
                 level = _get(store, f"security/acl/logs/{log_name}/{principal}").decode()
-                entries[principal] = _perms(kind, level)
+                entries[principal] = _name_perms(rel, level) if kind == "name" else _perms(kind, level)
         owners = [o for o in owners if o] or ([creator] if creator else [])
         if not owners:
             return self.shared_acl()          # unowned (created without security): everyone reads it
         for principal in owners:           # a log's owner may read its ACL in full (check_own_log)
-            entries[principal] = Permissions.ALL if kind == "log" else _CRWD
+            entries[principal] = (Permissions.ALL if kind == "log" else _name_perms(rel, "write") if kind == "name"
+                                  else _CRWD)
         acl = list(self.cluster())
         for principal, perms in sorted(entries.items()):
             found = self._id_of(principal)
@@ -272,6 +277,35 @@ class Policy:
         if resource is None or resource[0] != "ledger" or not self.enabled():
             return False
         return self._exists(f"{DELETED_DIR}/{key.rpartition('/')[2]}")
+
+    def ensure_name(self, key: str) -> None:
+        """ensure_name (a principal's store, before it creates a replicated name's znode `key`, draws from the name's
+        election counter or registers its leader) has the reaper make the name's own znodes if they are missing:
+        no principal may (`make_name`). It raises MetadataError when the name's log does not exist (walkit.replicate
+        makes it first) or no bookie made them within the store's timeout."""
+        resource = resource_of(key)
+        if self.own is None or resource is None or resource[0] != "name":
+            return
+        name = resource[1][len("replicated-"):]
+        last = f".counters/elections/replication/{name}"      # the last one make_name makes
+        if name in self._names or self._exists(last):
+            self._names.add(name)
+            return
+        if not self._exists(f"logs/replicated-{name}"):
+            raise MetadataError(f"replicated name {name!r} has no log (logs/replicated-{name}) yet: in ZooKeeper's "
+                                f"principal mode the name's log is made before its other znodes")
+        store = self.store
+        hint = store._path(f"{REQUESTS}/{NAME_HINT}{name}|{secrets.token_hex(8)}")
+        store._call(f"ask for replicated name {name!r}", lambda: store._client.create_async(
+            hint, b"", acl=self.shared_acl() + [ACL(_CRWD, Id("digest", self.own))]), idempotent=False)
+        deadline = time.monotonic() + store.timeout
+        while time.monotonic() < deadline:
+            if self._exists(last):
+                self._names.add(name)
+                return
+            time.sleep(0.02)
+        raise MetadataError(f"replicated name {name!r}'s znodes were not made within {store.timeout:g} s: in "
+                            f"ZooKeeper's principal mode a bookie makes them (every bookie runs the reaper)")
 
     def asks_for_deletion(self, key: str) -> bool:
         """asks_for_deletion tells whether deleting `key` goes through the reaper (a principal store's ledgers and logs)."""
@@ -380,6 +414,33 @@ class Policy:
             return False
 
 
+def _name_perms(rel: str, level: str) -> int:
+    """_name_perms is what `level` on a replicated name's log (its owner: `write`) gives on the name's znode `rel`.
+
+    The cluster makes the name's own znodes (`make_name`): ``replication/N`` (read), its snapshot pointer
+    ``replication/N/snapshot`` (read and write), its snapshot index ``replication/N/snapshots`` (create and delete
+    entries), its election ``elections/replication/N`` (create and delete the leader's ephemeral key) and its
+    election counter (read and write). What a writer creates under them (an index entry, the leader's key) is read
+    and written, never created in or deleted: no principal can pin a znode of the name's with children of its own,
+    or delete one to make it again with an ACL of its own."""
+    if level == "read":
+        return _READ
+    if level not in ("write", "admin"):
+        return 0
+    parts = rel.split("/")
+    depth = next((len(base.split("/")) for base in NAME_BASES if rel.startswith(base + "/")), 0)
+    below = parts[depth + 1:] if depth else []
+    if parts[0] == "replication":
+        if below == []:
+            return _READ
+        if below == ["snapshots"]:
+            return _CRD
+        return _RW
+    if parts[0] == "elections" and below == []:
+        return _CRD
+    return _RW
+
+
 def _perms(kind: str, level: str) -> int:
     """_perms is what a grant of `level` gives on a znode of `kind`: `read` reads; `write` and `admin` create and
     delete children of a ledger (deletion requests, for truncation) and of the log's put requests, and write a
@@ -439,6 +500,8 @@ def enable(store) -> None:
     time.sleep(Policy.REFRESH_S + 0.2)
     for point in (*WRITE_POINTS, DELETED_DIR, PUT_PREFIX):   # made now, so that no principal's create makes them its own
         _ensure(store, point, policy.shared_acl(), b"0" if point == ".counters/ledger-id" else b"")
+    for base in NAME_BASES:                                  # the cluster's alone: make_name makes each name's
+        _ensure(store, base, policy.shared_acl(), b"")
     reacl_tree(store)
 
 
@@ -479,25 +542,17 @@ def reacl_tree(store, only_log: str | None = None, forget: str | None = None) ->
                                 idempotent=True)
                 except (NoNodeError, NotEmptyError):
                     pass
-            wanted = None
             wanted = _wanted(store, rel, allowed)
             if wanted is None:
                 continue
-            acls, stat = store._call("read an ACL", lambda: client.get_acls_async(path), idempotent=True)
-            if sorted(map(_key, acls)) != sorted(map(_key, wanted)):
-                store._call("set an ACL", lambda: client.set_acls_async(path, wanted, version=stat.aversion),
-                            idempotent=True)
-                changed += 1
+            done = _make_right(store, rel, wanted)
+            if done is None:
+                unfixed.append(rel)
+            changed += bool(done)
         except (NoNodeError, BadVersionError, NotEmptyError):
             continue                      # gone or changed meanwhile: created again with the right ACL
         except MetadataNotAuthorized:
-            # A principal made it with an ACL that leaves the cluster no admin right (a grantee may delete and
-            # make again a replicated name's znodes, as its grant allows): made again with the same data and
-            # the right ACL, in one transaction, if the cluster may read and delete it; reported otherwise.
-            if wanted is not None and resource_of(rel) is not None and _replace(store, rel, wanted):
-                changed += 1
-            else:
-                unfixed.append(rel)
+            unfixed.append(rel)           # shut to the cluster (its value unreadable)
         except ValueError:
             unfixed.append(rel)           # not what its place says it is (a snapshot index entry that is no id)
     if unfixed:
@@ -510,6 +565,50 @@ def reacl_tree(store, only_log: str | None = None, forget: str | None = None) ->
             store._call("set the root's ACL", lambda: client.set_acls_async(
                 store.root, list(root_acl) + [_WORLD_READ], version=stat.aversion), idempotent=True)
     return changed
+
+
+def _make_right(store, rel: str, wanted: list[ACL]) -> bool | None:
+    """_make_right gives znode `rel` the ACL `wanted`: True if it changed it, False if it was right, None if the
+    cluster may not change it. A principal may have made it with an ACL that leaves the cluster no admin right (one
+    made before principal mode took write points away, or a ledger's or log's, whose maker chose its ACL): it is
+    then made again with the same data and the right ACL, in one transaction, if the cluster may read and delete it
+    and it has no children. NoNodeError and BadVersionError (gone or changed meanwhile) go to the caller."""
+    path = f"{store.root}/{rel}"
+    try:
+        acls, stat = store._call("read an ACL", lambda: store._client.get_acls_async(path), idempotent=True)
+        if sorted(map(_key, acls)) == sorted(map(_key, wanted)):
+            return False
+        store._call("set an ACL", lambda: store._client.set_acls_async(path, wanted, version=stat.aversion),
+                    idempotent=True)
+        return True
+    except MetadataNotAuthorized:
+        return True if resource_of(rel) is not None and _replace(store, rel, wanted) else None
+
+
+def make_name(store, name: str) -> list[str]:
+    """make_name (a store of the cluster's user: the reaper's) makes replicated name `name`'s own znodes (see
+    `_name_perms`), each with the ACL principal mode gives it from the holders of its log ``replicated-<name>``,
+    and puts right the ACL of those that exist. It returns the znodes the cluster may not change (made by a
+    principal before principal mode stopped principals from creating there; ZooKeeper's super user removes them).
+    Without the log it makes nothing: no one would hold the name."""
+    if not _get_exists(store, f"logs/replicated-{name}"):
+        return []
+    allowed = _allowed_ids(store, None)
+    unfixed = []
+    for rel, value in ((f"replication/{name}", b""), (f"replication/{name}/snapshot", b""),
+                       (f"replication/{name}/snapshots", b""), (f"elections/replication/{name}", b""),
+                       (f".counters/elections/replication/{name}", b"0")):
+        wanted = _wanted(store, rel, allowed)
+        _ensure(store, rel, wanted, value)
+        try:
+            if _make_right(store, rel, wanted) is None:
+                unfixed.append(rel)
+        except (NoNodeError, BadVersionError):
+            unfixed.append(rel)
+    if unfixed:
+        log.warning("replicated name %r: the cluster may not change %s (a principal made them so; ZooKeeper's super "
+                    "user can remove them)", name, ", ".join(unfixed))
+    return unfixed
 
 
 def _key(acl: ACL) -> tuple:
@@ -611,7 +710,7 @@ def _wanted(store, rel: str, allowed: dict[str, str]) -> list[ACL] | None:
     elif kind == "log":
         owner = _log_owner(_get(store, rel))
     cluster = policy.cluster()
-    return [a for a in policy.resource_acl(kind, log_name, owner)
+    return [a for a in policy.resource_acl(kind, log_name, owner, rel=rel)
             if a.id.scheme != "digest" or a in cluster or a.id.id in allowed.values()]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import ACL, Id, Permissions
 
 from walkit.core.loglist import LogMetadata
@@ -76,31 +76,72 @@ def test_zk_review4_broken_rule_an_owner_that_trusts_a_planted_log_loses_what_it
         assert list(client.read_log("trusted")) == []
 
 
-@pytest.mark.xfail(strict=True, reason="known hole (issue 47, open): a write grantee may make a replicated name's znode again and pin it with a child the cluster cannot remove; only ZooKeeper's super user can")
-def test_zk_review4_a_revoked_write_grantee_pins_a_replicated_names_znode_it_made_again_with_a_child(
-        env, alice, mallory):
-    from walkit.replication.snapshots import pointer_key
+def _pin_attempt(env, alice, mallory, name: str, grant, revoke) -> list[str]:
+    """_pin_attempt: alice's replicated name with a snapshot pointer; mallory, granted write, tries to make the
+    pointer again with an ACL of its own and pin it with children, then to write it after the revocation. It
+    returns the steps ZooKeeper let her do."""
+    from walkit.replication.snapshots import SnapshotPointer, pointer_key, publish
+    from walkit.core.loglist import Position
     with alice.client() as client:
-        with client.open_log("replicated-pinned") as log:
+        with client.open_log(f"replicated-{name}") as log:
             log.append(b"x")
-        client.store.create(pointer_key("pinned"), b'{"alice": "pointer"}')
-    env.walkit("acl", "grant", mallory.id, "write", "log", "replicated-pinned")
-    path = mallory.path(pointer_key("pinned"))
+        publish(client.store, name, SnapshotPointer(ledger_id=1, position=Position(0, 0), size=0))
+    grant()
+    path = mallory.path(pointer_key(name))
     own = [ACL(Permissions.ALL, Id("digest", _digest(mallory)))]
-    mallory.raw.delete(path)                                     # as its grant allows
-    # The cluster may read and delete it (so _replace would remake it), but not set its ACL...
-    mallory.raw.create(path, b'{"alice": "pointer"}',
-                       acl=own + _cluster(mallory, Permissions.ALL & ~Permissions.ADMIN))
-    # ...and a child (its own: the cluster can neither list nor empty it) keeps _replace from remaking it.
-    mallory.raw.create(f"{path}/pin", b"", acl=own)
-    mallory.raw.create(f"{path}/pin/pin", b"", acl=own)
-    env.walkit("acl", "revoke", mallory.id, "log", "replicated-pinned")
+    steps = {
+        "delete": lambda: mallory.raw.delete(path),
+        # The cluster may read and delete it (so _replace would remake it), but not set its ACL...
+        "create": lambda: mallory.raw.create(path, b'{"alice": "pointer"}',
+                                             acl=own + _cluster(mallory, Permissions.ALL & ~Permissions.ADMIN)),
+        # ...and a child (its own: the cluster can neither list nor empty it) keeps _replace from remaking it.
+        "pin": lambda: mallory.raw.create(f"{path}/pin", b"", acl=own),
+        "pin deeper": lambda: mallory.raw.create(f"{path}/pin/pin", b"", acl=own),
+    }
+    done = []
+    for step, attempt in steps.items():
+        try:
+            attempt()
+            done.append(step)
+        except (NoAuthError, NoNodeError):
+            pass
+    revoke()
     try:
         mallory.raw.set(path, b'{"mallory": "pointer"}')
-        kept = True
+        done.append("write after the revocation")
     except NoAuthError:
-        kept = False
-    assert not kept, "a revoked write grantee still rewrites the replicated name's snapshot pointer"
+        pass
+    return done
+
+
+def test_zk_review4_a_write_grantee_can_neither_make_again_nor_pin_a_replicated_names_znode(env, alice, mallory):
+    name = "pinned"
+    done = _pin_attempt(env, alice, mallory, name,
+                        lambda: env.walkit("acl", "grant", mallory.id, "write", "log", f"replicated-{name}"),
+                        lambda: env.walkit("acl", "revoke", mallory.id, "log", f"replicated-{name}"))
+    assert done == [], f"a write grantee of a replicated name did: {done}"
+
+
+def test_zk_review4_broken_rule_grantees_that_create_and_delete_a_names_znodes_pin_them(env, alice, mallory,
+                                                                                     monkeypatch):
+    # The rule before: a name's writers held every right but admin on each of its znodes (create and delete too).
+    from walkit.plugins.metadata import zookeeper_principals
+    from walkit import security
+    monkeypatch.setattr(zookeeper_principals, "_name_perms",
+                        lambda rel, level: Permissions.READ if level == "read" else
+                        Permissions.ALL & ~Permissions.ADMIN)
+    name, operator = "pinned-before", env.operator
+
+    def grant():
+        security.grant(operator, mallory.id, "write", f"replicated-{name}")
+        operator.refresh_acls(log=f"replicated-{name}")
+
+    def revoke():
+        security.revoke(operator, mallory.id, f"replicated-{name}")
+        operator.refresh_acls(log=f"replicated-{name}")
+
+    assert _pin_attempt(env, alice, mallory, name, grant, revoke) == [
+        "delete", "create", "pin", "pin deeper", "write after the revocation"]
 
 
 def test_zk_review4_a_write_grantee_unlists_a_ledger_and_reads_it_as_owner_of_the_next_log_of_that_name(

@@ -55,13 +55,15 @@ from walkit.core import events as ev
 from walkit.core import replicaevents as rev
 from walkit.core.batch import MAX_CLIENT_ID, Session
 from walkit.core.digest import Digest, master_key, password_check
-from walkit.core.loglist import LOG_PREFIX, LogConfig, Position, log_key
+from walkit.core.loglist import LOG_PREFIX, LogConfig, LogMetadata, Position, log_key
 from walkit.core.replica import IDLE_TICK_MS, LEADING, ReplicaConfig, ReplicaMachine, Role
 from walkit.core.sessions import DEFAULT_TTL_MS
 from walkit.election import LeaderElection
 from walkit.errors import (
-    ClientClosed, ConfigError, NoSuchLedger, NoSuchLog, NotLeader, RecordTooLarge, Timeout, WalkitError,
+    ClientClosed, ConfigError, NodeExists, NoSuchKey, NoSuchLedger, NoSuchLog, NotLeader, RecordTooLarge, Timeout,
+    WalkitError,
 )
+from walkit import permissions
 from walkit.faults import failpoint
 from walkit.futures import LightFuture
 from walkit.metrics import replica_metrics
@@ -245,6 +247,7 @@ class ReplicatedNode:
             read_timeout_ms=int(client.timeout * 1000), explicit_lac_ms=int(explicit_lac_ms))
         self.election = LeaderElection(client.store, f"replication/{name}", node_id, on_lost=self._election_lost)
         self.core: ReplicaMachine | None = None      # created at start, once the snapshot is loaded
+        self._log_known = False                       # the log exists (_ensure_log)
         self._loop = client._loop
         self._tokens = itertools.count(1)
         self._submits: dict[int, Future] = {}
@@ -705,6 +708,7 @@ class ReplicatedNode:
                 self._campaign_nudge.wait(GATE_S)
                 continue
             try:
+                self._ensure_log()
                 epoch = self.election.campaign(timeout=CAMPAIGN_WAIT_S, recheck_s=CAMPAIGN_RECHECK_S,
                                                wake=self._campaign_nudge, give_up=self._campaign_over)
             except Timeout:
@@ -718,6 +722,24 @@ class ReplicatedNode:
                 continue
             self._campaign_wanted.clear()
             self._post(rev.Elected(epoch=epoch), lambda error: self.election.resign())
+
+    def _ensure_log(self) -> None:
+        """_ensure_log creates the name's log (no ledger yet) before the node's first campaign, as its first leader
+        would: in ZooKeeper's principal mode the name's other znodes are made from the log's holders."""
+        if self._log_known:
+            return
+        store = self.client.store
+        try:
+            store.get(log_key(self.log_name))
+        except NoSuchKey:
+            permissions.check_create(store, self.client.principal, f"log {self.log_name!r}")
+            metadata = LogMetadata(name=self.log_name, config=self.config.log, created_ms=wall_ms(),
+                                   owner=self.client.principal)
+            try:
+                store.create(log_key(self.log_name), metadata.to_bytes())
+            except NodeExists:
+                pass
+        self._log_known = True
 
     def recheck_campaign(self) -> None:
         """recheck_campaign makes a follower ask `campaign_when` again now (its answer may have changed)."""

@@ -18,6 +18,7 @@ cluster holds (a node reads every ledger once, when it starts: `adopt_unindexed`
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -26,8 +27,10 @@ from typing import BinaryIO
 import crc32c
 
 from walkit.core.loglist import LogMetadata, Position, log_key
-from walkit.errors import BadVersion, NodeExists, NoSuchKey, NoSuchLedger, WalkitError
+from walkit.errors import BadVersion, MetadataError, NodeExists, NoSuchKey, NoSuchLedger, WalkitError
 from walkit.permissions import REPLICATED_PREFIX
+
+log = logging.getLogger("walkit.replication")
 
 FORMAT = 1
 CHUNK_BYTES = 1 << 20
@@ -85,12 +88,13 @@ class SnapshotPointer:
 
 
 def read_pointer(store, name: str) -> tuple[SnapshotPointer | None, int | None]:
-    """read_pointer returns the current pointer and its version (None, None if there is no snapshot)."""
+    """read_pointer returns the current pointer and its version: (None, None) if there is no snapshot, and
+    (None, version) if the pointer's key is empty (ZooKeeper's principal mode: the cluster makes it empty)."""
     try:
         value, version = store.get(pointer_key(name))
     except NoSuchKey:
         return None, None
-    return SnapshotPointer.from_bytes(value), version
+    return (SnapshotPointer.from_bytes(value) if value else None), version
 
 
 def spool() -> BinaryIO:
@@ -166,11 +170,11 @@ def publish(store, name: str, pointer: SnapshotPointer) -> SnapshotPointer | Non
         if current is not None and current.position >= pointer.position:
             return None
         try:
-            if current is None:
+            if version is None:
                 store.create(key, pointer.to_bytes())
                 return pointer
             store.put(key, pointer.to_bytes(), version)
-            return current
+            return pointer if current is None else current
         except (BadVersion, NodeExists, NoSuchKey):
             continue                        # another node moved it: look again
 
@@ -267,6 +271,8 @@ def _unindex(store, name: str, ledger_id: int) -> None:
         store.delete(index_key(name, ledger_id))
     except NoSuchKey:
         pass
+    except MetadataError as exc:          # a key someone holds with keys under it: the index names a deleted ledger
+        log.warning("snapshot index of %r keeps ledger %d: %s", name, ledger_id, exc)
 
 
 def retained(snapshots: list[SnapshotPointer], pointer: SnapshotPointer, retention_ms: int,
