@@ -308,6 +308,9 @@ class ZooKeeperMetadataStore(SessionStore):
                              f"so the id is not used again")
         path = self._path(key)
         acl = self._acl_for(key, value)
+        witness = self._policy.witness_for(key, value)
+        if witness is not None:
+            return self._create_witnessed(key, path, bytes(value), acl, *witness)
         try:
             self._call(f"create {key!r}", lambda: self._client.create_async(path, bytes(value), acl=acl, makepath=True),
                        idempotent=False)
@@ -320,6 +323,35 @@ class ZooKeeperMetadataStore(SessionStore):
                 raise NodeExists(f"metadata key {key!r} already exists") from None
             raise
         return 0
+
+    def _create_witnessed(self, key: str, path: str, value: bytes, acl, witness: str, witness_acl) -> int:
+        """_create_witnessed creates log `key` and its witness in one transaction (principal mode: the witness proves
+        whose the log is, zookeeper_principals.OWNERS_DIR). A witness left by a deleted log of that name is deleted
+        first."""
+        from walkit.plugins.metadata.zookeeper_principals import ensure_owner_dir
+        if self._policy.own is None:
+            ensure_owner_dir(self, witness.split("/")[1])
+        for _ in range(2):
+            txn = self._client.transaction()
+            txn.create(path, value, acl=acl)
+            txn.create(self._path(witness), b"", acl=witness_acl)
+            made, proof = self._call(f"create {key!r}", lambda: txn.commit_async(), idempotent=False)
+            if not isinstance(made, Exception) and not isinstance(proof, Exception):
+                return 0
+            if isinstance(made, NodeExistsError):
+                raise NodeExists(f"metadata key {key!r} already exists")
+            if isinstance(made, (NoAuthError, AuthFailedError)) or isinstance(proof, (NoAuthError, AuthFailedError)):
+                raise self._not_authorized(f"create {key!r}")
+            if not isinstance(proof, NodeExistsError):
+                raise MetadataError(f"create {key!r}: ZooKeeper refused it with its witness {witness!r} "
+                                    f"({type(made).__name__}, {type(proof).__name__}): an operator's `walkit clients "
+                                    f"allow` makes the witnesses' directories")
+            try:                                  # a witness of a deleted log of that name
+                self._call(f"delete {witness!r}", lambda: self._client.delete_async(self._path(witness)),
+                           idempotent=True)
+            except NoNodeError:
+                pass
+        raise MetadataError(f"create {key!r}: its witness {witness!r} keeps being made by another client")
 
     def _exists_at(self, path: str) -> bool:
         return self._call(f"exists {path!r}", lambda: self._client.exists_async(path), idempotent=True) is not None

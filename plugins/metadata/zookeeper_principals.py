@@ -11,7 +11,8 @@ client whose key is allowed with a metadata password (`walkit clients allow PRIN
   counter) belong to a log. A ledger's owner and its log's owner get ``crwd`` on it; the log's
   `write` and `admin` grants get ``crd`` (read, and request deletion: truncation); `read` grants
   ``r``. A log's own znode (``logs/<name>``) gives ``crwda`` to its owner (admin, so that it sees
-  the ACL in full and refuses a log planted in its name: `Policy.check_own_log`), ``crd`` to
+  the ACL in full and refuses a log planted in its name, as it does one without its witness,
+  OWNERS_DIR: `Policy.check_own_log`), ``crd`` to
   `admin` grants, ``r`` to `write` and `read` grants. A replicated name's znodes hold no owner; the
   cluster makes them (`make_name`, on a principal's hint), and the log's owner and its `write` and
   `admin` grants read and write them, create and delete only snapshot index entries and the
@@ -94,6 +95,15 @@ WRITE_POINTS = {
 NAME_BASES = ("replication", "elections/replication", ".counters/elections/replication")
 #: A hint (under REQUESTS) that asks the reaper to make a replicated name's znodes: ``name|<N>|<nonce>``.
 NAME_HINT = "name|"
+#: The cluster makes ``log-owners/<principal>`` for each principal, which only that principal creates in. A log it
+#: creates comes with its *witness* ``log-owners/<principal>/<name>`` in the same ZooKeeper transaction, so with
+#: the same czxid; no other principal can make one, so it proves the log is its own (`Policy.check_own_log`).
+OWNERS_DIR = "log-owners"
+
+
+def witness_key(principal: str, name: str) -> str:
+    """witness_key is where the witness of `principal`'s log `name` lives (OWNERS_DIR)."""
+    return f"{OWNERS_DIR}/{principal}/{name}"
 
 
 def digest_id(user: str, password: str) -> str:
@@ -248,13 +258,19 @@ class Policy:
             ident = entry.id.id if entry.id.scheme == "digest" else f"{entry.id.scheme}:{entry.id.id}"
             if ident == self.own or ident in cluster or entry.perms & ~expected.get(ident, 0) == 0:
                 continue
-            raise MetadataNotAuthorized(
-                f"{key} names principal {principal} as its owner, but it was not made by it: its ZooKeeper ACL gives "
-                f"{ident} rights ({entry.perms}) that neither {principal} nor a grant gave (any allowed principal may "
-                f"create under logs/). It is not used: the operator deletes it with the cluster's credentials "
-                f"(docs/operations/security.md#planted-logs)" + (
-                    ", or, for a log made before owners held admin on their logs, gives it its ACL again "
-                    "(`walkit clients allow`)" if ident.endswith(":x") else ""))
+            raise _planted(key, principal, f"its ZooKeeper ACL gives {ident} rights ({entry.perms}) that neither "
+                           f"{principal} nor a grant gave" + (
+                               " (or it was made before owners held admin on their logs: `walkit clients allow` "
+                               "gives it its ACL again)" if ident.endswith(":x") else ""))
+        witness = store._path(witness_key(principal, key.partition("/")[2]))
+        try:
+            data, stat = store._call("read a log's witness", lambda: store._client.get_async(witness),
+                                     idempotent=True)
+        except NoNodeError:
+            raise _planted(key, principal, f"no witness {witness_key(principal, key.partition('/')[2])} was made "
+                           f"with it") from None
+        if stat.czxid != created and data != str(created).encode():
+            raise _planted(key, principal, "its witness was made with another log of that name")
         self._trusted[key] = created
 
     def _id_of(self, principal: str) -> str | None:
@@ -277,6 +293,19 @@ class Policy:
         if resource is None or resource[0] != "ledger" or not self.enabled():
             return False
         return self._exists(f"{DELETED_DIR}/{key.rpartition('/')[2]}")
+
+    def witness_for(self, key: str, value: bytes) -> tuple[str, list[ACL]] | None:
+        """witness_for is the witness (key, ACL) to create with log `key` of value `value` in one transaction (see
+        OWNERS_DIR): in principal mode, for a log whose owner is this store's principal (or, for the cluster's
+        user, any principal's); None otherwise."""
+        if not key.startswith("logs/") or key.count("/") != 1 or not self.enabled():
+            return None
+        owner = _log_owner(value)
+        if not owner or (self.own is not None and owner != self.own.partition(":")[0]):
+            return None
+        found = self._id_of(owner)
+        return witness_key(owner, key.partition("/")[2]), self.cluster() + (
+            [ACL(_READ, Id("digest", found))] if found else [])
 
     def ensure_name(self, key: str) -> None:
         """ensure_name (a principal's store, before it creates a replicated name's znode `key`, draws from the name's
@@ -414,6 +443,13 @@ class Policy:
             return False
 
 
+def _planted(key: str, principal: str, why: str) -> MetadataNotAuthorized:
+    return MetadataNotAuthorized(
+        f"{key} names principal {principal} as its owner, but it was not made by it: {why} (any allowed principal may "
+        f"create under logs/). It is not used: the operator deletes it with the cluster's credentials "
+        f"(docs/operations/security.md#planted-logs)")
+
+
 def _name_perms(rel: str, level: str) -> int:
     """_name_perms is what `level` on a replicated name's log (its owner: `write`) gives on the name's znode `rel`.
 
@@ -490,7 +526,12 @@ def enable(store) -> None:
     """enable turns principal mode on (a cluster-user store): the flag, the write points, and every existing
     znode's ACL (shared ones readable by all, resources per principal). Idempotent; one pass over the tree."""
     policy = store._policy
-    mode = json.dumps({"cluster": [acl.id.id for acl in policy.cluster()]}).encode()
+    try:
+        witnessed = json.loads(_get(store, MODE_KEY) or b"{}").get("witnessed", False)
+    except ValueError:
+        witnessed = False
+    cluster = [acl.id.id for acl in policy.cluster()]
+    mode = json.dumps({"cluster": cluster, "witnessed": witnessed}).encode()
     _ensure(store, MODE_KEY, store._acl_for(MODE_KEY), mode)    # an operator user's, if the security keys are
     if _get(store, MODE_KEY) != mode:
         store.put(MODE_KEY, mode, store.get(MODE_KEY)[1])
@@ -502,7 +543,35 @@ def enable(store) -> None:
         _ensure(store, point, policy.shared_acl(), b"0" if point == ".counters/ledger-id" else b"")
     for base in NAME_BASES:                                  # the cluster's alone: make_name makes each name's
         _ensure(store, base, policy.shared_acl(), b"")
+    _ensure(store, OWNERS_DIR, policy.shared_acl(), b"")
+    for principal, identity in _allowed_ids(store, None).items():
+        _ensure(store, f"{OWNERS_DIR}/{principal}", policy.cluster() + [ACL(_CRD, Id("digest", identity))], b"")
+    if not witnessed:
+        # Once, the first time: the logs made before principal mode are their owners', as they are. From then
+        # on, every log is made with its witness, and a log without one was planted.
+        _witness_logs(store)
+        store.put(MODE_KEY, json.dumps({"cluster": cluster, "witnessed": True}).encode(), store.get(MODE_KEY)[1])
     reacl_tree(store)
+
+
+def _witness_logs(store) -> None:
+    """_witness_logs gives each log with an owner a witness that names the log's czxid (see OWNERS_DIR)."""
+    for name in store.children("logs"):
+        try:
+            data, stat = store._call("read a log", lambda: store._client.get_async(f"{store.root}/logs/{name}"),
+                                     idempotent=True)
+        except (NoNodeError, MetadataNotAuthorized):
+            continue
+        owner = _log_owner(data)
+        if owner:
+            ensure_owner_dir(store, owner)
+            _ensure(store, witness_key(owner, name), store._policy.cluster(), str(stat.czxid).encode())
+
+
+def ensure_owner_dir(store, owner: str) -> None:
+    """ensure_owner_dir (the cluster's user) makes `owner`'s OWNERS_DIR directory if it is missing: the cluster's
+    alone until the owner gets a ZooKeeper identity (reacl_tree then gives it its rights there)."""
+    _ensure(store, f"{OWNERS_DIR}/{owner}", store._policy.cluster(), b"")
 
 
 def reacl_tree(store, only_log: str | None = None, forget: str | None = None) -> int:
@@ -694,6 +763,10 @@ def _wanted(store, rel: str, allowed: dict[str, str]) -> list[ACL] | None:
     if len(parts) == 3 and parts[0] == PUT_PREFIX:
         identity = _put_holders(store, parts[1], allowed).get(parts[2])
         return policy.cluster() + [ACL(_CRD, Id("digest", identity))] if identity else None
+    if parts[0] == OWNERS_DIR and len(parts) in (2, 3):
+        identity = allowed.get(parts[1])       # its own directory: it creates and deletes its witnesses there
+        return policy.cluster() + ([ACL(_CRD if len(parts) == 2 else _READ, Id("digest", identity))]
+                                   if identity else [])
     point = WRITE_POINTS.get(rel)
     if point is not None:
         return policy.shared_acl() + [ACL(point, Id("digest", i)) for _, i in sorted(allowed.items())]

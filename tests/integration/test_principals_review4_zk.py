@@ -63,6 +63,21 @@ def test_zk_review4_a_principal_plants_a_log_naming_another_owner_and_its_owner_
             list(client.read_log("planted"))
 
 
+def test_zk_review4_a_log_planted_with_walkits_own_acl_and_a_config_of_its_planters_is_refused(env, alice, mallory):
+    # The planter keeps no right on it, but chose its config: a retention of a second would have alice's own writer
+    # delete her records. Nothing in the ACL tells it from alice's; the witness only alice's store can make does.
+    from walkit.core.loglist import LogConfig
+    planted = LogMetadata(name="configured", owner=alice.id, config=LogConfig(retention_age_s=1)).to_bytes()
+    alice_id = json.loads(mallory.raw.get(mallory.path(f"security/clients/{alice.id}"))[0])["zookeeper"]
+    mallory.raw.create(mallory.path("logs/configured"), planted,
+                       acl=_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", alice_id))])
+    with pytest.raises(NoAuthError):
+        mallory.raw.create(mallory.path(f"log-owners/{alice.id}/configured"), b"")    # alice's witness: hers alone
+    with alice.client() as client:
+        with pytest.raises(MetadataNotAuthorized, match="no witness"):
+            client.open_log("configured")
+
+
 def test_zk_review4_broken_rule_an_owner_that_trusts_a_planted_log_loses_what_it_wrote(env, alice, mallory,
                                                                                          monkeypatch):
     from walkit.plugins.metadata.zookeeper_principals import Policy
