@@ -185,7 +185,7 @@ class EtcdMetadataStore(SessionStore):
         self._client.auth = self._keeper.auth = self._auth
         # Principal mode (walkit.plugins.metadata.etcd_principals): a user named by a principal is one.
         from walkit.plugins.metadata.etcd_principals import Requests
-        from walkit.plugins.metadata.zookeeper_principals import is_principal
+        from walkit.plugins.metadata.principals import is_principal
         self._requests = Requests(self, self.user) if is_principal(self.user) else None
         self._counters: dict[str, tuple[int, int]] = {}      # counter -> (next value, mod_revision)
         self._watches: set[EtcdWatch] = set()

@@ -59,7 +59,7 @@ from walkit.core.metadata import LEDGER_PREFIX, LedgerMetadata, deleted_key, del
 from walkit.errors import (BadVersion, ConfigError, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey,
                            PermissionDenied)
 from walkit.plugins.metadata import COUNTERS
-from walkit.plugins.metadata.zookeeper_principals import MODE_KEY, PRINCIPAL, _get, resource_of
+from walkit.plugins.metadata.principals import MODE_KEY, PRINCIPAL, resource_of, value_of
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +115,12 @@ def holders_of(store, kind: str, ident: str) -> set[str]:
     role."""
     if kind == "name":
         log_name = permissions.REPLICATED_PREFIX + ident
-        value = _get(store, log_key(log_name))
+        value = value_of(store, log_key(log_name))
         if not value:
-            claimant = _get(store, f"{CLAIMS}/{ident}").decode(errors="replace")
+            claimant = value_of(store, f"{CLAIMS}/{ident}").decode(errors="replace")
             return _holders(store, lambda: claimant, None)
         return _holders(store, lambda: LogMetadata.from_bytes(value).owner, log_name)
-    value = _get(store, ident)
+    value = value_of(store, ident)
     if not value:
         return set()
     parse = LedgerMetadata.from_bytes if kind == "ledger" else LogMetadata.from_bytes
@@ -239,7 +239,7 @@ def give_identity(store, principal: str, password: str) -> None:
 
 def enabled(store) -> bool:
     """enabled tells whether an operator gave a principal an etcd user under the store's root (principal mode)."""
-    return bool(_get(store, MODE_KEY))
+    return bool(value_of(store, MODE_KEY))
 
 
 def forget(store, principal: str) -> None:
@@ -271,7 +271,7 @@ def sync_all(store) -> int:
     for held in roles.perms.values():
         for key, end in list(held):
             found = resource_of(key[len(low):]) if key.startswith(low) and not end else None
-            if found is not None and found[0] in ("ledger", "log") and not _get(store, key[len(low):]):
+            if found is not None and found[0] in ("ledger", "log") and not value_of(store, key[len(low):]):
                 changed += roles.sync([(key, end)], set())
     return changed
 
@@ -515,12 +515,12 @@ class Agent:
             if metadata.owner != principal or metadata.name != name:
                 raise PermissionDenied(f"{target} must be log {name!r}, owned by the asker")
             if name.startswith(permissions.REPLICATED_PREFIX):
-                claimant = _get(store, f"{CLAIMS}/{name[len(permissions.REPLICATED_PREFIX):]}")
+                claimant = value_of(store, f"{CLAIMS}/{name[len(permissions.REPLICATED_PREFIX):]}")
                 if claimant and claimant != principal.encode():
                     raise PermissionDenied(f"replicated name {name!r} was claimed by another principal")
         else:
             raise ValueError("only a ledger's or a log's key is created this way")
-        if _get(store, target) or any(_get(store, g) for g in guard):
+        if value_of(store, target) or any(value_of(store, g) for g in guard):
             return self._answer(key, revision, {"error": "exists", "message": f"metadata key {target!r} exists, or "
                                                                              f"a ledger of that id was deleted"})
         ranges = resource_keys(store, target)[2]
@@ -592,9 +592,9 @@ class Agent:
             return self._answer(key, revision, _failed(outcome, target, version))
         _sync(store, roles, target)
         if kind == "log":                           # as delete_log does: the log's ledgers and grants go with it
-            from walkit.deletions import _delete_ledgers_of, forget_grants
+            from walkit.deletions import delete_ledgers_of, forget_grants
             forget_grants(store, target.partition("/")[2])
-            for ledger_id in _delete_ledgers_of(store, target.partition("/")[2], value):
+            for ledger_id in delete_ledgers_of(store, target.partition("/")[2], value):
                 _sync(store, roles, ledger_key(ledger_id))
         log.info("deleted %s as principal %s asked", target, principal)
         return self._answer(key, outcome, {"deleted": True})
@@ -603,7 +603,7 @@ class Agent:
         store = self.store
         if kind == "name":
             name = resource_keys(store, target)[1]
-            if not _get(store, log_key(permissions.REPLICATED_PREFIX + name)):
+            if not value_of(store, log_key(permissions.REPLICATED_PREFIX + name)):
                 try:
                     store.create(f"{CLAIMS}/{name}", principal.encode())
                 except NodeExists:

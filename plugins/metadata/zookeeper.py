@@ -62,7 +62,8 @@ from walkit.errors import BadVersion, ConfigError, MetadataError, MetadataNotAut
 from walkit.plugins.metadata import COUNTERS, check_key
 from walkit.plugins.metadata.credentials import HIDDEN, OPERATOR_HINT, Credentials
 from walkit.plugins.metadata.session import Registration, SessionStore, UserWatch, parse_uri
-from walkit.plugins.metadata.zookeeper_principals import Policy, digest_id, is_principal
+from walkit.plugins.metadata.principals import is_principal
+from walkit.plugins.metadata.zookeeper_principals import Policy, digest_id
 from walkit.plugins.metadata.zookeeper_security import is_security_key, protect, security_acl, split_options
 from walkit.plugins.metadata.zookeeper_watch import TreeWatch
 from walkit.spi import SessionState
@@ -184,7 +185,7 @@ class ZooKeeperMetadataStore(SessionStore):
 
     def principal_agent(self):
         """principal_agent starts the reaper that carries out principals' deletions and changes (a bookie's)."""
-        from walkit.deletions import Reaper
+        from walkit.plugins.metadata.zookeeper_reaper import Reaper
         return Reaper(self)
 
     def refresh_acls(self, log: str | None = None, forget: str | None = None) -> int:
@@ -409,7 +410,7 @@ class ZooKeeperMetadataStore(SessionStore):
 
     def _drop_put_requests(self, key: str) -> None:
         """_drop_put_requests deletes the znodes of log `key`'s put requests (principal mode), as far as it can."""
-        from walkit.deletions import PUT_PREFIX
+        from walkit.plugins.metadata.zookeeper_principals import PUT_PREFIX
         from walkit.plugins.metadata.zookeeper_principals import _delete_tree
         _delete_tree(self, f"{PUT_PREFIX}/{key.partition('/')[2]}")   # what stays counts for nothing: requests
                                                                     # are checked against who may write now

@@ -32,7 +32,7 @@ client whose key is allowed with a metadata password (`walkit clients allow PRIN
   delete one ledger znode could delete them all. A principal store therefore never deletes a
   ledger or a log: it creates the child ``delete`` under the resource (which only a principal
   holding create on that resource may do: ZooKeeper checks it), leaves a hint under
-  ``deletion-requests``, and waits until the *reaper* (walkit.deletions.Reaper, run by every
+  ``deletion-requests``, and waits until the *reaper* (walkit.plugins.metadata.zookeeper_reaper, run by every
   bookie under the cluster's user) wrote the deletion marker and deleted the znode. Deletion
   markers, which have bookies drop a ledger's data, are written by the reaper only.
 
@@ -56,19 +56,33 @@ import time
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import ACL, Id, Permissions
 
-from walkit.deletions import DELETE_CHILD, DENIED, PUT_HINT, PUT_PREFIX, REFUSED
-from walkit.deletions import REQUESTS_PREFIX as REQUESTS
-from walkit.errors import BadVersion, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey
+from walkit.plugins.metadata.principals import MODE_KEY, resource_of, value_of
+from walkit.errors import BadVersion, MetadataError, MetadataNotAuthorized, NoSuchKey
 
 log = logging.getLogger(__name__)
 
-#: A principal: its public key in hex (walkit.security.principal).
-PRINCIPAL = re.compile(r"[0-9a-f]{64}")
-#: A ledger znode's name, as walkit.core.metadata.ledger_key writes it (and nothing else: not "5", "05", "５").
-LEDGER_NAME = re.compile(r"[0-9]{20}", re.ASCII)
-#: The flag an operator's first `walkit clients allow --metadata-password-file` sets: principal mode is on.
-MODE_KEY = "security/principal-identities"
-#: The reaper's answers "the log is not at that version" and "the asker may not" (walkit.deletions.Reaper).
+#: Where principal stores leave the hint of a deletion they ask for (one key per resource, its
+#: key with '/' as '|'); the resource's own child `DELETE_CHILD` is the request itself.
+REQUESTS_PREFIX = "deletion-requests"
+DELETE_CHILD = "delete"
+#: The versions the reaper writes into a request it refused: the log was not at the version asked for; the
+#: principal that asked may not delete it (any more).
+REFUSED = -2
+DENIED = -3
+#: Where principals that may write a log but do not own it (grants) ask the reaper to change the log's or its
+#: ledgers' metadata: ``put-requests/<log name>/<principal>/<nonce>``, hinted as
+#: ``put|<name>|<principal>|<nonce>``. Only the owners' ZooKeeper ACL entries write a ledger's or log's znode:
+#: the owner is in the value, and a grantee that could rewrite it would keep the resource after its grant is
+#: revoked. The cluster makes each grantee's directory (`walkit acl grant`), so a request's path says who made
+#: it. (Not under the log's znode: a request a grantee pins with children would keep the log from being deleted.)
+PUT_PREFIX = "put-requests"
+PUT_HINT = "put|"
+#: A put request's name (a store makes 16 hex digits).
+_NONCE = re.compile(r"[0-9a-f]{16}")
+#: How long before its hint a request may have been made: an older one was made by a principal that may
+#: have lost the right since, and is dropped (a principal's store makes both at once).
+REQUEST_WINDOW_S = 30.0
+#: The reaper's answers "the log is not at that version" and "the asker may not" (walkit.plugins.metadata.zookeeper_reaper.Reaper).
 _REFUSED = json.dumps({"version": REFUSED}).encode()
 _DENIED = json.dumps({"version": DENIED}).encode()
 
@@ -86,14 +100,14 @@ DELETED_DIR = "deleted-ledgers"
 WRITE_POINTS = {
     "ledgers": Permissions.CREATE,
     "logs": Permissions.CREATE,
-    REQUESTS: Permissions.CREATE,
+    REQUESTS_PREFIX: Permissions.CREATE,
     ".counters/ledger-id": _RW,
 }
 
 #: Where a replicated name N's znodes live: under each, the cluster makes N's own (`make_name`); no principal
 #: creates or deletes there, so none can make a name's znode with an ACL of its own choosing.
 NAME_BASES = ("replication", "elections/replication", ".counters/elections/replication")
-#: A hint (under REQUESTS) that asks the reaper to make a replicated name's znodes: ``name|<N>|<nonce>``.
+#: A hint (under REQUESTS_PREFIX) that asks the reaper to make a replicated name's znodes: ``name|<N>|<nonce>``.
 NAME_HINT = "name|"
 #: The cluster makes ``log-owners/<principal>`` for each principal, which only that principal creates in. A log it
 #: creates comes with its *witness* ``log-owners/<principal>/<name>`` in the same ZooKeeper transaction, so with
@@ -110,26 +124,6 @@ def digest_id(user: str, password: str) -> str:
     """digest_id is ZooKeeper's digest identity ``user:base64(sha1(user:password))``."""
     hashed = base64.b64encode(hashlib.sha1(f"{user}:{password}".encode()).digest()).decode()
     return f"{user}:{hashed}"
-
-
-def is_principal(user: str | None) -> bool:
-    """is_principal tells whether a ZooKeeper user name is a walkit principal (a store in principal mode)."""
-    return bool(user) and PRINCIPAL.fullmatch(user) is not None
-
-
-def resource_of(relpath: str) -> tuple[str, str | None] | None:
-    """resource_of says which resource a znode (path below the root) is: ("ledger", None: its metadata
-    names the log), ("log", name) or ("name", log of the replicated name); None for a shared znode."""
-    parts = relpath.split("/")
-    if len(parts) == 2 and parts[0] == "ledgers" and LEDGER_NAME.fullmatch(parts[1]):
-        return ("ledger", None)
-    if len(parts) == 2 and parts[0] == "logs":
-        return ("log", parts[1])
-    for prefix in (("replication",), ("elections", "replication"), (".counters", "elections", "replication")):
-        n = len(prefix)
-        if len(parts) > n and tuple(parts[:n]) == prefix:
-            return ("name", f"replicated-{parts[n]}")
-    return None
 
 
 class Policy:
@@ -218,9 +212,9 @@ class Policy:
         entries: dict[str, int] = {}
         owners = [owner]
         if log_name is not None:
-            owners.append(_log_owner(_get(store, f"logs/{log_name}")) if log_owner is None else log_owner)
+            owners.append(_log_owner(value_of(store, f"logs/{log_name}")) if log_owner is None else log_owner)
             for principal in store.children(f"security/acl/logs/{log_name}"):
-                level = _get(store, f"security/acl/logs/{log_name}/{principal}").decode()
+                level = value_of(store, f"security/acl/logs/{log_name}/{principal}").decode()
                 entries[principal] = _name_perms(rel, level) if kind == "name" else _perms(kind, level)
         owners = [o for o in owners if o] or ([creator] if creator else [])
         if not owners:
@@ -278,7 +272,7 @@ class Policy:
         if self.own is not None and self.own.partition(":")[0] == principal:
             return self.own
         try:
-            return json.loads(_get(self.store, f"security/clients/{principal}") or b"{}").get("zookeeper")
+            return json.loads(value_of(self.store, f"security/clients/{principal}") or b"{}").get("zookeeper")
         except ValueError:
             return None
 
@@ -324,7 +318,7 @@ class Policy:
             raise MetadataError(f"replicated name {name!r} has no log (logs/replicated-{name}) yet: in ZooKeeper's "
                                 f"principal mode the name's log is made before its other znodes")
         store = self.store
-        hint = store._path(f"{REQUESTS}/{NAME_HINT}{name}|{secrets.token_hex(8)}")
+        hint = store._path(f"{REQUESTS_PREFIX}/{NAME_HINT}{name}|{secrets.token_hex(8)}")
         store._call(f"ask for replicated name {name!r}", lambda: store._client.create_async(
             hint, b"", acl=self.shared_acl() + [ACL(_CRWD, Id("digest", self.own))]), idempotent=False)
         deadline = time.monotonic() + store.timeout
@@ -367,7 +361,7 @@ class Policy:
             except NoNodeError:
                 raise NoSuchKey(f"no metadata key {key!r}") from None
         # A hint of its own (a random suffix): one another principal made first cannot hide this request.
-        hint = store._path(f"{REQUESTS}/{key.replace('/', '|')}#{secrets.token_hex(8)}")
+        hint = store._path(f"{REQUESTS_PREFIX}/{key.replace('/', '|')}#{secrets.token_hex(8)}")
         store._call(f"ask to delete {key!r}", lambda: store._client.create_async(hint, b"", acl=self.shared_acl()
                                                                                  + [ACL(_CRWD, Id("digest", self.own))]),
                     idempotent=False)
@@ -377,7 +371,7 @@ class Policy:
                 store.get(key)
             except NoSuchKey:
                 return
-            answer = _get(store, f"{key}/{DELETE_CHILD}")
+            answer = value_of(store, f"{key}/{DELETE_CHILD}")
             if answer in (_REFUSED, _DENIED):
                 store.delete(f"{key}/{DELETE_CHILD}")
                 if answer == _DENIED:
@@ -412,7 +406,7 @@ class Policy:
                                         f"`walkit acl grant` makes its {PUT_PREFIX} znode for each grant") from None
         try:
             store._call(f"ask to change {key!r}", lambda: store._client.create_async(
-                store._path(f"{REQUESTS}/{PUT_HINT}{log_name}|{principal}|{nonce}"), b"",
+                store._path(f"{REQUESTS_PREFIX}/{PUT_HINT}{log_name}|{principal}|{nonce}"), b"",
                 acl=self.shared_acl() + [ACL(_CRWD, Id("digest", self.own))]), idempotent=False)
             deadline = time.monotonic() + store.timeout
             while time.monotonic() < deadline:
@@ -493,13 +487,6 @@ def _perms(kind: str, level: str) -> int:
     return _CRD
 
 
-def _get(store, key: str) -> bytes:
-    try:
-        return store.get(key)[0]
-    except NoSuchKey:
-        return b""
-
-
 def _ledger_log(store, value: bytes) -> tuple[str | None, str]:
     """_ledger_log is (the log whose grants govern a ledger, or None; its owner) from its metadata `value`."""
     from walkit.core.metadata import LedgerMetadata
@@ -527,13 +514,13 @@ def enable(store) -> None:
     znode's ACL (shared ones readable by all, resources per principal). Idempotent; one pass over the tree."""
     policy = store._policy
     try:
-        witnessed = json.loads(_get(store, MODE_KEY) or b"{}").get("witnessed", False)
+        witnessed = json.loads(value_of(store, MODE_KEY) or b"{}").get("witnessed", False)
     except ValueError:
         witnessed = False
     cluster = [acl.id.id for acl in policy.cluster()]
     mode = json.dumps({"cluster": cluster, "witnessed": witnessed}).encode()
     _ensure(store, MODE_KEY, store._acl_for(MODE_KEY), mode)    # an operator user's, if the security keys are
-    if _get(store, MODE_KEY) != mode:
+    if value_of(store, MODE_KEY) != mode:
         store.put(MODE_KEY, mode, store.get(MODE_KEY)[1])
     policy._mode = (time.monotonic(), True)
     # Every other store of the cluster's user sees the flag within REFRESH_S: what they create after that
@@ -713,7 +700,7 @@ def _log_paths(store, log_name: str):
             nonces = []                   # gone, or unreadable: the reaper checks the requester when it acts
         for nonce in nonces:
             yield f"{PUT_PREFIX}/{log_name}/{principal}/{nonce}"
-    value = _get(store, f"logs/{log_name}")
+    value = value_of(store, f"logs/{log_name}")
     if value:
         for ledger_id in LogMetadata.from_bytes(value).ledger_ids:
             yield ledger_key(ledger_id)
@@ -779,9 +766,9 @@ def _wanted(store, rel: str, allowed: dict[str, str]) -> list[ACL] | None:
     kind, log_name = resource
     owner = ""
     if kind == "ledger":
-        log_name, owner = _ledger_log(store, _get(store, rel))
+        log_name, owner = _ledger_log(store, value_of(store, rel))
     elif kind == "log":
-        owner = _log_owner(_get(store, rel))
+        owner = _log_owner(value_of(store, rel))
     cluster = policy.cluster()
     return [a for a in policy.resource_acl(kind, log_name, owner, rel=rel)
             if a.id.scheme != "digest" or a in cluster or a.id.id in allowed.values()]
@@ -794,7 +781,7 @@ def _allowed_ids(store, forget: str | None) -> dict[str, str]:
         if principal == forget:
             continue
         try:
-            found = json.loads(_get(store, f"security/clients/{principal}") or b"{}").get("zookeeper")
+            found = json.loads(value_of(store, f"security/clients/{principal}") or b"{}").get("zookeeper")
         except ValueError:
             found = None
         if found:
@@ -859,7 +846,7 @@ def _put_holders(store, log_name: str, allowed: dict[str, str]) -> dict[str, str
     from walkit.security import LEVELS, permits
     found = {}
     for principal in store.children(f"security/acl/logs/{log_name}"):
-        level = _get(store, f"security/acl/logs/{log_name}/{principal}").decode(errors="replace")
+        level = value_of(store, f"security/acl/logs/{log_name}/{principal}").decode(errors="replace")
         if principal in allowed and level in LEVELS and permits(level, "write"):
             found[principal] = allowed[principal]
     return found

@@ -1,6 +1,6 @@
 """Per-principal ZooKeeper identities (issue 47 item 1): ZooKeeper itself holds walkit's permissions.
 
-A real ZooKeeper server, three secured bookies (which carry out deletions: walkit.deletions.Reaper),
+A real ZooKeeper server, three secured bookies (which carry out deletions: walkit.plugins.metadata.zookeeper_reaper.Reaper),
 and principals that connect to ZooKeeper as themselves (walkit.plugins.metadata.zookeeper_principals).
 Each test tries what an adversary holding a principal's own ZooKeeper credentials would: straight
 through kazoo, past walkit's own checks.
@@ -18,12 +18,13 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Id, Permissions
 
 import walkit
-from walkit import deletions, security
+from walkit import security
 from walkit.client.log import read_log_metadata
 from walkit.core.metadata import deleted_key, ledger_key
 from walkit.errors import ConfigError, MetadataError, PermissionDenied
 from walkit.local import LocalCluster
 from walkit.plugins import open_metadata
+from walkit.plugins.metadata.zookeeper_reaper import Reaper
 from walkit.testing.servers import with_user
 
 from tests.conftest import fresh_root
@@ -316,7 +317,7 @@ def test_zk_a_deep_chain_of_znodes_under_a_watched_prefix_stops_neither_watches_
         changes: list[str] = []
         watch = env.operator.watch("deletion-requests", changes.append)    # Python's recursion limit is 1000
         try:
-            reaper = deletions.Reaper(env.operator)
+            reaper = Reaper(env.operator)
             assert reaper.scan() == 0                                      # the garbage hint stays, it goes on
             reaper.close()
             chain.append(chain[-1] + "/b")

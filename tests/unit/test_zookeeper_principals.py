@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from kazoo.security import make_digest_acl
 
-from walkit.plugins.metadata.zookeeper_principals import digest_id, is_principal, resource_of
+from walkit.plugins.metadata.principals import is_principal, resource_of
+from walkit.plugins.metadata.zookeeper_principals import digest_id
 
 
 def test_a_digest_identity_is_the_one_zookeeper_computes():

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from walkit.core.loglist import LogMetadata, log_key
 from walkit.core.metadata import LedgerMetadata, ledger_key
-from walkit.errors import NoSuchKey, WalkitError
+from walkit.errors import NoSuchKey
 from walkit.permissions import log_of, of_instance
 from walkit.security import ACL_PREFIX, AllowList, grants, permits
 

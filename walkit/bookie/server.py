@@ -81,7 +81,7 @@ log = logging.getLogger("walkit.bookie")
 #: How often the ledger count (a metric) is refreshed, and the decommission key read.
 COUNT_INTERVAL_S = 2.0
 DECOMMISSION_CHECK_S = 1.0
-#: How often a bookie looks at the deletion requests besides their watch (walkit.deletions.Reaper).
+#: How often a bookie looks at the deletion requests besides their watch (walkit.plugins.metadata.zookeeper_reaper.Reaper).
 REAP_SCAN_S = 30.0
 #: /health fails once the serving loop has not turned for this long.
 HEALTH_STALL_S = 10.0
@@ -480,7 +480,7 @@ class BookieServer:
 
     def _start_reaper(self):
         """_start_reaper carries out what principals ask of the cluster on a store that has principal identities:
-        ZooKeeper's deletions (walkit.deletions.Reaper), etcd's creations and deletions
+        ZooKeeper's deletions (walkit.plugins.metadata.zookeeper_reaper.Reaper), etcd's creations and deletions
         (walkit.plugins.metadata.etcd_principals.Agent); a store that cannot be watched leaves them to the other
         bookies, and this bookie serves on."""
         if not hasattr(self.metadata, "principal_agent"):
@@ -538,7 +538,7 @@ class BookieServer:
         """_gc_loop checks candidate ledgers against the metadata, off the serving thread.
 
         It also looks at this bookie's decommission key every DECOMMISSION_CHECK_S, and at the
-        deletion requests principals left every REAP_SCAN_S (walkit.deletions.Reaper), if it runs
+        deletion requests principals left every REAP_SCAN_S (walkit.plugins.metadata.zookeeper_reaper.Reaper), if it runs
         one. An error in
         either is logged and the loop goes on: a thread that died here would leave the bookie
         serving with neither garbage collection nor decommissions, and nobody told.

@@ -464,7 +464,7 @@ class Client:
     def _check_identity(self) -> None:
         """_check_identity refuses a metadata user named by a principal other than this client's key's: it would
         own what this client creates in ZooKeeper (principal mode) while bookies know the client as its key."""
-        from walkit.plugins.metadata.zookeeper_principals import is_principal
+        from walkit.plugins.metadata.principals import is_principal
         user = getattr(self.store, "user", None)
         if is_principal(user) and user != self.principal:
             if self._owns_store:
