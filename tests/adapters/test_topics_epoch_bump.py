@@ -37,9 +37,10 @@ from tests.spark.kafkaclients import create_topic
 from tests.support.serverprocess import TopicsProcess
 
 TOPIC = "renumbered"
-#: librdkafka's timeouts here: 'b' gives up after MESSAGE_TIMEOUT_S, 'a' is sent GAP_S later, so 'a' is
-#: still queued at the bump and has MESSAGE_TIMEOUT_S + GAP_S - 12 s to be delivered once the broker runs again.
-MESSAGE_TIMEOUT_S, REQUEST_TIMEOUT_S, GAP_S = 10.0, 1.0, 8.0
+#: librdkafka's timeouts here: 'b' gives up after MESSAGE_TIMEOUT_S; 'a' is sent GAP_S after the stop, so it is
+#: still queued at the bump. The broker runs again at MESSAGE_TIMEOUT_S + 2 * REQUEST_TIMEOUT_S, which leaves 'a'
+#: GAP_S - 2 * REQUEST_TIMEOUT_S (12 s) to be delivered: a fresh-clone CI run under load took more than 6 s.
+MESSAGE_TIMEOUT_S, REQUEST_TIMEOUT_S, GAP_S = 16.0, 1.0, 14.0
 
 
 @pytest.fixture
