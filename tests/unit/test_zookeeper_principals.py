@@ -31,3 +31,26 @@ def test_which_znodes_are_resources(path, resource):
 def test_only_a_64_hex_user_is_a_principal():
     assert is_principal("0f" * 32) and not is_principal("walkit") and not is_principal(None)
     assert not is_principal("0F" * 32) and not is_principal("0f" * 31)
+
+
+@pytest.mark.parametrize("path, write, read", [
+    ("replication/tally", "r", "r"),
+    ("replication/tally/snapshot", "rw", "r"),
+    ("replication/tally/snapshots", "crd", "r"),
+    ("replication/tally/snapshots/00000000000000000003", "rw", "r"),
+    ("elections/replication/tally", "crd", "r"),
+    ("elections/replication/tally/leader", "rw", "r"),
+    (".counters/elections/replication/tally", "rw", "r"),
+])
+def test_a_names_writers_create_and_delete_only_index_entries_and_the_leaders_key(path, write, read):
+    # A writer that could create or delete the name's own znodes could make one again with an ACL of its own and
+    # pin it with children past its revocation (zookeeper_principals._name_perms; the cluster makes them).
+    from kazoo.security import Permissions
+    from walkit.plugins.metadata.zookeeper_principals import _name_perms
+
+    def letters(perms: int) -> str:
+        return "".join(c for c, bit in (("c", Permissions.CREATE), ("r", Permissions.READ), ("w", Permissions.WRITE),
+                                        ("d", Permissions.DELETE), ("a", Permissions.ADMIN)) if perms & bit)
+    assert letters(_name_perms(path, "write")) == write == letters(_name_perms(path, "admin"))
+    assert letters(_name_perms(path, "read")) == read
+    assert _name_perms(path, "none") == 0
