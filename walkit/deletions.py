@@ -106,8 +106,9 @@ def forget_grants(store, log_name: str) -> None:
 
 
 def delete_ledgers_of(store, log_name: str, value: bytes | None) -> list[int]:
-    """delete_ledgers_of deletes the ledgers of a log a principal had deleted (its metadata `value`), as
-    `delete_log` does: a principal that deleted the key alone would leave them to the next owner of the name."""
+    """delete_ledgers_of deletes the ledgers of a log a principal had deleted (its metadata `value`), and a replicated
+    name's snapshots and keys (`forget_name`), as `delete_log` does: a principal that deleted the key alone would
+    leave them to the next owner of the name. It returns the ledger ids deleted."""
     from walkit.core.loglist import LogMetadata
     try:
         metadata = LogMetadata.from_bytes(value) if value else None
@@ -115,5 +116,45 @@ def delete_ledgers_of(store, log_name: str, value: bytes | None) -> list[int]:
         metadata = None
     if metadata is None:
         return []
-    return delete_log_ledgers(store, dataclasses.replace(metadata, name=log_name))   # the key's name, not its value's
+    metadata = dataclasses.replace(metadata, name=log_name)     # the key's name, not its value's
+    return delete_log_ledgers(store, metadata) + forget_name(store, metadata)
 
+
+#: Where a replicated name N keeps what it has besides its log ``replicated-N`` (walkit.replication): its snapshot
+#: pointer and index, its election and the election's counter.
+NAME_BASES = ("replication", "elections/replication", ".counters/elections/replication")
+
+
+def forget_name(store, deleted) -> list[int]:
+    """forget_name deletes, once log `deleted` (its LogMetadata) is deleted and if it is a replicated name's, the
+    name's snapshot ledgers of that log (as `delete_log_ledgers` decides) and everything the name keeps besides its
+    log, so that the next log of that name inherits none of it: not its pointer, its index, its election nor who
+    may write them. It returns the ledger ids deleted. What the store will not let this caller delete (a principal's
+    store in principal mode, whose bookies did it) stays."""
+    from walkit.core.loglist import LogSegment
+    from walkit.permissions import REPLICATED_PREFIX
+    if not deleted.name.startswith(REPLICATED_PREFIX):
+        return []
+    name = deleted.name[len(REPLICATED_PREFIX):]
+    try:
+        snapshots = [int(child) for child in store.children(f"replication/{name}/snapshots") if child.isdigit()]
+        removed = delete_log_ledgers(store, dataclasses.replace(
+            deleted, segments=tuple(LogSegment(ledger_id=ledger_id) for ledger_id in snapshots)))
+    except MetadataError as exc:
+        log.debug("replicated name %r: its snapshots stay for the bookies to delete: %s", name, exc)
+        removed = []
+    for base in NAME_BASES:
+        _delete_under(store, f"{base}/{name}")
+    return removed
+
+
+def _delete_under(store, key: str) -> None:
+    """_delete_under deletes `key` and the keys under it, as far as the store lets it."""
+    try:
+        for child in store.children(key):
+            _delete_under(store, f"{key}/{child}")
+        store.delete(key)
+    except NoSuchKey:
+        pass
+    except MetadataError as exc:
+        log.debug("%s stays: %s", key, exc)

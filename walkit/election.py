@@ -180,3 +180,14 @@ class LeaderElection:
         session.close()
         if self.on_lost is not None:
             self.on_lost()
+
+
+def depose(store, name: str) -> bool:
+    """depose deletes the leader key of election `name`, so that its leader loses the election and the candidates
+    campaign again; it returns whether there was one. After a principal's right to lead was revoked, its node
+    may hold the key for as long as its session lives (walkit acl revoke on a replicated name's log)."""
+    try:
+        store.delete(f"{ELECTIONS_PREFIX}/{check_key(name)}/leader")
+        return True
+    except NoSuchKey:
+        return False

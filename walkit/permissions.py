@@ -101,6 +101,13 @@ def bound_log(store, metadata: LedgerMetadata) -> str | None:
     return name if name is not None and of_instance(_log(store, name), metadata) else None
 
 
+def writes(store, principal: str, log: str) -> bool:
+    """writes says whether `principal` may write log `log` now (its owner, or a `write` or `admin` grant; anyone on
+    a log without an owner); False when the log does not exist."""
+    current = _log(store, log)
+    return current is not None and permits(level(store, principal, owner=current.owner, log=log), "write")
+
+
 def check_ledger(store, principal: str, metadata: LedgerMetadata, action: str) -> None:
     """check_ledger raises PermissionDenied unless `principal` may do `action` on the ledger."""
     log = log_of(metadata)

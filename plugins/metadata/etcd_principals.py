@@ -58,6 +58,7 @@ from walkit.core.loglist import LogMetadata, check_log_name, log_key
 from walkit.core.metadata import LEDGER_PREFIX, LedgerMetadata, deleted_key, deletion_marker, ledger_key
 from walkit.errors import (BadVersion, ConfigError, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey,
                            PermissionDenied)
+from walkit.deletions import NAME_BASES
 from walkit.plugins.metadata import COUNTERS
 from walkit.plugins.metadata.principals import MODE_KEY, PRINCIPAL, resource_of, value_of
 
@@ -69,8 +70,6 @@ REQUESTS = "principal-requests"
 CLAIMS = "principal-names"
 #: The ledger id counter every principal advances (walkit.client's next_id("ledger-id")).
 LEDGER_ID_COUNTER = f"{COUNTERS}/ledger-id"
-#: The keys of a replicated name N, each with everything under it.
-NAME_BASES = ("replication", "elections/replication", f"{COUNTERS}/elections/replication")
 #: How often a principal's store looks for the agent's answer.
 ANSWER_POLL_S = 0.005
 
@@ -297,6 +296,13 @@ def sync_log(store, log_name: str) -> int:
     for ledger_id in sorted(ledger_ids):
         changed += _sync(store, roles, ledger_key(ledger_id))
     return changed
+
+
+def _forget_claim(store, name: str) -> None:
+    try:
+        store.delete(f"{CLAIMS}/{name}")
+    except NoSuchKey:
+        pass
 
 
 def _sync(store, roles: Roles, key: str) -> int:
@@ -596,6 +602,10 @@ class Agent:
             forget_grants(store, target.partition("/")[2])
             for ledger_id in delete_ledgers_of(store, target.partition("/")[2], value):
                 _sync(store, roles, ledger_key(ledger_id))
+            name = target.partition("/")[2]
+            if name.startswith(permissions.REPLICATED_PREFIX):   # its keys went: so do the claim and the roles on them
+                _forget_claim(store, name[len(permissions.REPLICATED_PREFIX):])
+                _sync(store, roles, f"{NAME_BASES[0]}/{name[len(permissions.REPLICATED_PREFIX):]}")
         log.info("deleted %s as principal %s asked", target, principal)
         return self._answer(key, outcome, {"deleted": True})
 

@@ -375,6 +375,7 @@ class ZooKeeperMetadataStore(SessionStore):
 
     def put(self, key: str, value: bytes, expected_version: int) -> int:
         """put replaces the value at `expected_version` and returns the new version."""
+        self._policy.check_log_write(key, value)
         path = self._path(key)
         try:
             stat = self._call(f"put {key!r}",

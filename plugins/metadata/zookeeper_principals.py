@@ -56,6 +56,7 @@ import time
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import ACL, Id, Permissions
 
+from walkit.deletions import NAME_BASES
 from walkit.plugins.metadata.principals import MODE_KEY, resource_of, value_of
 from walkit.errors import BadVersion, MetadataError, MetadataNotAuthorized, NoSuchKey
 
@@ -104,9 +105,6 @@ WRITE_POINTS = {
     ".counters/ledger-id": _RW,
 }
 
-#: Where a replicated name N's znodes live: under each, the cluster makes N's own (`make_name`); no principal
-#: creates or deletes there, so none can make a name's znode with an ACL of its own choosing.
-NAME_BASES = ("replication", "elections/replication", ".counters/elections/replication")
 #: A hint (under REQUESTS_PREFIX) that asks the reaper to make a replicated name's znodes: ``name|<N>|<nonce>``.
 NAME_HINT = "name|"
 #: The cluster makes ``log-owners/<principal>`` for each principal, which only that principal creates in. A log it
@@ -142,7 +140,6 @@ class Policy:
         self._cluster: list[ACL] | None = None
         self._mode: tuple[float, bool] = (0.0, False)
         self._trusted: dict[str, int] = {}          # log key -> czxid of its znode, checked (check_own_log)
-        self._names: set[str] = set()               # replicated names whose znodes exist (ensure_name)
 
     # -- what principal mode looks like -------------------------------------------------------
     def enabled(self) -> bool:
@@ -288,6 +285,16 @@ class Policy:
             return False
         return self._exists(f"{DELETED_DIR}/{key.rpartition('/')[2]}")
 
+    def check_log_write(self, key: str, value: bytes) -> None:
+        """check_log_write (a principal's store, writing log `key` as `value`) raises MetadataNotAuthorized for a log
+        without an owner: in principal mode a principal's client writes only logs with an owner. One made without a
+        key is the cluster's to write (its ACL lets principals read it); one a principal made so, with an ACL of its
+        choosing, could be its maker's to rewrite."""
+        if self.own is not None and key.startswith("logs/") and key.count("/") == 1 and not _log_owner(value):
+            raise MetadataNotAuthorized(f"{key} has no owner: in ZooKeeper's principal mode a principal writes no "
+                                        f"log without an owner (a log made without a key is open to read only; one "
+                                        f"planted so may be its maker's to rewrite)")
+
     def witness_for(self, key: str, value: bytes) -> tuple[str, list[ACL]] | None:
         """witness_for is the witness (key, ACL) to create with log `key` of value `value` in one transaction (see
         OWNERS_DIR): in principal mode, for a log whose owner is this store's principal (or, for the cluster's
@@ -310,9 +317,8 @@ class Policy:
         if self.own is None or resource is None or resource[0] != "name":
             return
         name = resource[1][len("replicated-"):]
-        last = f".counters/elections/replication/{name}"      # the last one make_name makes
-        if name in self._names or self._exists(last):
-            self._names.add(name)
+        last = f".counters/elections/replication/{name}"      # the last one make_name makes (and, with its log,
+        if self._exists(last):                                # the name's deletion deletes: deletions.forget_name)
             return
         if not self._exists(f"logs/replicated-{name}"):
             raise MetadataError(f"replicated name {name!r} has no log (logs/replicated-{name}) yet: in ZooKeeper's "
@@ -324,7 +330,6 @@ class Policy:
         deadline = time.monotonic() + store.timeout
         while time.monotonic() < deadline:
             if self._exists(last):
-                self._names.add(name)
                 return
             time.sleep(0.02)
         raise MetadataError(f"replicated name {name!r}'s znodes were not made within {store.timeout:g} s: in "

@@ -179,3 +179,69 @@ def test_ledgers_a_log_writer_and_a_snapshot_make_record_their_log_instance(memo
         custom = client.open_ledger(ledger_id).metadata.custom
         assert log.created_ms > 0 and custom[LOG_OWNER] == log.owner and custom[LOG_CREATED] == str(log.created_ms)
         assert permissions.bound_log(client.store, client.open_ledger(ledger_id).metadata) == name
+
+
+# -- a replicated name's snapshots and keys (adversarial review 5) ------------------------------------------------
+def snapshot_ledger(store, ledger_id: int, owner: str, log: LogMetadata | None, name: str = "names") -> LedgerMetadata:
+    custom = {"replication": name, "snapshot": "0:0", "created_ms": "0"}
+    if log is not None:
+        custom.update(log.ledger_custom("replication", name))
+    return make_ledger(store, ledger_id, owner, custom)
+
+
+def test_a_snapshot_is_the_names_only_if_its_owner_may_write_the_name(store):
+    from walkit.replication.snapshots import is_snapshot_of
+    names = make_log(store, ALICE, created_ms=1000, name="replicated-names")
+    alices = snapshot_ledger(store, 7, ALICE, names)
+    forged = snapshot_ledger(store, 8, MALLORY, None)             # the form before instances: any principal's
+    copied = snapshot_ledger(store, 9, MALLORY, names)            # the instance's values, copied
+    assert is_snapshot_of(store, "names", alices)
+    assert not is_snapshot_of(store, "names", forged) and not is_snapshot_of(store, "names", copied)
+    security.grant(store, MALLORY, "write", "replicated-names")
+    assert is_snapshot_of(store, "names", forged) and is_snapshot_of(store, "names", copied)
+
+
+def test_broken_rule_a_snapshot_taken_by_what_it_says_is_anyones(store, monkeypatch):
+    from walkit.replication import snapshots
+    make_log(store, ALICE, created_ms=1000, name="replicated-names")
+    forged = snapshot_ledger(store, 8, MALLORY, None)
+    monkeypatch.setattr(snapshots.permissions, "writes", lambda store, principal, log: True)
+    assert snapshots.is_snapshot_of(store, "names", forged)
+
+
+def test_a_pointer_names_a_snapshot_of_the_log_as_it_is_now(store):
+    from walkit.replication.snapshots import is_snapshot_of
+    names = make_log(store, ALICE, created_ms=1000, name="replicated-names")
+    security.grant(store, MALLORY, "write", "replicated-names")
+    mallorys = snapshot_ledger(store, 7, MALLORY, names)
+    security.revoke(store, MALLORY, "replicated-names")          # published while granted: still the name's
+    assert is_snapshot_of(store, "names", mallorys, by_writer=False)
+    assert not is_snapshot_of(store, "names", mallorys)          # but no longer listed for restores
+    delete_log(store, "replicated-names")
+    make_log(store, MALLORY, created_ms=2000, name="replicated-names")
+    assert not is_snapshot_of(store, "names", mallorys, by_writer=False)   # a pointer left by the log before
+
+
+def test_deleting_a_replicated_names_log_deletes_its_snapshots_and_keys(store):
+    from walkit.deletions import forget_name
+    from walkit.replication.snapshots import index_key, pointer_key
+    names = make_log(store, ALICE, created_ms=1000, name="replicated-names")
+    snapshot_ledger(store, 7, ALICE, names)
+    snapshot_ledger(store, 8, MALLORY, LogMetadata(name="replicated-names", owner=MALLORY, created_ms=5))
+    for key in (pointer_key("names"), index_key("names", 7), index_key("names", 8),
+                "elections/replication/names/leader", ".counters/elections/replication/names"):
+        store.create(key, b"x")
+    delete_log(store, "replicated-names")
+    assert forget_name(store, names) == [7]                       # 8 is of another instance: its owner's
+    assert was_deleted(store, 7) and not was_deleted(store, 8)
+    for prefix in ("replication", "elections/replication", ".counters/elections/replication"):
+        assert store.children(prefix) == []
+
+
+def test_deposing_ends_an_election(store):
+    from walkit.election import LeaderElection, depose
+    election = LeaderElection(store, "replication/names", "n1")
+    election.campaign(timeout=5)
+    assert election.leader() == "n1"
+    assert depose(store, "replication/names") and election.leader() is None
+    assert not depose(store, "replication/names")

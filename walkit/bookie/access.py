@@ -171,4 +171,7 @@ class LedgerAccess:
                 del self._missing[next(iter(self._missing))]
 
     def _acl_changed(self, key: str) -> None:
+        # Grants change when a log is deleted too (its grants go with it): what the bookie knew of its ledgers'
+        # log and its owner may be stale, so it is looked up again as well.
         self._grants.clear()
+        self._ledgers.clear()

@@ -165,9 +165,20 @@ def acl_grant(principal: str, level: str, kind: str, name: str, metadata: str | 
         grant(store, principal, level, name)
         if hasattr(store, "refresh_acls"):
             store.refresh_acls(log=name)                # principal mode: the log's ACLs (etcd: roles) follow
+        if level == "read":
+            _depose(store, name)
     finally:
         store.close()
     click.echo(f"granted {level} on log {name} to {principal}")
+
+
+def _depose(store, name: str) -> None:
+    """_depose ends the election of replicated name log `name` once a principal may no longer write it: its node
+    could hold the election for as long as its session lives. The candidates that may still write campaign again."""
+    from walkit.election import depose
+    from walkit.permissions import REPLICATED_PREFIX
+    if name.startswith(REPLICATED_PREFIX) and depose(store, f"replication/{name[len(REPLICATED_PREFIX):]}"):
+        click.echo(f"the election of replicated name {name[len(REPLICATED_PREFIX):]} starts again")
 
 
 @acl.command("revoke")
@@ -185,6 +196,7 @@ def acl_revoke(principal: str, kind: str, name: str, metadata: str | None) -> No
         revoke(store, principal, name)
         if hasattr(store, "refresh_acls"):
             store.refresh_acls(log=name)
+        _depose(store, name)
     finally:
         store.close()
     click.echo(f"revoked {principal} on log {name}")

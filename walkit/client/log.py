@@ -562,3 +562,6 @@ def delete_log(client, name: str) -> None:
     except WalkitError as exc:                     # a principal's store: the bookies that deleted it did it
         log.debug("the grants on log %r stay for the bookies (or the operator) to delete: %s", name, exc)
     deletions.delete_log_ledgers(client.store, metadata)
+    from walkit.plugins.metadata.principals import is_principal
+    if not is_principal(getattr(client.store, "user", None)):   # a principal's store: the bookies did it
+        deletions.forget_name(client.store, metadata)             # a replicated name's snapshots, pointer, election

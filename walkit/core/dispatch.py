@@ -51,7 +51,7 @@ from walkit.core.messages import (
     ReadRequest, Status, WriteLacRequest, entries_size, split_answer,
 )
 from walkit.core.metadata import LEDGER_ID_COUNTER, LedgerMetadata, deleted_key, deletion_marker, ledger_key
-from walkit.errors import BadVersion, NodeExists, NoSuchKey, NoSuchLedger, NotEnoughBookies
+from walkit.errors import BadVersion, MetadataNotAuthorized, NodeExists, NoSuchKey, NoSuchLedger, NotEnoughBookies
 
 #: The entries one AddRequest may carry (by entries_size): with the request's own fields it fits
 #: one frame. A writer's adds to one bookie above it go as several requests.
@@ -288,10 +288,12 @@ class Dispatcher:
             return on_value(*result)
         self._call(owner, "get", (key,), on_result)
 
-    def _cas(self, owner, key: str, data: bytes, expected: int, written: Callable, conflict: Callable) -> None:
+    def _cas(self, owner, key: str, data: bytes, expected: int, written: Callable, conflict: Callable,
+             refused: Callable | None = None) -> None:
         """_cas puts `data` at `key` if its version is `expected`; an unknown outcome is re-read.
 
-        `written(version)` and `conflict(value, version)` (value None: the key is gone) return events.
+        `written(version)` and `conflict(value, version)` (value None: the key is gone) return events;
+        `refused(error)` those of a store that refused the caller (MetadataNotAuthorized), if given.
         """
         def settle(value, version):
             return written(version) if value == data else conflict(value, version)
@@ -301,6 +303,8 @@ class Dispatcher:
                 return written(version)
             if isinstance(error, NoSuchKey):
                 return conflict(None, -1)
+            if refused is not None and isinstance(error, MetadataNotAuthorized):
+                return refused(error)
             if isinstance(error, BadVersion):
                 self._reread(owner, key, conflict)
             else:                                   # outcome unknown: see what the store holds
@@ -308,11 +312,12 @@ class Dispatcher:
             return []
         self._call(owner, "put", (key, data, expected), on_result)
 
-    def _create(self, owner, key: str, data: bytes, created: Callable, exists: Callable) -> None:
-        """_create makes `key`; NodeExists or an unknown outcome is settled by reading it."""
+    def _create(self, owner, key: str, data: bytes, created: Callable, exists: Callable,
+                refused: Callable | None = None) -> None:
+        """_create makes `key`; NodeExists or an unknown outcome is settled by reading it (`refused` as in _cas)."""
         def settle(value, version):
             if value is None:
-                self._create(owner, key, data, created, exists)     # not made: try again
+                self._create(owner, key, data, created, exists, refused)     # not made: try again
                 return []
             return created(version) if value == data else exists(value, version)
 
@@ -321,6 +326,8 @@ class Dispatcher:
                 return created(version)
             if isinstance(error, NodeExists):
                 self._reread(owner, key, exists)
+            elif refused is not None and isinstance(error, MetadataNotAuthorized):
+                return refused(error)
             else:
                 self._reread(owner, key, settle)
             return []
@@ -416,17 +423,20 @@ class Dispatcher:
         return lambda value, version: [lev.LogMetadataConflict(
             name=name, metadata=None if value is None else LogMetadata.from_bytes(value), version=version)]
 
+    def _log_refused(self, name: str):
+        return lambda error: [lev.LogMetadataConflict(name=name, metadata=None, refused=error)]
+
     def _create_log_metadata(self, owner, command: lev.CreateLogMetadata) -> None:
         metadata = command.metadata
         self._create(owner, log_key(command.name), metadata.to_bytes(),
                      lambda version: [lev.LogMetadataWritten(name=command.name, metadata=metadata, version=version)],
-                     self._log_conflict(command.name))
+                     self._log_conflict(command.name), self._log_refused(command.name))
 
     def _write_log_metadata(self, owner, command: lev.WriteLogMetadata) -> None:
         metadata = command.metadata
         self._cas(owner, log_key(command.name), metadata.to_bytes(), command.expected_version,
                   lambda version: [lev.LogMetadataWritten(name=command.name, metadata=metadata, version=version)],
-                  self._log_conflict(command.name))
+                  self._log_conflict(command.name), self._log_refused(command.name))
 
 
 def _split_by_bytes(entries: list, budget: int) -> list[list]:

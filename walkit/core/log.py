@@ -559,6 +559,13 @@ class LogMachine:
         return commands
 
     def _on_log_conflict(self, event: lev.LogMetadataConflict) -> list:
+        if event.refused is not None:          # the store will not let this writer write the log: trying again won't
+            commands: list = []
+            if self.state is OPENING and self._pending_open is not None:
+                commands.append(ev.DeleteLedger(ledger_id=self._pending_open[0].metadata.ledger_id))  # never written
+                self._pending_open = None
+            self._cas_in_flight = None
+            return commands + self._fail(event.refused, opening=self.state is OPENING)
         if self.state is OPENING:
             if self._pending_open is None:     # created by a racing writer: use theirs
                 if event.metadata is None:

@@ -37,11 +37,13 @@ class LogMetadataWritten:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogMetadataConflict:
-    """LogMetadataConflict reports a failed compare-and-swap with what the store holds (None: deleted)."""
+    """LogMetadataConflict reports a failed compare-and-swap with what the store holds (None: deleted), or the
+    store's refusal of the write (`refused`: the caller may not write the log; nothing was written)."""
 
     name: str
     metadata: LogMetadata | None
     version: int = -1
+    refused: Exception | None = None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,8 +26,11 @@ from typing import BinaryIO
 
 import crc32c
 
-from walkit.core.loglist import LogMetadata, Position, log_key
-from walkit.errors import BadVersion, MetadataError, NodeExists, NoSuchKey, NoSuchLedger, WalkitError
+from walkit import permissions
+from walkit.core.loglist import LOG_OWNER, LogMetadata, Position, log_key
+from walkit.errors import (
+    BadVersion, MetadataError, MetadataNotAuthorized, NodeExists, NoSuchKey, NoSuchLedger, WalkitError,
+)
 from walkit.permissions import REPLICATED_PREFIX
 
 log = logging.getLogger("walkit.replication")
@@ -195,6 +198,11 @@ def load_snapshot_and_sessions(client, pointer: SnapshotPointer, password: bytes
     ledger does not match its header.
     """
     reader = client.open_ledger(pointer.ledger_id, password=password)
+    name = reader.metadata.custom.get("replication", "")
+    if not is_snapshot_of(client.store, name, reader.metadata, by_writer=False):
+        raise SnapshotError(f"ledger {pointer.ledger_id}, which the snapshot pointer of {name!r} names, is not a "
+                            f"snapshot of the name's log as it is now (a log of that name deleted since, or a ledger "
+                            f"its owner may not write): it is not loaded")
     last = reader.last_add_confirmed
     if last < 0:
         raise SnapshotError(f"snapshot ledger {pointer.ledger_id} is empty")
@@ -234,13 +242,34 @@ def _snapshots(client, name: str, scan: bool = False) -> list[tuple[SnapshotPoin
             if not scan:
                 _unindex(client.store, name, ledger_id)   # deleted before its key was
             continue
+        except MetadataNotAuthorized:
+            continue                                      # another principal's: none of the name's
         custom = metadata.custom
         if custom.get("replication") != name or "snapshot" not in custom:
             continue
+        if not is_snapshot_of(client.store, name, metadata):
+            continue                                      # says it is one: any principal may write that
         found.append((SnapshotPointer(ledger_id, Position.parse(custom["snapshot"]), 0,
                                       created_ms=int(custom.get("created_ms", metadata.created_ms))),
                       metadata.state == "CLOSED"))
     return sorted(found, key=lambda item: item[0].position)
+
+
+def is_snapshot_of(store, name: str, metadata, *, by_writer: bool = True) -> bool:
+    """is_snapshot_of says whether a ledger (its metadata) is a snapshot of replicated name `name`: one of the current
+    instance of its log ``replicated-<name>`` (walkit.permissions.bound_log), whose owner may write the name now.
+
+    A ledger's custom metadata is whatever its creator wrote, so a principal without any right on the name could
+    make one that says it is the name's snapshot, with the position and time of its choosing. The one a pointer
+    names (`by_writer` False) was published by a writer of the name: it only has to be of the log as it is now
+    (a pointer left by an earlier log of that name is not), unless it was made before instances were recorded.
+    """
+    log = REPLICATED_PREFIX + name
+    if not name or permissions.bound_log(store, metadata) != log:
+        return False
+    if not by_writer and LOG_OWNER in metadata.custom:
+        return True
+    return permissions.writes(store, metadata.owner, log)
 
 
 def adopt_unindexed(client, name: str) -> list[int]:
