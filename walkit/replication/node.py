@@ -49,6 +49,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable
 
+from walkit import permissions
 from walkit.client.loop import Driver, now_ms, wall_ms
 from walkit.core import batch
 from walkit.core import events as ev
@@ -63,7 +64,6 @@ from walkit.errors import (
     ClientClosed, ConfigError, NodeExists, NoSuchKey, NoSuchLedger, NoSuchLog, NotLeader, RecordTooLarge, Timeout,
     WalkitError,
 )
-from walkit import permissions
 from walkit.faults import failpoint
 from walkit.futures import LightFuture
 from walkit.metrics import replica_metrics
