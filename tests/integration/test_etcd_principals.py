@@ -206,7 +206,7 @@ def test_etcd_a_principal_cannot_change_or_delete_anothers_log_or_ledger_with_it
             with pytest.raises((PermissionDenied, MetadataError), match="may not|not authorized|denied"):
                 attempt()
     for args in (("log", "read", "orders"), ("log", "truncate", "orders", "--before", f"{log_ledger}:1"),
-                 ("ledger", "delete", str(lone))):
+                 ("ledger", "delete", str(lone)), ("log", "delete", "orders")):
         refusal = mallory.walkit(*args)
         assert refusal.returncode == 1 and "may not" in refusal.stderr, (args, refusal.stdout, refusal.stderr)
     with alice.client() as client:                     # untouched

@@ -156,13 +156,15 @@ def test_the_cli_refuses_a_principal_without_permission_and_lets_the_owner(clust
 
     for args in (("ledger", "delete", str(first.ledger_id)), ("acl", "grant", intruder, "admin", "log", "orders"),
                  ("acl", "revoke", owner, "log", "orders"), ("log", "read", "orders"),
-                 ("log", "truncate", "orders", "--before", f"{first.ledger_id + 1}:0")):
+                 ("log", "truncate", "orders", "--before", f"{first.ledger_id + 1}:0"), ("log", "delete", "orders")):
         result = walkit_cli(intruder_key, *args)
         assert result.exit_code == 1 and "PermissionDenied" in result.output, result.output
     assert security.grants(cluster.store, "orders") == {}
     assert walkit_cli(owner_key, "acl", "grant", intruder, "read", "log", "orders").exit_code == 0
     assert walkit_cli(owner_key, "ledger", "delete", str(first.ledger_id)).exit_code == 0
     assert first.ledger_id not in cluster.client().list_ledgers()
+    assert walkit_cli(owner_key, "log", "delete", "orders").exit_code == 0
+    assert "orders" not in cluster.client().list_logs()
 
 
 def test_a_principal_off_the_allow_list_cannot_create_a_ledger_or_claim_a_log_name(cluster, tmp_path):

@@ -162,7 +162,7 @@ def test_zk_a_principal_cannot_read_change_or_delete_anothers_log_or_ledger_with
             with pytest.raises((PermissionDenied, MetadataError), match="not authorized|may not"):
                 attempt()
     for args in (("log", "read", "orders"), ("log", "truncate", "orders", "--before", f"{log_ledger}:1"),
-                 ("ledger", "delete", str(lone))):
+                 ("ledger", "delete", str(lone)), ("log", "delete", "orders")):
         refusal = subprocess.run([sys.executable, "-m", "walkit", "--key", mallory.key, *args, "--metadata", mallory.url],
                                  capture_output=True, text=True, timeout=120)
         assert refusal.returncode == 1 and ("not authorized" in refusal.stderr or "may not" in refusal.stderr), (

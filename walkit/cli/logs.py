@@ -1,4 +1,4 @@
-"""walkit.cli.logs: `walkit log append|read|tail|list|info|truncate`."""
+"""walkit.cli.logs: `walkit log append|read|tail|list|info|truncate|delete`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from walkit.errors import WalkitError
 # -- log -------------------------------------------------------------------------------------
 @main.group(name="log")
 def log_group() -> None:
-    """Append to, read, tail, inspect and truncate logs (unbounded, single-writer)."""
+    """Append to, read, tail, inspect, truncate and delete logs (unbounded, single-writer)."""
 
 
 @log_group.command(name="append")
@@ -124,3 +124,18 @@ def log_truncate(metadata, password, name, before) -> None:
         with client.open_log(name, password=password) as writer:
             deleted = writer.truncate(before=Position.parse(before))
         click.echo(f"deleted ledgers: {', '.join(map(str, deleted)) or 'none'}")
+
+
+@log_group.command(name="delete")
+@metadata_option
+@click.argument("name")
+@friendly
+def log_delete(metadata, name) -> None:
+    """Delete log NAME and its ledgers (a replicated name's log: its snapshots and election too).
+
+    It needs admin on the log: its owner, or an admin grant (`walkit acl grant`). Bookies drop the
+    ledgers' data at their next garbage collection.
+    """
+    with client_for(metadata) as client:
+        client.delete_log(name)
+        click.echo(f"deleted log {name}")
