@@ -127,22 +127,31 @@ NAME_BASES = ("replication", "elections/replication", ".counters/elections/repli
 
 def forget_name(store, deleted) -> list[int]:
     """forget_name deletes, once log `deleted` (its LogMetadata) is deleted and if it is a replicated name's, the
-    name's snapshot ledgers of that log (as `delete_log_ledgers` decides) and everything the name keeps besides its
-    log, so that the next log of that name inherits none of it: not its pointer, its index, its election nor who
-    may write them. It returns the ledger ids deleted. What the store will not let this caller delete (a principal's
-    store in principal mode, whose bookies did it) stays."""
-    from walkit.core.loglist import LogSegment
+    name's snapshot ledgers of that log and everything the name keeps besides its log, so that the next log of that
+    name inherits none of it: not its pointer, its index, its election nor who may write them. A ledger the index
+    names is deleted only if it is a snapshot of the name made for that very log (LogMetadata.holds): the index is
+    written by every writer of the name, and could name any ledger. It returns the ledger ids deleted. What the
+    store will not let this caller delete (a principal's store in principal mode, whose bookies did it) stays."""
+    from walkit.core.loglist import LOG_OWNER
+    from walkit.core.metadata import LedgerMetadata
     from walkit.permissions import REPLICATED_PREFIX
     if not deleted.name.startswith(REPLICATED_PREFIX):
         return []
     name = deleted.name[len(REPLICATED_PREFIX):]
+    removed = []
     try:
-        snapshots = [int(child) for child in store.children(f"replication/{name}/snapshots") if child.isdigit()]
-        removed = delete_log_ledgers(store, dataclasses.replace(
-            deleted, segments=tuple(LogSegment(ledger_id=ledger_id) for ledger_id in snapshots)))
+        indexed = [child for child in store.children(f"replication/{name}/snapshots")
+                   if len(child) == 20 and child.isascii() and child.isdigit()]
+        for ledger_id in map(int, indexed):
+            try:
+                custom = LedgerMetadata.from_bytes(store.get(ledger_key(ledger_id))[0]).custom
+            except NoSuchKey:
+                continue
+            if custom.get("replication") == name and LOG_OWNER in custom and deleted.holds(custom):
+                delete_ledger(store, ledger_id)
+                removed.append(ledger_id)
     except MetadataError as exc:
         log.debug("replicated name %r: its snapshots stay for the bookies to delete: %s", name, exc)
-        removed = []
     for base in NAME_BASES:
         _delete_under(store, f"{base}/{name}")
     return removed

@@ -57,7 +57,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 from kazoo.security import ACL, Id, Permissions
 
 from walkit.deletions import NAME_BASES
-from walkit.plugins.metadata.principals import MODE_KEY, resource_of, value_of
+from walkit.plugins.metadata.principals import LEDGER_NAME, MODE_KEY, resource_of, value_of
 from walkit.errors import BadVersion, MetadataError, MetadataNotAuthorized, NoSuchKey
 
 log = logging.getLogger(__name__)

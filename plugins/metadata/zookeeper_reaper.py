@@ -20,7 +20,7 @@ from walkit.core.metadata import LEDGER_PREFIX, LedgerMetadata, deleted_key, del
 from walkit.deletions import delete_ledgers_of, forget_grants
 from walkit.errors import BadVersion, ConfigError, MetadataError, NodeExists, NoSuchKey, PermissionDenied
 from walkit.permissions import bound_log, check_change, check_ledger, check_log
-from walkit.plugins.metadata.principals import PRINCIPAL, value_of
+from walkit.plugins.metadata.principals import PRINCIPAL
 from walkit.plugins.metadata.zookeeper_principals import (
     DELETE_CHILD, DENIED, NAME_HINT, PUT_HINT, PUT_PREFIX, REFUSED, REQUEST_WINDOW_S, REQUESTS_PREFIX, _NONCE,
     commit_put, make_name, put_requester, requester_of,
@@ -107,7 +107,16 @@ class Reaper:
                             hint, child, REQUEST_WINDOW_S)
                 _forget(store, child)
                 version = None
-        if version is not None and version not in (REFUSED, DENIED) and not self._asked_by_holder(child, key):
+        # The key's value and version as checked: what is deleted, and what its ledgers are deleted by, is that very
+        # value (a principal that may write the key could change it between the check and the deletion).
+        checked: tuple[bytes, int] | None = None
+        if version is not None and version not in (REFUSED, DENIED):
+            try:
+                checked = store.get(key)
+            except NoSuchKey:
+                version = None
+        if version is not None and version not in (REFUSED, DENIED) and not self._asked_by_holder(child, key,
+                                                                                                     checked[0]):
             log.warning("refused deletion request %r: made by no principal that may delete %s now", hint, key)
             try:
                 store.put(child, json.dumps({"version": DENIED}).encode(), store.get(child)[1])
@@ -116,9 +125,9 @@ class Reaper:
             version = None
         if version is not None and version not in (REFUSED, DENIED):
             is_ledger = key.startswith(LEDGER_PREFIX)
-            deleted_log = None if is_ledger else value_of(store, key)
+            deleted_log = None if is_ledger else checked[0]
             try:
-                if not is_ledger and version >= 0 and store.get(key)[1] != version:
+                if not is_ledger and version >= 0 and checked[1] != version:
                     raise BadVersion(key)
                 if is_ledger:
                     try:
@@ -126,7 +135,7 @@ class Reaper:
                     except NodeExists:
                         pass
                 _forget(store, child)
-                store.delete(key, None if is_ledger or version < 0 else version)
+                store.delete(key, None if is_ledger else checked[1])
                 done = 1
                 log.info("deleted %s as a principal asked", key)
                 if not is_ledger:
@@ -143,19 +152,21 @@ class Reaper:
         _forget(store, f"{REQUESTS_PREFIX}/{hint}")
         return done
 
-    def _asked_by_holder(self, request: str, target: str, action: str = "delete") -> bool:
+    def _asked_by_holder(self, request: str, target: str, value: bytes, action: str = "delete") -> bool:
         """_asked_by_holder tells whether request znode `request` was made by a principal that may do `action` on
-        `target` now (read afresh: a grant revoked since the request was made counts no more)."""
+        `target`, whose value is `value`, now (read afresh: a grant revoked since the request was made counts no
+        more)."""
         try:
             principal = requester_of(self.store, request)
         except NoSuchKey:
             return False
-        return principal is not None and self._may(principal, target, action)
+        return principal is not None and self._may(principal, target, action, value)
 
-    def _may(self, principal: str, target: str, action: str) -> bool:
-        """_may tells whether `principal` may do `action` on ledger or log `target` now (read afresh)."""
+    def _may(self, principal: str, target: str, action: str, value: bytes | None = None) -> bool:
+        """_may tells whether `principal` may do `action` on ledger or log `target` now (read afresh, unless its
+        value `value` is given)."""
         try:
-            value = self.store.get(target)[0]
+            value = self.store.get(target)[0] if value is None else value
             if target.startswith(LEDGER_PREFIX):
                 check_ledger(self.store, principal, LedgerMetadata.from_bytes(value), action)
             else:

@@ -228,12 +228,13 @@ def test_deleting_a_replicated_names_log_deletes_its_snapshots_and_keys(store):
     names = make_log(store, ALICE, created_ms=1000, name="replicated-names")
     snapshot_ledger(store, 7, ALICE, names)
     snapshot_ledger(store, 8, MALLORY, LogMetadata(name="replicated-names", owner=MALLORY, created_ms=5))
-    for key in (pointer_key("names"), index_key("names", 7), index_key("names", 8),
+    make_ledger(store, 9, ALICE, {})             # the owner's own ledger of no log, which a writer indexed
+    for key in (pointer_key("names"), index_key("names", 7), index_key("names", 8), index_key("names", 9),
                 "elections/replication/names/leader", ".counters/elections/replication/names"):
         store.create(key, b"x")
     delete_log(store, "replicated-names")
-    assert forget_name(store, names) == [7]                       # 8 is of another instance: its owner's
-    assert was_deleted(store, 7) and not was_deleted(store, 8)
+    assert forget_name(store, names) == [7]                       # 8 is of another instance, 9 of no log
+    assert was_deleted(store, 7) and not was_deleted(store, 8) and not was_deleted(store, 9)
     for prefix in ("replication", "elections/replication", ".counters/elections/replication"):
         assert store.children(prefix) == []
 

@@ -121,9 +121,12 @@ def clients_revoke(principal: str, metadata: str | None) -> None:
     from walkit.security import disallow
     store = _store(metadata)
     try:
+        led = _names_written_by(store, principal)      # read while it is allowed: what it may write
         disallow(store, principal)
         if hasattr(store, "refresh_acls"):
             store.refresh_acls(forget=principal)        # principal mode: its ACL entries (etcd: its role) go too
+        for name in led:
+            _depose(store, name)
     finally:
         store.close()
     click.echo(f"revoked {principal}")
@@ -170,6 +173,13 @@ def acl_grant(principal: str, level: str, kind: str, name: str, metadata: str | 
     finally:
         store.close()
     click.echo(f"granted {level} on log {name} to {principal}")
+
+
+def _names_written_by(store, principal: str) -> list[str]:
+    """_names_written_by lists the replicated names' logs `principal` may write (its own, its write grants)."""
+    from walkit.client.log import list_logs
+    from walkit.permissions import REPLICATED_PREFIX, writes
+    return [name for name in list_logs(store) if name.startswith(REPLICATED_PREFIX) and writes(store, principal, name)]
 
 
 def _depose(store, name: str) -> None:
