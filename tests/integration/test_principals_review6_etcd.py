@@ -14,7 +14,8 @@ Each test asserts the safe outcome; a hole found and still open is marked xfail(
    replicated name's election keeps it after its etcd user and role are deleted, as etcd still takes its
    keepalives on the lease (review 5's fix deposes on `walkit acl revoke` only).
 
-Closed: 2 and 3. Open: 1 (the fix: an unforgeable record of who created a ledger, which the agent could keep).
+Closed: 2 and 3, and 1 since (on a cluster with security only the name's index, which only its writers write,
+names its snapshots: walkit.replication.snapshots.trusts_unindexed).
 """
 
 from __future__ import annotations
@@ -55,8 +56,6 @@ def _exists(env, key: str) -> bool:
         return False
 
 
-@pytest.mark.xfail(strict=True, reason="hole: is_snapshot_of trusts a ledger's owner field, which its owner's role "
-                                       "writes")
 def test_etcd_review6_a_ledger_whose_owner_its_maker_rewrote_is_not_a_names_snapshot(env, alice, mallory):
     from walkit.replication.snapshots import adopt_unindexed, collect_garbage, list_snapshots, retained
     name = "owner-rewritten"

@@ -24,7 +24,8 @@ Each test asserts the safe outcome; a hole found and still open is marked xfail(
 
 Closed: 2 (forget_name deletes only snapshots made for the deleted log), 3 (`walkit clients revoke` deposes the
 names the principal could write), 4 (the import), 5 (the reaper deletes the value it checked, at its version).
-Open: 1 (the fix: an unforgeable record of who created a ledger, as a log's witness is for logs).
+Closed since: 1 (on a cluster with security only the name's index, which only its writers write, names its
+snapshots: walkit.replication.snapshots.trusts_unindexed).
 
 Refused, kept for coverage: a grantee's put that the reaper carried out and answered, then dropped by the
 operator's `walkit acl grant` on the log before the grantee read the answer, does not leave the log listing a
@@ -98,11 +99,16 @@ def _exists(env, key: str) -> bool:
         return False
 
 
-@pytest.mark.xfail(strict=True, reason="hole: is_snapshot_of trusts a ledger's owner field, which its maker writes")
-def test_zk_review6_a_ledger_whose_owner_its_maker_rewrote_is_not_a_names_snapshot(env, alice, mallory, monkeypatch):
+@pytest.mark.parametrize("broken", [False, True])
+def test_zk_review6_a_ledger_whose_owner_its_maker_rewrote_is_not_a_names_snapshot(env, alice, mallory, monkeypatch,
+                                                                                   broken):
+    # broken: the rule before, a ledger that says it is a snapshot counts without the name's index naming it.
     from walkit.plugins.metadata.zookeeper_principals import Policy
+    from walkit.replication import snapshots
     from walkit.replication.snapshots import adopt_unindexed, collect_garbage, list_snapshots, retained
-    name = "owner-rewritten"
+    if broken:
+        monkeypatch.setattr(snapshots, "trusts_unindexed", lambda client: True)
+    name = "owner-rewritten" + ("-broken" if broken else "")
     with alice.client() as client:
         with client.open_log(f"replicated-{name}") as log:
             for record in (b"r0", b"r1", b"r2"):
@@ -147,6 +153,9 @@ def test_zk_review6_a_ledger_whose_owner_its_maker_rewrote_is_not_a_names_snapsh
             older_kept = True
         except WalkitError:
             older_kept = False
+    if broken:
+        assert forged in restorable and keep.ledger_id == forged and not older_kept
+        return
     assert forged not in restorable and keep.ledger_id != forged and older_kept, (
         f"mallory's ledger {forged} is one of alice's snapshots (restorable: {restorable}; kept from: "
         f"{keep.ledger_id}); alice's own snapshot {older.ledger_id} "

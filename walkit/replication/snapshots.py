@@ -223,14 +223,15 @@ def list_snapshots(client, name: str, *, scan: bool = False) -> list[SnapshotPoi
     Each comes back as the pointer that would name it (sizes are 0: only the header knows them).
     Point-in-time restores pick their starting snapshot here. It reads the index of `name`'s
     snapshots and their ledgers' metadata, not the cluster's; `scan` reads every ledger's
-    metadata instead (snapshots written before the index, by a walkit that had none).
+    metadata instead (snapshots written before the index, by a walkit that had none), on a
+    cluster without security only (`trusts_unindexed`).
     """
     return [p for p, closed in _snapshots(client, name, scan) if closed]
 
 
 def _snapshots(client, name: str, scan: bool = False) -> list[tuple[SnapshotPointer, bool]]:
     """_snapshots lists (pointer, closed) for every snapshot ledger of `name`, oldest position first."""
-    if scan:
+    if scan and trusts_unindexed(client):
         ledger_ids = client.list_ledgers()
     else:
         ledger_ids = [int(key.rsplit("/", 1)[-1]) for key in client.store.children(index_prefix(name))]
@@ -255,6 +256,14 @@ def _snapshots(client, name: str, scan: bool = False) -> list[tuple[SnapshotPoin
     return sorted(found, key=lambda item: item[0].position)
 
 
+def trusts_unindexed(client) -> bool:
+    """trusts_unindexed says whether a ledger that says it is a snapshot counts without the name's index naming it:
+    only on a cluster without security (a client without a key). With security, only a writer of the name writes
+    its index, while any principal may write a ledger that says it is the name's snapshot, and even name another
+    principal as its owner (a ledger's value is its owner's to write), so no check of the ledger alone tells."""
+    return not client.principal
+
+
 def is_snapshot_of(store, name: str, metadata, *, by_writer: bool = True) -> bool:
     """is_snapshot_of says whether a ledger (its metadata) is a snapshot of replicated name `name`: one of the current
     instance of its log ``replicated-<name>`` (walkit.permissions.bound_log), whose owner may write the name now.
@@ -277,8 +286,11 @@ def adopt_unindexed(client, name: str) -> list[int]:
 
     It reads every ledger's metadata once: a node runs it when it starts taking snapshots, to
     find ledgers of a snapshot whose writer died before indexing it, and snapshots written
-    before the index existed. Garbage collection then deletes those no longer needed.
+    before the index existed. Garbage collection then deletes those no longer needed. On a
+    cluster with security it adopts none (`trusts_unindexed`): such ledgers stay, unused.
     """
+    if not trusts_unindexed(client):
+        return []
     known = {int(key.rsplit("/", 1)[-1]) for key in client.store.children(index_prefix(name))}
     adopted = []
     for pointer, _ in _snapshots(client, name, scan=True):
