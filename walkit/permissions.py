@@ -74,6 +74,15 @@ def level(store, principal: str, *, owner: str, log: str | None = None,
     For a ledger (`ledger`, of log `log`), the log counts only if the ledger is of its current
     instance (LogMetadata.holds): a ledger that outlived its log is its owner's alone.
     """
+    return _level(store, principal, owner, log, ledger, _UNREAD)
+
+
+#: `_level`'s "the log's metadata is not read yet".
+_UNREAD = object()
+
+
+def _level(store, principal: str, owner: str, log: str | None, ledger: LedgerMetadata | None, current) -> str | None:
+    """_level is `level`, with the log's metadata `current` if the caller read it already (None: deleted)."""
     if not owner:
         return "admin"
     if not principal or not _allowed(store, principal):
@@ -82,7 +91,8 @@ def level(store, principal: str, *, owner: str, log: str | None = None,
         return "admin"
     if log is None:
         return None
-    current = _log(store, log)
+    if current is _UNREAD:
+        current = _log(store, log)
     if ledger is not None and not of_instance(current, ledger):
         return None
     if current is not None and principal == current.owner:
@@ -105,7 +115,7 @@ def writes(store, principal: str, log: str) -> bool:
     """writes says whether `principal` may write log `log` now (its owner, or a `write` or `admin` grant; anyone on
     a log without an owner); False when the log does not exist."""
     current = _log(store, log)
-    return current is not None and permits(level(store, principal, owner=current.owner, log=log), "write")
+    return current is not None and permits(_level(store, principal, current.owner, log, None, current), "write")
 
 
 def check_ledger(store, principal: str, metadata: LedgerMetadata, action: str) -> None:

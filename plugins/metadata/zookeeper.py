@@ -63,7 +63,7 @@ from walkit.plugins.metadata import COUNTERS, check_key
 from walkit.plugins.metadata.credentials import HIDDEN, OPERATOR_HINT, Credentials
 from walkit.plugins.metadata.session import Registration, SessionStore, UserWatch, parse_uri
 from walkit.plugins.metadata.principals import is_principal
-from walkit.plugins.metadata.zookeeper_principals import Policy, digest_id
+from walkit.plugins.metadata.zookeeper_principals import Policy, digest_id, znode_exists
 from walkit.plugins.metadata.zookeeper_security import is_security_key, protect, security_acl, split_options
 from walkit.plugins.metadata.zookeeper_watch import TreeWatch
 from walkit.spi import SessionState
@@ -320,7 +320,7 @@ class ZooKeeperMetadataStore(SessionStore):
         except MetadataNotAuthorized:
             # ZooKeeper checks the parent's create right before whether the key exists: a principal may not create
             # a replicated name's pointer, which the cluster made (zookeeper_principals.make_name), but it exists.
-            if self._policy.own is not None and self._exists_at(path):
+            if self._policy.own is not None and znode_exists(self, key):
                 raise NodeExists(f"metadata key {key!r} already exists") from None
             raise
         return 0
@@ -353,9 +353,6 @@ class ZooKeeperMetadataStore(SessionStore):
             except NoNodeError:
                 pass
         raise MetadataError(f"create {key!r}: its witness {witness!r} keeps being made by another client")
-
-    def _exists_at(self, path: str) -> bool:
-        return self._call(f"exists {path!r}", lambda: self._client.exists_async(path), idempotent=True) is not None
 
     def get(self, key: str) -> tuple[bytes, int]:
         """get returns (value, version); NoSuchKey if absent."""

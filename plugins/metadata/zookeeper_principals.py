@@ -318,9 +318,9 @@ class Policy:
             return
         name = resource[1][len("replicated-"):]
         last = f".counters/elections/replication/{name}"      # the last one make_name makes (and, with its log,
-        if self._exists(last):                                # the name's deletion deletes: deletions.forget_name)
+        if znode_exists(self.store, last):                    # the name's deletion deletes: deletions.forget_name)
             return
-        if not self._exists(f"logs/replicated-{name}"):
+        if not znode_exists(self.store, f"logs/replicated-{name}"):
             raise MetadataError(f"replicated name {name!r} has no log (logs/replicated-{name}) yet: in ZooKeeper's "
                                 f"principal mode the name's log is made before its other znodes")
         store = self.store
@@ -329,7 +329,7 @@ class Policy:
             hint, b"", acl=self.shared_acl() + [ACL(_CRWD, Id("digest", self.own))]), idempotent=False)
         deadline = time.monotonic() + store.timeout
         while time.monotonic() < deadline:
-            if self._exists(last):
+            if znode_exists(store, last):
                 return
             time.sleep(0.02)
         raise MetadataError(f"replicated name {name!r}'s znodes were not made within {store.timeout:g} s: in "
@@ -652,7 +652,7 @@ def make_name(store, name: str) -> list[str]:
     and puts right the ACL of those that exist. It returns the znodes the cluster may not change (made by a
     principal before principal mode stopped principals from creating there; ZooKeeper's super user removes them).
     Without the log it makes nothing: no one would hold the name."""
-    if not _get_exists(store, f"logs/replicated-{name}"):
+    if not znode_exists(store, f"logs/replicated-{name}"):
         return []
     allowed = _allowed_ids(store, None)
     unfixed = []
@@ -713,7 +713,7 @@ def _log_paths(store, log_name: str):
         name = log_name[len("replicated-"):]
         for base in ("replication", "elections/replication", ".counters/elections/replication"):
             top = f"{base}/{name}"
-            if _get_exists(store, top):
+            if znode_exists(store, top):
                 yield top
                 for rel in _subtree(store, top):
                     yield rel
@@ -736,7 +736,8 @@ def _subtree(store, top: str):
             yield f"{rel}/{child}"
 
 
-def _get_exists(store, rel: str) -> bool:
+def znode_exists(store, rel: str) -> bool:
+    """znode_exists tells whether znode `rel` exists (ZooKeeper checks no right for that)."""
     return store._call("look", lambda: store._client.exists_async(f"{store.root}/{rel}"), idempotent=True) is not None
 
 

@@ -27,20 +27,11 @@ from kazoo.security import ACL, Id, Permissions
 from walkit.core.loglist import LogMetadata
 from walkit.errors import MetadataNotAuthorized
 
+from .principal_attacks import zk_cluster, zk_digest
 from .helpers import read_within
 from .test_zookeeper_principals import alice, env, mallory  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
-
-
-def _digest(principal) -> str:
-    from walkit.plugins.metadata.zookeeper_principals import digest_id
-    return digest_id(principal.id, principal.password)
-
-
-def _cluster(mallory, perms=Permissions.ALL) -> list[ACL]:
-    ids = json.loads(mallory.raw.get(mallory.path("security/principal-identities"))[0])["cluster"]
-    return [ACL(perms, Id("digest", i)) for i in ids]
 
 
 def _plant(mallory, alice, name: str) -> bytes:
@@ -49,7 +40,7 @@ def _plant(mallory, alice, name: str) -> bytes:
     alice_id = json.loads(mallory.raw.get(mallory.path(f"security/clients/{alice.id}"))[0])["zookeeper"]
     # `logs` is a write point: any allowed principal creates there, with the ACL it likes.
     mallory.raw.create(mallory.path(f"logs/{name}"), planted,
-                       acl=_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", _digest(mallory))),
+                       acl=zk_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", zk_digest(mallory))),
                                                 ACL(Permissions.ALL, Id("digest", alice_id))])
     return planted
 
@@ -70,7 +61,7 @@ def test_zk_review4_a_log_planted_with_walkits_own_acl_and_a_config_of_its_plant
     planted = LogMetadata(name="configured", owner=alice.id, config=LogConfig(retention_age_s=1)).to_bytes()
     alice_id = json.loads(mallory.raw.get(mallory.path(f"security/clients/{alice.id}"))[0])["zookeeper"]
     mallory.raw.create(mallory.path("logs/configured"), planted,
-                       acl=_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", alice_id))])
+                       acl=zk_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", alice_id))])
     with pytest.raises(NoAuthError):
         mallory.raw.create(mallory.path(f"log-owners/{alice.id}/configured"), b"")    # alice's witness: hers alone
     with alice.client() as client:
@@ -103,12 +94,12 @@ def _pin_attempt(env, alice, mallory, name: str, grant, revoke) -> list[str]:
         publish(client.store, name, SnapshotPointer(ledger_id=1, position=Position(0, 0), size=0))
     grant()
     path = mallory.path(pointer_key(name))
-    own = [ACL(Permissions.ALL, Id("digest", _digest(mallory)))]
+    own = [ACL(Permissions.ALL, Id("digest", zk_digest(mallory)))]
     steps = {
         "delete": lambda: mallory.raw.delete(path),
         # The cluster may read and delete it (so _replace would remake it), but not set its ACL...
         "create": lambda: mallory.raw.create(path, b'{"alice": "pointer"}',
-                                             acl=own + _cluster(mallory, Permissions.ALL & ~Permissions.ADMIN)),
+                                             acl=own + zk_cluster(mallory, Permissions.ALL & ~Permissions.ADMIN)),
         # ...and a child (its own: the cluster can neither list nor empty it) keeps _replace from remaking it.
         "pin": lambda: mallory.raw.create(f"{path}/pin", b"", acl=own),
         "pin deeper": lambda: mallory.raw.create(f"{path}/pin/pin", b"", acl=own),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import io
 import json
 import time
 
@@ -28,6 +27,7 @@ from walkit.core.loglist import LogMetadata, Position
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import WalkitError
 
+from .principal_attacks import publish_snapshot, wins_election
 from .helpers import wait_until
 from .test_etcd_principals import Refused, alice, env, mallory  # noqa: F401 - fixtures
 
@@ -52,13 +52,6 @@ def _forged_snapshot(client, name: str, position: Position, state: bytes, create
     return writer.ledger_id
 
 
-def _snapshot(client, name: str, position: Position, state: bytes):
-    from walkit.replication.snapshots import publish, write_snapshot
-    written = write_snapshot(client, name, io.BytesIO(state), position, ensemble=3, write_quorum=2, ack_quorum=2)
-    publish(client.store, name, written)
-    return written
-
-
 def test_etcd_review5_a_forged_snapshot_of_no_instance_is_not_taken_for_a_names_snapshot(env, alice, mallory):
     from walkit.replication.snapshots import adopt_unindexed, collect_garbage, list_snapshots, retained
     name = "forged-snapshot"
@@ -67,8 +60,8 @@ def test_etcd_review5_a_forged_snapshot_of_no_instance_is_not_taken_for_a_names_
             for record in (b"r0", b"r1", b"r2"):
                 log.append(record)
         ledger = LogMetadata.from_bytes(client.store.get(f"logs/replicated-{name}")[0]).ledger_ids[0]
-        older = _snapshot(client, name, Position(ledger, 0), b"alice's state at 0")
-        current = _snapshot(client, name, Position(ledger, 2), b"alice's state at 2")
+        older = publish_snapshot(client, name, Position(ledger, 0), b"alice's state at 0")
+        current = publish_snapshot(client, name, Position(ledger, 2), b"alice's state at 2")
     with mallory.client() as client:                 # no grant on replicated-forged-snapshot
         forged = _forged_snapshot(client, name, Position(ledger, 1), b"mallory's state", created_ms=0)
     with alice.client() as client:
@@ -113,8 +106,6 @@ def test_etcd_review5_a_replicated_names_next_owner_inherits_nothing_from_its_fo
 
 
 def test_etcd_review5_a_revoked_grantee_does_not_keep_a_names_election(env, alice, mallory):
-    from walkit.errors import Timeout
-    from walkit.election import LeaderElection
     from walkit.replication.snapshots import SnapshotPointer, publish
     name = "held-election"
     with alice.client() as client:
@@ -137,9 +128,5 @@ def test_etcd_review5_a_revoked_grantee_does_not_keep_a_names_election(env, alic
         return alice.raw.get(leader) is None
     wait_until(gone, timeout=15, interval=0.5, message="revoked mallory's leader key stays")
     with alice.client() as client:
-        election = LeaderElection(client.store, f"replication/{name}", "alice:1")
-        try:
-            election.campaign(timeout=5)
-        except Timeout:
+        if not wins_election(client, name, 5):
             pytest.fail("alice cannot win her name's election")
-        election.resign()

@@ -32,7 +32,6 @@ in another's name; a write grantee cannot strip or change a ledger's log instanc
 
 from __future__ import annotations
 
-import io
 import json
 import secrets
 import time
@@ -45,6 +44,7 @@ from kazoo.security import ACL, Id, Permissions
 from walkit.core.loglist import LogMetadata, Position
 from walkit.errors import MetadataError, PermissionDenied, WalkitError
 
+from .principal_attacks import publish_snapshot, wins_election, zk_cluster, zk_digest
 from .helpers import wait_until
 from .test_zookeeper_principals import alice, env, mallory  # noqa: F401 - fixtures
 
@@ -53,27 +53,17 @@ pytestmark = pytest.mark.slow
 HOUR_MS = 3600 * 1000
 
 
-def _digest(principal) -> str:
-    from walkit.plugins.metadata.zookeeper_principals import digest_id
-    return digest_id(principal.id, principal.password)
-
-
-def _cluster(principal, perms=Permissions.ALL) -> list[ACL]:
-    ids = json.loads(principal.raw.get(principal.path("security/principal-identities"))[0])["cluster"]
-    return [ACL(perms, Id("digest", i)) for i in ids]
-
-
 def _forged_snapshot(client, name: str, position: Position, state: bytes, created_ms: int, *, maker, reader,
                      monkeypatch) -> int:
     """_forged_snapshot writes, as principal `maker`, a closed snapshot ledger of replicated name `name` as walkit did
     before log instances (no log_owner, log_created_ms): it returns its id. Its maker owns it and, as whoever creates
     a znode, chooses its ACL: its own, the cluster's, and read for `reader` (whose digest the allow-list shows)."""
     from walkit.plugins.metadata.zookeeper_principals import Policy
-    chosen = _cluster(maker) + [ACL(Permissions.ALL, Id("digest", _digest(maker))),
-                                ACL(Permissions.READ, Id("digest", _digest(reader)))]
+    chosen = zk_cluster(maker) + [ACL(Permissions.ALL, Id("digest", zk_digest(maker))),
+                                ACL(Permissions.READ, Id("digest", zk_digest(reader)))]
     original = Policy.acl_for
     monkeypatch.setattr(Policy, "acl_for", lambda self, rel, value: chosen if (
-        rel.startswith("ledgers/") and self.own == _digest(maker)) else original(self, rel, value))
+        rel.startswith("ledgers/") and self.own == zk_digest(maker)) else original(self, rel, value))
     writer = client.create_ledger(3, 2, 2, custom={"replication": name, "snapshot": str(position),
                                                    "created_ms": str(created_ms)})
     header = {"format": 1, "name": name, "position": str(position), "size": len(state),
@@ -83,13 +73,6 @@ def _forged_snapshot(client, name: str, position: Position, state: bytes, create
     writer.close()
     monkeypatch.setattr(Policy, "acl_for", original)
     return writer.ledger_id
-
-
-def _snapshot(client, name: str, position: Position, state: bytes):
-    from walkit.replication.snapshots import publish, write_snapshot
-    written = write_snapshot(client, name, io.BytesIO(state), position, ensemble=3, write_quorum=2, ack_quorum=2)
-    publish(client.store, name, written)
-    return written
 
 
 def test_zk_review5_a_forged_snapshot_of_no_instance_is_not_taken_for_a_names_snapshot(env, alice, mallory,
@@ -103,8 +86,8 @@ def test_zk_review5_a_forged_snapshot_of_no_instance_is_not_taken_for_a_names_sn
             for record in (b"r0", b"r1", b"r2"):
                 log.append(record)
         ledger = LogMetadata.from_bytes(client.store.get(f"logs/replicated-{name}")[0]).ledger_ids[0]
-        older = _snapshot(client, name, Position(ledger, 0), b"alice's state at 0")
-        current = _snapshot(client, name, Position(ledger, 2), b"alice's state at 2")
+        older = publish_snapshot(client, name, Position(ledger, 0), b"alice's state at 0")
+        current = publish_snapshot(client, name, Position(ledger, 2), b"alice's state at 2")
     with mallory.client() as client:                 # no grant on replicated-forged-snapshot
         forged = _forged_snapshot(client, name, Position(ledger, 1), b"mallory's state", created_ms=0,
                                   maker=mallory, reader=alice, monkeypatch=monkeypatch)
@@ -162,8 +145,6 @@ def test_zk_review5_a_replicated_names_next_owner_inherits_nothing_from_its_form
 
 
 def test_zk_review5_a_revoked_grantee_does_not_keep_a_names_election(env, alice, mallory):
-    from walkit.election import LeaderElection
-    from walkit.errors import Timeout
     from walkit.replication.snapshots import SnapshotPointer, publish
     name = "held-election"
     with alice.client() as client:
@@ -173,7 +154,7 @@ def test_zk_review5_a_revoked_grantee_does_not_keep_a_names_election(env, alice,
     env.walkit("acl", "grant", mallory.id, "write", "log", f"replicated-{name}")
     leader = mallory.path(f"elections/replication/{name}/leader")
     mallory.raw.create(leader, json.dumps({"candidate": "mallory:9999", "epoch": 1}).encode(), ephemeral=True,
-                       acl=_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", _digest(mallory)))])
+                       acl=zk_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", zk_digest(mallory)))])
     env.walkit("acl", "revoke", mallory.id, "log", f"replicated-{name}")
     try:
         wait_until(lambda: alice.raw.exists(leader) is None, timeout=10)
@@ -181,13 +162,7 @@ def test_zk_review5_a_revoked_grantee_does_not_keep_a_names_election(env, alice,
     except AssertionError:
         held = True
     with alice.client() as client:
-        election = LeaderElection(client.store, f"replication/{name}", "alice:1")
-        try:
-            election.campaign(timeout=3)
-            won = True
-            election.resign()
-        except Timeout:
-            won = False
+        won = wins_election(client, name, 3)
     assert not held and won, f"revoked mallory still holds {name!r}'s election (alice won: {won})"
 
 
@@ -195,7 +170,7 @@ def test_zk_review5_a_log_planted_with_no_owner_is_not_taken_by_a_principal(env,
     name = "ownerless"
     planted = LogMetadata(name=name, owner="").to_bytes()
     mallory.raw.create(mallory.path(f"logs/{name}"), planted,
-                       acl=_cluster(mallory) + [ACL(Permissions.ALL, Id("world", "anyone"))])
+                       acl=zk_cluster(mallory) + [ACL(Permissions.ALL, Id("world", "anyone"))])
     try:
         with alice.client() as client:
             with client.open_log(name) as log:           # the name alice meant to use
@@ -215,7 +190,7 @@ def test_zk_review5_a_snapshot_scan_skips_ledgers_the_reader_may_not_read(env, a
         with client.open_log(f"replicated-{name}") as log:
             log.append(b"r0")
         ledger = LogMetadata.from_bytes(client.store.get(f"logs/replicated-{name}")[0]).ledger_ids[0]
-        mine = _snapshot(client, name, Position(ledger, 0), b"alice's state")
+        mine = publish_snapshot(client, name, Position(ledger, 0), b"alice's state")
     with mallory.client() as client:                 # a ledger of her own, as every principal may make
         writer = client.create_ledger(3, 2, 2)
         writer.append(b"mallory's own")
@@ -231,8 +206,8 @@ def test_zk_review5_a_planted_log_stays_unwitnessed_through_a_later_clients_allo
     name = "planted-before-allow"
     alice_id = json.loads(mallory.raw.get(mallory.path(f"security/clients/{alice.id}"))[0])["zookeeper"]
     mallory.raw.create(mallory.path(f"logs/{name}"), LogMetadata(name=name, owner=alice.id).to_bytes(),
-                       acl=_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", alice_id)),
-                                                ACL(Permissions.ALL, Id("digest", _digest(mallory)))])
+                       acl=zk_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", alice_id)),
+                                                ACL(Permissions.ALL, Id("digest", zk_digest(mallory)))])
     env.principal("bob")                             # the operator allows another principal: a full ACL pass
     assert mallory.raw.exists(mallory.path(f"log-owners/{alice.id}/{name}")) is None
     with alice.client() as client:

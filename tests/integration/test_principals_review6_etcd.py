@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import io
 import json
 import time
 
@@ -33,19 +32,13 @@ from walkit.core.loglist import LOG_CREATED, LOG_OWNER, LogMetadata, Position
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import NoSuchKey, WalkitError
 
+from .principal_attacks import publish_snapshot, wins_election
 from .helpers import wait_until
 from .test_etcd_principals import Refused, alice, env, mallory  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
 HOUR_MS = 3600 * 1000
-
-
-def _snapshot(client, name: str, position: Position, state: bytes):
-    from walkit.replication.snapshots import publish, write_snapshot
-    written = write_snapshot(client, name, io.BytesIO(state), position, ensemble=3, write_quorum=2, ack_quorum=2)
-    publish(client.store, name, written)
-    return written
 
 
 def _exists(env, key: str) -> bool:
@@ -64,8 +57,8 @@ def test_etcd_review6_a_ledger_whose_owner_its_maker_rewrote_is_not_a_names_snap
             for record in (b"r0", b"r1", b"r2"):
                 log.append(record)
         ledger = LogMetadata.from_bytes(client.store.get(f"logs/replicated-{name}")[0]).ledger_ids[0]
-        older = _snapshot(client, name, Position(ledger, 0), b"alice's state at 0")
-        current = _snapshot(client, name, Position(ledger, 2), b"alice's state at 2")
+        older = publish_snapshot(client, name, Position(ledger, 0), b"alice's state at 0")
+        current = publish_snapshot(client, name, Position(ledger, 2), b"alice's state at 2")
     instance = LogMetadata.from_bytes(mallory.raw.get(f"logs/replicated-{name}"))     # no grant: all is readable
     state, position = b"mallory's state", Position(ledger, 1)
     with mallory.client() as client:
@@ -104,7 +97,7 @@ def test_etcd_review6_a_grantees_index_entry_does_not_have_the_names_deletion_de
         with client.open_log(f"replicated-{name}") as log:
             log.append(b"r0")
         ledger = LogMetadata.from_bytes(client.store.get(f"logs/replicated-{name}")[0]).ledger_ids[0]
-        _snapshot(client, name, Position(ledger, 0), b"alice's state")
+        publish_snapshot(client, name, Position(ledger, 0), b"alice's state")
         private = client.create_ledger(3, 2, 2)                                     # alice's, of no log
         private.append(b"alice's private record")
         private.close()
@@ -120,8 +113,6 @@ def test_etcd_review6_a_grantees_index_entry_does_not_have_the_names_deletion_de
 
 
 def test_etcd_review6_a_revoked_client_does_not_keep_a_names_election(env, alice):
-    from walkit.election import LeaderElection
-    from walkit.errors import Timeout
     from walkit.replication.snapshots import SnapshotPointer, publish
     name = "held-by-a-revoked-client"
     trudy = env.principal("trudy")                   # revoked below: not the module's mallory
@@ -145,9 +136,5 @@ def test_etcd_review6_a_revoked_client_does_not_keep_a_names_election(env, alice
         return alice.raw.get(leader) is None
     wait_until(gone, timeout=15, interval=0.5, message="revoked trudy's leader key stays")
     with alice.client() as client:
-        election = LeaderElection(client.store, f"replication/{name}", "alice:1")
-        try:
-            election.campaign(timeout=5)
-        except Timeout:
+        if not wins_election(client, name, 5):
             pytest.fail("alice cannot win her name's election")
-        election.resign()

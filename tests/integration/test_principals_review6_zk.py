@@ -35,7 +35,6 @@ deleted ledger (the grantee's open fails, NoSuchLog; nothing is lost).
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import secrets
 import subprocess
@@ -50,29 +49,13 @@ from walkit.core.loglist import LOG_CREATED, LOG_OWNER, LogMetadata, LogSegment,
 from walkit.core.metadata import LedgerMetadata, ledger_key
 from walkit.errors import NoSuchKey, WalkitError
 
+from .principal_attacks import publish_snapshot, wins_election, zk_cluster, zk_digest
 from .helpers import wait_until
 from .test_zookeeper_principals import alice, env, mallory  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
 
 HOUR_MS = 3600 * 1000
-
-
-def _digest(principal) -> str:
-    from walkit.plugins.metadata.zookeeper_principals import digest_id
-    return digest_id(principal.id, principal.password)
-
-
-def _cluster(principal, perms=Permissions.ALL) -> list[ACL]:
-    ids = json.loads(principal.raw.get(principal.path("security/principal-identities"))[0])["cluster"]
-    return [ACL(perms, Id("digest", i)) for i in ids]
-
-
-def _snapshot(client, name: str, position: Position, state: bytes):
-    from walkit.replication.snapshots import publish, write_snapshot
-    written = write_snapshot(client, name, io.BytesIO(state), position, ensemble=3, write_quorum=2, ack_quorum=2)
-    publish(client.store, name, written)
-    return written
 
 
 def _make_name(principal, name: str) -> None:
@@ -121,14 +104,14 @@ def test_zk_review6_a_ledger_whose_owner_its_maker_rewrote_is_not_a_names_snapsh
     finally:
         env.walkit("acl", "revoke", mallory.id, "log", f"replicated-{name}")        # what she read stays true
     with alice.client() as client:
-        older = _snapshot(client, name, Position(ledger, 0), b"alice's state at 0")
-        current = _snapshot(client, name, Position(ledger, 2), b"alice's state at 2")
+        older = publish_snapshot(client, name, Position(ledger, 0), b"alice's state at 0")
+        current = publish_snapshot(client, name, Position(ledger, 2), b"alice's state at 2")
     state, position = b"mallory's state", Position(ledger, 1)
-    chosen = _cluster(mallory) + [ACL(Permissions.ALL, Id("digest", _digest(mallory))),
-                                  ACL(Permissions.READ, Id("digest", _digest(alice)))]
+    chosen = zk_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", zk_digest(mallory))),
+                                  ACL(Permissions.READ, Id("digest", zk_digest(alice)))]
     original = Policy.acl_for
     monkeypatch.setattr(Policy, "acl_for", lambda self, rel, value: chosen if (
-        rel.startswith("ledgers/") and self.own == _digest(mallory)) else original(self, rel, value))
+        rel.startswith("ledgers/") and self.own == zk_digest(mallory)) else original(self, rel, value))
     with mallory.client() as client:                 # a ledger of her own: the bookies take her entries
         writer = client.create_ledger(3, 2, 2)
         header = {"format": 1, "name": name, "position": str(position), "size": len(state),
@@ -179,7 +162,7 @@ def test_zk_review6_a_grantees_index_entry_does_not_have_the_names_deletion_dele
     # `walkit acl revoke` then fails (test_zk_review6_revoking_..._with_snapshots).
     entry = f"{index_key(name, 0).rpartition('/')[0]}/{private.ledger_id}"
     mallory.raw.create(mallory.path(entry), b"",
-                       acl=_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", _digest(mallory)))])
+                       acl=zk_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", zk_digest(mallory)))])
     _revoke(env, mallory, f"replicated-{name}", monkeypatch)
     with alice.client() as client:                   # later: alice is done with the name
         client.delete_log(f"replicated-{name}")
@@ -190,8 +173,6 @@ def test_zk_review6_a_grantees_index_entry_does_not_have_the_names_deletion_dele
 
 
 def test_zk_review6_a_revoked_client_does_not_keep_a_names_election(env, alice):
-    from walkit.election import LeaderElection
-    from walkit.errors import Timeout
     name = "held-by-a-revoked-client"
     trudy = env.principal("trudy")                   # revoked below: not the module's mallory
     with alice.client() as client:
@@ -201,7 +182,7 @@ def test_zk_review6_a_revoked_client_does_not_keep_a_names_election(env, alice):
     env.walkit("acl", "grant", trudy.id, "write", "log", f"replicated-{name}")
     leader = trudy.path(f"elections/replication/{name}/leader")
     trudy.raw.create(leader, json.dumps({"candidate": "trudy:9999", "epoch": 1}).encode(), ephemeral=True,
-                     acl=_cluster(trudy) + [ACL(Permissions.ALL, Id("digest", _digest(trudy)))])
+                     acl=zk_cluster(trudy) + [ACL(Permissions.ALL, Id("digest", zk_digest(trudy)))])
     env.walkit("clients", "revoke", trudy.id)
     try:
         wait_until(lambda: alice.raw.exists(leader) is None, timeout=10)
@@ -209,13 +190,7 @@ def test_zk_review6_a_revoked_client_does_not_keep_a_names_election(env, alice):
     except AssertionError:
         held = True
     with alice.client() as client:
-        election = LeaderElection(client.store, f"replication/{name}", "alice:1")
-        try:
-            election.campaign(timeout=3)
-            won = True
-            election.resign()
-        except Timeout:
-            won = False
+        won = wins_election(client, name, 3)
     assert not held and won, f"revoked trudy still holds {name!r}'s election (alice won: {won})"
 
 
@@ -283,9 +258,9 @@ def test_zk_review6_revoking_a_write_grant_on_a_replicated_name_with_snapshots_d
     env.walkit("acl", "grant", mallory.id, "write", "log", f"replicated-{name}")    # no snapshot yet: it works
     leader = mallory.path(f"elections/replication/{name}/leader")
     mallory.raw.create(leader, json.dumps({"candidate": "mallory:9999", "epoch": 1}).encode(), ephemeral=True,
-                       acl=_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", _digest(mallory)))])
+                       acl=zk_cluster(mallory) + [ACL(Permissions.ALL, Id("digest", zk_digest(mallory)))])
     with alice.client() as client:
-        _snapshot(client, name, Position(ledger, 0), b"alice's state")              # as every name has, soon
+        publish_snapshot(client, name, Position(ledger, 0), b"alice's state")              # as every name has, soon
     revoked = subprocess.run([sys.executable, "-m", "walkit", "acl", "revoke", mallory.id, "log",
                               f"replicated-{name}", "--metadata", env.cluster_url], capture_output=True, text=True,
                              timeout=120)
