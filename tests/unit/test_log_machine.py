@@ -120,6 +120,32 @@ def test_a_list_cas_that_finds_another_version_fences_the_writer():
     assert isinstance(only(commands, lev.RollFailed).error, LedgerFenced)
 
 
+def test_a_store_that_refuses_the_writer_fails_the_open_at_once_and_drops_the_ledger_made_for_it():
+    # A refusal (MetadataNotAuthorized: this writer may not write the log) is not contention: trying again
+    # would only be refused again, ten times, and then reported as another writer's doing.
+    from walkit.errors import MetadataNotAuthorized
+    log = machine()
+    log.start()
+    listed = LogMetadata(name=NAME, segments=(LogSegment(1, last_entry_id=4, entries=5),))
+    commands = created(log, log.step(lev.LogMetadataRead(name=NAME, metadata=listed, version=7)), 10)
+    only(commands, lev.WriteLogMetadata)
+    refusal = MetadataNotAuthorized("logs/orders has no owner")
+    commands = log.step(lev.LogMetadataConflict(name=NAME, metadata=None, refused=refusal))
+    assert only(commands, ev.DeleteLedger).ledger_id == 10
+    assert only(commands, lev.LogOpenFailed).error is refusal
+    assert of_type(commands, lev.ReadLogMetadata) == [] and of_type(commands, ev.CreateLedger) == []
+
+
+def test_a_refused_list_cas_of_an_open_log_fails_its_appends_with_the_refusal():
+    from walkit.errors import MetadataNotAuthorized
+    log, _ = opened()
+    log.step(ev.AppendRequested(payloads=[b"a"]))
+    commands = created(log, log.step(lev.RollRequested(token=2)), 11)
+    refusal = MetadataNotAuthorized("revoked")
+    commands = log.step(lev.LogMetadataConflict(name=NAME, metadata=None, refused=refusal))
+    assert only(commands, lev.FailAppends).error is refusal and only(commands, lev.RollFailed).error is refusal
+
+
 @pytest.mark.parametrize("attr", ["ROLL_WAITS_FOR_CLOSE", "RECOVER_EVERY_UNCLOSED"])
 def test_the_rules_are_on(attr):
     assert getattr(LogMachine, attr) is True
