@@ -22,6 +22,8 @@ FAILPOINTS = (
     "log.roll.after_create",     # rolling: new ledger created, not yet in the list
     "log.roll.after_cas",        # rolling: new ledger in the list, previous one not closed yet
     "replicate.acked",           # a leader's entry was acknowledged, not applied or answered yet
+    "zookeeper.own_log.read",    # a principal's store read its log, not its ACL yet (a deletion may come between)
+    "zookeeper.own_log.acl",     # ... read its ACL, not its witness yet
 )
 
 _enabled: dict[str, Callable[[], None]] = {}

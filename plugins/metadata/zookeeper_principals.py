@@ -57,6 +57,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 from kazoo.security import ACL, Id, Permissions
 
 from walkit.deletions import NAME_BASES
+from walkit.faults import failpoint
 from walkit.plugins.metadata.principals import LEDGER_NAME, MODE_KEY, resource_of, value_of
 from walkit.errors import BadVersion, MetadataError, MetadataNotAuthorized, NoSuchKey
 
@@ -239,8 +240,12 @@ class Policy:
         if not principal or self._trusted.get(key) == created or _log_owner(value) != principal:
             return
         store = self.store
-        acls, _ = store._call("read a log's ACL", lambda: store._client.get_acls_async(store._path(key)),
-                              idempotent=True)
+        failpoint("zookeeper.own_log.read")
+        try:
+            acls, _ = store._call("read a log's ACL", lambda: store._client.get_acls_async(store._path(key)),
+                                  idempotent=True)
+        except NoNodeError:                      # deleted since it was read
+            raise NoSuchKey(f"no metadata key {key!r}") from None
         expected: dict[str, int] = {}
         for entry in self.resource_acl("log", key.partition("/")[2], principal, log_owner=principal):
             expected[entry.id.id] = expected.get(entry.id.id, 0) | entry.perms
@@ -253,16 +258,27 @@ class Policy:
                            f"{principal} nor a grant gave" + (
                                " (or it was made before owners held admin on their logs: `walkit clients allow` "
                                "gives it its ACL again)" if ident.endswith(":x") else ""))
+        failpoint("zookeeper.own_log.acl")
         witness = store._path(witness_key(principal, key.partition("/")[2]))
         try:
             data, stat = store._call("read a log's witness", lambda: store._client.get_async(witness),
                                      idempotent=True)
         except NoNodeError:
+            if not self._still(key, created):    # deleted (and perhaps made again) since it was read
+                raise NoSuchKey(f"no metadata key {key!r}") from None
             raise _planted(key, principal, f"no witness {witness_key(principal, key.partition('/')[2])} was made "
                            f"with it") from None
         if stat.czxid != created and data != str(created).encode():
+            if not self._still(key, created):
+                raise NoSuchKey(f"no metadata key {key!r}")
             raise _planted(key, principal, "its witness was made with another log of that name")
         self._trusted[key] = created
+
+    def _still(self, key: str, created: int) -> bool:
+        """_still tells whether znode `key` is the one made at zxid `created` (not deleted since it was read)."""
+        store = self.store
+        stat = store._call(f"check {key!r}", lambda: store._client.exists_async(store._path(key)), idempotent=True)
+        return stat is not None and stat.czxid == created
 
     def _id_of(self, principal: str) -> str | None:
         """_id_of is a principal's digest identity, from its allow-list entry (None: it has none)."""

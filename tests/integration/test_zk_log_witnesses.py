@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from walkit import security
+from walkit import faults, security
 from walkit.core.loglist import LogMetadata
-from walkit.errors import MetadataNotAuthorized
+from walkit.errors import MetadataNotAuthorized, NoSuchKey
+from walkit.plugins.metadata.zookeeper_principals import witness_key
 from walkit.plugins import open_metadata
 from walkit.testing.servers import with_user
 
@@ -73,3 +74,35 @@ def test_a_log_made_again_gets_a_witness_of_its_own_and_the_old_one_proves_nothi
     fresh = as_alice()
     with pytest.raises(MetadataNotAuthorized, match="witness was made with another log"):
         fresh.get("logs/again")
+
+
+@pytest.mark.parametrize("point", ["zookeeper.own_log.read", "zookeeper.own_log.acl"])
+def test_a_log_deleted_while_its_owner_reads_it_is_absent_not_planted(stores, point):
+    """A log deleted between its read and the reads of its ACL or witness is not there (NoSuchKey, as a read after
+    the deletion says), not a crash with kazoo's NoNodeError (the CI failure of stop 56) nor a planted log."""
+    cluster, as_alice = stores
+    security.allow(cluster, ALICE)
+    cluster.principal_identity(ALICE, "alice-s3cret")
+    alice = as_alice()
+    for name in ("raced", "raced-again"):
+        alice.create(f"logs/{name}", LogMetadata(name=name, owner=ALICE, created_ms=1).to_bytes())
+
+    def delete(name, again=False):
+        def action():
+            faults.disable(point)
+            cluster._client.delete(cluster._path(f"logs/{name}"))
+            if point.endswith(".acl"):
+                cluster._client.delete(cluster._path(witness_key(ALICE, name)))
+            if again:                                # made again by the cluster user: another instance
+                cluster.create(f"logs/{name}", LogMetadata(name=name, owner=ALICE, created_ms=2).to_bytes())
+        return action
+    try:
+        faults.enable(point, delete("raced"))
+        with pytest.raises(NoSuchKey):
+            alice.get("logs/raced")
+        faults.enable(point, delete("raced-again", again=True))
+        with pytest.raises(NoSuchKey):
+            alice.get("logs/raced-again")
+    finally:
+        faults.disable(point)
+    assert LogMetadata.from_bytes(alice.get("logs/raced-again")[0]).created_ms == 2     # read again: the new one

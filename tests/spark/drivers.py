@@ -15,6 +15,21 @@ from .conftest import spark_environment
 EXITED = object()
 
 
+def log_excerpt(log_path, tail: int = 3000) -> str:
+    """log_excerpt is what a failed driver's log says: its Python tracebacks (a worker's error is what the JVM's
+    stack traces, printed after it, are about) and its last `tail` characters."""
+    with open(log_path, errors="replace") as f:
+        text = f.read()
+    tracebacks, lines = [], text.splitlines()
+    for at, line in enumerate(lines):
+        if "Traceback (most recent call last)" in line:
+            end = next((i for i in range(at + 1, len(lines)) if lines[i] and not lines[i].startswith(" ")),
+                       len(lines) - 1)
+            tracebacks.append("\n".join(lines[at:end + 1]))
+    shown = "\n...\n".join(dict.fromkeys(tracebacks))[-6000:]
+    return (f"Python tracebacks:\n{shown}\n\nthe log's end:\n" if shown else "") + text[-tail:]
+
+
 def start_driver(program: str, args, log_path, cwd) -> subprocess.Popen:
     """start_driver runs `program` (a Python file) with `args` as a Spark driver, its output appended to `log_path`."""
     with open(log_path, "ab") as log:
@@ -41,8 +56,7 @@ def kill_when(driver: subprocess.Popen, moment, log_path, timeout: float = 180.0
     driver: the JVM exits when its parent's pipe closes, its workers with it).
     """
     def log_tail() -> str:
-        with open(log_path, errors="replace") as f:
-            return f.read()[-3000:]
+        return log_excerpt(log_path)
     family: set[int] = set()
     try:
         def come():
@@ -72,5 +86,4 @@ def finish(driver: subprocess.Popen, log_path, timeout: float = 240.0) -> None:
         driver.kill()
         driver.wait(30)
         code = None
-    with open(log_path, errors="replace") as f:
-        assert code == 0, f"the driver exited with {code}:\n{f.read()[-3000:]}"
+    assert code == 0, f"the driver exited with {code}:\n{log_excerpt(log_path)}"
