@@ -132,8 +132,13 @@ class Database:
         """wait_applied waits until this file applied the record at position `at` (a write forwarded from here).
 
         It waits as long as the log takes, as a local COMMIT does; ReplicaStopped if the file
-        stopped applying the log.
+        stopped applying the log. The node is told what it waits for, so a follower that lingers
+        (walkit.replicate's follow_linger_ms) reads the log at once.
         """
+        try:
+            self.node.wait_applied(at[:2])        # its log entry (a record's position ends with its index in it)
+        except WalkitError:
+            pass                                  # timed out or stopped: the wait below says which
         with self._applied:
             while self.machine.position is None or self.machine.position < at:
                 self.check()

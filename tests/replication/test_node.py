@@ -115,6 +115,26 @@ def test_read_barrier_on_a_follower_sees_every_write_acknowledged_before_the_cal
         assert follower.machine.value >= value
 
 
+def test_a_caught_up_follower_lingers_before_it_reads_more_but_a_read_barrier_does_not_wait_for_it(nodes):
+    group = nodes(3, follow_linger_ms=60_000)               # a minute: only a read barrier ends it
+    leader = leader_of(group)
+    followers = [n for n in group if n is not leader]
+    leader.submit(b"first:1")                               # their first long poll brings it; then they linger
+    wait_until(lambda: all(f.machine.value == 1 for f in followers), timeout=10, message="followers lag")
+    leader.submit(b"second:1")
+    deadline = time.monotonic() + 1.0                        # ten times the leader's explicit LAC (100 ms)
+    while time.monotonic() < deadline:
+        assert all(f.machine.value == 1 for f in followers), "a follower read during its linger"
+        time.sleep(0.05)
+    for follower in followers:
+        follower.read_barrier(10)                           # would time out if it waited out the minute
+        assert follower.machine.value == 2
+    leader.submit(b"third:1")                               # lingering again; a forwarded write's wait:
+    for follower in followers:
+        assert follower.wait_applied(leader.applied, 10) >= leader.applied
+        assert follower.machine.value == 3
+
+
 def test_read_barrier_on_the_leader_proves_leadership_once_its_lease_expired(nodes):
     (leader,) = nodes(1, lease_ms=50)
     leader = leader_of([leader])

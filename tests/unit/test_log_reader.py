@@ -107,3 +107,40 @@ def test_after_a_failed_read_the_follower_asks_the_lac_plainly_before_it_long_po
     assert lac(reader, 11, -1)[0] == lev.ReaderCaughtUp(position=None)
     again = reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=0))
     assert {p.timeout_ms for p in again} == {30_000}
+
+
+def caught_up_lingering(linger_ms: int = 20) -> tuple[LogReader, list]:
+    """caught_up_lingering is a following reader with `linger_ms` that delivered entry 0 of ledger 11 and was told,
+    at 1,000 ms, that it was consumed (what it answered to that)."""
+    reader = LogReader(NAME, follow=True, poll_ms=100, long_poll_ms=30_000, linger_ms=linger_ms)
+    reader.start()
+    reader.step(listed(11))
+    [poll] = reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=0))
+    delivered = reader.step(ev.EntriesRead(bookie=poll.bookie, ledger_id=11, missing=[], lac=0,
+                                           entries=[make_entry(0, b"r0", ledger_id=11)]))
+    assert [e.payload for e in only(delivered, lev.DeliverRecords).entries] == [b"r0"]
+    return reader, reader.step(ev.EntriesConsumed(upto=0, ledger_id=11, now_ms=1_000))
+
+
+def test_a_caught_up_follower_with_linger_waits_before_its_next_long_poll_and_says_until_when():
+    reader, consumed = caught_up_lingering(20)
+    assert consumed == [lev.ReaderCaughtUp(position=reader.delivered, wake_at_ms=1_020)]   # no request yet
+    assert reader.step(ev.Ticked(now_ms=1_019, wall_ms=1_019)) == []
+    polls = reader.step(ev.Ticked(now_ms=1_020, wall_ms=1_020))
+    assert [(p.entry_ids, p.previous_lac, p.timeout_ms) for p in polls] == [([1], 0, 30_000)]
+
+
+def test_without_linger_a_caught_up_follower_long_polls_at_once():
+    reader, consumed = caught_up_lingering(0)
+    assert consumed[0] == lev.ReaderCaughtUp(position=reader.delivered)
+    assert [(p.entry_ids, p.previous_lac) for p in consumed[1:]] == [([1], 0)]
+
+
+def test_catch_up_ends_a_linger_and_a_log_change_during_one_reads_the_ledger_again():
+    reader, _ = caught_up_lingering(20)
+    polls = reader.step(lev.CatchUp())                      # a read barrier waits on the follower
+    assert [(p.entry_ids, p.previous_lac) for p in polls] == [([1], 0)]
+    assert reader.step(lev.CatchUp()) == []                 # long-polling already: nothing more
+    reader, _ = caught_up_lingering(20)
+    assert reader.step(lev.LogChanged()) == [ev.ReadLedgerMetadata(ledger_id=11)]    # closed, say: look first
+    assert reader.step(ev.Ticked(now_ms=1_020, wall_ms=1_020)) == []                # the linger is over

@@ -202,10 +202,12 @@ class ReadFailed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EntriesConsumed:
-    """EntriesConsumed tells a reader the caller took every entry up to `upto` (of `ledger_id`, if given)."""
+    """EntriesConsumed tells a reader the caller took every entry up to `upto` (of `ledger_id`, if given), at
+    `now_ms` on the caller's clock if given (a following log reader's linger is measured from it)."""
 
     upto: int
     ledger_id: int | None = None
+    now_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -203,6 +203,12 @@ class LogChanged:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CatchUp:
+    """CatchUp tells a following reader that lingers (its `linger_ms`) to long-poll now: its caller waits for
+    what was appended (a read barrier on a follower, say)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReaderRetrying:
     """ReaderRetrying tells a reader's caller that a read failed (`error`; `failures` in a row) and is tried
     again after `poll_ms`; records delivered next (or ReaderCaughtUp) say it went through."""
@@ -213,6 +219,9 @@ class ReaderRetrying:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReaderCaughtUp:
-    """ReaderCaughtUp tells a following reader's caller that it read everything confirmed so far."""
+    """ReaderCaughtUp tells a following reader's caller that it read everything confirmed so far; with
+    `wake_at_ms`, that it lingers until then before it asks for more (the caller ticks it then, or cuts the
+    linger short with LogChanged)."""
 
     position: Position | None
+    wake_at_ms: int | None = None

@@ -17,6 +17,11 @@ after its pending adds), and recovery decides its end. So:
   per replica of the next entry every `long_poll_ms`; LogChanged (the caller saw the log's metadata change,
   say through a watch) makes it look again at once instead of at the end of the long poll.
   After a failed read it asks the LAC plainly first (LacReader), as its answer says the bookies are back.
+  With `linger_ms`, a following reader that caught up (the caller consumed every record it delivered)
+  waits that long before its next long poll, so what the writer appended meanwhile comes in one answer
+  and one range read instead of one long poll per entry: fewer requests and wake-ups per entry for the
+  reader and the bookies, for records delivered up to `linger_ms` later. Its ReaderCaughtUp then says
+  until when (the caller ticks it then); LogChanged cuts the linger short.
 
 Truncation: if truncation or retention removed a ledger holding records at or after the
 reader's next position (LogMetadata.truncated_to), records it has not read are gone, and the
@@ -31,7 +36,7 @@ what the caller consumed (EntriesConsumed), and the reader moves on from a ledge
 one, or to long-polling) only once the caller consumed every record delivered so far.
 
 Events: LogMetadataRead, LedgerMetadataRead, the ledger-level events of its LacReader,
-TailReader and RangeReader, EntriesConsumed (the caller's progress), LogChanged and Ticked. Outcomes:
+TailReader and RangeReader, EntriesConsumed (the caller's progress), LogChanged, CatchUp and Ticked. Outcomes:
 DeliverRecords, ReaderCaughtUp (following: everything confirmed so far was delivered),
 ReaderRetrying (a read failed and is tried again), CompleteRead (the end, without `follow`), FailRead.
 """
@@ -60,8 +65,10 @@ class LogReader:
 
     def __init__(self, name: str, *, password: bytes = b"", start: Position | None = None, follow: bool = False,
                  poll_ms: int = 1000, read_timeout_ms: int = 10_000, window: int = 4096, attempts: int = 5,
-                 now_ms: int = 0, speculative_ms: int = 0, long_poll_ms: int | None = None) -> None:
+                 now_ms: int = 0, speculative_ms: int = 0, long_poll_ms: int | None = None,
+                 linger_ms: int = 0) -> None:
         self.name = name
+        self.linger_ms = linger_ms
         self.password = password
         self.follow = follow
         self.poll_ms = poll_ms
@@ -119,12 +126,15 @@ class LogReader:
             return self._on_tick(event)
         if kind is lev.LogChanged:
             return self._on_changed()
+        if kind is lev.CatchUp:
+            return self._on_catch_up()
         return []
 
     def _on_changed(self) -> list:
         """_on_changed (LogChanged) looks again now instead of at the end of a long poll or a wait."""
-        if self._polling() and self._ledger is not None:
+        if (self._polling() or self._lingering()) and self._ledger is not None:
             self._sub = None                  # its late answers are dropped
+            self._wake_at = self._wake_action = None
             return [ev.ReadLedgerMetadata(ledger_id=self._ledger.ledger_id)]
         if self._wake_at is not None:
             action, self._wake_at, self._wake_action = self._wake_action, None, None
@@ -209,6 +219,8 @@ class LogReader:
         return self._handle(self._sub.start())
 
     def _on_consumed(self, event: ev.EntriesConsumed) -> list:
+        if event.now_ms is not None and event.now_ms > self._now:
+            self._now = event.now_ms
         if event.ledger_id is not None:
             self._consumed = max(self._consumed or Position(-1, -1), Position(event.ledger_id, event.upto))
         out: list = []
@@ -237,13 +249,32 @@ class LogReader:
             return self._next_ledger()
         if not self.follow:
             return self._complete()           # an unclosed ledger's end is not known yet
+        if self.linger_ms > 0:
+            self._wake_at = self._now + self.linger_ms
+            self._wake_action = self._poll_tail
+            return [lev.ReaderCaughtUp(position=self.delivered, wake_at_ms=self._wake_at)]
+        return self._caught_up() + self._poll_tail()
+
+    def _poll_tail(self) -> list:
+        """_poll_tail long-polls the ledger being followed for its next entry."""
         self._sub = self._tail(self._ledger)
-        return self._caught_up() + self._handle(self._sub.start())
+        return self._handle(self._sub.start())
 
     def _tail(self, md: LedgerMetadata) -> TailReader:
         """_tail long-polls the ledger for the next entry and its LAC at once (TailReader)."""
         return self.TAIL_READER(md, self.next.entry_id, self._digest(md.digest_type), timeout_ms=self.long_poll_ms,
                           spread_ms=self.poll_ms, now_ms=self._now, slow=self._slow)
+
+    def _lingering(self) -> bool:
+        """_lingering tells whether the reader caught up and waits `linger_ms` before its next long poll."""
+        return self._wake_action == self._poll_tail
+
+    def _on_catch_up(self) -> list:
+        """_on_catch_up (CatchUp) ends a linger: the reader long-polls now."""
+        if not self._lingering():
+            return []
+        self._wake_at = self._wake_action = None
+        return self._poll_tail()
 
     def _polling(self) -> bool:
         """_polling tells whether a long poll is running (a TailReader, or a LacReader with a timeout)."""

@@ -147,7 +147,11 @@ class ReplicaConfig:
     entry limit. `session_ttl_ms` is how long an idle client session is remembered. `poll_ms`
     paces retried reads and reads of the log's list; `tail_poll_ms` is how long the follower's
     reader long-polls the bookies (for the next entry and the LAC) before it reads the ledger's
-    metadata again (LogChanged, from the shell's watch of the log's metadata, cuts that short). `explicit_lac_ms` is how long the
+    metadata again (LogChanged, from the shell's watch of the log's metadata, cuts that short). `follow_linger_ms`
+    is how long a follower that applied everything its reader delivered waits before its next long poll, so
+    the entries appended meanwhile come in one answer and one read instead of a long poll each (its CPU and
+    the bookies' per entry, for entries applied up to that much later; a read barrier on the follower cuts
+    it short; 0 polls at once). `explicit_lac_ms` is how long the
     leader's writer stays idle before it tells the bookies its LAC, so followers see the last
     entry (walkit.core.writer): the longest a follower waits to apply it when nothing follows.
     """
@@ -163,6 +167,7 @@ class ReplicaConfig:
     session_ttl_ms: int = DEFAULT_TTL_MS
     poll_ms: int = 200
     tail_poll_ms: int = 30_000
+    follow_linger_ms: int = 0
     add_timeout_ms: int = 5000
     recovery_timeout_ms: int = 30_000
     read_timeout_ms: int = 10_000
@@ -397,7 +402,8 @@ class ReplicaMachine:
         self._reader_retry_at = None
         reader = LogReader(self.log_name, password=self.password, start=after(self._queued_upto), follow=True,
                            poll_ms=self.config.poll_ms, long_poll_ms=self.config.tail_poll_ms,
-                           read_timeout_ms=self.config.read_timeout_ms, now_ms=self._now)
+                           read_timeout_ms=self.config.read_timeout_ms, now_ms=self._now,
+                           linger_ms=self.config.follow_linger_ms)
         self._reader_key, commands = self._new_sub("r", reader, reader.start())
         return commands
 
@@ -431,6 +437,10 @@ class ReplicaMachine:
                 self._queue_entry(position, entry.payload, None)
             return self._troubled(None) + self._next_apply()
         if kind is lev.ReaderCaughtUp:
+            if command.wake_at_ms is not None:
+                if self._reads:                      # a read barrier waits: no linger
+                    return self._troubled(None) + self._hurry_reader()
+                return self._troubled(None) + [rev.Wake(at_ms=command.wake_at_ms)]
             return self._troubled(None)
         if kind is lev.ReaderRetrying:
             return self._troubled(f"cannot read the log: {type(command.error).__name__}: {command.error}")
@@ -471,7 +481,15 @@ class ReplicaMachine:
         if reader is None:
             return []
         return self._via(self._reader_key, reader.step(ev.EntriesConsumed(upto=position.entry_id,
-                                                                          ledger_id=position.ledger_id)))
+                                                                          ledger_id=position.ledger_id,
+                                                                          now_ms=self._now)))
+
+    def _hurry_reader(self) -> list:
+        """_hurry_reader ends the follower's reader's linger (`follow_linger_ms`): a read waits for the log's end."""
+        reader = self._subs.get(self._reader_key) if self._reader_key else None
+        if reader is None or self.role is not FOLLOWING or not self.config.follow_linger_ms:
+            return []
+        return self._via(self._reader_key, reader.step(lev.CatchUp()))
 
     def _campaign(self) -> list:
         if self._campaigning or not self.healthy or self._stopping:
@@ -807,6 +825,8 @@ class ReplicaMachine:
 
     # -- reads -----------------------------------------------------------------------------------------
     def _on_read(self, event: rev.ReadRequested) -> list:
+        if event.upto is not None:
+            return self._wait_for(event.token, event.upto, found=True)
         if self.role is LEADING:
             if self.lease_valid:
                 return self._wait_for(event.token, self.last_acked)
@@ -816,10 +836,14 @@ class ReplicaMachine:
         self._parked_reads.append(event.token)        # the role is changing: decided once it settled
         return []
 
-    def _wait_for(self, token: int, target: Position | None) -> list:
+    def _wait_for(self, token: int, target: Position | None, found: bool = False) -> list:
         self._reads[token] = target
-        self._read_started[token] = self._now
-        return self._release_reads()
+        if not found:                                 # a follower's target is looked up again if it never comes
+            self._read_started[token] = self._now
+        commands = self._release_reads()
+        if token in self._reads:
+            commands += self._hurry_reader()
+        return commands
 
     def _release_reads(self) -> list:
         done = [t for t, target in self._reads.items() if target is None

@@ -77,9 +77,12 @@ class SubmitsRequested:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadRequested:
     """ReadRequested asks for a linearizable read: ReadReady once this node applied every record
-    acknowledged before the request (on the leader, once it proved it still leads)."""
+    acknowledged before the request (on the leader, once it proved it still leads). With `upto`, it
+    asks only for ReadReady once this node applied the record at that position (one the caller knows
+    is in the log: a write it forwarded), on any node and without proving anything."""
 
     token: int
+    upto: Position | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -44,7 +44,11 @@ def replicate(machine: StateMachine, *, client, name: str, node_id: str, **optio
     wait for a record of each submitter that entry answered or that was queued behind it
     (`submit_async(record, submitter)` names them; by default each record is one); `explicit_lac_ms`,
     how long the leader stays idle before it tells the bookies how far the log is acknowledged
-    (100): the longest a follower waits to see the last record when nothing follows it; `poll_s`, how often failed reads are retried (0.2); `tail_poll_s`, how long
+    (100): the longest a follower waits to see the last record when nothing follows it; `follow_linger_ms`,
+    how long a follower that applied everything waits before it asks the bookies for more (5; 0: at
+    once), so records that arrive together are read together, in one answer instead of one long poll
+    each, at the cost of applying them up to that much later (a read_barrier on the follower does not
+    wait for it); `poll_s`, how often failed reads are retried (0.2); `tail_poll_s`, how long
     an idle follower long-polls the bookies before it reads the ledger's metadata again (30; a
     watch of the log's metadata makes it look at once after a roll or a leader change); `on_role(role)`, called with
     "leader" or "follower" when this node's role changes; `campaign_when()`, asked before each
@@ -52,6 +56,6 @@ def replicate(machine: StateMachine, *, client, name: str, node_id: str, **optio
     log position the application still reads (snapshots truncate the log only before it; None:
     nowhere). It returns the started
     ReplicatedNode: submit, submit_async, is_leader, leader, applied, lag, ready, wait_ready,
-    read_barrier, snapshot_now, step_down, close.
+    read_barrier, wait_applied, snapshot_now, step_down, close.
     """
     return ReplicatedNode(machine, client=client, name=name, node_id=node_id, **options).start()

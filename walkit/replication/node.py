@@ -87,6 +87,10 @@ CAMPAIGN_WAIT_S = 300.0
 CAMPAIGN_RECHECK_S = 30.0
 #: How often `campaign_when` is asked while it holds the node back (recheck_campaign asks at once).
 GATE_S = 1.0
+#: How long a follower that applied everything lingers before it asks the bookies for more (follow_linger_ms):
+#: what was appended meanwhile then comes in one answer and one read, not one long poll per entry.
+FOLLOW_LINGER_MS = 5
+
 #: The longest `linger_ms` (a minute: a wait is meant to be a fraction of a log round trip).
 MAX_LINGER_MS = 60_000
 #: How long the name of the leader a follower reports is reused before it is read again.
@@ -195,7 +199,7 @@ class ReplicatedNode:
                  lease_ms: int = 1000, max_clock_drift: float = 0.05, max_batch_records: int = 4096,
                  max_batch_bytes: int = 1 << 20, max_entries_in_flight: int = 8, linger_ms: float = 0.0,
                  poll_s: float = 0.2, tail_poll_s: float = 30.0, max_record_bytes: int | None = None, session_ttl_s: float = DEFAULT_TTL_MS / 1000,
-                 explicit_lac_ms: int = 100,
+                 explicit_lac_ms: int = 100, follow_linger_ms: int = FOLLOW_LINGER_MS,
                  on_role: Callable[[str], None] | None = None, campaign_when: Callable[[], bool] | None = None,
                  keep_log_from: Callable[[], Position | None] | None = None) -> None:
         if not isinstance(machine, StateMachine):
@@ -209,6 +213,8 @@ class ReplicatedNode:
                 raise ConfigError(f"{option} must not be negative, got {value}")
         if not 1 <= explicit_lac_ms <= 60_000:
             raise ConfigError(f"explicit_lac_ms is from 1 to 60,000, got {explicit_lac_ms}")
+        if not 0 <= follow_linger_ms <= 60_000:
+            raise ConfigError(f"follow_linger_ms is from 0 to 60,000, got {follow_linger_ms}")
         if not linger_ms <= MAX_LINGER_MS:
             raise ConfigError(f"linger_ms is at most {MAX_LINGER_MS}, got {linger_ms}")
         if session_ttl_s <= 0:
@@ -244,7 +250,8 @@ class ReplicatedNode:
             max_batch_bytes=max_batch_bytes, max_entries_in_flight=max_entries_in_flight, linger_ms=linger_ms,
             max_entry_bytes=client.max_entry_bytes, session_ttl_ms=int(session_ttl_s * 1000),
             poll_ms=max(1, int(poll_s * 1000)), tail_poll_ms=max(1, int(tail_poll_s * 1000)), add_timeout_ms=int(client.add_timeout * 1000),
-            read_timeout_ms=int(client.timeout * 1000), explicit_lac_ms=int(explicit_lac_ms))
+            read_timeout_ms=int(client.timeout * 1000), explicit_lac_ms=int(explicit_lac_ms),
+            follow_linger_ms=int(follow_linger_ms))
         self.election = LeaderElection(client.store, f"replication/{name}", node_id, on_lost=self._election_lost)
         self.core: ReplicaMachine | None = None      # created at start, once the snapshot is loaded
         self._log_known = False                       # the log exists (_ensure_log)
@@ -517,6 +524,27 @@ class ReplicatedNode:
             self._reads.pop(token, None)
             raise Timeout(f"node {self.node_id} did not apply what was acknowledged before the read within "
                           f"{timeout:g} s (applied {self._applied})") from self.failed
+
+    def wait_applied(self, position: Position, timeout: float | None = None) -> Position | None:
+        """wait_applied waits until this node applied the record at `position`, one the caller knows is in the log
+        (a write it had the leader make, say), and returns the applied position.
+
+        Unlike read_barrier it proves nothing and looks nothing up: it only waits, on any node, and a
+        follower that lingers (`follow_linger_ms`) reads at once. `timeout` None waits the client's
+        timeout; 0 does not wait.
+        """
+        timeout = self.client.timeout if timeout is None else timeout
+        future: Future = Future()
+        token = next(self._tokens)
+        self._reads[token] = future
+        self._post(rev.ReadRequested(token=token, upto=Position(*position)),
+                   lambda error: self._reads.pop(token, None) and future.set_exception(error))
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            self._reads.pop(token, None)
+            raise Timeout(f"node {self.node_id} did not apply {tuple(position)} within {timeout:g} s "
+                          f"(applied {self._applied})") from self.failed
 
     # -- the machine on the client's loop -----------------------------------------------------------
     def _post(self, event, on_error: Callable[[Exception], None] | None = None) -> None:

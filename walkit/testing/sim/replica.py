@@ -90,10 +90,17 @@ class ReplicaSimConfig:
     request_timeout_ms: int = 100
     add_timeout_ms: int = 150
     tail_poll_ms: int = 300           # the follower's long poll (watches of the log cut it short)
+    follow_linger_ms: int = 0         # a caught-up follower's wait before its next long poll
 
     @classmethod
     def random(cls, rng: random.Random, hard: bool = False) -> "ReplicaSimConfig":
         """random draws a configuration from `rng`; `hard` draws only from the hostile end of each range."""
+        # Drawn without consuming `rng` (from its state), so every seed drew what it drew before it existed.
+        linger = random.Random(repr(rng.getstate()[1])).choice([0, 5, 20])
+        return replace(cls._random(rng, hard), follow_linger_ms=linger)
+
+    @classmethod
+    def _random(cls, rng: random.Random, hard: bool) -> "ReplicaSimConfig":
         e, qw, qa = rng.choice([(3, 2, 2), (3, 3, 2), (2, 2, 2), (3, 2, 1)])
         if hard:
             return cls(bookies=e + rng.randint(0, 2), ensemble=e, write_quorum=qw, ack_quorum=qa,
@@ -188,7 +195,7 @@ class ReplicaSimulation(Scenario):
             log=LogConfig(ensemble=cfg.ensemble, write_quorum=cfg.write_quorum, ack_quorum=cfg.ack_quorum,
                           roll_entries=cfg.roll_entries),
             lease_ms=cfg.lease_ms, max_clock_drift=cfg.max_clock_drift, max_entries_in_flight=3,
-            linger_ms=cfg.linger_ms, poll_ms=50, tail_poll_ms=cfg.tail_poll_ms,
+            linger_ms=cfg.linger_ms, poll_ms=50, tail_poll_ms=cfg.tail_poll_ms, follow_linger_ms=cfg.follow_linger_ms,
             add_timeout_ms=max(cfg.add_timeout_ms, world.request_timeout_ms),
             recovery_timeout_ms=3000, read_timeout_ms=world.request_timeout_ms)
         world.on_store_change = self._on_store_change
