@@ -64,6 +64,13 @@ class SnapshotWithoutSessions(ReplicaMachine):
     SNAPSHOT_SESSIONS = False
 
 
+class GroupPlannedWithoutItsSessions(ReplicaMachine):
+    """Entries applied in groups, each planned against the sessions as applied so far: a record retried in a later
+    entry of the same group is taken for a new one."""
+
+    SESSIONS_AT_PLAN = False
+
+
 # Nodes crash and restart from snapshots taken often, while clients retry submits.
 SNAPSHOTS_AND_RETRIES = ReplicaSimConfig(nodes=3, clients=3, submits=8, reads=2, lease_ms=60, metadata_cuts=1,
                                          node_crashes=2, snapshot_rate=0.5, drop_rate=0.02)
@@ -138,6 +145,14 @@ def test_the_checker_catches_sessions_forgotten_across_snapshots() -> None:
     assert violation is not None, "sessions left out of snapshots applied nothing twice in 200 seeds"
     assert "twice" in violation.message or "applied" in violation.message
     ReplicaSimulation(violation.seed, SNAPSHOTS_AND_RETRIES).run()
+
+
+def test_the_checker_catches_a_group_of_entries_planned_without_the_sessions_of_its_earlier_entries() -> None:
+    violation = first_violation(lambda seed: ReplicaSimulation(seed, machine_cls=GroupPlannedWithoutItsSessions).run(),
+                                range(300))
+    assert violation is not None, "groups planned without their sessions applied nothing twice in 300 seeds"
+    assert "twice" in violation.message or "sessions" in violation.message, violation.message
+    ReplicaSimulation(violation.seed).run()                    # the correct machine passes the very same run
 
 
 @pytest.mark.parametrize("config", [SNAPSHOTS_AND_RETRIES], ids=["snapshots-and-retries"])

@@ -73,3 +73,24 @@ def test_sessions_expire_by_entry_stamps_and_survive_a_snapshot():
 @pytest.mark.parametrize("value", [None, True, 3, -2.5, "s", b"\x00\xff", [1, [b"x"]], (1, b"y"), {"k": (b"v",)}])
 def test_results_round_trip(value):
     assert decode_result(encode_result(value)) == value
+
+
+def test_a_pending_result_is_settled_by_its_own_entry_only_and_a_duplicate_of_it_waits():
+    table = SessionTable(ttl_ms=1000)
+    table.applied("c", 5, None, 100, pending=(1, 0))            # planned in entry 1:0; its result comes later
+    assert table.awaits([Session("c", 5)]) and not table.awaits([Session("c", 6), None, Session("d", 5)])
+    assert table.check("c", 6) == (SessionTable.NEW, None)      # a later record of the client needs no result
+    table.settle("c", 5, (1, 1), "not mine")                    # another entry's: ignored
+    table.settle("c", 5, (1, 0), 42)
+    assert not table.awaits([Session("c", 5)]) and table.check("c", 5) == (SessionTable.DUPLICATE, 42)
+    table.applied("c", 6, None, 200, pending=(2, 0))
+    table.expire(1300)                                          # idle too long: forgotten while pending
+    table.settle("c", 6, (2, 0), 7)                             # nothing to settle
+    assert len(table) == 0
+
+
+def test_a_table_with_a_result_pending_is_not_snapshotted():
+    table = SessionTable()
+    table.applied("c", 1, None, 100, pending=(1, 0))
+    with pytest.raises(AssertionError, match="pending"):
+        table.to_bytes()

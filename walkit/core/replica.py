@@ -61,6 +61,15 @@ seq). The leader writes it with the record (walkit.core.batch format 2) and ever
 the session table in log order: a duplicate is answered with the first result and not applied
 again. The table is part of snapshots (SnapshotState) and of restores (Restored).
 
+Applying: entries go to the shell (ApplyEntry) in log order, in groups: when nothing is out,
+every entry queued (up to APPLY_GROUP) goes at once, and the next group once the shell answered
+each entry of this one (EntryApplied, in order). So a follower that read several entries at once
+costs the shell one hand-over, not one per entry. Planning an entry (which records apply, which are
+duplicates) records its new sessions at once, their results pending until applied, so each entry
+is planned against the table as a one-at-a-time application would leave it; a group stops before an
+entry holding a duplicate of a record whose result is still pending. Only the group's last entry
+may take a snapshot (ApplyEntry.last).
+
 Reads: ReadRequested is answered by ReadReady once this node applied every record acknowledged
 before the request. The leader, within its lease, answers at once (its state is current as
 soon as it applied its acknowledged entries); outside it, it proves its leadership first (a
@@ -204,8 +213,12 @@ class _Queued:
         self.position, self.entry, self.tokens = position, entry, tokens
 
 
+#: The most entries handed to the shell at once (one group; see the module doc's Applying).
+APPLY_GROUP = 64
+
+
 class _Applying:
-    """_Applying is the entry ApplyEntry handed to the shell: what each of its records gets."""
+    """_Applying is an entry ApplyEntry handed to the shell: what each of its records gets."""
 
     __slots__ = ("queued", "plan", "applied_index")
 
@@ -232,6 +245,10 @@ class ReplicaMachine:
     SUSPENDED_STOPS_LEASE = True
     #: Snapshots carry the client sessions (a duplicate after a restore is still found).
     SNAPSHOT_SESSIONS = True
+    #: An entry's new sessions are recorded when it is planned (their results pending until applied), so the
+    #: entries of a group after it are planned against them. Flipped, they are recorded once applied, which is
+    #: right one entry at a time: a group's later entry then takes a retry of its record for a new one.
+    SESSIONS_AT_PLAN = True
 
     def __init__(self, name: str, node_id: str, config: ReplicaConfig, *, master_key: bytes, password_check: str,
                  digest_for: Callable[[str], Digest], password: bytes = b"", owner: str = "",
@@ -259,7 +276,7 @@ class ReplicaMachine:
         self._now, self._wall = now_ms, wall_ms
         self._keys = itertools.count(1)
         self._queue: deque[_Queued] = deque()
-        self._applying: _Applying | None = None
+        self._applying: deque[_Applying] = deque()       # handed to the shell, in log order, not applied yet
         self._snapshot_requested = False            # SnapshotState due once the entry being applied is done
         # sub-machines, by key; answers for a key that is gone are dropped
         self._subs: dict[str, object] = {}
@@ -334,7 +351,7 @@ class ReplicaMachine:
         timers it sets meanwhile come as Wake."""
         if self.role is not FOLLOWING and self.role is not LEADING:
             return False
-        if (self._reads or self._pending or self._in_flight or self._queue or self._applying is not None
+        if (self._reads or self._pending or self._in_flight or self._queue or self._applying
                 or self._reader_retry_at is not None or self._finders or self._proofs or self._truncations
                 or self._restoring or self._linger_until is not None or self._parked_reads):
             return False
@@ -470,7 +487,7 @@ class ReplicaMachine:
 
     def _ask_restore(self) -> list:
         """_ask_restore asks for the latest snapshot, between two entries (none is being applied)."""
-        if not self._restoring or self._applying is not None or self._restore_asked:
+        if not self._restoring or self._applying or self._restore_asked:
             return []
         self._restore_asked = True
         return [rev.LoadSnapshot()]
@@ -507,26 +524,37 @@ class ReplicaMachine:
         self._queued_upto = position
 
     def _next_apply(self) -> list:
-        """_next_apply hands the next entry to the shell once the one before was applied."""
+        """_next_apply hands the queued entries to the shell, as a group, once the group before was applied."""
         commands: list = self._ask_restore()
-        while self._applying is None and self._queue and self.healthy and not self._restoring:
+        handed: list = []
+        applying = self._applying
+        while (not applying or handed) and self._queue and self.healthy and not self._restoring \
+                and len(applying) < APPLY_GROUP:
             queued = self._queue[0]
             entry = queued.entry
             if isinstance(entry, Exception):
+                if handed:
+                    break                             # once the group before it is applied
                 return commands + self._unhealthy(f"entry {queued.position} of log {self.log_name!r} does not "
                                                   f"decode: {entry}; this node stops applying there")
+            if handed and self.sessions.awaits(entry.sessions):
+                break                                 # it repeats a record of this group: planned once it is applied
             self._queue.popleft()
-            plan, handed, records = self._plan(entry)
-            self._applying = _Applying(queued, plan, handed)
-            if records:
-                tokens = None if queued.tokens is None else [queued.tokens[i] for i in handed]
-                commands.append(rev.ApplyEntry(position=queued.position, records=records, tokens=tokens))
-                return commands
-            commands += self._finish(queued.position, [], False)      # all duplicates: nothing to apply
+            plan, indexes, records = self._plan(entry, queued.position)
+            applying.append(_Applying(queued, plan, indexes))
+            if records or handed:
+                tokens = None if queued.tokens is None else [queued.tokens[i] for i in indexes]
+                handed.append((queued.position, records, tokens))
+            else:
+                commands += self._finish(queued.position, [], False)  # all duplicates: nothing to apply
+        for i, (position, records, tokens) in enumerate(handed):
+            commands.append(rev.ApplyEntry(position=position, records=records, tokens=tokens,
+                                           last=i == len(handed) - 1))
         return commands
 
-    def _plan(self, entry: batch.Entry) -> tuple[list, list[int], list[bytes]]:
-        """_plan decides, for each record of an entry, whether it is applied or answered as a duplicate."""
+    def _plan(self, entry: batch.Entry, position: Position) -> tuple[list, list[int], list[bytes]]:
+        """_plan decides, for each record of an entry, whether it is applied or answered as a duplicate; the
+        sessions of the records applied are recorded now, their results pending until `_finish` (module doc)."""
         sessions = self.sessions
         sessions.expire(entry.stamp_ms)
         plan: list = []
@@ -550,6 +578,8 @@ class ReplicaMachine:
                     plan.append(("dup", result))
                     continue
                 first_in_entry[session.client] = (session.seq, index)
+                if self.SESSIONS_AT_PLAN:
+                    sessions.applied(session.client, session.seq, None, entry.stamp_ms, pending=position)
                 plan.append(("apply", len(records)))
             handed.append(index)
             records.append(record)
@@ -557,14 +587,16 @@ class ReplicaMachine:
 
     def _on_applied(self, event: rev.EntryApplied) -> list:
         applying = self._applying
-        if applying is None or event.position != applying.queued.position:
+        if not applying or event.position != applying[0].queued.position:
             raise AssertionError(f"{self.node_id}: EntryApplied for {event.position}, but the entry being applied "
-                                 f"is {applying and applying.queued.position}")
-        return self._finish(event.position, event.results, event.snapshot) + self._next_apply()
+                                 f"is {applying and applying[0].queued.position}")
+        commands = self._finish(event.position, event.results, event.snapshot)
+        return commands + self._next_apply() if not applying else commands
 
     def _finish(self, position: Position, results: list, snapshot: bool) -> list:
-        """_finish records an applied entry: sessions, answers to its submits, reads it releases."""
-        applying, self._applying = self._applying, None
+        """_finish records an applied entry (the first of those handed): sessions, answers to its submits, reads
+        it releases."""
+        applying = self._applying.popleft()
         queued = applying.queued
         entry = queued.entry
         outcomes: list = []
@@ -573,7 +605,9 @@ class ReplicaMachine:
             if kind == "apply":
                 result = results[value]
                 session = entry.sessions[index]
-                if session is not None:
+                if session is not None and self.SESSIONS_AT_PLAN:
+                    self.sessions.settle(session.client, session.seq, position, result)
+                elif session is not None:
                     self.sessions.applied(session.client, session.seq, result, entry.stamp_ms)
             elif kind == "same":
                 result = outcomes[value]
@@ -587,7 +621,9 @@ class ReplicaMachine:
             for (kind, _), token, result in zip(applying.plan, queued.tokens, outcomes):
                 if token is not None and kind != "apply":
                     commands.append(rev.CompleteSubmit(token=token, result=result))
-        if snapshot or self._snapshot_requested:
+        if (snapshot or self._snapshot_requested) and self._applying:
+            self._snapshot_requested = True          # between this group and the next (only the last asks)
+        elif snapshot or self._snapshot_requested:
             self._snapshot_requested = False
             commands.append(self._snapshot_state())
         commands += self._consumed(position)
@@ -681,7 +717,7 @@ class ReplicaMachine:
 
     def _maybe_lead(self) -> list:
         """_maybe_lead starts leading once the replay is applied and earlier leases ran out."""
-        if (self.role is not REPLAYING or not self._replayed or self._queue or self._applying is not None
+        if (self.role is not REPLAYING or not self._replayed or self._queue or self._applying
                 or self._now < self._writes_from_ms):
             return []
         commands = self._to(LEADING) + self._troubled(None)
@@ -917,7 +953,7 @@ class ReplicaMachine:
         self._restoring = self._restore_asked = False
         position = event.position
         commands: list = []
-        if self._applying is not None:
+        if self._applying:
             raise AssertionError(f"{self.node_id}: a snapshot was restored while an entry was being applied")
         if self.applied is None or self.applied < position:
             self.applied = position
@@ -944,8 +980,8 @@ class ReplicaMachine:
         return rev.SnapshotState(position=self.applied, sessions=sessions)
 
     def _on_snapshot_requested(self, event: rev.SnapshotRequested) -> list:
-        if self._applying is not None:
-            self._snapshot_requested = True          # answered between this entry and the next
+        if self._applying:
+            self._snapshot_requested = True          # answered between this group and the next
             return []
         return [self._snapshot_state()]
 

@@ -90,8 +90,9 @@ class EntryApplied:
     """EntryApplied reports that the shell applied ApplyEntry's records: `results`, one per record.
 
     A result is what apply returned, or the exception it raised. With `snapshot` the shell wants
-    to snapshot the state as it is now, between this entry and the next: the machine answers
-    with SnapshotState (the client sessions as of this entry) before the next ApplyEntry.
+    to snapshot the state as it is now, between this entry and the next (only after the last
+    ApplyEntry of a group): the machine answers with SnapshotState (the client sessions as of
+    this entry) before the next ApplyEntry.
     """
 
     position: Position
@@ -174,11 +175,16 @@ class ApplyEntry:
     submit each record answers: the shell answers it with the record's result right after
     applying it and before the next record (so a reader chained to that submit sees exactly the
     state up to it); duplicates are answered by the machine with CompleteSubmit.
+
+    Several may come at once, a group (walkit.core.replica's Applying): the shell applies them in
+    order and answers each; only the group's `last` may ask for a snapshot (EntryApplied.snapshot).
+    An entry of a group may hand no records (all of them duplicates): it is answered all the same.
     """
 
     position: Position
     records: list[bytes]
     tokens: list[int | None] | None = None
+    last: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -83,6 +83,7 @@ class _Client:
     seq: int            # the highest seq applied
     result: str         # its result, encoded
     last_ms: int        # the stamp of the entry that last carried a record of this client
+    pending: object = None   # while the record is being applied: its entry (the result is not known yet)
 
 
 class SessionTable:
@@ -120,13 +121,34 @@ class SessionTable:
         if known is None or seq > known.seq:
             return self.NEW, None
         if seq == known.seq:
+            if known.pending is not None:
+                raise AssertionError(f"client {client!r}'s submit {seq} was asked for while its result is pending")
             return self.DUPLICATE, decode_result(known.result)
         return self.STALE, StaleSubmit(f"submit {seq} of client {client!r} is older than submit {known.seq}, "
                                        f"applied already")
 
-    def applied(self, client: str, seq: int, result, stamp_ms: int) -> None:
-        """applied records that `client`'s record `seq` was applied with `result`."""
-        self._clients[client] = _Client(seq, encode_result(result), max(stamp_ms, self._stamp))
+    def applied(self, client: str, seq: int, result, stamp_ms: int, pending: object = None) -> None:
+        """applied records that `client`'s record `seq` was applied with `result`; with `pending` (its entry's
+        position), that it is being applied and its result comes later, through `settle`."""
+        self._clients[client] = _Client(seq, "" if pending is not None else encode_result(result),
+                                        max(stamp_ms, self._stamp), pending)
+
+    def settle(self, client: str, seq: int, pending: object, result) -> None:
+        """settle records the result of `client`'s record `seq`, applied as part of entry `pending` (if the table
+        still waits for it: a later record of the client, or the session's expiry, may have replaced it)."""
+        known = self._clients.get(client)
+        if known is not None and known.seq == seq and known.pending == pending:
+            known.result, known.pending = encode_result(result), None
+
+    def awaits(self, sessions) -> bool:
+        """awaits tells whether a record of `sessions` (an entry's) duplicates one whose result is pending."""
+        clients = self._clients
+        for session in sessions:
+            if session is not None:
+                known = clients.get(session.client)
+                if known is not None and known.pending is not None and known.seq == session.seq:
+                    return True
+        return False
 
     def touch(self, client: str, stamp_ms: int) -> None:
         """touch keeps a session alive (a duplicate or stale record of it was seen)."""
@@ -136,6 +158,8 @@ class SessionTable:
 
     def to_bytes(self) -> bytes:
         """to_bytes encodes the table for a snapshot."""
+        if any(s.pending is not None for s in self._clients.values()):
+            raise AssertionError("a session table with results pending was snapshotted")
         return json.dumps({"ttl_ms": self.ttl_ms, "stamp": self._stamp,
                            "clients": {c: [s.seq, s.result, s.last_ms] for c, s in self._clients.items()}},
                           separators=(",", ":")).encode()

@@ -292,6 +292,7 @@ class ReplicatedNode:
         self._snapshots = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"walkit-snapshot-{name}")
         # threads
         self._apply_queue: queue.Queue = queue.Queue()
+        self._group_applied: list = []                # EntryApplied of a group's entries before its last (apply thread)
         self._apply_thread = threading.Thread(target=self._apply_loop, name=f"walkit-apply-{name}", daemon=True)
         self._campaign_wanted = threading.Event()
         self._campaign_nudge = threading.Event()      # wakes a waiting campaign: look again now
@@ -548,7 +549,8 @@ class ReplicatedNode:
 
     # -- the machine on the client's loop -----------------------------------------------------------
     def _post(self, event, on_error: Callable[[Exception], None] | None = None) -> None:
-        """_post feeds `event` (or what `event()` returns, on the I/O thread) to the machine."""
+        """_post feeds `event` (or what `event()` returns, on the I/O thread; or each event of a list, in order)
+        to the machine."""
         def run() -> None:
             core = self.core
             if core is None:
@@ -556,7 +558,11 @@ class ReplicatedNode:
                     on_error(NotLeader(f"node {self.node_id} of {self.name!r} has not started", None))
                 return
             core.at(now_ms(), wall_ms())
-            self._loop.step(self._driver, event() if callable(event) else event)
+            if type(event) is list:
+                for each in event:
+                    self._loop.step(self._driver, each)
+            else:
+                self._loop.step(self._driver, event() if callable(event) else event)
         try:
             self._loop.call(run)
         except ClientClosed as exc:
@@ -857,11 +863,17 @@ class ReplicatedNode:
             self._applied_cond.notify_all()
         self._since_records += len(command.records)
         self._since_bytes += size
-        snapshot = self.is_leader and not self._snapshotting and (self._snapshot_wanted or self._snapshot_due())
+        snapshot = (command.last and self.is_leader and not self._snapshotting
+                    and (self._snapshot_wanted or self._snapshot_due()))
         if snapshot:
             self._snapshotting = True
             self._snapshot_wanted = False
-        self._post(rev.EntryApplied(position=position, results=results, snapshot=snapshot))
+        applied = rev.EntryApplied(position=position, results=results, snapshot=snapshot)
+        if not command.last:                  # more of its group follow: answered together, one wake-up
+            self._group_applied.append(applied)
+            return
+        group, self._group_applied = self._group_applied, []
+        self._post(group + [applied] if group else applied)
 
     # -- snapshots --------------------------------------------------------------------------------
     def snapshot_now(self, timeout: float | None = None) -> SnapshotPointer | None:

@@ -146,6 +146,7 @@ class _Node:
         self.session_alive = True            # as the server sees it
         self.session_known = "CONNECTED"     # as the node was told
         self.subs: dict[str, "_Sub"] = {}
+        self.apply_free_at = 0               # when its apply thread is done with what it was handed
 
     def now(self) -> int:
         return int(self.offset + (self.sim.world.now - self.offset) * self.rate)
@@ -321,8 +322,10 @@ class ReplicaSimulation(Scenario):
                 self.log("node %s resigns", node.name)
                 self.holder = None
                 world.at(self.rng.randint(1, 20), self._elect)
-        elif kind is rev.ApplyEntry:
-            world.at(self.rng.randint(0, 3), self._apply, node, command, node.process)
+        elif kind is rev.ApplyEntry:              # one apply thread: in the order handed, a group one after another
+            delay = max(self.rng.randint(0, 3), node.apply_free_at - world.now)
+            node.apply_free_at = world.now + delay
+            world.at(delay, self._apply, node, command, node.process)
         elif kind is rev.SnapshotState:
             self._snapshot_taken(node, command)
         elif kind is rev.LoadSnapshot:
@@ -554,7 +557,7 @@ class ReplicaSimulation(Scenario):
         for token, result in zip(command.tokens or (), results):
             if token is not None and token in node.submits:    # answered as applied, as the shell does
                 self._submit_answered(node, token, result, None)
-        snapshot = self.world.faults and self.rng.random() < self.config.snapshot_rate
+        snapshot = command.last and self.world.faults and self.rng.random() < self.config.snapshot_rate
         self.log("node %s applied %s at %s -> %d%s", node.name, ids, position, node.value,
                  " (snapshot)" if snapshot else "")
         process.deliver(node, rev.EntryApplied(position=position, results=results, snapshot=snapshot))
@@ -724,13 +727,15 @@ class ReplicaSimulation(Scenario):
         if (not clients_done or leader is None or self.nodes.get(leader.name) is not leader
                 or not leader.process.alive or leader.machine.role is not LEADING):
             return
-        positions = {n.position for n in self.nodes.values() if n.process.alive}
+        # As the machines count: an entry of duplicates only is applied by handing nothing, or nothing but the
+        # entry (in a group), so the shell's own position may stop short of it.
+        positions = {n.machine.applied for n in self.nodes.values() if n.process.alive}
         if len(positions) == 1 and not any(n.reads for n in self.nodes.values() if n.process.alive):
             self.finished = True
 
     def _check_end(self) -> None:
         if not self.finished:
-            states = {n.name: (n.machine.role.value, n.position, n.process.alive) for n in self.nodes.values()}
+            states = {n.name: (n.machine.role.value, n.machine.applied, n.process.alive) for n in self.nodes.values()}
             pending = {c: s["pending"] for c, s in self.clients.items() if s["pending"] is not None}
             self.fail(f"the run did not settle by t={self.world.now}: nodes {states}, pending submits {pending}, "
                       f"holder {self.holder and self.holder.name}")
