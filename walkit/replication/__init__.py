@@ -45,7 +45,7 @@ def replicate(machine: StateMachine, *, client, name: str, node_id: str, **optio
     (`submit_async(record, submitter)` names them; by default each record is one); `explicit_lac_ms`,
     how long the leader stays idle before it tells the bookies how far the log is acknowledged
     (100): the longest a follower waits to see the last record when nothing follows it; `follow_linger_ms`,
-    how long a follower that applied everything waits before it asks the bookies for more (5; 0: at
+    how long a follower that applied everything waits before it asks the bookies for more (10; 0: at
     once), so records that arrive together are read together, in one answer instead of one long poll
     each, at the cost of applying them up to that much later (a read_barrier on the follower does not
     wait for it); `poll_s`, how often failed reads are retried (0.2); `tail_poll_s`, how long

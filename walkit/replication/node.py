@@ -89,7 +89,7 @@ CAMPAIGN_RECHECK_S = 30.0
 GATE_S = 1.0
 #: How long a follower that applied everything lingers before it asks the bookies for more (follow_linger_ms):
 #: what was appended meanwhile then comes in one answer and one read, not one long poll per entry.
-FOLLOW_LINGER_MS = 5
+FOLLOW_LINGER_MS = 10
 
 #: The longest `linger_ms` (a minute: a wait is meant to be a fraction of a log round trip).
 MAX_LINGER_MS = 60_000
