@@ -277,6 +277,7 @@ class ReplicaMachine:
         self._keys = itertools.count(1)
         self._queue: deque[_Queued] = deque()
         self._applying: deque[_Applying] = deque()       # handed to the shell, in log order, not applied yet
+        self._reader_wakes_at = -1                        # the follower's reader lingers until then
         self._snapshot_requested = False            # SnapshotState due once the entry being applied is done
         # sub-machines, by key; answers for a key that is gone are dropped
         self._subs: dict[str, object] = {}
@@ -353,7 +354,8 @@ class ReplicaMachine:
             return False
         if (self._reads or self._pending or self._in_flight or self._queue or self._applying
                 or self._reader_retry_at is not None or self._finders or self._proofs or self._truncations
-                or self._restoring or self._linger_until is not None or self._parked_reads):
+                or self._restoring or self._linger_until is not None or self._parked_reads
+                or self._now <= self._reader_wakes_at):
             return False
         return self._now - self._active_ms >= QUIET_MS
 
@@ -457,6 +459,7 @@ class ReplicaMachine:
             if command.wake_at_ms is not None:
                 if self._reads:                      # a read barrier waits: no linger
                     return self._troubled(None) + self._hurry_reader()
+                self._reader_wakes_at = command.wake_at_ms      # not quiet till then: ticked, not only woken
                 return self._troubled(None) + [rev.Wake(at_ms=command.wake_at_ms)]
             return self._troubled(None)
         if kind is lev.ReaderRetrying:
