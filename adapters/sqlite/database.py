@@ -135,10 +135,10 @@ class Database:
         stopped applying the log. The node is told what it waits for, so a follower that lingers
         (walkit.replicate's follow_linger_ms) reads the log at once.
         """
-        try:
-            self.node.wait_applied(at[:2])        # its log entry (a record's position ends with its index in it)
+        try:                                      # said, not waited for (timeout 0): the wait below does that
+            self.node.wait_applied(at[:2], timeout=0)     # its entry (a record's position ends with its index)
         except WalkitError:
-            pass                                  # timed out or stopped: the wait below says which
+            pass                                  # not applied yet, or stopped: the wait below says which
         with self._applied:
             while self.machine.position is None or self.machine.position < at:
                 self.check()

@@ -120,7 +120,7 @@ def run_nemesis(tmp_path, seed: int, seconds: float, *, unsafe: bool = False, **
                     "--seconds", str(schedule.duration_s + 3), "--bootstrap", bootstrap, "--topic", TOPIC,
                     "--partitions", str(PARTITIONS), "--group", GROUP, "--acked-dir", d.workdir,
                     "--clients", ",".join(h.name for h in clients), "--healed-file", healed,
-                    *(["--unsafe-commits"] if unsafe else [])]
+                    *(["--unsafe-commits", "--pause-s", "0.5"] if unsafe else [])]
             with open(os.path.join(d.workdir, f"{host.name}-client.log"), "w") as log:
                 runs.append((host, out, host.popen(argv, env=d.env, stdout=log, stderr=subprocess.STDOUT)))
         nemesis = Nemesis(net, schedule, servers=brokers, bookies=bookies, meta=meta, clients=clients,

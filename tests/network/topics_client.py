@@ -48,6 +48,10 @@ committed offsets have passed every acknowledged offset (at most CATCH_UP_S), th
 --unsafe-commits is the broken rule the checker must catch: the consumer records every batch
 as consumed as soon as it asked for the commit, whether the commit succeeded or not, and does
 not seek back; a batch whose commit failed is delivered again after a rebalance.
+--pause-s makes the consumer take that long over each batch (its processing), so librdkafka has
+fetched the next records when a fault comes: a consumer cut off then still consumes them and
+commits, and those commits fail. Without it a consumer that keeps up may hold nothing fetched
+when it is cut off, and commit nothing until it is back and has rejoined.
 """
 
 from __future__ import annotations
@@ -274,6 +278,8 @@ class Receiver:
                                     "value": message.value().decode()})
                 if records:
                     self.commit(consumer, records)
+                    if self.args.pause_s:
+                        time.sleep(self.args.pause_s)      # its processing (see --pause-s)
         finally:
             consumer.close()
 
@@ -432,6 +438,7 @@ def main() -> None:
     work.add_argument("--acked-dir", required=True)
     work.add_argument("--clients", required=True)
     work.add_argument("--unsafe-commits", action="store_true")
+    work.add_argument("--pause-s", type=float, default=0.0)
     ask = commands.add_parser("leaders")
     for command in (work, ask):
         command.add_argument("--bootstrap", required=True)

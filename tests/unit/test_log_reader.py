@@ -144,3 +144,22 @@ def test_catch_up_ends_a_linger_and_a_log_change_during_one_reads_the_ledger_aga
     reader, _ = caught_up_lingering(20)
     assert reader.step(lev.LogChanged()) == [ev.ReadLedgerMetadata(ledger_id=11)]    # closed, say: look first
     assert reader.step(ev.Ticked(now_ms=1_020, wall_ms=1_020)) == []                # the linger is over
+
+
+def test_a_log_change_while_the_caller_applies_is_looked_at_before_the_next_long_poll():
+    # A roll may close the ledger while the caller still applies what the reader delivered: the reader then
+    # reads the ledger's metadata before it long-polls again, not a long poll of a closed ledger (30 s).
+    for linger in (0, 20):
+        reader = LogReader(NAME, follow=True, poll_ms=100, long_poll_ms=30_000, linger_ms=linger)
+        reader.start()
+        reader.step(listed(11))
+        [poll] = reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=0))
+        reader.step(ev.EntriesRead(bookie=poll.bookie, ledger_id=11, missing=[], lac=0,
+                                   entries=[make_entry(0, b"r0", ledger_id=11)]))
+        assert reader.step(lev.LogChanged()) == []                                 # parked: the caller applies
+        out = reader.step(ev.EntriesConsumed(upto=0, ledger_id=11, now_ms=1_000))
+        if linger:
+            out = reader.step(ev.Ticked(now_ms=1_020, wall_ms=1_020))
+        assert [c for c in out if not isinstance(c, lev.ReaderCaughtUp)] == [ev.ReadLedgerMetadata(ledger_id=11)]
+        again = reader.step(ev.LedgerMetadataRead(ledger_id=11, metadata=open_ledger(11), version=1))
+        assert [(p.entry_ids, p.previous_lac) for p in again] == [([1], 0)]       # still open: polled now

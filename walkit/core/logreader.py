@@ -96,6 +96,7 @@ class LogReader:
         self._digests: dict[str, Digest] = {}
         self._slow: dict[str, int] = {}          # bookies that did not answer in time (RangeReader)
         self._gone: int | None = None             # a ledger found deleted, whose list is being read again
+        self._changed = False                      # LogChanged came while no poll or wait could take it
 
     @property
     def ledger(self) -> LedgerMetadata | None:
@@ -139,6 +140,7 @@ class LogReader:
         if self._wake_at is not None:
             action, self._wake_at, self._wake_action = self._wake_action, None, None
             return action()
+        self._changed = True                  # reading, or waiting for the caller: looked at before the next poll
         return []
 
     # -- the list ----------------------------------------------------------------------------------
@@ -178,6 +180,7 @@ class LogReader:
         if event.metadata is None:
             return self._ledger_gone(event.ledger_id)
         self._gone = None
+        self._changed = False                      # looked at now
         self._ledger = md = event.metadata
         if self.next.entry_id < md.first_entry_id:   # an unbounded ledger truncated below its first entry
             if not (self._from_oldest and self.delivered is None):
@@ -256,7 +259,11 @@ class LogReader:
         return self._caught_up() + self._poll_tail()
 
     def _poll_tail(self) -> list:
-        """_poll_tail long-polls the ledger being followed for its next entry."""
+        """_poll_tail long-polls the ledger being followed for its next entry (or reads its metadata first, if the
+        log changed meanwhile: a roll may have closed it)."""
+        if self._changed:
+            self._changed = False
+            return [ev.ReadLedgerMetadata(ledger_id=self._ledger.ledger_id)]
         self._sub = self._tail(self._ledger)
         return self._handle(self._sub.start())
 

@@ -629,8 +629,8 @@ class ReplicaMachine:
         elif snapshot or self._snapshot_requested:
             self._snapshot_requested = False
             commands.append(self._snapshot_state())
+        commands += self._release_reads()              # first: a read this entry answers does not end the linger
         commands += self._consumed(position)
-        commands += self._release_reads()
         if self.role is REPLAYING:
             commands += self._maybe_lead()
         return commands

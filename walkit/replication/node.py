@@ -532,8 +532,11 @@ class ReplicatedNode:
 
         Unlike read_barrier it proves nothing and looks nothing up: it only waits, on any node, and a
         follower that lingers (`follow_linger_ms`) reads at once. `timeout` None waits the client's
-        timeout; 0 does not wait.
+        timeout; 0 does not wait (Timeout unless applied; the follower still reads at once). A node
+        that stopped, or stops meanwhile, raises NotLeader.
         """
+        if self._stopped.is_set():
+            raise NotLeader(f"node {self.node_id} of {self.name!r} stopped", None) from self.failed
         timeout = self.client.timeout if timeout is None else timeout
         future: Future = Future()
         token = next(self._tokens)
@@ -645,6 +648,7 @@ class ReplicatedNode:
         elif kind is rev.Stopped:
             self._driver.finished = True
             self._stopped.set()
+            self._fail_reads()
         elif kind is ev.Failpoint:
             failpoint(command.name)
         else:
@@ -673,6 +677,16 @@ class ReplicatedNode:
 
     def _election_lost(self) -> None:
         self._post(rev.ElectionLost(why="the metadata session was lost"))
+
+    def _fail_reads(self) -> None:
+        """_fail_reads answers the reads still waiting when the node stops (its machine drops them): NotLeader."""
+        why = f": its apply failed: {type(self.failed).__name__}: {self.failed}" if self.failed is not None else ""
+        for token, future in list(self._reads.items()):
+            self._reads.pop(token, None)
+            if not future.done():
+                error = NotLeader(f"node {self.node_id} of {self.name!r} stopped{why}", None)
+                error.__cause__ = self.failed
+                future.set_exception(error)
 
     def _client_closed(self, error: Exception) -> None:
         for pending in (self._submits, self._reads, self._truncations):
@@ -812,7 +826,8 @@ class ReplicatedNode:
                 log.exception("%s: the apply thread stopped", self.node_id)
                 self.failed = exc
                 self._fail_unapplied(item, exc)
-                self._post(rev.StopRequested())
+                applied, self._group_applied = self._group_applied, []   # its group's entries before it were applied
+                self._post(applied + [rev.StopRequested()])
                 with self._applied_cond:
                     self._applied_cond.notify_all()
                 return
