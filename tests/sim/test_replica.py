@@ -71,6 +71,12 @@ class GroupPlannedWithoutItsSessions(ReplicaMachine):
     SESSIONS_AT_PLAN = False
 
 
+class WaitAppliedThatDoesNotWait(ReplicaMachine):
+    """A wait for a position (node.wait_applied, ReadRequested.upto) answered at once, applied or not."""
+
+    WAIT_APPLIED_WAITS = False
+
+
 # Nodes crash and restart from snapshots taken often, while clients retry submits.
 SNAPSHOTS_AND_RETRIES = ReplicaSimConfig(nodes=3, clients=3, submits=8, reads=2, lease_ms=60, metadata_cuts=1,
                                          node_crashes=2, snapshot_rate=0.5, drop_rate=0.02)
@@ -152,6 +158,14 @@ def test_the_checker_catches_a_group_of_entries_planned_without_the_sessions_of_
                                 range(300))
     assert violation is not None, "groups planned without their sessions applied nothing twice in 300 seeds"
     assert "twice" in violation.message or "sessions" in violation.message, violation.message
+    ReplicaSimulation(violation.seed).run()                    # the correct machine passes the very same run
+
+
+def test_the_checker_catches_a_wait_for_a_position_answered_before_it_was_applied() -> None:
+    violation = first_violation(lambda seed: ReplicaSimulation(seed, machine_cls=WaitAppliedThatDoesNotWait).run(),
+                                range(200))
+    assert violation is not None, "waits answered at once missed no write in 200 seeds"
+    assert "before the write it waited for" in violation.message, violation.message
     ReplicaSimulation(violation.seed).run()                    # the correct machine passes the very same run
 
 

@@ -249,6 +249,8 @@ class ReplicaMachine:
     #: entries of a group after it are planned against them. Flipped, they are recorded once applied, which is
     #: right one entry at a time: a group's later entry then takes a retry of its record for a new one.
     SESSIONS_AT_PLAN = True
+    #: A wait for a position (ReadRequested.upto: node.wait_applied) is answered once the node applied it.
+    WAIT_APPLIED_WAITS = True
 
     def __init__(self, name: str, node_id: str, config: ReplicaConfig, *, master_key: bytes, password_check: str,
                  digest_for: Callable[[str], Digest], password: bytes = b"", owner: str = "",
@@ -865,6 +867,8 @@ class ReplicaMachine:
     # -- reads -----------------------------------------------------------------------------------------
     def _on_read(self, event: rev.ReadRequested) -> list:
         if event.upto is not None:
+            if not self.WAIT_APPLIED_WAITS:
+                return [rev.ReadReady(token=event.token, applied=self.applied)]
             return self._wait_for(event.token, event.upto, found=True)
         if self.role is LEADING:
             if self.lease_valid:

@@ -139,7 +139,7 @@ class _Node:
         self.position: Position | None = None
         self.applied_sessions: set[tuple[str, int]] = set()
         self.campaigning = False
-        self.reads: dict[int, tuple] = {}    # read token -> (client, asked at)
+        self.reads: dict[int, tuple] = {}    # read token -> (client, asked at, upto: a wait_applied's position)
         self.submits: dict[int, tuple] = {}  # submit token -> (client, seq)
         self.metadata_cut = False
         self.bookie_cut: str | None = None   # None, "both", "requests" (its requests lost), "answers"
@@ -670,6 +670,8 @@ class ReplicaSimulation(Scenario):
             state["acked"] = seq
         state["leader"] = node.name
         self.acked.append((self.world.now, position))
+        if seq % 2 == 0 and not self.config.script:     # every other acknowledged write: a wait on another node
+            self.world.at(0, self._wait_elsewhere, client, node.name, seq, position)
         self.log("client %s: submit %d acknowledged at %s (value %d) by %s", client, seq, position, value, node.name)
 
     def _read(self, client: str) -> None:
@@ -677,14 +679,32 @@ class ReplicaSimulation(Scenario):
         if node is None:
             return
         token = next(self.tokens)
-        node.reads[token] = (client, self.world.now)
+        node.reads[token] = (client, self.world.now, None)
         self.log("client %s reads from %s", client, node.name)
         node.process.deliver(node, rev.ReadRequested(token=token))
 
+    def _wait_elsewhere(self, client: str, acked_by: str, seq: int, position: Position) -> None:
+        """_wait_elsewhere has another node wait until it applied `position` (ReadRequested.upto), as a follower that
+        forwarded a write waits for it (node.wait_applied). Which node: by `seq`, so no seed draws differently."""
+        others = [n for n in self.nodes.values() if n.process.alive and n.name != acked_by]
+        if not others:
+            return
+        node = others[seq % len(others)]
+        token = next(self.tokens)
+        node.reads[token] = (client, self.world.now, position)
+        self.log("client %s waits for %s to apply %s", client, node.name, position)
+        node.process.deliver(node, rev.ReadRequested(token=token, upto=position))
+
     def _read_answered(self, node: _Node, command: rev.ReadReady) -> None:
-        client, asked = node.reads.pop(command.token, (None, None))
+        client, asked, upto = node.reads.pop(command.token, (None, None, None))
         if client is None:
             self.fail(f"node {node.name} answered read {command.token} twice, or one it was never asked")
+        if upto is not None:
+            self.reads_checked += 1
+            if command.applied is None or command.applied < upto or node.position is None or node.position < upto:
+                self.fail(f"a wait of {node.name} for {upto} answered at {command.applied} (its state at "
+                          f"{node.position}): before the write it waited for was applied")
+            return
         before = [p for t, p in self.acked if t < asked]
         latest = max(before, default=None)
         self.reads_checked += 1
