@@ -511,7 +511,8 @@ class ReplicatedNode:
 
         It returns the applied position. On the leader this also proves it still leads (unless
         its lease runs); a leader that finds it was deposed steps down and waits as a follower.
-        `timeout` None waits the client's timeout; 0 does not wait.
+        `timeout` None waits the client's timeout; 0 does not wait. A node that stops meanwhile
+        (closed, or its apply failed) raises NotLeader.
         """
         timeout = self.client.timeout if timeout is None else timeout
         future: Future = Future()
