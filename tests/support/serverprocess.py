@@ -42,6 +42,7 @@ class ServerProcess:
         self.workdir = str(workdir)
         self.env = env                          # added to this process's environment
         self.port = port or free_port()
+        self._moves = 0 if port is None else None   # its port was picked here: it may move before it first serves
         self.data_dir = str(data_dir) if data_dir else None
         self.metadata = metadata
         self.args = args
@@ -77,13 +78,27 @@ class ServerProcess:
         the log, if the server exits, and after `timeout` with the log. Once it returns, the
         server's embedded bookies are known, so stop can wait for them."""
         def alive_and_checked():
+            if self.process.poll() is not None and self._port_taken():
+                self.port = free_port()             # another process took the free port first: another one
+                self.log_path = os.path.join(self.workdir, f"{self.kind}-{self.port}.log")
+                self.start()
+                return None
             assert self.process.poll() is None, f"the server exited:\n{self.log_tail()}"
             return check()
         result = wait_until(alive_and_checked, timeout, lambda: f"{self.address} {what}:\n{self.log_tail()}",
                             interval=interval)
+        self._moves = None                          # it served on this port: a restart needs the same one
         if self.metadata is None:
             self.bookies |= set(child_pids(self.process.pid))
         return result
+
+    def _port_taken(self) -> bool:
+        """_port_taken tells whether the server exited, before it ever served, because its port, one picked free
+        here, was bound by another process meanwhile (tests run in parallel): then it may move, a few times."""
+        if self._moves is None or self._moves >= 3 or "address already in use" not in self.log_tail(5):
+            return False
+        self._moves += 1
+        return True
 
     def kill(self, with_bookies: bool = False) -> None:
         """kill sends SIGKILL to the server (and, with_bookies, to its bookie processes at the same
