@@ -511,21 +511,10 @@ class ReplicatedNode:
 
         It returns the applied position. On the leader this also proves it still leads (unless
         its lease runs); a leader that finds it was deposed steps down and waits as a follower.
-        `timeout` None waits the client's timeout; 0 does not wait. A node that stops meanwhile
-        (closed, or its apply failed) raises NotLeader.
+        `timeout` None waits the client's timeout; 0 does not wait. A node that stopped, or stops
+        meanwhile (closed, or its apply failed), raises NotLeader.
         """
-        timeout = self.client.timeout if timeout is None else timeout
-        future: Future = Future()
-        token = next(self._tokens)
-        self._reads[token] = future
-        self._post(rev.ReadRequested(token=token),
-                   lambda error: self._reads.pop(token, None) and future.set_exception(error))
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            self._reads.pop(token, None)
-            raise Timeout(f"node {self.node_id} did not apply what was acknowledged before the read within "
-                          f"{timeout:g} s (applied {self._applied})") from self.failed
+        return self._wait_read(None, timeout, "what was acknowledged before the read")
 
     def wait_applied(self, position: Position, timeout: float | None = None) -> Position | None:
         """wait_applied waits until this node applied the record at `position`, one the caller knows is in the log
@@ -536,19 +525,24 @@ class ReplicatedNode:
         timeout; 0 does not wait (Timeout unless applied; the follower still reads at once). A node
         that stopped, or stops meanwhile, raises NotLeader.
         """
+        position = Position(*position)
+        return self._wait_read(position, timeout, str(tuple(position)))
+
+    def _wait_read(self, upto: Position | None, timeout: float | None, what: str) -> Position | None:
+        """_wait_read asks the machine for a read (ReadRequested; `upto` as there) and waits for its answer."""
         if self._stopped.is_set():
             raise NotLeader(f"node {self.node_id} of {self.name!r} stopped", None) from self.failed
         timeout = self.client.timeout if timeout is None else timeout
         future: Future = Future()
         token = next(self._tokens)
         self._reads[token] = future
-        self._post(rev.ReadRequested(token=token, upto=Position(*position)),
+        self._post(rev.ReadRequested(token=token, upto=upto),
                    lambda error: self._reads.pop(token, None) and future.set_exception(error))
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
             self._reads.pop(token, None)
-            raise Timeout(f"node {self.node_id} did not apply {tuple(position)} within {timeout:g} s "
+            raise Timeout(f"node {self.node_id} did not apply {what} within {timeout:g} s "
                           f"(applied {self._applied})") from self.failed
 
     # -- the machine on the client's loop -----------------------------------------------------------
