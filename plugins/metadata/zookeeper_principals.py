@@ -378,7 +378,10 @@ class Policy:
                     raise MetadataError(f"cannot ask to delete {key!r}: another request keeps being made") from None
                 # An earlier request (refused, or left by a client that gave up): made anew, as the reaper
                 # honours only a request made just before its hint.
-                store._call(f"ask to delete {key!r}", lambda: store._client.delete_async(child), idempotent=True)
+                try:
+                    store._call(f"ask to delete {key!r}", lambda: store._client.delete_async(child), idempotent=True)
+                except NoNodeError:
+                    pass                          # the reaper took it meanwhile: ask again
             except NoNodeError:
                 raise NoSuchKey(f"no metadata key {key!r}") from None
         # A hint of its own (a random suffix): one another principal made first cannot hide this request.
