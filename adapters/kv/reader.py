@@ -13,7 +13,9 @@ differently.
 
 hiredis pays only for a read of several commands (a pipeline): the checks below cost about a
 microsecond per read, more than hiredis saves on one command, so a read goes to hiredis only
-if it holds a second frame (``\r\n*``).
+if it holds a second frame (``\r\n*``). A read that is one whole command, as clients that wait
+for each reply send, is split at its CRLFs and taken if it is exactly the frame a client writes
+for those arguments (`one_command`): then RespParser would read the same arguments from it.
 
 The rule that keeps every reply the same: hiredis reads RESP replies, a superset of commands,
 and skips checks RespParser makes. So a read goes to hiredis only if it starts with ``*``, is
@@ -77,6 +79,12 @@ class CommandReader:
     def feed(self, data: bytes) -> None:
         """feed adds bytes received from the connection."""
         slow = self._slow
+        if data[:1] == b"*" and len(data) <= FAST_LIMIT and slow.idle and not slow.unauthenticated:
+            command = one_command(data)
+            if command is not None:
+                self._ready.append(command)
+                self._ready_bytes += len(data)
+                return
         if (b"\r\n*" not in data or hiredis is None or slow.unauthenticated or data[:1] != b"*" or not slow.idle
                 or len(data) > FAST_LIMIT or SUSPICIOUS.search(data) is not None):
             slow.feed(data)
@@ -102,6 +110,25 @@ class CommandReader:
                 self._ready_bytes = 0
             return command
         return self._slow.next()
+
+
+def one_command(data: bytes) -> list[bytes] | None:
+    """one_command is the arguments of `data` if it is exactly one command as clients write it
+    (``*2\r\n$3\r\nGET\r\n$1\r\nk\r\n``: canonical lengths, no CRLF inside an argument), else None.
+
+    Split at its CRLFs, such a read is the header, then a length and an argument per argument,
+    then nothing; the lengths are checked against the arguments as written, so the bytes are
+    exactly those arguments' frame, which RespParser reads alike.
+    """
+    parts = data.split(b"\r\n")
+    count = (len(parts) >> 1) - 1
+    if count < 1 or len(parts) & 1 or parts[-1] or parts[0] != b"*%d" % count:
+        return None
+    args = parts[2::2]
+    for length, arg in zip(parts[1::2], args):
+        if length != b"$%d" % len(arg):
+            return None
+    return args
 
 
 def _digits(lengths: list[int]) -> int:

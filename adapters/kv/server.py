@@ -95,6 +95,7 @@ class KVServer:
         self.reads = ReadGate(self)
         self.started = time.monotonic()
         self._stamped = 0                       # the last stamp handed out
+        self._holding = False                   # the node holds this turn's submits (submit)
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
@@ -161,7 +162,9 @@ class KVServer:
 
         `submitter` is the connection (the node's linger waits for connections, not records).
         `session` is (client, seq) for a SESSION command: applied once however often it is retried.
-        It raises NotLeader unless this server leads now.
+        It raises NotLeader unless this server leads now. The writes of one turn of the event loop
+        (every connection that had data) reach the node's I/O thread together (`hold_submits`),
+        on the loop's next turn.
         """
         node = self.node
         if node is None or self.stopping:
@@ -173,10 +176,19 @@ class KVServer:
             commands, watches = multi
             data = encode_record(Record(stamp, tuple(map(tuple, commands)), True, tuple(watches)))
         client, seq = session if session is not None else (None, None)
+        if not self._holding:                   # this turn's writes go to the node together
+            node.hold_submits()
+            self._holding = True
+            self.loop.call_soon(self._release, node)
         future = node.submit_async(data, submitter, client=client, seq=seq)
         self._stamped = stamp                   # later records are stamped no earlier than this one
         self.reads.saw_leader()
         return future
+
+    def _release(self, node) -> None:
+        """_release hands the writes submitted in the event loop's last turn to the node's I/O thread."""
+        self._holding = False
+        node.release_submits()
 
     def write_reply(self, future):
         """write_reply is the reply to a write whose Future is done: apply's result, or why it failed."""

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from walkit.adapters.kv import reader as reader_module
-from walkit.adapters.kv.reader import FAST_LIMIT, CommandReader
+from walkit.adapters.kv.reader import FAST_LIMIT, CommandReader, one_command
 from walkit.adapters.kv.resp import MAX_BULK, ProtocolError, RespParser
 
 
@@ -36,10 +36,52 @@ def same(reads: list[bytes], unauthenticated: bool = False) -> list:
     return expected
 
 
-def test_a_single_command_goes_to_respparser_a_pipeline_to_hiredis():
+def test_a_single_command_is_split_at_its_crlfs_a_pipeline_goes_to_hiredis():
     parser = CommandReader()
     parser.feed(command(b"GET", b"k"))
-    assert not parser._ready and parser.next() == [b"GET", b"k"]
+    assert list(parser._ready) == [[b"GET", b"k"]] and parser.buffered == len(command(b"GET", b"k"))
+    assert parser.next() == [b"GET", b"k"] and parser.buffered == 0 and parser.next() is None
+
+
+@pytest.mark.parametrize("frame", [
+    b"*2\r\n$03\r\nGET\r\n$1\r\nk\r\n",               # a length with a leading zero
+    b"*02\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+    b"*2\r\n$+3\r\nGET\r\n$1\r\nk\r\n",
+    b"*2\r\n$ 3\r\nGET\r\n$1\r\nk\r\n",
+    b"*2\r\n$3\r\nGET\r\n$-1\r\n",                     # a null where an argument goes
+    b"*1\r\n$5\r\na\r\nb\r\n",                          # a length that does not fit the CRLFs
+    b"*1\r\n$4\r\na\r\nb\r\n",                          # a CRLF inside an argument: RespParser reads it
+    b"*2\r\n$3\r\nGET\r\n",                             # fewer arguments than announced
+    b"*1\r\n$3\r\nGET\r\n$1\r\nk\r\n",                   # more
+    b"*1\r\n$3\r\nGET\r\nx",                            # bytes after the frame
+    b"*1\r\n$3\r\nGET",                                 # cut before its last CRLF
+    b"*0\r\n", b"*-1\r\n", b"*\r\n", b"*1\r\n:3\r\n", b"*1\r\n+GET\r\n",
+])
+def test_a_single_read_that_is_not_exactly_a_clients_frame_goes_to_respparser(frame):
+    assert frame == b"*1\r\n$4\r\na\r\nb\r\n" or one_command(frame) is None
+    same([frame])
+    same([frame, command(b"PING")])
+
+
+def test_single_reads_of_random_arguments_read_as_respparser_reads_them():
+    rng = random.Random(4848)
+    alphabet = b"ab$*+:-0123456789\r\n "
+    taken = 0
+    for _ in range(4000):
+        args = [bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(rng.randint(1, 4))]
+        frame = bytearray(command(*args))
+        if rng.random() < 0.5:                  # one byte changed, dropped or added
+            at, kind = rng.randrange(len(frame)), rng.randrange(3)
+            if kind == 0:
+                frame[at] = rng.choice(alphabet)
+            elif kind == 1:
+                del frame[at]
+            else:
+                frame.insert(at, rng.choice(alphabet))
+        frame = bytes(frame)
+        taken += one_command(frame) is not None
+        same([frame])
+    assert taken > 1000                         # the fast path was taken often enough to be tested
 
 
 def test_pipelined_multibulk_commands_are_read_by_hiredis():

@@ -488,6 +488,45 @@ def test_with_linger_closed_loop_submitters_share_one_entry_per_round(nodes):
     assert full >= 30, f"entries of all {submitters} submitters: {full} of {len(sizes)}: {sizes}"
 
 
+def io_thread_caught_up(node) -> None:
+    """io_thread_caught_up returns once the node's I/O thread ran everything handed to it before the call."""
+    done = threading.Event()
+    node.client._loop.call(done.set)
+    assert done.wait(20), "the I/O thread did not run a call"
+
+
+def test_submits_made_while_held_reach_the_log_together_once_released(nodes, cluster):
+    leader, held = held_leader(nodes, cluster)
+    leader.hold_submits()
+    a = leader.submit_async(b"a:1")
+    leader.hold_submits()                                   # holds nest
+    b = leader.submit_async(b"b:1")
+    leader.release_submits()
+    io_thread_caught_up(leader)
+    c = leader.submit_async(b"c:1")
+    io_thread_caught_up(leader)
+    assert held.sent == [] and not a.done()                 # the outer hold still keeps them
+    leader.release_submits()
+    assert held.appended(1) == [[b"a:1", b"b:1", b"c:1"]]   # one hand-off, one entry
+    held.release()
+    assert [f.result(20) for f in (a, b, c)] == [1, 2, 3]
+    with pytest.raises(RuntimeError, match="without hold_submits"):
+        leader.release_submits()
+    d = leader.submit_async(b"d:1")                         # no hold: it leaves at once
+    assert held.appended(2)[1] == [b"d:1"]
+    held.release()
+    assert d.result(20) == 4
+
+
+def test_closing_a_node_fails_the_submits_a_hold_kept(nodes):
+    leader = leader_of(nodes(1))
+    leader.hold_submits()
+    kept = leader.submit_async(b"a:1")
+    leader.close()
+    with pytest.raises(NotLeader, match="closed"):
+        kept.result(0)
+
+
 def test_a_negative_or_endless_linger_ms_is_refused(cluster):
     with pytest.raises(ConfigError, match="linger_ms must not be negative"):
         walkit.replicate(Counter(), client=cluster.client(), name="counter", node_id="n", linger_ms=-1)

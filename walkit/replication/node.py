@@ -260,6 +260,7 @@ class ReplicatedNode:
         self._submits: dict[int, Future] = {}
         self._collected: list = []                    # submits not handed to the machine yet
         self._collecting = False                      # a round that takes them is posted
+        self._holds = 0                               # hold_submits() not yet released
         self._collect_lock = threading.Lock()
         self._reads: dict[int, Future] = {}
         self._truncations: dict[int, Future] = {}
@@ -462,11 +463,34 @@ class ReplicatedNode:
         submit = rev.SubmitRequested(token=token, record=record, session=session, submitter=submitter)
         with self._collect_lock:
             self._collected.append(submit)
-            if self._collecting:
+            if self._collecting or self._holds:
                 return future
             self._collecting = True
         self._post(self._collected_submits, self._collected_failed)       # one step takes every submit so far
         return future
+
+    def hold_submits(self) -> None:
+        """hold_submits keeps the submits made from now on from the I/O thread until `release_submits()`.
+
+        For a caller that submits many records in one go, such as an event loop answering many
+        connections in one turn: the records are handed over, and the I/O thread woken, once
+        for all of them, not once each (the I/O thread would otherwise take the interpreter's
+        lock from the caller for every record). Every thread's submits wait while a hold lasts:
+        release it within the turn. Holds nest; closing the node fails what a hold kept.
+        """
+        with self._collect_lock:
+            self._holds += 1
+
+    def release_submits(self) -> None:
+        """release_submits ends one `hold_submits()`; after the last, what they kept goes to the I/O thread."""
+        with self._collect_lock:
+            if self._holds <= 0:
+                raise RuntimeError("release_submits() without hold_submits()")
+            self._holds -= 1
+            if self._holds or self._collecting or not self._collected:
+                return
+            self._collecting = True
+        self._post(self._collected_submits, self._collected_failed)
 
     def _collected_submits(self) -> rev.SubmitsRequested:
         """_collected_submits (I/O thread) takes the submits collected since the last round: they share entries."""
