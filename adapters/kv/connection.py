@@ -401,7 +401,8 @@ class Connection(asyncio.Protocol):
     def _read(self, spec, args: list[bytes], then=None) -> None:
         """_read answers a read when it may run (see the module doc); `then()` is called on the
         event loop once its reply is known, whichever way it was answered."""
-        self._await_writes()                    # the read's answer follows theirs
+        if self._unanswered:
+            self._await_writes()                # the read's answer follows theirs
         last = self._last_write
         if last is not None and not last.done():
             slot = self._new_slot()
@@ -514,7 +515,8 @@ class Connection(asyncio.Protocol):
         if self.close_after_reply and not slots and not self._closed:
             self._transport.close()
             self._closed = True
-        self._update_reading()
+        if self._reading_paused or self._stalled or self._busy():
+            self._update_reading()
 
     def _update_reading(self) -> None:
         """_update_reading pauses reading while the connection is busy, and goes on with stalled commands after."""
