@@ -49,7 +49,7 @@ from walkit.adapters.kv.execute import run, watches_hold
 from walkit.adapters.kv.records import Watch
 from walkit.adapters.kv.reader import CommandReader
 from walkit.adapters.kv.resp import NIL_ARRAY, OK, QUEUED, ProtocolError, ReplyError, encode
-from walkit.adapters.kv.table import PREPARE, Command
+from walkit.adapters.kv.table import PREPARE, Command, fits_arity
 from walkit.errors import NotLeader
 
 #: Pause reading a connection while this many of its replies are pending; resume below LOW_WATER.
@@ -136,8 +136,31 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         """data_received runs the complete commands received while the connection may, then writes the replies."""
-        self._parser.feed(data)
-        self._run()
+        parser = self._parser
+        parser.feed(data)
+        if self._slots or not self._plain_read(parser):
+            self._run()
+
+    def _plain_read(self, parser) -> bool:
+        """_plain_read answers a read on its own and returns True if it is all the connection holds
+        and `_run` would answer it at once (the common case: a client that waits for each reply);
+        otherwise it runs nothing and returns False, and `_run` does all of it. It makes the
+        checks `_execute` and `_read` make, in their order, for that one case."""
+        if (self._queued is not None or self._silent or self._replies_off or self._skip or self.user is None
+                or self.close_after_reply or self._closed or self._busy()):
+            return False
+        args = parser.only()
+        if args is None:
+            return False
+        name = args[0].upper()
+        spec = COMMANDS.get(name)
+        server = self.server
+        if (spec is None or spec.kind is not READ or name in TRANSACTION_COMMANDS or not fits_arity(spec, len(args))
+                or not server.ready or server.reads.must_wait()):
+            return False
+        parser.next()
+        self._transport.write(encode(server.read(self, spec, args), self.resp3))
+        return True
 
     def logged_in(self, user: str) -> None:
         """logged_in makes `user` this connection's user (AUTH or HELLO succeeded)."""

@@ -102,6 +102,13 @@ class CommandReader:
         else:
             self._fast = fast                   # it read everything: it holds nothing
 
+    def only(self) -> list[bytes] | None:
+        """only is the next command, not taken yet, if it is complete and all this reader holds; else None."""
+        ready = self._ready
+        if len(ready) == 1 and self._slow.buffered == 0:
+            return ready[0]
+        return None
+
     def next(self) -> list[bytes] | None:
         """next returns the next complete command, or None; ProtocolError for malformed input."""
         if self._ready:

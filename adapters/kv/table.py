@@ -101,10 +101,15 @@ def random_count(text: bytes) -> int:
     return value
 
 
+def fits_arity(spec: Command, count: int) -> bool:
+    """fits_arity tells whether `count` arguments (the command's name included) fit the command's arity."""
+    arity = spec.arity
+    return count == arity if arity >= 0 else count >= -arity
+
+
 def check_arity(spec: Command, args) -> None:
     """check_arity raises Redis' error for a wrong number of arguments."""
-    n = len(args)
-    if (spec.arity >= 0 and n != spec.arity) or (spec.arity < 0 and n < -spec.arity):
+    if not fits_arity(spec, len(args)):
         raise ReplyError(f"ERR wrong number of arguments for '{spec.name}' command")
 
 

@@ -98,10 +98,12 @@ def test_a_read_without_speculation_stalls_one_request_timeout(written):
 
 
 def test_a_speculative_read_goes_on_well_before_the_request_timeout(written):
-    gaps = read_the_ledger_through_a_stop(written, request_timeout=10.0, speculative_read_timeout=0.5)
-    assert max(gaps) < 5.0, f"the read waited {max(gaps):.2f} s: the request timeout, not the speculative read"
+    # The client's default speculative timeout, 2 s: a window's own fetch on a loaded machine
+    # (CI once took about 0.5 s for each of the 6) stays well below the 1.5 s counted as a stall.
+    gaps = read_the_ledger_through_a_stop(written, request_timeout=30.0, speculative_read_timeout=2.0)
+    assert max(gaps) < 15.0, f"the read waited {max(gaps):.2f} s: the request timeout, not the speculative read"
     # one wait for the stop (a second one allowed for a busy machine), not one per window (6)
-    assert len(stalls(gaps, 0.375)) <= 2, f"the read stalled at every window: {stalls(gaps, 0.375)}"
+    assert len(stalls(gaps, 1.5)) <= 2, f"the read stalled at every window: {stalls(gaps, 1.5)}"
 
 
 def test_log_read_across_ledgers_stalls_once_while_a_replica_is_stopped(written):
