@@ -7,7 +7,9 @@ connection's own earlier writes (read-your-writes): chained to the connection's 
 write, it runs in that write's Future callback, on the node's apply thread right after the
 write was applied and before the next record, so a pipeline ``SET k 1; GET k; SET k 2`` reads
 1. Other connections are never blocked by it. Reads that are not chained follow reads.py: at
-once, or after a read barrier.
+once, or after a read barrier. A read that is all a connection holds while nothing of the
+connection is pending (a client that waits for each reply) is answered straight from
+data_received, with the same checks and reply (`_plain_read`).
 
 Backpressure: commands run only while the connection can take their replies. While the
 transport's write buffer is full (the client does not read), or more than HIGH_WATER replies
