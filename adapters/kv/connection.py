@@ -109,6 +109,7 @@ class Connection(asyncio.Protocol):
         self._queue_failed = False              # a queued command was refused: EXEC answers EXECABORT
         self._watches: dict[bytes, Watch] = {}
         self._watching = 0                      # WATCHes not answered yet (they wait for earlier writes)
+        self._watch_era = 0                     # bumped by UNWATCH and DISCARD: a WATCH of an earlier era notes nothing
         self._exec_waiting = None               # an EXEC that waits for them: (slot, commands, failed)
         self._replies_off = False               # CLIENT REPLY OFF
         self._skip = 0                          # CLIENT REPLY SKIP: 2 while it runs, 1 for the next command
@@ -283,7 +284,7 @@ class Connection(asyncio.Protocol):
                 self._queued.append(args)
                 self._reply(QUEUED)
             else:
-                self._watches = {}
+                self._unwatch()
                 self._reply(OK)
         elif name == b"WATCH":
             if in_multi:
@@ -292,15 +293,20 @@ class Connection(asyncio.Protocol):
                 self._reply(ReplyError(LOADING))
             else:
                 self._watching += 1
-                self._read(Command("watch", -2, READ, self._watch), args, self._watched)
+                era = self._watch_era
+                self._read(Command("watch", -2, READ, lambda ctx, args: self._watch(ctx, args, era)), args,
+                           self._watched)
         elif not in_multi:
             self._reply(ReplyError("ERR EXEC without MULTI"))
         else:
             self._exec()
 
-    def _watch(self, ctx, args: list[bytes]):
+    def _watch(self, ctx, args: list[bytes], era: int):
         """_watch notes, for each key, how many records were applied and whether it is alive (a read:
-        it runs after this connection's own writes, so they never break its watch)."""
+        it runs after this connection's own writes, so they never break its watch). A WATCH that
+        waited for a write while UNWATCH or DISCARD came after it (another `era`) notes nothing."""
+        if era != self._watch_era:
+            return OK
         index = ctx.machine.index
         for key in args[1:]:
             self._watches.setdefault(key, Watch(key, index, ctx.state.alive(key, ctx.now)))
@@ -313,11 +319,17 @@ class Connection(asyncio.Protocol):
             slot, commands, failed = self._exec_waiting
             self._exec_waiting = None
             self._run_exec(commands, failed, tuple(self._watches.values()), slot)
-            self._watches = {}
+            self._unwatch()
             self._update_reading()              # the commands after EXEC go on
 
     def _end_transaction(self) -> None:
-        self._queued, self._queue_failed, self._watches = None, False, {}
+        self._queued, self._queue_failed = None, False
+        self._unwatch()
+
+    def _unwatch(self) -> None:
+        """_unwatch forgets every watch, also those of WATCHes still waiting for a write (see _watch)."""
+        self._watches = {}
+        self._watch_era += 1
 
     def _exec(self) -> None:
         """_exec ends MULTI: one record with every command and the watches, or a read if none writes.
@@ -340,11 +352,7 @@ class Connection(asyncio.Protocol):
         else:
             def read_all(ctx, _args):
                 return [run(ctx, args) for args in commands] if watches_hold(ctx, watches) else NIL_ARRAY
-            spec = Command("exec", 1, READ, read_all)
-            if slot is None:
-                self._read(spec, [b"EXEC"])
-            else:
-                self._fill(slot, self.server.read(self, spec, [b"EXEC"]))
+            self._read(Command("exec", 1, READ, read_all), [b"EXEC"], slot=slot)
 
     def _answer(self, slot: Slot | None, value) -> None:
         """_answer fills `slot`, or replies now if there is none."""
@@ -423,22 +431,27 @@ class Connection(asyncio.Protocol):
         if replies:
             server.inbox.put(functools.partial(self._fill_all, replies))
 
-    def _read(self, spec, args: list[bytes], then=None) -> None:
-        """_read answers a read when it may run (see the module doc); `then()` is called on the
-        event loop once its reply is known, whichever way it was answered."""
+    def _read(self, spec, args: list[bytes], then=None, slot: Slot | None = None) -> None:
+        """_read answers a read when it may run (see the module doc), into `slot` if given (an EXEC
+        that waited for its WATCHes); `then()` is called on the event loop once its reply is known,
+        whichever way it was answered."""
         if self._unanswered:
             self._await_writes()                # the read's answer follows theirs
         last = self._last_write
         if last is not None and not last.done():
-            slot = self._new_slot()
+            slot = slot or self._new_slot()
             slot.then = then
             last.add_done_callback(functools.partial(self._read_after_write, slot, spec, args))
             return
         reads = self.server.reads
         if reads.must_wait():
-            slot = self._new_slot()
+            slot = slot or self._new_slot()
             slot.then = then
             reads.after_barrier(functools.partial(self._read_after_barrier, slot, spec, args))
+            return
+        if slot is not None:
+            slot.then = then
+            self._fill(slot, self.server.read(self, spec, args))
             return
         self._reply(self.server.read(self, spec, args))
         if then is not None:
