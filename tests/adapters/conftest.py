@@ -105,6 +105,13 @@ def redis_pair(tmp_path_factory):
             server.stop()
 
 
+def serving(node: KVNode):
+    """serving waits until `node` answers PONG (it leads and takes writes) and returns a redis-py client of it."""
+    client = node.redis()
+    wait_until(lambda: _pong(client), 30, message=f"{node.address} never answered PONG")
+    return client
+
+
 def _pong(client) -> bool:
     """_pong tells whether PING answers PONG (a KV server does once it leads and can take writes)."""
     import redis

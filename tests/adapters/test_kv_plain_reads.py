@@ -14,9 +14,8 @@ import pytest
 import redis
 
 from walkit.adapters.kv.connection import Connection
-from walkit.testing.processes import wait_until
 
-from .conftest import _pong
+from .conftest import serving
 
 
 def commands(seed: int, count: int) -> list[tuple[str, ...]]:
@@ -56,8 +55,7 @@ def replies(client: redis.Redis, prefix: str, sequence) -> list:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_reads_answered_on_their_own_match_the_general_path(kv_nodes, monkeypatch, seed):
     node = kv_nodes()
-    client = node.redis()
-    wait_until(lambda: _pong(client), 30, message="the node never answered PONG")
+    client = serving(node)
     answered, plain_read = [], Connection._plain_read
 
     def counted(self, parser) -> bool:
@@ -74,8 +72,7 @@ def test_reads_answered_on_their_own_match_the_general_path(kv_nodes, monkeypatc
 
 def test_a_read_after_client_reply_skip_or_off_is_not_answered(kv_nodes):
     node = kv_nodes()
-    client = node.redis()
-    wait_until(lambda: _pong(client), 30, message="the node never answered PONG")
+    client = serving(node)
     client.set("x", "1")
     connection = client.connection_pool.get_connection()
     try:
@@ -96,8 +93,7 @@ def test_a_read_after_client_reply_skip_or_off_is_not_answered(kv_nodes):
 
 def test_a_read_waits_for_the_connections_write_before_it_and_inside_multi_is_queued(kv_nodes):
     node = kv_nodes()
-    client = node.redis()
-    wait_until(lambda: _pong(client), 30, message="the node never answered PONG")
+    client = serving(node)
     connection = client.connection_pool.get_connection()
     try:
         connection.send_packed_command(connection.pack_command("SET", "x", "1") + connection.pack_command("GET", "x"))

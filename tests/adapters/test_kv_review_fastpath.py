@@ -17,7 +17,7 @@ from walkit.adapters.kv.reader import FAST_LIMIT, CommandReader, one_command
 from walkit.adapters.kv.resp import RespParser
 from walkit.testing.processes import wait_until
 
-from .conftest import _pong
+from .conftest import serving
 from .test_kv_reader import outcome
 from tests.support.redis_compare import ReplyReader, _encode
 
@@ -259,7 +259,7 @@ def test_a_pipeline_sent_a_byte_at_a_time_is_answered_in_order(pair):
 # -- authentication ---------------------------------------------------------------------------------
 def node_with_password(kv_nodes):
     node = kv_nodes()
-    wait_until(lambda: _pong(node.redis()), 30, message="the node never answered PONG")
+    serving(node)
     node.redis().set("k", "v")
     node.server.users = Users.configure(requirepass="pw", users=[("alice", "secret")])
     return node
@@ -319,8 +319,7 @@ def test_hello_3_auth_then_reads_are_resp3(kv_nodes):
 # -- backpressure ---------------------------------------------------------------------------------------
 def test_a_read_sent_while_the_connection_is_paused_is_answered_after_the_pipeline(kv_nodes):
     node = kv_nodes()
-    client = node.redis()
-    wait_until(lambda: _pong(client), 30, message="the node never answered PONG")
+    client = serving(node)
     value = b"x" * 200_000
     client.set("big", value)
     sock = socket.socket()
@@ -365,7 +364,7 @@ def test_a_leader_without_a_lease_answers_plain_reads_after_a_barrier(kv_nodes):
 
 def test_a_follower_answers_plain_reads_and_refuses_writes(kv_nodes):
     a = kv_nodes()
-    wait_until(lambda: _pong(a.redis()), 30, message="the node never answered PONG")
+    serving(a)
     b = kv_nodes()
     leader, follower = (a, b) if a.is_leader else (b, a)
     leader.redis().set("k", "v")
@@ -386,7 +385,7 @@ def test_a_follower_answers_plain_reads_and_refuses_writes(kv_nodes):
 
 def test_reads_on_a_loading_server_are_answered_loading(kv_nodes):
     node = kv_nodes()
-    wait_until(lambda: _pong(node.redis()), 30, message="the node never answered PONG")
+    serving(node)
     sock, reader = raw(node)
     real = node.server.node
     try:
@@ -410,7 +409,7 @@ async def _set_node(server, node):
 # -- held submits -----------------------------------------------------------------------------------------
 def test_many_connections_writing_in_one_turn_each_read_their_own_writes(kv_nodes):
     node = kv_nodes()
-    wait_until(lambda: _pong(node.redis()), 30, message="the node never answered PONG")
+    serving(node)
     socks = [raw(node) for _ in range(20)]
     try:
         for round_ in range(10):
@@ -457,7 +456,7 @@ def test_a_frame_after_a_frame_cut_after_its_first_argument_is_refused_as_redis(
 def test_a_read_of_its_own_while_the_connections_write_waits_for_the_log_is_answered_after_it(kv_nodes, memory_cluster):
     from tests.replication.test_node import HeldAcks
     node = kv_nodes(max_entries_in_flight=1)
-    wait_until(lambda: _pong(node.redis()), 30, message="the node never answered PONG")
+    serving(node)
     node.redis().set("k", "1")
     held = HeldAcks(memory_cluster.network, node.client._loop.transport.peer)
     try:
@@ -569,7 +568,7 @@ def test_seeded_sequences_on_a_leader_without_a_lease_match_redis(redis_pair, kv
     import random
     redis_pair.reset()
     node = kv_nodes(lease_ms=0)                           # every read waits for a read barrier
-    wait_until(lambda: _pong(node.redis()), 30, message="the node never answered PONG")
+    serving(node)
     p = PortsPair(redis_pair.ports["redis"], node.port)
     try:
         rng = random.Random(2000 + seed)

@@ -12,12 +12,17 @@ from walkit.testing.processes import wait_until
 from .test_node import io_thread_caught_up, leader_of, same_history
 
 
-def test_release_after_close_neither_raises_nor_appends_the_kept_record(nodes):
+def held_after_one(nodes, first: bytes):
+    """held_after_one is (the two nodes, the leader, a submit it holds) once the leader applied `first`."""
     group = nodes(2)
     leader = leader_of(group)
-    leader.submit(b"before:1")
+    leader.submit(first)
     leader.hold_submits()
-    kept = leader.submit_async(b"kept:1")
+    return group, leader, leader.submit_async(b"kept:1")
+
+
+def test_release_after_close_neither_raises_nor_appends_the_kept_record(nodes):
+    group, leader, kept = held_after_one(nodes, b"before:1")
     leader.close()
     leader.release_submits()                    # the KV server's call_soon may run after close
     with pytest.raises(NotLeader):
@@ -30,11 +35,7 @@ def test_release_after_close_neither_raises_nor_appends_the_kept_record(nodes):
 
 
 def test_a_step_down_between_hold_and_release_answers_the_kept_submit(nodes):
-    group = nodes(2)
-    leader = leader_of(group)
-    leader.submit(b"a:1")
-    leader.hold_submits()
-    kept = leader.submit_async(b"kept:1")
+    group, leader, kept = held_after_one(nodes, b"a:1")
     leader.step_down()
     wait_until(lambda: not leader.is_leader, message="the leader never stepped down")
     leader.release_submits()

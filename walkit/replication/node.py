@@ -555,7 +555,7 @@ class ReplicatedNode:
     def _wait_read(self, upto: Position | None, timeout: float | None, what: str) -> Position | None:
         """_wait_read asks the machine for a read (ReadRequested; `upto` as there) and waits for its answer."""
         if self._stopped.is_set():
-            raise NotLeader(f"node {self.node_id} of {self.name!r} stopped", None) from self.failed
+            raise self._stopped_error()
         timeout = self.client.timeout if timeout is None else timeout
         future: Future = Future()
         token = next(self._tokens)
@@ -697,15 +697,19 @@ class ReplicatedNode:
     def _election_lost(self) -> None:
         self._post(rev.ElectionLost(why="the metadata session was lost"))
 
+    def _stopped_error(self) -> NotLeader:
+        """_stopped_error is what a read gets from a stopped node: NotLeader, caused by the apply's failure if one."""
+        why = f": its apply failed: {type(self.failed).__name__}: {self.failed}" if self.failed is not None else ""
+        error = NotLeader(f"node {self.node_id} of {self.name!r} stopped{why}", None)
+        error.__cause__ = self.failed
+        return error
+
     def _fail_reads(self) -> None:
         """_fail_reads answers the reads still waiting when the node stops (its machine drops them): NotLeader."""
-        why = f": its apply failed: {type(self.failed).__name__}: {self.failed}" if self.failed is not None else ""
         for token, future in list(self._reads.items()):
             self._reads.pop(token, None)
             if not future.done():
-                error = NotLeader(f"node {self.node_id} of {self.name!r} stopped{why}", None)
-                error.__cause__ = self.failed
-                future.set_exception(error)
+                future.set_exception(self._stopped_error())
 
     def _client_closed(self, error: Exception) -> None:
         for pending in (self._submits, self._reads, self._truncations):
