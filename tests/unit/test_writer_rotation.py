@@ -222,6 +222,8 @@ def test_a_position_no_writable_bookie_can_take_puts_the_rotation_off():
     ack(writer, "B1", 4)
     commands = chosen(writer, "B1", "B2")                       # B3 is not writable and there is no spare
     assert of_type(commands, ev.WriteMetadata) == [] and writer.state is WRITING
+    assert writer.rotations_put_off == 1
+    assert writer.rotation_put_off_because == "no writable bookie for position 2 (B3 is not writable)"
     assert completed(commands) == []
     assert completed(ack(writer, "B2", 4)) == [4]               # completions go on in the old fragment
     assert of_type(ack(writer, "B3", 4) + writer.step(ev.Ticked(now_ms=ROTATE_RETRY_MS - 1)), ev.ChooseBookies) == []
@@ -233,6 +235,7 @@ def test_a_bookie_on_another_disk_than_the_fragment_records_is_not_kept():
     full_fragment(writer)
     commands = chosen(writer, "B1", "B2", "B3", disks={"B1": 11, "B2": 12, "B3": 99})
     assert of_type(commands, ev.WriteMetadata) == [] and writer.state is WRITING
+    assert writer.rotation_put_off_because.endswith("(B3 has another disk)")
 
 
 def test_a_pinned_bookie_keeps_its_position_and_its_confirmed_entries_stay_on_qa_bookies():
@@ -282,8 +285,10 @@ def test_no_answer_to_the_rotation_s_choice_puts_it_off_and_completions_resume()
     assert writer.state is CHOOSING
     ack(writer, "B1", 4)
     ack(writer, "B2", 4)
+    assert writer.rotations_put_off == 0
     commands = writer.step(ev.Ticked(now_ms=500))
     assert writer.state is WRITING and writer.error is None and completed(commands) == [4]
+    assert (writer.rotations_put_off, writer.rotation_put_off_because) == (1, "no bookies chosen within 500 ms")
 
 
 def test_a_bookie_failed_while_an_unanswered_rotation_waited_is_replaced_when_it_is_put_off():
@@ -372,6 +377,7 @@ def test_a_bookie_that_refuses_its_cleaning_puts_the_rotation_off_without_a_cas(
     commands = writer.step(ev.AddsRejected(bookie="B5", ledger_id=LEDGER_ID, entry_ids=[], status=Status.BAD_REQUEST,
                                            message="an older bookie"))
     assert writer.state is WRITING and of_type(commands, ev.WriteMetadata) == [] and writer.error is None
+    assert (writer.rotations_put_off, writer.rotation_put_off_because) == (1, "cleaning B5 failed")
     assert completed(ack_all(writer, [4])) == [4]              # writing goes on in the current fragment
     assert ack(writer, "B6") == []                             # a late answer finds no cleaning
 

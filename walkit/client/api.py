@@ -558,6 +558,17 @@ class WriteHandle:
         """deferred_sync is True if bookies acknowledge this ledger's appends before they are durable."""
         return self._machine.deferred_sync
 
+    @property
+    def rotations_put_off(self) -> tuple[int, str]:
+        """rotations_put_off is how many fragment rotations this writer put off, and why the last was.
+
+        A rotation is put off when a position has no writable bookie, cleaning a bookie it
+        brings in fails, or no bookies are chosen within the add timeout; the fragment then
+        grows past its limit until the rotation is tried again a second later. (0, "") when
+        none was.
+        """
+        return self._machine.rotations_put_off, self._machine.rotation_put_off_because
+
     def force_async(self) -> Future:
         """force_async makes every entry appended before it durable; the Future resolves to the LAC then.
 

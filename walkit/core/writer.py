@@ -260,6 +260,8 @@ class LedgerWriter:
         self._rotates = any(limits.values())
         self._rotating = False                      # the change under way is a rotation
         self._rotate_after_ms = 0                   # no rotation before (one was put off)
+        self.rotations_put_off = 0                  # rotations that went back to the current fragment
+        self.rotation_put_off_because = ""          # why the last one did
         self._fragment_bytes = 0                    # payload bytes this writer fully replicated in the fragment
         self._fragment_since_ms = now_ms            # when this writer began writing in the fragment
         self.deferred_sync = deferred_sync
@@ -789,7 +791,8 @@ class LedgerWriter:
                 chosen[i] = fresh.pop(0)
                 disks[i] = event.disks.get(chosen[i], 0)
             elif bookie not in writable or self._renewed(bookie, event.disks.get(bookie, 0)):
-                return self._put_off_rotation()       # nothing writable for this position now
+                return self._put_off_rotation(f"no writable bookie for position {i} ({bookie} "
+                                              f"{'has another disk' if bookie in writable else 'is not writable'})")
         self._replacements = {old: new for old, new in zip(ensemble, chosen) if old != new}
         self._in_place = set()
         return self._propose(self.metadata.with_fragment(self._fragment_start(), tuple(chosen), tuple(disks)))
@@ -842,7 +845,7 @@ class LedgerWriter:
         self._cleaning, self._proposal, self._replacements = {}, None, None
         self._to(CHOOSING)
         if self._rotating:
-            return self._put_off_rotation()
+            return self._put_off_rotation(f"cleaning {', '.join(sorted(bookies))} failed")
         self._change_started_ms = self._now      # a fresh window to find others
         return [self._choose()]
 
@@ -851,11 +854,16 @@ class LedgerWriter:
         now = self._now
         return {b for b, until in self._unclean.items() if until > now}
 
-    def _put_off_rotation(self) -> list:
+    def _put_off_rotation(self, because: str) -> list:
         """_put_off_rotation goes back to writing in the current fragment; the rotation is tried again later.
 
-        A bookie that failed while the rotation waited is replaced instead, by the ordinary change.
+        The fragment then holds what is written until ROTATE_RETRY_MS later, past its limit;
+        `rotations_put_off` counts these and `rotation_put_off_because` says why the last one
+        was. A bookie that failed while the rotation waited is replaced instead, by the
+        ordinary change.
         """
+        self.rotations_put_off += 1
+        self.rotation_put_off_because = because
         self._rotating = False
         self._rotate_after_ms = self._now + ROTATE_RETRY_MS
         if self._failed:
@@ -996,7 +1004,8 @@ class LedgerWriter:
             return []
         if state is CHOOSING:
             if self._rotating and now - self._change_started_ms >= self.add_timeout_ms:
-                return self._put_off_rotation()      # no answer: rotation is no reason to fail
+                return self._put_off_rotation(        # no answer: rotation is no reason to fail
+                    f"no bookies chosen within {self.add_timeout_ms} ms")
             if now - self._change_started_ms >= self.add_timeout_ms:
                 failed = ", ".join(sorted(self._failed))
                 return self._fail(NotEnoughBookies(
