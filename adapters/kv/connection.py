@@ -52,7 +52,7 @@ from walkit.adapters.kv.records import Watch
 from walkit.adapters.kv.reader import CommandReader
 from walkit.adapters.kv.resp import NIL_ARRAY, OK, QUEUED, ProtocolError, ReplyError, encode
 from walkit.adapters.kv.table import PREPARE, Command, fits_arity
-from walkit.errors import NotLeader
+from walkit.errors import NotLeader, RecordTooLarge
 
 #: Pause reading a connection while this many of its replies are pending; resume below LOW_WATER.
 HIGH_WATER, LOW_WATER = 10_000, 1_000
@@ -398,6 +398,11 @@ class Connection(asyncio.Protocol):
             future = self.server.submit(args, self, session, multi=None if multi is None else (args, multi))
         except NotLeader as exc:
             self._fill(slot, self.server.not_leader_error(exc.leader))
+            return
+        except RecordTooLarge as exc:          # refused before anything was sent: the connection goes on
+            what = "transaction" if multi is not None else "write"
+            self._fill(slot, ReplyError(f"ERR the {what} is {exc.size} bytes as a log record, over the store's "
+                                        f"limit of {exc.limit} bytes (max_record_bytes); nothing of it was applied"))
             return
         self._last_write = future
         self._unanswered.append((slot, multi is not None, future))
