@@ -168,7 +168,8 @@ class Database:
 
     # -- committing -----------------------------------------------------------------------------------
     def trial(self, record: bytes) -> None:
-        """trial applies `record` as every node will and rolls it back (SqliteMachine.trial); the caller holds `write_lock`."""
+        """trial applies `record` as every node will (SqliteMachine.trial); the caller holds `write_lock` and
+        calls `submit` next, which applies it for good or drops it."""
         self.check()
         self.machine.trial(record)
 
@@ -186,7 +187,15 @@ class Database:
         The caller holds `write_lock`. While this node leads, it waits as long as the log takes
         (a record in flight must be applied before the next transaction is captured). A record
         over the node's `max_record_bytes` raises TransactionTooLarge before anything is sent.
+        On any failure what `trial` kept applied is rolled back.
         """
+        try:
+            return self._submit(record)
+        except BaseException:
+            self.machine.drop_trial()
+            raise
+
+    def _submit(self, record: bytes):
         self.check()
         try:
             future = self.node.submit_async(record)

@@ -9,8 +9,10 @@ together share a log entry, so a position is (ledger, entry, index of the record
 
 Nothing enters the log that the nodes cannot apply: before the leader appends a record, it
 applies it here as every node will (`trial`: this connection, its setup and the database's
-definitions, walkit.adapters.sqlite.definition) and rolls it back; a record that fails is
-refused at the client. A record that does not apply anyway (a changeset conflict, a failing
+definitions, walkit.adapters.sqlite.definition); a record that fails is rolled back and
+refused at the client, one that applies stays in the connection's open transaction until the
+log gives it back (then only its position is written) or anything else comes first (then it is
+rolled back). A record that does not apply anyway (a changeset conflict, a failing
 statement, a function this node lacks) stops the node with ReplicaStopped naming the position
 and the table, and the file stays as it was before that record. It is skipped only if the log
 says so: a skip record (`walkit sqlite skip NAME POSITION`) after it, which `find_skip` looks
@@ -150,6 +152,8 @@ class SqliteMachine(walkit.StateMachine):
         self._entry: tuple[int, int] | None = None
         self._index = -1
         self._using = threading.Lock()          # the apply connection: applying, or a trial on the leader
+        #: The record a trial left applied in the apply connection's open transaction (see `trial`).
+        self._tried: bytes | None = None
         #: Called on the apply thread after each applied record with its position (status, tests).
         self.on_applied: Callable[[RecordPosition], None] | None = None
         #: Called when the record at a position fails: True if a skip record later in the log names it.
@@ -165,6 +169,7 @@ class SqliteMachine(walkit.StateMachine):
     def register(self, register: Callable) -> None:
         """register registers a definition (walkit.adapters.sqlite.definition) on the apply connection."""
         with self._using:
+            self._forget_trial()
             register(self.db)
 
     def check_definitions(self) -> None:
@@ -208,7 +213,7 @@ class SqliteMachine(walkit.StateMachine):
             return None
         try:
             txn = Transaction.decode(record)
-            self.apply_transaction(txn, at)
+            self.apply_transaction(txn, at, record)
         except Exception as exc:  # noqa: BLE001 - only the log skips a record: any other failure stops this replica
             if self.find_skip is not None and self.find_skip(at):
                 log.warning("%s: the record at %s does not apply here (%s: %s); the log skips it", self.name,
@@ -232,15 +237,23 @@ class SqliteMachine(walkit.StateMachine):
         log.error("%s: %s", self.name, exc)
         raise _Halt(exc) from exc
 
-    def apply_transaction(self, txn: Transaction, at: RecordPosition) -> None:
-        """apply_transaction runs `txn`'s steps and moves the position to `at`, all in one SQLite transaction."""
+    def apply_transaction(self, txn: Transaction, at: RecordPosition, record: bytes | None = None) -> None:
+        """apply_transaction runs `txn`'s steps and moves the position to `at`, all in one SQLite transaction.
+
+        If `record` (`txn`'s bytes) is the one the leader's trial left applied, its steps ran
+        already in the open transaction: only the position is written before COMMIT.
+        """
         if txn.adopted is not None:
             return self._adopt(txn, at)
         db = self.db
         with self._using:
-            begin_immediate(db)
+            tried = self._tried is not None and self._tried == record
+            self._forget_trial(keep=tried)
+            if not tried:
+                begin_immediate(db)
             try:
-                self._run(txn, at)
+                if not tried:
+                    self._run(txn, at)
                 db.execute(_CREATE_POSITION)
                 db.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
                            "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, txn.commit_ms))
@@ -280,6 +293,7 @@ class SqliteMachine(walkit.StateMachine):
                 image.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
                               "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, txn.commit_ms))
                 with self._using:
+                    self._forget_trial()
                     with self.db.backup("main", image, "main") as backup:
                         backup.step(-1)
                     self.db.execute("PRAGMA journal_mode=WAL").fetchall()
@@ -293,26 +307,47 @@ class SqliteMachine(walkit.StateMachine):
             raise self._missing(lacking, at)
 
     def trial(self, record: bytes) -> None:
-        """trial applies `record` as every node will (this connection, the database's definitions), then rolls it back.
+        """trial applies `record` as every node will (this connection, the database's definitions), and keeps it.
 
         The leader calls it before appending a record, with the write lock held. It raises the
-        DB-API error the record meets, with SQLite's message ("no such function: f").
+        DB-API error the record meets, with SQLite's message ("no such function: f"), and rolls
+        back. A record that applies stays applied in the connection's open transaction, which
+        nothing outside it sees: if the next record `apply` gets is this one, only its position
+        is written before COMMIT (not the record applied again); anything else rolls it back
+        first, as does `drop_trial` (the leader's append failed).
         """
         import apsw
         from walkit.adapters.sqlite.errors import translate
         txn = Transaction.decode(record)
         db = self.db
         with self._using:
+            self._forget_trial()
             begin_immediate(db)
             try:
                 self._run(txn, None)
             except MissingFunction as exc:
+                db.execute("ROLLBACK")
                 raise OperationalError(exc.lacking.message) from None
             except ReplicaStopped as exc:
+                db.execute("ROLLBACK")
                 cause = exc.__cause__
                 raise (translate(cause) if isinstance(cause, apsw.Error) else OperationalError(str(exc))) from None
-            finally:
+            except BaseException:
                 db.execute("ROLLBACK")
+                raise
+            self._tried = record
+
+    def drop_trial(self) -> None:
+        """drop_trial rolls back what `trial` kept applied (nothing if it was applied or dropped since)."""
+        with self._using:
+            self._forget_trial()
+
+    def _forget_trial(self, keep: bool = False) -> None:
+        """_forget_trial (holding `_using`) forgets the kept trial; unless `keep`, its transaction is rolled back."""
+        if self._tried is not None:
+            self._tried = None
+            if not keep and self.db.in_transaction:
+                self.db.execute("ROLLBACK")
 
     def _run(self, txn: Transaction, at: RecordPosition | None) -> None:
         """_run runs `txn`'s steps in the open transaction; a schema change is checked for definitions this process lacks."""
@@ -393,8 +428,10 @@ class SqliteMachine(walkit.StateMachine):
                     log.info("%s: %s applied %s already; the snapshot at %s is not loaded", self.name, self.path,
                              _show(self.position), _show(at))
                     return
-                with self.db.backup("main", snap, "main") as backup:
-                    backup.step(-1)
+                with self._using:
+                    self._forget_trial()
+                    with self.db.backup("main", snap, "main") as backup:
+                        backup.step(-1)
             finally:
                 snap.close()
         self.db.execute("PRAGMA journal_mode=WAL").fetchall()
