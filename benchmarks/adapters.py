@@ -166,10 +166,12 @@ def _sqlite_round(url: str, folder: str, counts: Counts, round_: int, samples: S
     run = f"sqlite-{round_}"                             # names of their own: walkit.replicate's share the cluster
     for threads, transactions in counts.transactions:
         samples.add(f"sqlite3.{threads}_per_s", sqlite_bench.plain(folder, run, transactions, threads))
-        rate = sqlite_bench.replicated(folder, url, run, transactions, threads)
+        commits: list[float] = []
+        rate = sqlite_bench.replicated(folder, url, run, transactions, threads, commits)
         samples.add(f"sqlite.{threads}_per_s", rate)
         if threads == 1:
             samples.add("sqlite.1_mean_ms", 1000 / rate)
+            samples.add("sqlite.1_commit_mean_ms", 1000 * sum(commits) / len(commits))
 
 
 # -- kv: walkit kv serve and redis-server, the same redis-benchmark ------------------------------

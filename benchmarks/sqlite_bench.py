@@ -4,7 +4,7 @@
 
 Cluster: 3 bookie processes on one disk (files storage: a bookie syncs before it acknowledges),
 SQLite metadata; the replicated database has a leader and a follower node in this process
-(E3/Qw2/Qa2). Each transaction inserts one row of ~40 bytes and commits (`with conn:`); the
+(E3/Qw2/Qa2). Each transaction inserts one row of ~40 bytes and commits (`conn.commit()`); the
 COMMIT returns once the log acknowledged it and the leader applied it. The peer is the standard
 sqlite3 module on the same disk, WAL with synchronous=FULL (an fsync per COMMIT), no
 replication. Both run in the same invocation, `--runs` times each; medians and their ratio.
@@ -25,8 +25,11 @@ import walkit
 import walkit.adapters.sqlite as wsqlite
 
 
-def run_transactions(connect, transactions: int, threads: int) -> float:
-    """run_transactions commits `transactions` one-row transactions from `threads` threads; it returns tx/s."""
+def run_transactions(connect, transactions: int, threads: int, commits: list[float] | None = None) -> float:
+    """run_transactions commits `transactions` one-row transactions from `threads` threads; it returns tx/s.
+
+    With `commits`, each COMMIT's duration in seconds is added to it (the INSERT before it not counted).
+    """
     per_thread = transactions // threads
     barrier = threading.Barrier(threads + 1)
     errors: list[BaseException] = []
@@ -36,8 +39,11 @@ def run_transactions(connect, transactions: int, threads: int) -> float:
         try:
             barrier.wait()
             for i in range(per_thread):
-                with conn:
-                    conn.execute("INSERT INTO events(thread, n, body) VALUES (?, ?, ?)", (k, i, "x" * 32))
+                conn.execute("INSERT INTO events(thread, n, body) VALUES (?, ?, ?)", (k, i, "x" * 32))
+                started = time.perf_counter()
+                conn.commit()
+                if commits is not None:
+                    commits.append(time.perf_counter() - started)
         except BaseException as exc:  # noqa: BLE001 - reported after the run
             errors.append(exc)
         finally:
@@ -70,7 +76,8 @@ def plain(directory: str, run: int | str, transactions: int, threads: int) -> fl
     return run_transactions(connect, transactions, threads)
 
 
-def replicated(directory: str, url: str, run: int | str, transactions: int, threads: int) -> float:
+def replicated(directory: str, url: str, run: int | str, transactions: int, threads: int,
+               commits: list[float] | None = None) -> float:
     name = f"bench-{threads}-{run}"
     leader_path = os.path.join(directory, f"{name}-leader.db")
     leader = wsqlite.connect(leader_path, name=name, client=walkit.Client(url), node_id="leader",
@@ -79,7 +86,7 @@ def replicated(directory: str, url: str, run: int | str, transactions: int, thre
                                node_id="follower", replica=True, check_same_thread=False)
     try:
         leader.execute("CREATE TABLE events(id INTEGER PRIMARY KEY, thread, n, body)")
-        rate = run_transactions(lambda: wsqlite.connect(leader_path, name=name), transactions, threads)
+        rate = run_transactions(lambda: wsqlite.connect(leader_path, name=name), transactions, threads, commits)
         follower.read_barrier()
         count = follower.execute("SELECT count(*) FROM events").fetchone()[0]
         assert count == transactions // threads * threads, count
