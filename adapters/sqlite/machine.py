@@ -325,15 +325,14 @@ class SqliteMachine(walkit.StateMachine):
             begin_immediate(db)
             try:
                 self._run(txn, None)
-            except MissingFunction as exc:
-                db.execute("ROLLBACK")
-                raise OperationalError(exc.lacking.message) from None
-            except ReplicaStopped as exc:
-                db.execute("ROLLBACK")
-                cause = exc.__cause__
-                raise (translate(cause) if isinstance(cause, apsw.Error) else OperationalError(str(exc))) from None
-            except BaseException:
-                db.execute("ROLLBACK")
+            except BaseException as exc:
+                if db.in_transaction:            # (SQLite ends it itself on some errors)
+                    db.execute("ROLLBACK")
+                if isinstance(exc, MissingFunction):
+                    raise OperationalError(exc.lacking.message) from None
+                if isinstance(exc, ReplicaStopped):
+                    cause = exc.__cause__
+                    raise (translate(cause) if isinstance(cause, apsw.Error) else OperationalError(str(exc))) from None
                 raise
             self._tried = record
 
