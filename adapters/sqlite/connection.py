@@ -154,9 +154,7 @@ class Connection(Hooks, Copies):
                 if txn.record.steps:
                     txn.record.commit_ms = now_ms()
                     txn.record.node = database.node_id
-                    record = txn.record.encode()
-                    database.trial(record)           # nothing enters the log that the nodes cannot apply
-                    database.submit(record)
+                    database.submit(txn.record.encode())      # tried, appended, applied
             finally:
                 self._txn = None
                 database.write_lock.release()
@@ -407,6 +405,7 @@ class Connection(Hooks, Copies):
         if not database.write_lock.acquire(timeout=self._timeout):
             raise OperationalError("database is locked")
         try:
+            database.machine.drop_trial()      # a trial still kept was left by an interrupted commit
             database.check()
             if not database.is_leader:
                 raise database.not_leader()

@@ -167,12 +167,6 @@ class Database:
         return older[-1].position if older else None
 
     # -- committing -----------------------------------------------------------------------------------
-    def trial(self, record: bytes) -> None:
-        """trial applies `record` as every node will (SqliteMachine.trial); the caller holds `write_lock` and
-        calls `submit` next, which applies it for good or drops it."""
-        self.check()
-        self.machine.trial(record)
-
     def _on_applied(self, at) -> None:
         with self._applied:
             self._applied.notify_all()
@@ -182,14 +176,19 @@ class Database:
         return skip_recorded(self.client, self.name, at)
 
     def submit(self, record: bytes):
-        """submit appends a transaction record and waits until this node applied it; it returns its position.
+        """submit applies `record` as every node will, appends it and waits until this node applied it; it returns
+        its position.
 
-        The caller holds `write_lock`. While this node leads, it waits as long as the log takes
-        (a record in flight must be applied before the next transaction is captured). A record
-        over the node's `max_record_bytes` raises TransactionTooLarge before anything is sent.
-        On any failure what `trial` kept applied is rolled back.
+        The caller holds `write_lock`. First the trial (SqliteMachine.trial): a record that does
+        not apply here raises the DB-API error it meets and never reaches the log. While this
+        node leads, it waits as long as the log takes (a record in flight must be applied before
+        the next transaction is captured). A record over the node's `max_record_bytes` raises
+        TransactionTooLarge before anything is sent. On any failure what the trial kept applied
+        is rolled back.
         """
         try:
+            self.check()
+            self.machine.trial(record)       # nothing enters the log that the nodes cannot apply
             return self._submit(record)
         except BaseException:
             self.machine.drop_trial()

@@ -33,6 +33,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from typing import BinaryIO, Callable
 
 import walkit
@@ -154,6 +155,8 @@ class SqliteMachine(walkit.StateMachine):
         self._using = threading.Lock()          # the apply connection: applying, or a trial on the leader
         #: The record a trial left applied in the apply connection's open transaction (see `trial`).
         self._tried: bytes | None = None
+        self._may_commit = False                # the machine's own COMMIT (or backup) is under way
+        self.db.set_commit_hook(_refuse_commits(self))
         #: Called on the apply thread after each applied record with its position (status, tests).
         self.on_applied: Callable[[RecordPosition], None] | None = None
         #: Called when the record at a position fails: True if a skip record later in the log names it.
@@ -215,7 +218,7 @@ class SqliteMachine(walkit.StateMachine):
             txn = Transaction.decode(record)
             self.apply_transaction(txn, at, record)
         except Exception as exc:  # noqa: BLE001 - only the log skips a record: any other failure stops this replica
-            if self.find_skip is not None and self.find_skip(at):
+            if self._skipped(exc, at):
                 log.warning("%s: the record at %s does not apply here (%s: %s); the log skips it", self.name,
                             _show(at), type(exc).__name__, exc)
                 self.apply_transaction(Transaction(), at)
@@ -224,6 +227,23 @@ class SqliteMachine(walkit.StateMachine):
         if self.on_applied is not None:
             self.on_applied(at)
         return at
+
+    def _skipped(self, exc: Exception, at: RecordPosition) -> bool:
+        """_skipped tells whether a skip record names the record at `at`, which failed with `exc`.
+
+        If the log cannot be read to find out, the node stops (ReplicaStopped, raised as _Halt):
+        an error let out of `apply` would be taken as the record's result and the record passed
+        over on this node. A restart looks again.
+        """
+        if self.find_skip is None:
+            return False
+        try:
+            return self.find_skip(at)
+        except Exception as lookup:  # noqa: BLE001 - any failure to read the log: stop, do not guess
+            self._stop(ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: the record "
+                                      f"does not apply ({type(exc).__name__}: {exc}) and the log could not be "
+                                      f"read to see whether a skip record names it ({type(lookup).__name__}: "
+                                      f"{lookup}); restart the node to look again", _as_position(at)), at)
 
     def _stop(self, exc: Exception, at: RecordPosition):
         if not isinstance(exc, ReplicaStopped):
@@ -257,7 +277,7 @@ class SqliteMachine(walkit.StateMachine):
                 db.execute(_CREATE_POSITION)
                 db.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
                            "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, txn.commit_ms))
-                db.execute("COMMIT")
+                self._commit()
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
@@ -294,9 +314,13 @@ class SqliteMachine(walkit.StateMachine):
                               "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, txn.commit_ms))
                 with self._using:
                     self._forget_trial()
-                    with self.db.backup("main", image, "main") as backup:
-                        backup.step(-1)
-                    self.db.execute("PRAGMA journal_mode=WAL").fetchall()
+                    self._may_commit = True
+                    try:
+                        with self.db.backup("main", image, "main") as backup:
+                            backup.step(-1)
+                        self.db.execute("PRAGMA journal_mode=WAL").fetchall()
+                    finally:
+                        self._may_commit = False
             finally:
                 image.close()
         self.position, self.commit_ms = at, txn.commit_ms
@@ -322,8 +346,8 @@ class SqliteMachine(walkit.StateMachine):
         db = self.db
         with self._using:
             self._forget_trial()
-            begin_immediate(db)
             try:
+                begin_immediate(db)
                 self._run(txn, None)
             except BaseException as exc:
                 if db.in_transaction:            # (SQLite ends it itself on some errors)
@@ -342,14 +366,30 @@ class SqliteMachine(walkit.StateMachine):
             self._forget_trial()
 
     def _forget_trial(self, keep: bool = False) -> None:
-        """_forget_trial (holding `_using`) forgets the kept trial; unless `keep`, its transaction is rolled back."""
-        if self._tried is not None:
-            self._tried = None
-            if not keep and self.db.in_transaction:
-                self.db.execute("ROLLBACK")
+        """_forget_trial (holding `_using`) forgets the kept trial; unless `keep`, its transaction is rolled back.
+
+        Any transaction open on the apply connection at this point is a trial's (kept, or left by
+        an interrupt right after its BEGIN): every other use of the connection ends its own.
+        """
+        self._tried = None
+        if not keep and self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+
+    def _commit(self) -> None:
+        """_commit commits the apply connection's transaction: the one commit (with backups) `_refuse_commits` lets by."""
+        self._may_commit = True
+        try:
+            self.db.execute("COMMIT")
+        finally:
+            self._may_commit = False
 
     def _run(self, txn: Transaction, at: RecordPosition | None) -> None:
-        """_run runs `txn`'s steps in the open transaction; a schema change is checked for definitions this process lacks."""
+        """_run runs `txn`'s steps in the open transaction; a schema change is checked for definitions this process lacks.
+
+        A step that ends the transaction (SQLite rolls it all back for a constraint declared
+        ON CONFLICT ROLLBACK) fails the record: what the changeset would then do outside a
+        transaction is refused by the commit hook (`_refuse_commits`), not committed.
+        """
         import apsw
         for kind, value in txn.steps:
             if kind == CHANGESET:
@@ -364,6 +404,10 @@ class SqliteMachine(walkit.StateMachine):
                     raise ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: the "
                                          f"schema statement {value!r} failed: {exc}", _as_position(at)) from exc
             # a SKIP step changes nothing here: the record it names was skipped where it failed
+            if not self.db.in_transaction:
+                raise ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: the record "
+                                     f"ended its own transaction (a constraint declared ON CONFLICT ROLLBACK)",
+                                     _as_position(at))
         if txn.has_schema:
             lacking = definition.missing(self.db)
             if lacking is not None:
@@ -429,11 +473,15 @@ class SqliteMachine(walkit.StateMachine):
                     return
                 with self._using:
                     self._forget_trial()
-                    with self.db.backup("main", snap, "main") as backup:
-                        backup.step(-1)
+                    self._may_commit = True
+                    try:
+                        with self.db.backup("main", snap, "main") as backup:
+                            backup.step(-1)
+                        self.db.execute("PRAGMA journal_mode=WAL").fetchall()
+                    finally:
+                        self._may_commit = False
             finally:
                 snap.close()
-        self.db.execute("PRAGMA journal_mode=WAL").fetchall()
         self.position, self.commit_ms = read_position(self.db)
         self._entry, self._index = None, -1
         log.info("%s: %s restored from the snapshot at %s", self.name, self.path, _show(self.position))
@@ -446,6 +494,20 @@ class SqliteMachine(walkit.StateMachine):
     def close(self) -> None:
         """close closes the apply connection."""
         self.db.close()
+
+
+def _refuse_commits(machine: SqliteMachine) -> Callable[[], bool]:
+    """_refuse_commits is the apply connection's commit hook: it refuses (True) a commit that writes the file
+    other than the machine's own. The session module applies the rest of a changeset in autocommit
+    once a constraint declared ON CONFLICT ROLLBACK rolled the transaction back: those commits would
+    put changes in the file that are in no record. (It holds the machine weakly: no cycle.)"""
+    import apsw
+    ref = weakref.ref(machine)
+
+    def hook() -> bool:
+        alive = ref()
+        return alive is not None and not alive._may_commit and alive.db.txn_state("main") == apsw.SQLITE_TXN_WRITE
+    return hook
 
 
 def backup_into(path: str, source, source_schema: str = "main") -> None:
