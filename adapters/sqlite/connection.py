@@ -405,7 +405,8 @@ class Connection(Hooks, Copies):
         if not database.write_lock.acquire(timeout=self._timeout):
             raise OperationalError("database is locked")
         try:
-            database.machine.drop_trial()      # a trial still kept was left by an interrupted commit
+            if not database.machine.drop_stale_trial(self._timeout):   # an interrupted commit left it
+                raise OperationalError("database is locked")
             database.check()
             if not database.is_leader:
                 raise database.not_leader()

@@ -40,7 +40,7 @@ import walkit
 from walkit.core.loglist import Position
 
 from walkit.adapters.sqlite import definition
-from walkit.adapters.sqlite.errors import MissingFunction, OperationalError, ReplicaStopped
+from walkit.adapters.sqlite.errors import IntegrityError, MissingFunction, OperationalError, ReplicaStopped
 from walkit.adapters.sqlite.records import CHANGESET, SQL, Transaction
 
 log = logging.getLogger("walkit.adapters.sqlite")
@@ -52,6 +52,11 @@ _CREATE_POSITION = (f"CREATE TABLE IF NOT EXISTS {POSITION_TABLE}(id INTEGER PRI
 #: A record position: (ledger id, entry id, index of the record in the entry).
 RecordPosition = tuple[int, int, int]
 _BUSY_WAIT_MS = 60_000
+
+
+class TransactionEnded(ReplicaStopped):
+    """TransactionEnded: a record's step ended its own transaction (SQLite rolled it back for a constraint
+    declared ON CONFLICT ROLLBACK); the trial refuses such a record with IntegrityError."""
 
 
 class _Halt(BaseException):
@@ -354,6 +359,10 @@ class SqliteMachine(walkit.StateMachine):
                     db.execute("ROLLBACK")
                 if isinstance(exc, MissingFunction):
                     raise OperationalError(exc.lacking.message) from None
+                if isinstance(exc, TransactionEnded):
+                    raise IntegrityError("constraint failed: a constraint declared ON CONFLICT ROLLBACK refuses "
+                                         "this transaction's changes in the order the changeset applies them "
+                                         "(docs/guides/sqlite.md#guarantees); nothing was changed") from None
                 if isinstance(exc, ReplicaStopped):
                     cause = exc.__cause__
                     raise (translate(cause) if isinstance(cause, apsw.Error) else OperationalError(str(exc))) from None
@@ -364,6 +373,22 @@ class SqliteMachine(walkit.StateMachine):
         """drop_trial rolls back what `trial` kept applied (nothing if it was applied or dropped since)."""
         with self._using:
             self._forget_trial()
+
+    def drop_stale_trial(self, timeout: float) -> bool:
+        """drop_stale_trial rolls back a trial still kept when the leader's write lock is taken (an interrupted
+        commit left it); False if the apply connection stayed busy `timeout` seconds.
+
+        Only the holder of the write lock makes trials, so with none kept there is nothing to wait for.
+        """
+        if self._tried is None:
+            return True
+        if not self._using.acquire(timeout=max(0.0, timeout)):
+            return False
+        try:
+            self._forget_trial()
+        finally:
+            self._using.release()
+        return True
 
     def _forget_trial(self, keep: bool = False) -> None:
         """_forget_trial (holding `_using`) forgets the kept trial; unless `keep`, its transaction is rolled back.
@@ -405,13 +430,16 @@ class SqliteMachine(walkit.StateMachine):
                                          f"schema statement {value!r} failed: {exc}", _as_position(at)) from exc
             # a SKIP step changes nothing here: the record it names was skipped where it failed
             if not self.db.in_transaction:
-                raise ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: the record "
-                                     f"ended its own transaction (a constraint declared ON CONFLICT ROLLBACK)",
-                                     _as_position(at))
+                raise self._ended(at)
         if txn.has_schema:
             lacking = definition.missing(self.db)
             if lacking is not None:
                 raise self._missing(lacking, at)
+
+    def _ended(self, at: RecordPosition | None) -> "TransactionEnded":
+        return TransactionEnded(f"replica of {self.name!r} stopped at log position {_show(at)}: the record ended "
+                                f"its own transaction (a constraint declared ON CONFLICT ROLLBACK met a row of "
+                                f"the changeset in the order it applies)", _as_position(at))
 
     def _apply_changeset(self, changeset: bytes, at: RecordPosition) -> None:
         import apsw
@@ -425,6 +453,8 @@ class SqliteMachine(walkit.StateMachine):
         try:
             apsw.Changeset.apply(changeset, self.db, conflict=conflict)
         except apsw.Error as exc:
+            if not self.db.in_transaction:
+                raise self._ended(at) from exc
             if conflicts:
                 table, what = conflicts[0]
             else:

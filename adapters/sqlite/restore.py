@@ -22,7 +22,7 @@ from walkit.errors import LogTruncated, NoSuchLedger, NoSuchLog, WalkitError
 from walkit.replication import batch
 from walkit.replication.snapshots import list_snapshots, load_snapshot
 
-from walkit.adapters.sqlite import records
+from walkit.adapters.sqlite import definition, records
 from walkit.adapters.sqlite.adoption import image_loader
 from walkit.adapters.sqlite.machine import SqliteMachine, _Halt, _show
 from walkit.adapters.sqlite.skips import skip_recorded
@@ -197,10 +197,12 @@ def _apply_entry(machine: SqliteMachine, position: Position, payload: bytes, tar
 
 
 def _finish(path: str) -> None:
-    """_finish turns the rebuilt file into one plain SQLite file and checks it."""
+    """_finish turns the rebuilt file into one plain SQLite file and checks it (with the database's
+    definitions: a CHECK constraint or an index may use a registered function or collation)."""
     import apsw
     db = apsw.Connection(path)
     try:
+        definition.register_all(db)
         db.execute("PRAGMA journal_mode=DELETE").fetchall()
         problems = [row[0] for row in db.execute("PRAGMA integrity_check")]
         if problems != ["ok"]:
