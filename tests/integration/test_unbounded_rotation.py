@@ -53,11 +53,12 @@ def test_truncating_a_rotated_unbounded_ledger_shrinks_every_bookie_s_storage(tm
         writer = client.create_ledger(3, 3, 2, password=b"pw", unbounded=True, fragment_max_bytes=256 * 1024)
         limit, batch = 256 * 1024 // ENTRY, 20                        # a fragment ends past 64 entries
         count = 0
-        # ~4 MB and 10 fragments at least, stopping just after a rotation; a rotation put off is
-        # tried again a second later, which at full speed is thousands of entries on
+        # ~4 MB and 10 fragments at least, stopping just after a rotation. A rotation put off is
+        # tried again a second later: from then on one entry at a time, not thousands a second.
         while count < 10_000:
-            writer.append_many([payload(i) for i in range(count, count + batch)])
-            count += batch
+            size = 1 if writer.rotations_put_off[0] else batch
+            writer.append_many([payload(i) for i in range(count, count + size)])
+            count += size
             starts = writer.metadata.fragment_starts
             if count >= 1000 and len(starts) >= 10 and count - starts[-1] <= 2 * batch:
                 break
@@ -100,28 +101,37 @@ def test_truncating_a_rotated_unbounded_ledger_shrinks_every_bookie_s_storage(tm
 
 def test_an_unbounded_log_rotates_by_its_roll_bytes_and_its_truncation_shrinks_every_bookie(tmp_path):
     data = str(tmp_path / "cluster")
-    # A fragment ends at the first fully replicated entry past its limit: what is in flight
-    # completes together, so the window is kept small here to see fragments near the limit.
+    # A rotation the writer puts off is tried again a second later (WriteHandle.rotations_put_off):
+    # each phase writes until what it waits for happened, one append at a time, within a bound.
     with LocalCluster(bookies=3, data_dir=data, storage=STORAGES["files"].format(data=data),
                       bookie_args=GC) as cluster, \
             walkit.Client(cluster.metadata_url, max_bytes_in_flight=64 * 1024) as client:
         log = client.open_log("events", unbounded=True, write_quorum=3, roll_bytes=256 * 1024)
-        positions = [log.append_async(payload(i)) for i in range(800)]
-        positions = [p.result(60) for p in positions]
-        starts = client.ledger_metadata(log.ledger_id).fragment_starts
-        assert len(starts) >= 8, (starts, log._handle.rotations_put_off)      # (a put-off delays one a second)
+        positions: list = []
+
+        def starts() -> list[int]:
+            return client.ledger_metadata(log.ledger_id).fragment_starts
+
+        def append_until(done, most: int) -> None:
+            while not done():
+                assert len(positions) < most, (len(positions), starts(), log._handle.rotations_put_off)
+                positions.append(log.append(payload(len(positions))))
+
+        append_until(lambda: len(positions) >= 800 and len(starts()) >= 8, 6000)     # ~13 at 800
         log.close()
         log = client.open_log("events")                               # a takeover rotates with the log's config
-        positions += [log.append(payload(i)) for i in range(800, 900)]
-        assert max(client.ledger_metadata(log.ledger_id).ensembles) > positions[800].entry_id
+        first = len(positions)
+        append_until(lambda: len(positions) > first and starts()[-1] > positions[first].entry_id
+                     and positions[-1].entry_id - starts()[-1] >= 40, first + 6000)
+        cut = next(i for i, p in enumerate(positions) if p.entry_id >= starts()[-1])   # the last fragment's first
 
         folders = bookie_folders(cluster)
         full = [disk_bytes(f) for f in folders]
-        log.truncate(positions[850])
+        log.truncate(positions[cut])
         wait_until(lambda: all(disk_bytes(f) < 0.4 * size for f, size in zip(folders, full)), 60, interval=0.2,
                    message=lambda: f"bookie storage did not shrink: {full} -> {[disk_bytes(f) for f in folders]}")
         records = [r.payload for r in client.read_log("events")]
-        assert records == [payload(i) for i in range(850, 900)]
+        assert records == [payload(i) for i in range(cut, len(positions))]
         log.close()
 
 
