@@ -405,7 +405,7 @@ class Connection(Hooks, Copies):
         if not database.write_lock.acquire(timeout=self._timeout):
             raise OperationalError("database is locked")
         try:
-            if not database.machine.drop_stale_trial(self._timeout):   # an interrupted commit left it
+            if not database.machine.drop_trial(self._timeout):         # an interrupted commit left it
                 raise OperationalError("database is locked")
             database.check()
             if not database.is_leader:

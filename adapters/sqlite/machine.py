@@ -27,6 +27,7 @@ being applied while the copy is written to its ledger.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -317,15 +318,7 @@ class SqliteMachine(walkit.StateMachine):
                 image.execute(_CREATE_POSITION)
                 image.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
                               "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, txn.commit_ms))
-                with self._using:
-                    self._forget_trial()
-                    self._may_commit = True
-                    try:
-                        with self.db.backup("main", image, "main") as backup:
-                            backup.step(-1)
-                        self.db.execute("PRAGMA journal_mode=WAL").fetchall()
-                    finally:
-                        self._may_commit = False
+                self._load(image)
             finally:
                 image.close()
         self.position, self.commit_ms = at, txn.commit_ms
@@ -369,20 +362,16 @@ class SqliteMachine(walkit.StateMachine):
                 raise
             self._tried = record
 
-    def drop_trial(self) -> None:
-        """drop_trial rolls back what `trial` kept applied (nothing if it was applied or dropped since)."""
-        with self._using:
-            self._forget_trial()
-
-    def drop_stale_trial(self, timeout: float) -> bool:
-        """drop_stale_trial rolls back a trial still kept when the leader's write lock is taken (an interrupted
-        commit left it); False if the apply connection stayed busy `timeout` seconds.
+    def drop_trial(self, timeout: float | None = None) -> bool:
+        """drop_trial rolls back what `trial` kept applied (nothing if it was applied or dropped since): after a
+        failed append, or when the leader's write lock is taken (an interrupted commit left it). False if
+        the apply connection stayed busy `timeout` seconds (None: as long as it takes).
 
         Only the holder of the write lock makes trials, so with none kept there is nothing to wait for.
         """
         if self._tried is None:
             return True
-        if not self._using.acquire(timeout=max(0.0, timeout)):
+        if not self._using.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             return False
         try:
             self._forget_trial()
@@ -400,13 +389,28 @@ class SqliteMachine(walkit.StateMachine):
         if not keep and self.db.in_transaction:
             self.db.execute("ROLLBACK")
 
-    def _commit(self) -> None:
-        """_commit commits the apply connection's transaction: the one commit (with backups) `_refuse_commits` lets by."""
+    @contextlib.contextmanager
+    def _committing(self):
+        """_committing lets the apply connection's own commits by the commit hook (`_refuse_commits`)."""
         self._may_commit = True
         try:
-            self.db.execute("COMMIT")
+            yield
         finally:
             self._may_commit = False
+
+    def _commit(self) -> None:
+        """_commit commits the apply connection's transaction."""
+        with self._committing():
+            self.db.execute("COMMIT")
+
+    def _load(self, source) -> None:
+        """_load replaces the file's content with apsw connection `source`'s (SQLite backup API), in WAL mode
+        again; a kept trial is rolled back first."""
+        with self._using, self._committing():
+            self._forget_trial()
+            with self.db.backup("main", source, "main") as backup:
+                backup.step(-1)
+            self.db.execute("PRAGMA journal_mode=WAL").fetchall()
 
     def _run(self, txn: Transaction, at: RecordPosition | None) -> None:
         """_run runs `txn`'s steps in the open transaction; a schema change is checked for definitions this process lacks.
@@ -501,15 +505,7 @@ class SqliteMachine(walkit.StateMachine):
                     log.info("%s: %s applied %s already; the snapshot at %s is not loaded", self.name, self.path,
                              _show(self.position), _show(at))
                     return
-                with self._using:
-                    self._forget_trial()
-                    self._may_commit = True
-                    try:
-                        with self.db.backup("main", snap, "main") as backup:
-                            backup.step(-1)
-                        self.db.execute("PRAGMA journal_mode=WAL").fetchall()
-                    finally:
-                        self._may_commit = False
+                self._load(snap)
             finally:
                 snap.close()
         self.position, self.commit_ms = read_position(self.db)

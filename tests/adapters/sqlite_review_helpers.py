@@ -58,6 +58,11 @@ def interrupting(function, text: str):
     return _Context()
 
 
+def keeps_nothing(machine) -> bool:
+    """keeps_nothing tells whether a SqliteMachine holds no kept trial and no open transaction."""
+    return machine._tried is None and not machine.db.in_transaction
+
+
 def file_rows(path: str, sql: str = "SELECT * FROM t ORDER BY 1") -> list:
     """file_rows reads a node's file on a plain apsw connection: what is committed there, nothing else."""
     import apsw

@@ -294,7 +294,7 @@ def test_a_write_gives_up_after_its_timeout_while_the_apply_thread_waits_for_ano
     # long as it takes), a write on the leader waited there for good instead of raising "database is
     # locked" after connect's `timeout`, as it did before (its own statement met the other program's
     # lock). Now it looks for a kept trial first and waits at most that timeout
-    # (SqliteMachine.drop_stale_trial). A record the leader applies while no writer holds the write
+    # (SqliteMachine.drop_trial with a timeout). A record the leader applies while no writer holds the write
     # lock is one a failed or interrupted commit left in the log, or the old leader's tail on a new
     # leader; here it is appended straight through the node.
     name = unique("busy")

@@ -27,7 +27,7 @@ from walkit.core.loglist import Position                                    # no
 from walkit.testing.processes import wait_until                             # noqa: E402
 
 from .sqlite_review_helpers import (                                         # noqa: E402
-    HeldAppend, Interrupted, NodeProcess, commit_in_thread, file_rows, interrupting,
+    HeldAppend, Interrupted, NodeProcess, commit_in_thread, file_rows, interrupting, keeps_nothing,
 )
 from .sqlitehelpers import cluster, nodes, unique                           # noqa: E402,F401 - fixtures
 
@@ -120,7 +120,7 @@ def test_a_definition_registered_while_a_trial_is_kept_rolls_it_back_and_the_log
             thread, outcome = commit_in_thread(leader, "UPDATE t SET n = n + 1")   # applied twice: n = 2
             assert held.reached.wait(30)
             sq.create_function(name, 1, lambda x: x, deterministic=True)          # register: the trial goes
-            assert machine._tried is None and not machine.db.in_transaction
+            assert keeps_nothing(machine)
             held.release()
             thread.join(30)
         assert outcome.get("ok"), outcome
@@ -164,7 +164,7 @@ def test_a_trial_failing_on_a_function_only_the_users_connection_has_keeps_nothi
             leader.execute("INSERT INTO t VALUES (1, 'a')")
             leader.execute("CREATE INDEX t_v ON t(only_here(v))")
     machine = leader._database.machine
-    assert machine._tried is None and not machine.db.in_transaction
+    assert keeps_nothing(machine)
     other = sq.connect(leader._database.path, name=leader._database.name, timeout=1.0)
     try:
         with other:                                                           # the file's write lock is free
@@ -182,7 +182,7 @@ def test_a_transaction_too_large_drops_its_trial(nodes):
         with leader:
             leader.execute("INSERT INTO t VALUES (1, zeroblob(10000))")
     machine = leader._database.machine
-    assert machine._tried is None and not machine.db.in_transaction
+    assert keeps_nothing(machine)
     with leader:
         leader.execute("INSERT INTO t VALUES (2, 'small')")
     follower.read_barrier()
@@ -199,7 +199,7 @@ def test_a_deposed_leaders_commit_drops_its_trial_and_it_applies_the_new_leaders
     with pytest.raises((sq.NotLeader, sq.CommitFailed)):
         leader.commit()                                                 # trial kept, then the append refused
     machine = leader._database.machine
-    assert machine._tried is None and not machine.db.in_transaction
+    assert keeps_nothing(machine)
     with follower:
         follower.execute("INSERT INTO t VALUES (2, 'from the new leader')")
     leader.read_barrier()
@@ -286,7 +286,7 @@ def test_a_deposed_leader_restoring_a_snapshot_rolls_back_its_kept_trial(nodes, 
     assert isinstance(outcome.get("error"), (sq.NotLeader, sq.CommitFailed)), outcome
     wait_until(lambda: file_rows(leader._database.path) == rows(follower), 60,
                lambda: f"the old leader has {file_rows(leader._database.path)}, the new one {rows(follower)}")
-    assert machine.failed is None and machine._tried is None and not machine.db.in_transaction
+    assert machine.failed is None and keeps_nothing(machine)
     assert restored[0], "the trial was gone before the snapshot was loaded (the test did not reach its case)"
 
 
@@ -305,7 +305,7 @@ def test_an_interrupt_between_the_trial_and_the_append_leaves_the_leader_writabl
         with pytest.raises(Interrupted):
             leader.commit()
     assert fired
-    assert leader._database.machine._tried is None and not leader._database.machine.db.in_transaction
+    assert keeps_nothing(leader._database.machine)
     other = sq.connect(leader._database.path, name=leader._database.name, timeout=1.0)
     try:
         with other:
@@ -460,7 +460,7 @@ def test_concurrent_local_and_forwarded_writers_with_schema_changes_end_identica
         assert leader.position == follower.position == late.position
         for node in everywhere:
             machine = node._database.machine
-            assert machine.failed is None and machine._tried is None and not machine.db.in_transaction
+            assert machine.failed is None and keeps_nothing(machine)
     finally:
         for conn, _ in conns:
             conn.close()
