@@ -13,8 +13,9 @@ runs 3 bookie processes, E3/Qw2/Qa2, files storage (a bookie fdatasyncs before i
 - pipelined: 1,000 appends of 1 KiB in flight, and the same entries through append_many in
   batches of 100 (absolute targets);
 - replicate: walkit.replicate with 1, 8 and 64 threads submitting 16-byte records to the leader
-  of 3 nodes (`benchmarks/replicate_bench.py`), beside one append in flight, and 1 thread on a
-  leader alone (the node's own path, without its followers' reads);
+  of 3 nodes (`benchmarks/replicate_bench.py`), beside one append in flight, 1 thread on a
+  leader alone (the node's own path, without its followers' reads), and 64 threads with the
+  2 ms `linger_ms` that `walkit kv serve` uses (walkit.replicate's default is 0: off);
 - sqlite: one-row transactions through walkit.adapters.sqlite (a leader and a follower) from 1
   and 4 threads, beside the standard sqlite3 module in WAL mode with synchronous=FULL
   (`benchmarks/sqlite_bench.py`), and 1 writer's commit beside one append in flight;
@@ -159,6 +160,9 @@ def _replicate_round(url: str, counts: Counts, round_: int, samples: Samples) ->
             samples.add("replicate.1_mean_ms", 1000 / rate)
             alone, _ = replicate_bench.throughput(url, 1, records, f"replicate-alone-{round_}", followers=0)
             samples.add("replicate.1_alone_mean_ms", 1000 / alone)     # the node's own path, apart from its followers
+        if submitters == 64:                                # the batching `walkit kv serve` turns on (2 ms linger)
+            rate, _ = replicate_bench.throughput(url, submitters, records, f"replicate-linger-{round_}", linger_ms=2)
+            samples.add("replicate.64_linger_per_s", rate)
 
 
 def _sqlite_round(url: str, folder: str, counts: Counts, round_: int, samples: Samples) -> None:

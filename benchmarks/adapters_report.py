@@ -93,6 +93,8 @@ SPECS = (
          ONE_APPEND, "append1.per_s", baseline_unit="appends/s"),
     Spec("replicate", "replicate, 64 submitters", "replicate.64_per_s", "submits/s",
          ONE_APPEND, "append1.per_s", _at_least(20_000, absolute=True), baseline_unit="appends/s"),
+    Spec("replicate", "replicate, 64 submitters, linger_ms=2 (as `walkit kv serve`; the default is 0)",
+         "replicate.64_linger_per_s", "submits/s", ONE_APPEND, "append1.per_s", baseline_unit="appends/s"),
     Spec("sqlite", "SQLite, 1 writer: mean COMMIT", "sqlite.1_commit_mean_ms", "ms",
          f"{ONE_APPEND}, mean", "append1.mean_ms", _at_most(1.5)),
     Spec("sqlite", "SQLite, 1 writer: mean per transaction (INSERT and COMMIT)", "sqlite.1_mean_ms", "ms",

@@ -54,15 +54,17 @@ class Counter(walkit.StateMachine):
         self.value = int(src.read())
 
 
-def throughput(url: str, submitters: int, records: int, run: int | str, *, followers: int = 2) -> tuple[float, float]:
+def throughput(url: str, submitters: int, records: int, run: int | str, *, followers: int = 2,
+               linger_ms: float = 0.0) -> tuple[float, float]:
     """throughput is (submits/s, records per log entry) of `submitters` threads on the leader, a node of this
     process; the `followers` are processes of their own (tests/support/counter_node.py), as on three
     machines, so their applying does not share this process's GIL with the leader. With none, the
     figure is the node's own path (on a 2-core machine the followers' reads of each entry take CPU
-    from the bookies and the leader)."""
+    from the bookies and the leader). `linger_ms` is the leader's (walkit.replicate's; 0, its default: off)."""
     name = f"bench-{submitters}-{run}"
     client = walkit.Client(url)
-    leader = walkit.replicate(Counter(), client=client, name=name, node_id="n0", snapshot_every_records=0)
+    leader = walkit.replicate(Counter(), client=client, name=name, node_id="n0", snapshot_every_records=0,
+                              linger_ms=linger_ms)
     processes = []
     try:
         deadline = time.monotonic() + 30
