@@ -64,7 +64,8 @@ again. The table is part of snapshots (SnapshotState) and of restores (Restored)
 Applying: entries go to the shell (ApplyEntry) in log order, in groups: when nothing is out,
 every entry queued (up to APPLY_GROUP) goes at once, and the next group once the shell answered
 each entry of this one (EntryApplied, in order). So a follower that read several entries at once
-costs the shell one hand-over, not one per entry. Planning an entry (which records apply, which are
+costs the shell one hand-over, not one per entry, and the group's last answer releases the reads
+it satisfies and tells the reader what was consumed, once for the group. Planning an entry (which records apply, which are
 duplicates) records its new sessions at once, their results pending until applied, so each entry
 is planned against the table as a one-at-a-time application would leave it; a group stops before an
 entry holding a duplicate of a record whose result is still pending. Only the group's last entry
@@ -631,6 +632,8 @@ class ReplicaMachine:
         elif snapshot or self._snapshot_requested:
             self._snapshot_requested = False
             commands.append(self._snapshot_state())
+        if self._applying:                            # more of its group follow: the last one releases reads and
+            return commands                           # tells the reader, once for the group (`upto` is cumulative)
         commands += self._release_reads()              # first: a read this entry answers does not end the linger
         commands += self._consumed(position)
         if self.role is REPLAYING:

@@ -293,6 +293,7 @@ class ReplicatedNode:
         self._snapshots = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"walkit-snapshot-{name}")
         # threads
         self._apply_queue: queue.Queue = queue.Queue()
+        self._handing: list = []                      # ApplyEntry of a group before its last (I/O thread)
         self._group_applied: list = []                # EntryApplied of a group's entries before its last (apply thread)
         self._apply_thread = threading.Thread(target=self._apply_loop, name=f"walkit-apply-{name}", daemon=True)
         self._campaign_wanted = threading.Event()
@@ -600,7 +601,13 @@ class ReplicatedNode:
                 sub = self._subs[command.key] = _Sub(self, command.key)
             self._loop.execute(sub, command.commands)
         elif kind is rev.ApplyEntry:
-            self._apply_queue.put(command)
+            if command.last and not self._handing:
+                self._apply_queue.put(command)
+            else:                                     # a group: one hand-over, one wake-up of the apply thread
+                self._handing.append(command)
+                if command.last:
+                    self._apply_queue.put(self._handing)
+                    self._handing = []
         elif kind is rev.CompleteSubmit:
             future = self._submits.pop(command.token, None)
             if future is not None:
@@ -837,10 +844,15 @@ class ReplicatedNode:
             item = self._apply_queue.get()
             if item is None:
                 return
+            unapplied = [item]
             try:
                 kind = type(item)
                 if kind is rev.ApplyEntry:
                     self._apply(item)
+                elif kind is list:                    # a group of ApplyEntry, in order
+                    for index, command in enumerate(item):
+                        unapplied = item[index:]
+                        self._apply(command)
                 elif kind is rev.SnapshotState:
                     self._start_snapshot(item.position, item.sessions)
                 else:
@@ -848,26 +860,27 @@ class ReplicatedNode:
             except BaseException as exc:  # noqa: BLE001 - the node cannot go on; readers are told
                 log.exception("%s: the apply thread stopped", self.node_id)
                 self.failed = exc
-                self._fail_unapplied(item, exc)
+                self._fail_unapplied(unapplied, exc)
                 applied, self._group_applied = self._group_applied, []   # its group's entries before it were applied
                 self._post(applied + [rev.StopRequested()])
                 with self._applied_cond:
                     self._applied_cond.notify_all()
                 return
 
-    def _fail_unapplied(self, current, exc: BaseException) -> None:
+    def _fail_unapplied(self, current: list, exc: BaseException) -> None:
         """_fail_unapplied answers the submits of the entry the apply thread stopped in, and of the entries
         queued after it, with what stopped it: this node will not apply them (they are in the log)."""
         error = exc if isinstance(exc, Exception) else exc.__cause__
         if not isinstance(error, Exception):
             error = NotLeader(f"node {self.node_id} of {self.name!r} stopped: its apply failed: "
                               f"{type(exc).__name__}: {exc}", None, maybe_in_log=True)
-        items = [current]
+        items = list(current)
         while True:
             try:
-                items.append(self._apply_queue.get_nowait())
+                item = self._apply_queue.get_nowait()
             except queue.Empty:
                 break
+            items += item if type(item) is list else [item]
         for item in items:
             if type(item) is rev.ApplyEntry and item.tokens is not None:
                 for token in item.tokens:
