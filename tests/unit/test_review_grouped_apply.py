@@ -45,6 +45,8 @@ class _InlineLoop:
     def call(self, fn) -> None:
         fn()
 
+    call_unhurried = call
+
     def step(self, driver, event) -> None:
         for command in driver.machine.step(event):
             driver.handle(command)
@@ -85,6 +87,8 @@ def shell_of(core: ReplicaMachine, app=None, timeout: float = 1.0) -> Replicated
     node._snapshotting = node._snapshot_wanted = False
     node._apply_queue = queue.Queue()
     node._group_applied = []
+    node._handing = []
+    node._prompt = True
     node._stopped = threading.Event()
     return node
 

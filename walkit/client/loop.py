@@ -133,6 +133,13 @@ class ClientLoop:
         self._inbox.append(fn)
         self.transport.wake()
 
+    def call_unhurried(self, fn: Callable[[], None]) -> None:
+        """call_unhurried runs `fn()` on the I/O thread with whatever wakes it next (any call, frame or tick:
+        within tick_ms), in call order with `call`'s: for work nobody waits for, it saves a wake-up."""
+        if self._stopping:
+            raise ClientClosed("the client is closed")
+        self._inbox.append(fn)
+
     def stop(self) -> None:
         """stop fails every unfinished driver with ClientClosed and ends the thread."""
         if self._stopping:

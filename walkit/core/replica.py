@@ -362,6 +362,16 @@ class ReplicaMachine:
             return False
         return self._now - self._active_ms >= QUIET_MS
 
+    def waits_for_applied(self) -> bool:
+        """waits_for_applied tells whether anything here waits for the shell's next EntryApplied beyond the
+        submits the shell answers itself: entries queued behind the group being applied, reads, a
+        snapshot, duplicates answered at EntryApplied, or any role but LEADING. When it is False the
+        shell may hand EntryApplied over with its next event instead of waking for it."""
+        return bool(self.role is not LEADING or self._queue or self._reads or self._parked_reads
+                    or self._snapshot_requested or self._restoring or self._stopping or self._finders
+                    or self._truncations or self._proofs
+                    or any(kind != "apply" for applying in self._applying for kind, _ in applying.plan))
+
     def step(self, event) -> list:
         """step applies one event and returns commands."""
         if self.role is STOPPED:

@@ -152,6 +152,7 @@ class _Sub(Driver):
         core.at(now, wall_ms())
         commands = core.step(rev.From(self.key, event))
         self.node._driver.quiet_until = now + IDLE_TICK_MS if core.quiet() else 0
+        self.node._prompt = core.waits_for_applied()
         return commands
 
     def handle(self, command) -> None:
@@ -173,6 +174,7 @@ class _Driver(Driver):
         core = self.node.core
         commands = core.step(event)
         self.quiet_until = core._now + IDLE_TICK_MS if core.quiet() else 0
+        self.node._prompt = core.waits_for_applied()
         return commands
 
     def handle(self, command) -> None:
@@ -294,6 +296,7 @@ class ReplicatedNode:
         # threads
         self._apply_queue: queue.Queue = queue.Queue()
         self._handing: list = []                      # ApplyEntry of a group before its last (I/O thread)
+        self._prompt = True                           # the machine waits for EntryApplied (waits_for_applied)
         self._group_applied: list = []                # EntryApplied of a group's entries before its last (apply thread)
         self._apply_thread = threading.Thread(target=self._apply_loop, name=f"walkit-apply-{name}", daemon=True)
         self._campaign_wanted = threading.Event()
@@ -571,7 +574,7 @@ class ReplicatedNode:
                           f"(applied {self._applied})") from self.failed
 
     # -- the machine on the client's loop -----------------------------------------------------------
-    def _post(self, event, on_error: Callable[[Exception], None] | None = None) -> None:
+    def _post(self, event, on_error: Callable[[Exception], None] | None = None, *, unhurried: bool = False) -> None:
         """_post feeds `event` (or what `event()` returns, on the I/O thread; or each event of a list, in order)
         to the machine."""
         def run() -> None:
@@ -587,7 +590,10 @@ class ReplicatedNode:
             else:
                 self._loop.step(self._driver, event() if callable(event) else event)
         try:
-            self._loop.call(run)
+            if unhurried:
+                self._loop.call_unhurried(run)
+            else:
+                self._loop.call(run)
         except ClientClosed as exc:
             if on_error is not None:
                 on_error(exc)
@@ -924,7 +930,7 @@ class ReplicatedNode:
             self._group_applied.append(applied)
             return
         group, self._group_applied = self._group_applied, []
-        self._post(group + [applied] if group else applied)
+        self._post(group + [applied] if group else applied, unhurried=not snapshot and not self._prompt)
 
     # -- snapshots --------------------------------------------------------------------------------
     def snapshot_now(self, timeout: float | None = None) -> SnapshotPointer | None:
