@@ -10,7 +10,7 @@ from walkit.core.messages import Status
 from walkit.core.metadata import LedgerMetadata
 from walkit.errors import LogTruncated
 
-from .helpers import bookies, make_entry, only
+from .helpers import bookies, make_entry, of_type, only
 
 NAME = "orders"
 B = bookies(3)
@@ -128,6 +128,22 @@ def test_a_caught_up_follower_with_linger_waits_before_its_next_long_poll_and_sa
     assert reader.step(ev.Ticked(now_ms=1_019, wall_ms=1_019)) == []
     polls = reader.step(ev.Ticked(now_ms=1_020, wall_ms=1_020))
     assert [(p.entry_ids, p.previous_lac, p.timeout_ms) for p in polls] == [([1], 0, 30_000)]
+
+
+def test_after_a_linger_the_entries_its_long_poll_confirms_come_together_from_one_range_read():
+    reader, _ = caught_up_lingering(20)
+    [poll] = reader.step(ev.Ticked(now_ms=1_020, wall_ms=1_020))
+    # the answer brings entry 1 and a LAC of 4: entry 1 is left to the range read of 1..4, not delivered alone
+    reads = reader.step(ev.EntriesRead(bookie=poll.bookie, ledger_id=11, missing=[], lac=4,
+                                       entries=[make_entry(1, b"r1", ledger_id=11)]))
+    assert not of_type(reads, lev.DeliverRecords)
+    sends = of_type(reads, ev.SendRead)
+    assert sorted(i for s in sends for i in s.entry_ids) == [1, 2, 3, 4]
+    out: list = []
+    for send in sends:
+        out += reader.step(ev.EntriesRead(bookie=send.bookie, ledger_id=11, missing=[], lac=4,
+                                          entries=[make_entry(i, b"r%d" % i, ledger_id=11) for i in send.entry_ids]))
+    assert [e.payload for d in of_type(out, lev.DeliverRecords) for e in d.entries] == [b"r1", b"r2", b"r3", b"r4"]
 
 
 def test_without_linger_a_caught_up_follower_long_polls_at_once():

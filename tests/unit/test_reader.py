@@ -479,6 +479,12 @@ def test_tail_reader_delivers_the_entry_its_answer_confirms_and_completes_with_t
     assert only(out, ev.CompleteRead).lac == 4 and tail.done
 
 
+def test_tail_reader_leaves_the_entry_to_the_range_read_when_its_answer_confirms_more():
+    tail, _ = make_tail(4)
+    out = tail_answer(tail, "B3", 9, [make_entry(4)])       # after a linger: 4..9 confirmed at once
+    assert delivered(out) == [] and only(out, ev.CompleteRead).lac == 9    # the caller reads 4..9 together
+
+
 def test_tail_reader_delivers_nothing_the_answers_lac_does_not_confirm():
     tail, _ = make_tail(4)
     out = tail_answer(tail, "B3", 3, [make_entry(4)])       # held until its timeout: nothing new

@@ -445,8 +445,10 @@ class TailReader:
 
     The outcome is a LacReader's with long poll: CompleteRead(lac, last_entry_id) at the first
     answer whose LAC passes previous_lac, preceded by DeliverEntries of the entry when that
-    answer brought it with a verified digest (otherwise the caller reads up to the LAC as
-    usual); with the highest LAC seen once every replica asked answered without one; FailRead
+    answer brought it with a verified digest and its LAC is that entry (otherwise the caller
+    reads up to the LAC as usual: an answer confirming entries past it, as after a follower's
+    linger, leaves the entry to that range read, so they come to the caller together rather
+    than the first alone); with the highest LAC seen once every replica asked answered without one; FailRead
     if none answered. The LAC is never below (first entry of the last fragment) - 1, and an
     answer from a disk other than the one the fragment records counts as a failure.
     """
@@ -559,5 +561,6 @@ class TailReader:
     def _complete(self, lac: int, entry: Entry | None) -> list:
         self.done = True
         lac = max(lac, self.metadata.last_fragment_start - 1)        # the highest LAC any replica answered
-        out: list = [ev.DeliverEntries(ledger_id=self.ledger_id, entries=[entry])] if entry is not None else []
+        alone = entry is not None and lac == self.entry_id               # nothing past it: no range read follows
+        out: list = [ev.DeliverEntries(ledger_id=self.ledger_id, entries=[entry])] if alone else []
         return out + [ev.CompleteRead(ledger_id=self.ledger_id, lac=lac, last_entry_id=lac)]
