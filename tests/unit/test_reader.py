@@ -300,6 +300,29 @@ def test_delivery_is_in_entry_order_even_when_later_entries_arrive_first():
     assert commands[-1] == ev.CompleteRead(ledger_id=LEDGER_ID)
 
 
+def test_together_delivers_the_entries_asked_in_one_piece_once_all_came():
+    reader = make_reader(0, 5, together=True)
+    reader.start()
+    assert delivered(answer(reader, "B1", entries=[make_entry(0), make_entry(3)])) == []      # 0 could go: held
+    assert delivered(answer(reader, "B2", entries=[make_entry(1), make_entry(4)])) == []
+    commands = answer(reader, "B3", entries=[make_entry(2), make_entry(5)])
+    assert len(of_type(commands, ev.DeliverEntries)) == 1 and delivered(commands) == [0, 1, 2, 3, 4, 5]
+    assert commands[-1] == ev.CompleteRead(ledger_id=LEDGER_ID)
+    plain = make_reader(0, 5)
+    plain.start()
+    assert delivered(answer(plain, "B1", entries=[make_entry(0), make_entry(3)])) == [0]       # streams
+
+
+def test_together_waits_for_an_entry_asked_again_elsewhere_and_delivers_once_it_came():
+    reader = make_reader(0, 2, together=True)
+    reader.start()
+    answer(reader, "B2", entries=[make_entry(1)])
+    answer(reader, "B3", entries=[make_entry(2)])
+    retried = fail(reader, "B1", 0)                                 # 0 is asked of its other replica
+    assert delivered(retried) == [] and sent_reads(retried) == {"B2": [0]}
+    assert delivered(answer(reader, "B2", entries=[make_entry(0)])) == [0, 1, 2]
+
+
 def test_delivery_hands_over_the_entries_themselves():
     reader = make_reader(0, 0)
     reader.start()

@@ -20,7 +20,8 @@ after its pending adds), and recovery decides its end. So:
   With `linger_ms`, a following reader that caught up (the caller consumed every record it delivered)
   waits that long before its next long poll, so what the writer appended meanwhile comes in one answer
   and one range read instead of one long poll per entry: fewer requests and wake-ups per entry for the
-  reader and the bookies, for records delivered up to `linger_ms` later. Its ReaderCaughtUp then says
+  reader and the bookies, for records delivered up to `linger_ms` later. That range read (up to
+  TOGETHER_AT_MOST entries) is delivered in one piece once every answer came. Its ReaderCaughtUp then says
   until when (the caller ticks it then); LogChanged cuts the linger short.
 
 Truncation: if truncation or retention removed a ledger holding records at or after the
@@ -51,6 +52,10 @@ from walkit.core.metadata import CLOSED as LEDGER_CLOSED
 from walkit.core.metadata import LedgerMetadata
 from walkit.core.reader import LacReader, RangeReader, TailReader
 from walkit.errors import LogTruncated, NoSuchLog
+
+#: A lingering follower's range read of fewer entries than this is delivered in one piece (RangeReader's
+#: `together`): what piled up during a linger; a longer one (a follower far behind) streams.
+TOGETHER_AT_MOST = 256
 
 # Answers for the reader's sub-machines: a late answer meant for another kind is dropped.
 _ROUTED = {ev.EntriesRead: (RangeReader, TailReader), ev.ReadFailed: (RangeReader, TailReader),
@@ -216,9 +221,11 @@ class LogReader:
         self._final = final
         if last < first:
             return self._after_read()
+        # what a linger let pile up (a few entries) comes in one delivery; a long read streams
+        together = self.linger_ms > 0 and not final and last - first < TOGETHER_AT_MOST
         self._sub = RangeReader(self._ledger, first, last, self._digest(self._ledger.digest_type),
                                 window=self.window, timeout_ms=self.read_timeout_ms, now_ms=self._now,
-                                speculative_ms=self.speculative_ms, slow=self._slow)
+                                speculative_ms=self.speculative_ms, slow=self._slow, together=together)
         return self._handle(self._sub.start())
 
     def _on_consumed(self, event: ev.EntriesConsumed) -> list:

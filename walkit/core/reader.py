@@ -68,10 +68,13 @@ class RangeReader:
 
     def __init__(self, metadata: LedgerMetadata, first: int, last: int, digest: Digest, *,
                  window: int = 4096, timeout_ms: int = 5000, now_ms: int = 0, speculative_ms: int = 0,
-                 slow: dict[str, int] | None = None) -> None:
+                 slow: dict[str, int] | None = None, together: bool = False) -> None:
         """`speculative_ms` > 0 turns on speculative reads (see the module doc). `slow` maps
         bookies that did not answer in time to when they stop being asked last; pass the same
-        dict to successive readers to carry it over (the reader updates it)."""
+        dict to successive readers to carry it over (the reader updates it). With `together`
+        the entries asked are delivered once all of them came, in one DeliverEntries, not as
+        each replica's answer completes a prefix (for a caller that hands each delivery on:
+        one hand-over instead of several)."""
         if first < 0 or last < first - 1:
             raise ValueError(f"invalid entry range [{first}, {last}]")
         self.metadata = metadata
@@ -80,6 +83,7 @@ class RangeReader:
         self.window = window
         self.timeout_ms = timeout_ms
         self.speculative_ms = speculative_ms if 0 < speculative_ms < timeout_ms else 0
+        self.together = together
         self.done = False
         self._verify_many = digest.verify_many
         self._now = now_ms
@@ -277,7 +281,7 @@ class RangeReader:
         return BookieError(f"{where} could not be read ({detail})", statuses[-1])
 
     def _deliver(self) -> list:
-        if self.done:
+        if self.done or (self.together and self._wanted):      # some asked entries are still on their way
             return []
         batch = []
         received, next_deliver = self._received, self._next_deliver
