@@ -370,7 +370,7 @@ class ReplicaMachine:
         return bool(self.role is not LEADING or self._queue or self._reads or self._parked_reads
                     or self._snapshot_requested or self._restoring or self._stopping or self._finders
                     or self._truncations or self._proofs
-                    or any(kind != "apply" for applying in self._applying for kind, _ in applying.plan))
+                    or any(len(applying.applied_index) != len(applying.plan) for applying in self._applying))
 
     def step(self, event) -> list:
         """step applies one event and returns commands."""
