@@ -65,11 +65,11 @@ Applying: entries go to the shell (ApplyEntry) in log order, in groups: when not
 every entry queued (up to APPLY_GROUP) goes at once, and the next group once the shell answered
 each entry of this one (EntryApplied, in order). So a follower that read several entries at once
 costs the shell one hand-over, not one per entry, and the group's last answer releases the reads
-it satisfies and tells the reader what was consumed, once for the group. Planning an entry (which records apply, which are
-duplicates) records its new sessions at once, their results pending until applied, so each entry
-is planned against the table as a one-at-a-time application would leave it; a group stops before an
-entry holding a duplicate of a record whose result is still pending. Only the group's last entry
-may take a snapshot (ApplyEntry.last).
+it satisfies and tells the reader what was consumed, once for the group. Planning an entry
+(which records apply, which are duplicates) records its new sessions at once, their results
+pending until applied, so each entry is planned against the table as a one-at-a-time application
+would leave it; a group stops before an entry holding a duplicate of a record whose result is
+still pending. Only the group's last entry may take a snapshot (ApplyEntry.last).
 
 Reads: ReadRequested is answered by ReadReady once this node applied every record acknowledged
 before the request. The leader, within its lease, answers at once (its state is current as
