@@ -8,6 +8,8 @@ collection drops the entries below the new first entry and its storage directory
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
 import pytest
 
@@ -34,6 +36,14 @@ def bookie_folders(cluster: LocalCluster) -> list[str]:
     return [os.path.join(cluster.data_dir, f"bookie-{i}") for i in range(3)]
 
 
+def hold(pid: int, seconds: float) -> threading.Timer:
+    """hold stops process `pid` (SIGSTOP) and lets it go on (SIGCONT) `seconds` later."""
+    os.kill(pid, signal.SIGSTOP)
+    timer = threading.Timer(seconds, os.kill, (pid, signal.SIGCONT))
+    timer.start()
+    return timer
+
+
 def payload(i: int) -> bytes:
     return (b"%08d" % i) * (ENTRY // 8)
 
@@ -48,20 +58,27 @@ STORAGES = {
 @pytest.mark.parametrize("kind", sorted(STORAGES))
 def test_truncating_a_rotated_unbounded_ledger_shrinks_every_bookie_s_storage(tmp_path, kind):
     data = str(tmp_path / "cluster")
+    limit, batch = 256 * 1024 // ENTRY, 20                            # a fragment ends past 64 entries
+    # A fragment rotates once its entries are on all Qw bookies, and the new one starts after the
+    # LAFR. With Qa 2 of Qw 3 the slowest bookie may fall behind by max_bytes_in_flight (32 MB by
+    # default) and stay there while the writer goes on (CI met a fragment of 2,020 entries): the
+    # writer here lets one batch be in flight, so a rotation is passed by one batch at most.
     with LocalCluster(bookies=3, data_dir=data, storage=STORAGES[kind].format(data=data), bookie_args=GC) as cluster, \
-            walkit.Client(cluster.metadata_url) as client:
+            walkit.Client(cluster.metadata_url, max_bytes_in_flight=batch * ENTRY) as client:
         writer = client.create_ledger(3, 3, 2, password=b"pw", unbounded=True, fragment_max_bytes=256 * 1024)
-        limit, batch = 256 * 1024 // ENTRY, 20                        # a fragment ends past 64 entries
         count = 0
         # ~4 MB and 10 fragments at least, stopping just after a rotation. A rotation put off is
         # tried again a second later: from then on one entry at a time, not thousands a second.
         while count < 10_000:
             size = 1 if writer.rotations_put_off[0] else batch
+            if count == 400:                        # the slowest bookie, made so: held for a second
+                held = hold(cluster.pid(2), 1.0)
             writer.append_many([payload(i) for i in range(count, count + size)])
             count += size
             starts = writer.metadata.fragment_starts
             if count >= 1000 and len(starts) >= 10 and count - starts[-1] <= 2 * batch:
                 break
+        held.join()
         metadata = writer.metadata
         put_off, because = writer.rotations_put_off
         assert len(starts) >= 10 and count - starts[-1] <= 2 * batch, (starts, count, put_off, because)
