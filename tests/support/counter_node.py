@@ -5,7 +5,7 @@
 The replication tests and benchmarks/replicate_bench.py start it to SIGKILL a leader for real.
 It prints "listening PORT" once its HTTP server (127.0.0.1, a free port) is up, then serves:
 
-    POST /submit   body: a record "<id>:<delta>"  -> 200 {"value": ...} | 409 {"leader": ...} | 503 {"error": ...}
+    POST /submit   body: a record "<id>:<delta>"  -> 200 {"value": ...} | 409 {"leader", "maybe_in_log"} | 503 {"error": ...}
     GET  /state    -> {"node_id", "is_leader", "leader", "applied", "value", "ready"}
     POST /barrier  -> read_barrier, then /state
 
@@ -78,7 +78,7 @@ def main() -> None:
                     node.read_barrier(timeout=10)
                     self.reply(200, state())
             except NotLeader as exc:
-                self.reply(409, {"leader": exc.leader})
+                self.reply(409, {"leader": exc.leader, "maybe_in_log": exc.maybe_in_log})
             except WalkitError as exc:
                 self.reply(503, {"error": f"{type(exc).__name__}: {exc}"})
 

@@ -804,13 +804,19 @@ class ReplicaMachine:
         if self.role is not LEADING:
             return [rev.FailSubmit(token=submit.token, error=NotLeader(
                 f"node {self.node_id} of {self.name!r} is not the leader", None)) for submit in event.submits]
+        refused: list = []
         for submit in event.submits:
+            if submit.epoch is not None and submit.epoch != self.epoch:
+                refused.append(rev.FailSubmit(token=submit.token, error=NotLeader(
+                    f"node {self.node_id} of {self.name!r} leads in epoch {self.epoch}, not in epoch {submit.epoch} "
+                    f"the record was submitted for: it was refused, not appended", self.node_id)))
+                continue
             key = submit.token if submit.submitter is None else submit.submitter
             self._pending.append((submit.record, submit.token, key, submit.session))
             self._pending_bytes += len(submit.record)
             if self.config.linger_ms:
                 self._queued_by[key] = self._queued_by.get(key, 0) + 1
-        return self._flush()
+        return refused + self._flush()
 
     def _lingering(self) -> bool:
         return (self._linger_until is not None and self._now < self._linger_until

@@ -58,12 +58,16 @@ class SubmitRequested:
 
     `session` (a client id and seq) makes it exactly-once (walkit.core.sessions); `submitter`
     names who submits, for linger (see ReplicaConfig.linger_ms); None: the token itself.
+    `epoch`, if set, makes the submit conditional: it is refused (NotLeader, never appended)
+    unless the node leads in that epoch, so a record computed on state that earlier records of
+    one leadership left (still in flight) is appended after them by the same writer or not at all.
     """
 
     token: int
     record: bytes
     session: Session | None = None
     submitter: Any = None
+    epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -269,6 +269,7 @@ class ReplicatedNode:
         self._subs: dict[str, _Sub] = {}
         self._log_watch = None
         self._role = Role.FOLLOWING
+        self._epoch: int | None = None               # the epoch of the last RoleChanged (see `epoch`)
         # what INFO, ROLE and READONLY replies tell, read in the background (never on a caller's thread)
         self._background = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix=f"walkit-status-{name}")
         self._leader = _Background(self._read_leader, LEADER_CACHE_S, self._background)
@@ -321,6 +322,14 @@ class ReplicatedNode:
     def is_leader(self) -> bool:
         """is_leader is True while this node accepts submissions."""
         return self._role is LEADING
+
+    @property
+    def epoch(self) -> int | None:
+        """epoch is the election epoch of this node's leadership while it leads (None otherwise).
+
+        A node that leads again later does so in another epoch; see `submit_async`'s `epoch`.
+        """
+        return self._epoch if self._role is LEADING else None
 
     @property
     def role(self) -> str:
@@ -432,14 +441,19 @@ class ReplicatedNode:
 
     # -- submitting -------------------------------------------------------------------------------
     def submit_async(self, record: bytes, submitter: object = None, *, client: str | None = None,
-                     seq: int | None = None) -> Future:
+                     seq: int | None = None, epoch: int | None = None) -> Future:
         """submit_async appends `record` with the next entry; the Future resolves to apply's result.
 
         `submitter` (hashable) names who submits, for `linger_ms`. `client` and `seq` name a
         client session (walkit.core.sessions): `seq` counts the client's records from 1, and a
         retry reuses it; the record is applied once, and every answer to it is the first
         application's result (a StaleSubmit error for a seq below one applied already).
-        Without them a submit whose answer was lost may be applied again if retried.
+        Without them a submit whose answer was lost may be applied again if retried. `epoch` (an
+        `epoch` this node reported) makes the submit conditional on this node still leading in that
+        epoch: else NotLeader, and the record is not appended. Within one epoch the node appends
+        through one writer, in order, and a failed append ends the epoch; so a record whose
+        content depends on earlier records of that epoch still in flight is appended after them,
+        or not at all.
 
         It raises NotLeader (with the leader's node id) on a node that is not the leader. A
         submission that fails because leadership was lost may or may not be in the log: the log
@@ -464,7 +478,7 @@ class ReplicatedNode:
         future: Future = LightFuture()
         token = next(self._tokens)
         self._submits[token] = future
-        submit = rev.SubmitRequested(token=token, record=record, session=session, submitter=submitter)
+        submit = rev.SubmitRequested(token=token, record=record, session=session, submitter=submitter, epoch=epoch)
         with self._collect_lock:
             self._collected.append(submit)
             if self._collecting or self._holds:
@@ -656,7 +670,7 @@ class ReplicatedNode:
             if command.why:
                 log.warning("%s: %s %s: %s", self.node_id, command.role.lower().replace("_", " "), self.name,
                             command.why)
-            self._role_changed(Role(command.role))
+            self._role_changed(Role(command.role), command.epoch)
         elif kind is rev.AppendsDone:
             metrics = self.client.metrics
             now = now_ms()
@@ -686,7 +700,8 @@ class ReplicatedNode:
         else:
             raise TypeError(f"node {self.node_id} cannot carry out {command!r}")
 
-    def _role_changed(self, role: Role) -> None:
+    def _role_changed(self, role: Role, epoch: int | None) -> None:
+        self._epoch = epoch
         previous, self._role = self._role, role
         if role is LEADING:
             self._ready.set()
