@@ -24,13 +24,15 @@ def only_comments(text: str) -> bool:
 class Open:
     """Open is the transaction a connection has open: its Session, the record being built, the lock."""
 
-    __slots__ = ("session", "record", "locked", "savepoint")
+    __slots__ = ("session", "record", "locked", "savepoint", "member", "ran")
 
     def __init__(self, savepoint: str | None = None) -> None:
         self.session = None
         self.record = Transaction()
         self.locked = False
         self.savepoint = savepoint
+        self.member = None          # a walkit.adapters.sqlite.machine.Member: it runs in the leader's group
+        self.ran = False            # a statement ran on the connection's own SQLite connection before it wrote
 
     def flush(self) -> None:
         """flush moves the Session's changeset into the record and ends the Session."""

@@ -11,6 +11,15 @@ A write transaction on the leader (walkit.adapters.sqlite.database):
                   this one included (walkit.adapters.sqlite.machine), with the position
     ROLLBACK:     roll back locally; the log never sees the transaction
 
+"Locally" is, for most transactions, the leader's group (walkit.adapters.sqlite.machine's module
+doc): the statements run in a savepoint of the apply connection, on top of the transactions
+committed before whose records are still on their way to the log, and the write lock is let go
+once the record is sent, so the next writer's transaction shares the log's round trip. A
+transaction runs on the connection's own SQLite connection instead, once the group has drained,
+when it read before it wrote (it must see the file as it read it, or fail "database is locked"
+as SQLite does) or when the connection has functions, hooks, limits or settings of its own
+(`_local`: they are not on the apply connection).
+
 So the file changes only by applying the log, on the leader as on followers. A commit hook
 refuses any other commit of the main database on these connections, so a write that escaped
 the capture fails loudly instead of making this file differ from the others. Transactions
@@ -78,6 +87,9 @@ class Connection(Hooks, Copies):
         self._closed = False
         self._lock = threading.RLock()
         self._allow_commit = False
+        #: It has functions, hooks, limits or settings of its own: its write transactions run on it (module doc).
+        self._local = False
+        self._changes_elsewhere = 0                    # rows its transactions changed in the leader's group
 
     # -- sqlite3's interface ------------------------------------------------------------------------
     def cursor(self, factory=Cursor) -> Cursor:
@@ -120,7 +132,7 @@ class Connection(Hooks, Copies):
     @property
     def total_changes(self) -> int:
         """total_changes counts the rows this connection changed."""
-        return self._db.total_changes()
+        return self._db.total_changes() + self._changes_elsewhere
 
     def commit(self) -> None:
         """commit makes the open transaction durable in the log and applied here; no transaction: nothing happens.
@@ -146,6 +158,7 @@ class Connection(Hooks, Copies):
                 self._local_commit()
                 return
             database = self._database
+            member, sent = txn.member, None
             try:
                 with self._capturing():                # the replication's own statements: no hook refuses them
                     txn.flush()
@@ -154,10 +167,21 @@ class Connection(Hooks, Copies):
                 if txn.record.steps:
                     txn.record.commit_ms = now_ms()
                     txn.record.node = database.node_id
-                    database.submit(txn.record.encode())      # tried, appended, applied
+                    if member is None:
+                        database.submit(txn.record.encode())      # tried, appended, applied
+                    else:
+                        sent = database.send(member, txn.record.encode())     # tried, on its way
+                elif member is not None:
+                    database.machine.leave(member)
+            except BaseException:
+                if member is not None and sent is None:
+                    database.machine.leave(member)
+                raise
             finally:
                 self._txn = None
                 database.write_lock.release()
+            if sent is not None:
+                database.finish(member, sent)          # in the log, then committed here with its group
 
     def rollback(self) -> None:
         """rollback abandons the open transaction; the log never sees it."""
@@ -216,7 +240,7 @@ class Connection(Hooks, Copies):
         """interrupt makes the running statement fail with 'interrupted'."""
         if self._closed:
             raise ProgrammingError("Cannot operate on a closed database.")
-        self._db.interrupt()
+        self._target().interrupt()
 
     # -- blobs: read in place (walkit.adapters.sqlite.blob) ----------------------------------------------
     def blobopen(self, table: str, column: str, row: int, /, *, readonly: bool = False, name: str = "main"):
@@ -230,7 +254,8 @@ class Connection(Hooks, Copies):
         from walkit.adapters.sqlite.blob import Blob
         replicated = name.lower() == "main"
         try:
-            return Blob(self, self._db.blob_open(name, table, column, row, not readonly and not replicated),
+            db = self._target() if replicated else self._db
+            return Blob(self, db.blob_open(name, table, column, row, not readonly and not replicated),
                         writable=not readonly, replicated=replicated)
         except Exception as exc:  # noqa: BLE001
             raise translate(exc) from None
@@ -268,7 +293,7 @@ class Connection(Hooks, Copies):
             self._database.check()                 # a stopped replica serves nothing: its data is behind
             if self._forwarding():                   # the leader runs the transaction: it knows its tables
                 return self._remote.run(cursor, sql, parameters, "many" if many else "one")
-            statement = self._statements.classify(self._db, sql)
+            statement = self._statements.classify(self._target(), sql)
             if single and statement.rest and not only_comments(statement.rest):
                 raise ProgrammingError("You can only execute one statement at a time.")
             if many and statement.kind not in (st.WRITE,):
@@ -280,7 +305,7 @@ class Connection(Hooks, Copies):
             self._check()
             if self.in_transaction and self._isolation_level is not None:
                 self.commit()
-            for statement in st.split(self._db, script):
+            for statement in st.split(self._target, script):
                 if self._forwarding() or self._forwards(statement):     # the rest of the script runs on the leader
                     self._forwarder().begin(cursor, statement.sql + statement.rest, (), "script")
                     return
@@ -291,6 +316,9 @@ class Connection(Hooks, Copies):
         kind = statement.kind
         if self._forwards(statement):
             return self._forwarder().begin(cursor, statement.sql, parameters)
+        txn = self._txn
+        if txn is not None and not txn.locked and kind not in _STARTS_NOTHING:
+            txn.ran = True                         # a read or a savepoint here: it stays on this connection
         try:
             if kind in (st.READ, st.SAVEPOINT, st.RELEASE, st.ROLLBACK_TO, st.BEGIN, st.COMMIT, st.ROLLBACK,
                         st.EMPTY, st.JOURNAL_MODE, st.LOCAL):
@@ -298,7 +326,7 @@ class Connection(Hooks, Copies):
             else:
                 self._run_write(cursor, statement, parameters, implicit)
         finally:
-            if self._txn is not None and not self._db.in_transaction:
+            if self._txn is not None and not self._target().in_transaction:
                 self._end_locally()                # SQLite rolled the transaction back itself
 
     def _run_control(self, cursor: Cursor, statement: st.Statement, parameters) -> None:
@@ -338,6 +366,7 @@ class Connection(Hooks, Copies):
         elif kind == st.JOURNAL_MODE:               # the file stays in WAL mode: readers go on reading
             cursor._run(st.Statement("PRAGMA journal_mode", "", st.READ), ())
         elif kind == st.LOCAL:
+            self._local = True                     # its settings, TEMP tables, attached files: not the group's
             self._allow_commit = True
             try:
                 cursor._run(statement, parameters)
@@ -377,12 +406,12 @@ class Connection(Hooks, Copies):
             cursor._run(statement, parameters)
             with self._capturing():
                 if statement.kind == st.CREATE_AS:
-                    record_created_table(self._db, txn, statement.table)
+                    record_created_table(self._target(), txn, statement.table)
                 else:
                     txn.record.add_sql(statement.sql)
         finally:
             with self._capturing():
-                txn.session = capture_session(self._db)
+                txn.session = capture_session(self._target())
             self._statements.clear()
 
     # -- transactions ---------------------------------------------------------------------------------
@@ -405,17 +434,37 @@ class Connection(Hooks, Copies):
         if not database.write_lock.acquire(timeout=self._timeout):
             raise OperationalError("database is locked")
         try:
-            if not database.machine.drop_trial(self._timeout):         # an interrupted commit left it
+            if self._joins():
+                txn.member = database.join(self._timeout)
+                if txn.member is None:
+                    raise OperationalError("database is locked")
+            elif not database.machine.drain(self._timeout):     # the group holds the file's write lock
                 raise OperationalError("database is locked")
             database.check()
             if not database.is_leader:
                 raise database.not_leader()
             with self._capturing():
-                txn.session = capture_session(self._db)
+                txn.session = capture_session(self._target())
         except BaseException:
+            if txn.member is not None:
+                database.machine.leave(txn.member)
+                txn.member = None
             database.write_lock.release()
             raise
         txn.locked = True
+
+    def _joins(self) -> bool:
+        """_joins tells whether the transaction starting to write runs in the leader's group (module doc)."""
+        import apsw
+        txn = self._txn
+        return (self._database.group_commit and not self._local and not txn.savepoint and not txn.ran
+                and self._db.txn_state("main") == apsw.SQLITE_TXN_NONE)
+
+    def _target(self):
+        """_target is the apsw connection the open transaction's statements run on: the apply connection for a
+        member of the leader's group, else this connection's own."""
+        txn = self._txn
+        return self._db if txn is None or txn.member is None else self._database.machine.db
 
     def _end_locally(self) -> None:
         """_end_locally rolls the open transaction back here (and on the leader, if it went there) and lets the write lock go."""
@@ -428,6 +477,8 @@ class Connection(Hooks, Copies):
         try:
             if txn.session is not None:
                 txn.session.close()
+            if txn.member is not None:
+                self._database.machine.leave(txn.member)
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
         finally:
@@ -490,6 +541,10 @@ class Connection(Hooks, Copies):
             raise ProgrammingError("SQLite objects created in a thread can only be used in that same thread. "
                                    f"The object was created in thread id {self._thread} and this is thread id "
                                    f"{threading.get_ident()}.")
+
+
+#: Statements after which a transaction that has not written yet may still join the leader's group.
+_STARTS_NOTHING = st.REPLICATED | {st.EMPTY, st.BEGIN, st.COMMIT, st.ROLLBACK}
 
 
 def check_isolation_level(value) -> None:

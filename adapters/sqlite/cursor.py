@@ -85,7 +85,7 @@ class Cursor:
         """
         import apsw
         connection = self.connection
-        db = connection._db
+        db = connection._target()
         cursor = db.cursor()
         described: list = []
 
@@ -112,6 +112,8 @@ class Cursor:
             if statement.kind not in (statements.READ, statements.EMPTY):
                 self._rows = iter(list(cursor)) if described else None   # a write runs to its end now
                 self.rowcount = db.changes() if statement.kind == statements.WRITE else -1
+                if db is not connection._db and statement.kind == statements.WRITE:
+                    connection._changes_elsewhere += self.rowcount
             self.lastrowid = db.last_insert_rowid()   # after any statement, as sqlite3 sets it
         except Exception as exc:  # noqa: BLE001 - apsw's and callbacks' errors become DB-API errors
             self._rows = None

@@ -11,6 +11,7 @@ under ``sqlite/<name>/nodes/<node_id>`` for `walkit sqlite status`.
 from __future__ import annotations
 
 import concurrent.futures
+from concurrent.futures import Future
 import json
 import logging
 import os
@@ -67,6 +68,9 @@ class Database:
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{os.path.basename(path)}"
         self.voting = voting
         self.write_lock = threading.Lock()
+        #: Write transactions join the leader's group where they can (SqliteMachine's module doc); False: every
+        #: one runs on its own connection, one after another (the benchmarks compare the two).
+        self.group_commit = True
         self.users = 0
         #: The connections of this process to the file (definitions registered later reach them too).
         self.connections: weakref.WeakSet = weakref.WeakSet()
@@ -179,25 +183,68 @@ class Database:
         """submit applies `record` as every node will, appends it and waits until this node applied it; it returns
         its position.
 
-        The caller holds `write_lock`. First the trial (SqliteMachine.trial): a record that does
-        not apply here raises the DB-API error it meets and never reaches the log. While this
-        node leads, it waits as long as the log takes (a record in flight must be applied before
-        the next transaction is captured). A record over the node's `max_record_bytes` raises
-        TransactionTooLarge before anything is sent. On any failure what the trial kept applied
-        is rolled back.
+        For a transaction that ran on its own connection: the caller holds `write_lock` and
+        drained the group (SqliteMachine.drain). First the trial (SqliteMachine.trial): a record
+        that does not apply here raises the DB-API error it meets and never reaches the log.
+        While this node leads, it waits as long as the log takes. A record over the node's
+        `max_record_bytes` raises TransactionTooLarge before anything is sent. On any failure
+        what the trial kept applied is rolled back.
         """
+        epoch = self._epoch()
+        self.check()
+        member = self.machine.trial(record, epoch)     # nothing enters the log that the nodes cannot apply
+        try:
+            future = self._send(member, record)
+        except BaseException:
+            self.machine.drop(member)
+            raise
+        return self.finish(member, future)
+
+    def join(self, timeout: float):
+        """join makes the caller's transaction a member of the group (SqliteMachine.join); None if the group took
+        no member within `timeout` seconds. The caller holds `write_lock`; NotLeader if this node does not lead."""
+        return self.machine.join(self._epoch(), timeout)
+
+    def send(self, member, record: bytes) -> Future:
+        """send is a member's COMMIT (the caller holds `write_lock`): the trial (SqliteMachine.settle), then the
+        append with the group's epoch; the Future resolves once the log has it. See `finish`."""
+        self.machine.settle(member, record)
+        return self._send(member, record)
+
+    def finish(self, member, future: Future):
+        """finish waits (without `write_lock`) for a member's record: in the log, then committed to this file with
+        its group; it returns its position. On failure the member is dropped (SqliteMachine.drop)."""
+        try:
+            at = self._outcome(future)
+        except BaseException:
+            self.machine.drop(member)
+            raise
+        if at is not None:
+            with self._applied:
+                while self.machine.position is None or self.machine.position < at:
+                    self.check()
+                    self._applied.wait(0.05)
+        return at
+
+    def _epoch(self) -> int:
+        epoch = self.node.epoch
+        if epoch is None:
+            raise self.not_leader()
+        return epoch
+
+    def _send(self, member, record: bytes) -> Future:
         try:
             self.check()
-            self.machine.trial(record)       # nothing enters the log that the nodes cannot apply
-            return self._submit(record)
+            future = self._append(record, member.epoch)
         except BaseException:
-            self.machine.drop_trial()
+            self.machine.drop(member)
             raise
+        member.sent = True
+        return future
 
-    def _submit(self, record: bytes):
-        self.check()
+    def _append(self, record: bytes, epoch: int) -> Future:
         try:
-            future = self.node.submit_async(record)
+            return self.node.submit_async(record, epoch=epoch)
         except WalkitNotLeader:
             raise self.not_leader() from None
         except RecordTooLarge as exc:
@@ -207,6 +254,8 @@ class Database:
                 f"a keyword of connect(); at most the walkit.Client's max_entry_bytes less 9); nothing reached the "
                 f"log and the transaction was rolled back. Transactions are refused, not split: commit the change "
                 f"in smaller transactions", exc.size, exc.limit, "connect(..., max_record_bytes=...)") from None
+
+    def _outcome(self, future: Future):
         while True:
             try:
                 return future.result(0.5)

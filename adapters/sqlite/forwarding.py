@@ -236,8 +236,9 @@ class _Session:
             try:
                 conn._write_locked()
                 read_at = request.get("read_at", "unread")
-                if read_at != "unread" and (tuple(read_at) if read_at is not None else None) != \
-                        self.database.machine.position:
+                member = conn._txn.member if conn._txn is not None else None
+                if read_at != "unread" and ((tuple(read_at) if read_at is not None else None) !=
+                                            self.database.machine.position or (member is not None and member.behind)):
                     error = errors.OperationalError("database is locked")
                     error.sqlite_errorcode, error.sqlite_errorname = 517, "SQLITE_BUSY_SNAPSHOT"
                     raise error
@@ -250,7 +251,7 @@ class _Session:
         mode = request.get("mode", "one")
         if mode == "script":
             with conn._lock:                          # executescript, but in the follower's transaction
-                for statement in st.split(conn._db, sql):
+                for statement in st.split(conn._target, sql):
                     conn._run(cursor, statement, (), implicit=False)
                     cursor._drain()
         elif mode == "many":

@@ -30,7 +30,9 @@ _LIMIT_CATEGORIES = 12
 class Hooks:
     """Hooks is the part of Connection that defines functions and sets hooks and limits (sqlite3.Connection's).
 
-    It uses the connection's `_db` (apsw), `_check()`, `_tracer` and `_hooks_paused`.
+    It uses the connection's `_db` (apsw), `_check()`, `_tracer` and `_hooks_paused`. Each of them but the
+    trace callback and getlimit sets `_local`: the connection's write transactions then run on
+    its own SQLite connection, where they are, not in the leader's group (walkit.adapters.sqlite.connection).
     """
 
     def create_function(self, name: str, narg: int, func, *, deterministic: bool = False) -> None:
@@ -41,18 +43,21 @@ class Hooks:
         (walkit.adapters.sqlite.definition); otherwise such a statement fails here, "no such function".
         """
         self._check()
+        self._local = True
         self._db.create_scalar_function(name, None if func is None else callbacks.scalar(func), narg,
                                         deterministic=deterministic)
 
     def create_aggregate(self, name: str, n_arg: int, aggregate_class) -> None:
         """create_aggregate defines aggregate `name` (a class with step() and finalize()) on this connection."""
         self._check()
+        self._local = True
         self._db.create_aggregate_function(name, None if aggregate_class is None
                                            else callbacks.aggregate(aggregate_class), n_arg)
 
     def create_window_function(self, name: str, num_params: int, aggregate_class, /) -> None:
         """create_window_function defines window function `name` (step, value, inverse, finalize); None removes it."""
         self._check()
+        self._local = True
         try:
             self._db.create_window_function(name, None if aggregate_class is None
                                             else callbacks.window(aggregate_class), num_params)
@@ -64,6 +69,7 @@ class Hooks:
         self._check()
         if callable_ is not None and not callable(callable_):
             raise TypeError("parameter must be callable")
+        self._local = True
         self._db.create_collation(name, callable_)
 
     # -- hooks of this connection (local: they see this connection's statements, never the log's) ------
@@ -74,6 +80,7 @@ class Hooks:
         connection's statements; the log is applied on every node without it.
         """
         self._check()
+        self._local = True
         self._authorizer = None if authorizer_callback is None else callbacks.authorizer(
             authorizer_callback, lambda: self._hooks_paused > 0)
         self._db.authorizer = self._authorizer
@@ -81,6 +88,7 @@ class Hooks:
     def set_progress_handler(self, progress_handler, n: int) -> None:
         """set_progress_handler calls `progress_handler()` every `n` SQLite instructions; a true result interrupts."""
         self._check()
+        self._local = True
         if progress_handler is None or n <= 0:
             self._db.set_progress_handler(None)
         else:
@@ -104,6 +112,8 @@ class Hooks:
         self._check()
         if not 0 <= category < _LIMIT_CATEGORIES:
             raise ProgrammingError("'category' is out of bounds")
+        if limit >= 0:
+            self._local = True
         return self._db.limit(category, limit)
 
     def enable_load_extension(self, enabled: bool, /) -> None:

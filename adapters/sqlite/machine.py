@@ -8,11 +8,29 @@ position, and a record at or before it is skipped, never applied twice. Records 
 together share a log entry, so a position is (ledger, entry, index of the record in the entry).
 
 Nothing enters the log that the nodes cannot apply: before the leader appends a record, it
-applies it here as every node will (`trial`: this connection, its setup and the database's
+applies it here as every node will (a trial: this connection, its setup and the database's
 definitions, walkit.adapters.sqlite.definition); a record that fails is rolled back and
 refused at the client, one that applies stays in the connection's open transaction until the
 log gives it back (then only its position is written) or anything else comes first (then it is
-rolled back). A record that does not apply anyway (a changeset conflict, a failing
+rolled back).
+
+Group commit (the leader only). Write transactions become members of a group: each runs in a
+SAVEPOINT of the apply connection's open transaction, on top of the members before it, which
+are in the log or on their way there and which no reader sees. A member's statements run on
+this connection (`join`, walkit.adapters.sqlite.connection), its COMMIT rolls them back to
+its savepoint and applies its record there as every node will (`settle`), and the record goes
+to the log with the epoch of the leadership the members before it were appended in (so it is
+appended after them by the same writer, or not at all). The next writer joins while it is in
+flight. When the log gives a member's record back it is marked applied (`MATCHED`); once any
+is, the group takes no new member, and once all are and none runs, the group commits with the
+last one's position, in one SQLite COMMIT. A member whose append failed is dropped with every
+member after it (their records were computed on its state): their savepoints are rolled back,
+and what the log holds of them is applied as any record when it comes. Anything else coming
+from the log first (another leader's record, a skip), a definition registered or a restore ends
+the group: the members the log gave back are committed, the others rolled back. A transaction
+that cannot run here (one that read before it wrote, or a connection with functions, hooks or
+settings of its own) waits until no group is open and runs on its own connection
+(`drain`, then a group of one made by `trial`). A record that does not apply anyway (a changeset conflict, a failing
 statement, a function this node lacks) stops the node with ReplicaStopped naming the position
 and the table, and the file stays as it was before that record. It is skipped only if the log
 says so: a skip record (`walkit sqlite skip NAME POSITION`) after it, which `find_skip` looks
@@ -28,6 +46,7 @@ being applied while the copy is written to its ledger.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import shutil
@@ -147,6 +166,28 @@ def begin_immediate(db) -> None:
             log.warning("the SQLite file is locked by another program; waiting to apply the log")
 
 
+#: A member's states (module doc): statements running, record in flight, record applied from the log,
+#: committed with the group, rolled back.
+RUNNING, KEPT, MATCHED, COMMITTED, DROPPED = "running", "kept", "matched", "committed", "dropped"
+
+
+class Member:
+    """Member is one write transaction of the leader's group (module doc): its savepoint, the epoch its record
+    is appended in, the record once its COMMIT came, and the position the log gave it back at."""
+
+    __slots__ = ("savepoint", "epoch", "behind", "record", "at", "commit_ms", "state", "sent")
+
+    def __init__(self, savepoint: str, epoch: int | None, behind: int) -> None:
+        self.savepoint = savepoint
+        self.epoch = epoch
+        self.behind = behind                    # members before it when it joined: not in the file yet
+        self.record: bytes | None = None
+        self.at: RecordPosition | None = None
+        self.commit_ms = 0
+        self.state = RUNNING
+        self.sent = False                       # its record was handed to the log (Database sets it)
+
+
 class SqliteMachine(walkit.StateMachine):
     """SqliteMachine applies transaction records to the SQLite file at `path` (see the module doc)."""
 
@@ -158,9 +199,15 @@ class SqliteMachine(walkit.StateMachine):
         self.failed: ReplicaStopped | None = None
         self._entry: tuple[int, int] | None = None
         self._index = -1
-        self._using = threading.Lock()          # the apply connection: applying, or a trial on the leader
-        #: The record a trial left applied in the apply connection's open transaction (see `trial`).
-        self._tried: bytes | None = None
+        self._using = threading.Lock()          # the apply connection: applying, or the group's bookkeeping
+        self._changed = threading.Condition(self._using)     # a member ended, the group committed or ended
+        #: The group: members in the apply connection's open transaction, in order (module doc).
+        self._group: list[Member] = []
+        self._running: Member | None = None     # the member whose statements run on the connection now
+        self._closing = False                   # a member was matched: no new member until the group commits
+        self._savepoints = itertools.count(1)
+        #: The position of the last record applied or matched (`position` is the file's, committed).
+        self.through = self.position
         self._may_commit = False                # the machine's own COMMIT (or backup) is under way
         self.db.set_commit_hook(_refuse_commits(self))
         #: Called on the apply thread after each applied record with its position (status, tests).
@@ -176,10 +223,12 @@ class SqliteMachine(walkit.StateMachine):
             raise
 
     def register(self, register: Callable) -> None:
-        """register registers a definition (walkit.adapters.sqlite.definition) on the apply connection."""
+        """register registers a definition (walkit.adapters.sqlite.definition) on the apply connection; the
+        group ends first (module doc)."""
         with self._using:
-            self._forget_trial()
+            committed = self._end_group()
             register(self.db)
+        self._tell(committed)
 
     def check_definitions(self) -> None:
         """check_definitions raises MissingFunction if the file's schema uses a function or collation this process lacks."""
@@ -218,7 +267,7 @@ class SqliteMachine(walkit.StateMachine):
         at = self.record_position(position)
         if self.failed is not None:
             raise _Halt(self.failed)
-        if self.position is not None and at <= self.position:
+        if self.through is not None and at <= self.through:
             return None
         try:
             txn = Transaction.decode(record)
@@ -266,29 +315,33 @@ class SqliteMachine(walkit.StateMachine):
     def apply_transaction(self, txn: Transaction, at: RecordPosition, record: bytes | None = None) -> None:
         """apply_transaction runs `txn`'s steps and moves the position to `at`, all in one SQLite transaction.
 
-        If `record` (`txn`'s bytes) is the one the leader's trial left applied, its steps ran
-        already in the open transaction: only the position is written before COMMIT.
+        If `record` (`txn`'s bytes) is the group's first member not applied yet, its steps ran
+        already in the open transaction: it is marked applied, and the group commits once all
+        its members are (module doc). Anything else ends the group first.
         """
         if txn.adopted is not None:
             return self._adopt(txn, at)
         db = self.db
         with self._using:
-            tried = self._tried is not None and self._tried == record
-            self._forget_trial(keep=tried)
-            if not tried:
-                begin_immediate(db)
+            head = next((m for m in self._group if m.state is KEPT), None)
+            if head is not None and record is not None and head.record == record:
+                head.state, head.at, head.commit_ms = MATCHED, at, txn.commit_ms
+                self.through = at
+                self._closing = True
+                self._settle_group()
+                return
+            self._end_group()
+            begin_immediate(db)
             try:
-                if not tried:
-                    self._run(txn, at)
-                db.execute(_CREATE_POSITION)
-                db.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
-                           "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, txn.commit_ms))
+                self._run(txn, at)
+                self._write_position(at, txn.commit_ms)
                 self._commit()
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
         self.position, self.commit_ms = at, txn.commit_ms
+        self.through = at
 
     def _adopt(self, txn: Transaction, at: RecordPosition) -> None:
         """_adopt makes the file the image an adoption record names, with position `at`, in one SQLite backup.
@@ -322,72 +375,320 @@ class SqliteMachine(walkit.StateMachine):
             finally:
                 image.close()
         self.position, self.commit_ms = at, txn.commit_ms
+        self.through = at
         log.info("%s: %s adopted the image of %d bytes in ledger %d at %s", self.name, self.path,
                  txn.adopted["size"], txn.adopted["ledger"], _show(at))
         lacking = definition.missing(self.db)
         if lacking is not None:
             raise self._missing(lacking, at)
 
-    def trial(self, record: bytes) -> None:
-        """trial applies `record` as every node will (this connection, the database's definitions), and keeps it.
+    # -- the group (module doc) ------------------------------------------------------------------------
+    def join(self, epoch: int, timeout: float) -> "Member | None":
+        """join makes a new member whose statements run on this connection, in a savepoint, with triggers on.
 
-        The leader calls it before appending a record, with the write lock held. It raises the
-        DB-API error the record meets, with SQLite's message ("no such function: f"), and rolls
-        back. A record that applies stays applied in the connection's open transaction, which
-        nothing outside it sees: if the next record `apply` gets is this one, only its position
-        is written before COMMIT (not the record applied again); anything else rolls it back
-        first, as does `drop_trial` (the leader's append failed).
+        It waits while the group takes no member (one was applied, or it holds members of
+        another leadership than `epoch`); None if that lasted `timeout` seconds, or another
+        program held the file's write lock as long. The caller holds the leader's write lock, so
+        no other member runs, and a member whose record was never sent was left by an interrupted
+        commit: it is dropped first (`_drop_unsent`).
         """
         import apsw
-        from walkit.adapters.sqlite.errors import translate
-        txn = Transaction.decode(record)
-        db = self.db
-        with self._using:
-            self._forget_trial()
-            try:
-                begin_immediate(db)
-                self._run(txn, None)
-            except BaseException as exc:
-                if db.in_transaction:            # (SQLite ends it itself on some errors)
-                    db.execute("ROLLBACK")
-                if isinstance(exc, MissingFunction):
-                    raise OperationalError(exc.lacking.message) from None
-                if isinstance(exc, TransactionEnded):
-                    raise IntegrityError("constraint failed: a constraint declared ON CONFLICT ROLLBACK refuses "
-                                         "this transaction's changes in the order the changeset applies them "
-                                         "(docs/guides/sqlite.md#guarantees); nothing was changed") from None
-                if isinstance(exc, ReplicaStopped):
-                    cause = exc.__cause__
-                    raise (translate(cause) if isinstance(cause, apsw.Error) else OperationalError(str(exc))) from None
-                raise
-            self._tried = record
-
-    def drop_trial(self, timeout: float | None = None) -> bool:
-        """drop_trial rolls back what `trial` kept applied (nothing if it was applied or dropped since): after a
-        failed append, or when the leader's write lock is taken (an interrupted commit left it). False if
-        the apply connection stayed busy `timeout` seconds (None: as long as it takes).
-
-        Only the holder of the write lock makes trials, so with none kept there is nothing to wait for.
-        """
-        if self._tried is None:
-            return True
-        if not self._using.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
-            return False
+        deadline = time.monotonic() + max(0.0, timeout)
+        member = None
+        if not self._using.acquire(timeout=max(0.0, timeout)):   # the apply thread waits for another program
+            return None
         try:
-            self._forget_trial()
+            committed = self._drop_unsent()
+            while self._closing or self._running is not None or (self._group and self._group[0].epoch != epoch):
+                if not self._changed.wait(max(0.0, deadline - time.monotonic())):
+                    break
+            else:
+                if self.db.in_transaction or self._begin_within(max(0.0, deadline - time.monotonic())):
+                    member = self._new_member(epoch)
+                    self.db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 1)
+                    self._running = member
         finally:
             self._using.release()
+        self._tell(committed)
+        return member
+
+    def _new_member(self, epoch: int | None) -> "Member":
+        """_new_member (holding `_using`, in the open transaction) adds a member with its savepoint."""
+        member = Member(f"_walkit_group_{next(self._savepoints)}", epoch, len(self._group))
+        self.db.execute(f'SAVEPOINT "{member.savepoint}"')
+        self._group.append(member)
+        return member
+
+    def settle(self, member: "Member", record: bytes) -> None:
+        """settle is a running member's COMMIT: its statements are rolled back to its savepoint and its record
+        applied there as every node will (the trial); it is then in flight (`KEPT`).
+
+        It raises the DB-API error the record meets (as `trial`), and the member leaves the group.
+        """
+        import apsw
+        with self._using:
+            self.db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+            if not self._rolled_back_to(member, release=False):     # SQLite ended the transaction under it
+                committed = self._lost()
+                failure: BaseException = OperationalError("cannot commit - no transaction is active")
+            else:
+                try:
+                    self._try(record)
+                except BaseException as exc:
+                    committed, failure = self._leave(member), exc
+                else:
+                    member.record, member.state = record, KEPT
+                    self._running = None
+                    self._changed.notify_all()
+                    return
+        self._tell(committed)
+        raise failure
+
+    def leave(self, member: "Member") -> None:
+        """leave ends a running member without a record: its statements are rolled back (ROLLBACK, close)."""
+        with self._using:
+            committed = self._leave(member)
+        self._tell(committed)
+
+    def lost(self, member: "Member") -> None:
+        """lost is told that the connection's transaction ended under a running member (SQLite rolled it back
+        for a constraint declared ON CONFLICT ROLLBACK): see `_lost`."""
+        with self._using:
+            committed = self._lost() if self._running is member else False
+        self._tell(committed)
+
+    def trial(self, record: bytes, epoch: int | None = None) -> "Member":
+        """trial applies `record` as every node will (this connection, the database's definitions) on top of the
+        group, and keeps it as a member in flight (`KEPT`).
+
+        It raises the DB-API error the record meets, with SQLite's message ("no such function:
+        f"), and keeps nothing of it. For a transaction that ran on its own connection (module
+        doc), with the write lock held: then the group is empty (`drain`) and this is a group of one.
+        """
+        with self._using:
+            while self._running is not None:
+                self._changed.wait()
+            dropped = self._drop_unsent()
+            try:
+                if not self.db.in_transaction:
+                    begin_immediate(self.db)
+                member = self._new_member(epoch)
+                self._running = member
+                try:
+                    self._try(record)
+                except BaseException:
+                    self._leave(member)
+                    raise
+                member.record, member.state = record, KEPT
+                self._running = None
+                self._changed.notify_all()
+            finally:
+                if self.db.in_transaction and not self._group:      # (an interrupt right after BEGIN)
+                    self.db.execute("ROLLBACK")
+        self._tell(dropped)
+        return member
+
+    def drop(self, member: "Member") -> None:
+        """drop rolls back a member in flight whose append failed, and every member after it (module doc)."""
+        with self._using:
+            while self._running is not None:
+                self._changed.wait()
+            if member.state is not KEPT or member not in self._group:
+                return
+            committed = self._drop_from(self._group.index(member))
+        self._tell(committed)
+
+    def _drop_from(self, index: int) -> bool:
+        """_drop_from (holding `_using`, no member running) rolls back the members from `index` on; True if
+        the group then committed (those before it were all applied)."""
+        if not self._rolled_back_to(self._group[index]):
+            return self._lost()
+        for dropped in self._group[index:]:
+            dropped.state = DROPPED
+        del self._group[index:]
+        committed = self._settle_group()
+        self._changed.notify_all()
+        return committed
+
+    def _drop_unsent(self) -> bool:
+        """_drop_unsent (holding `_using`, with the leader's write lock) drops a member whose record was never
+        handed to the log: a commit interrupted between its trial and its append left it, and nothing
+        may be built on a record that will not be in the log. True if the group then committed."""
+        unsent = next((i for i, m in enumerate(self._group) if m.state is KEPT and not m.sent), None)
+        return False if unsent is None else self._drop_from(unsent)
+
+    def drain(self, timeout: float) -> bool:
+        """drain waits until no group is open (False after `timeout` seconds): for a transaction on its own
+        connection, which needs the file's write lock. The caller holds the leader's write lock (see `join`
+        for a member never sent)."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        drained = True
+        if not self._using.acquire(timeout=max(0.0, timeout)):   # the apply thread waits for another program
+            return False
+        try:
+            committed = self._drop_unsent() if self._running is None else False
+            while self._group or self._running is not None:
+                if not self._changed.wait(max(0.0, deadline - time.monotonic())):
+                    drained = False
+                    break
+            if drained and self.db.in_transaction:       # left by an interrupt right after a BEGIN
+                self.db.execute("ROLLBACK")
+        finally:
+            self._using.release()
+        self._tell(committed)
+        return drained
+
+    @property
+    def members(self) -> list["Member"]:
+        """members is the group, in order (a copy)."""
+        with self._using:
+            return list(self._group)
+
+    @property
+    def kept(self) -> list[bytes]:
+        """kept is the records of the group's members on their way to the log (tried here, not applied yet)."""
+        with self._using:
+            return [m.record for m in self._group if m.state is KEPT]
+
+    def _begin_within(self, timeout: float) -> bool:
+        """_begin_within starts a write transaction, waiting at most `timeout` seconds for another program's lock."""
+        import apsw
+        self.db.set_busy_timeout(int(timeout * 1000))
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            return True
+        except apsw.BusyError:
+            return False
+        finally:
+            self.db.set_busy_timeout(_BUSY_WAIT_MS)
+
+    def _try(self, record: bytes) -> None:
+        """_try (holding `_using`, in a member's savepoint) runs `record`'s steps as every node will; on failure
+        it raises the DB-API error they met, SQLite's message kept."""
+        import apsw
+        from walkit.adapters.sqlite.errors import translate
+        try:
+            self._run(Transaction.decode(record), None)
+        except BaseException as exc:
+            if isinstance(exc, MissingFunction):
+                raise OperationalError(exc.lacking.message) from None
+            if isinstance(exc, TransactionEnded):
+                raise IntegrityError("constraint failed: a constraint declared ON CONFLICT ROLLBACK refuses "
+                                     "this transaction's changes in the order the changeset applies them "
+                                     "(docs/guides/sqlite.md#guarantees); nothing was changed") from None
+            if isinstance(exc, ReplicaStopped):
+                cause = exc.__cause__
+                raise (translate(cause) if isinstance(cause, apsw.Error) else OperationalError(str(exc))) from None
+            raise
+
+    def _leave(self, member: "Member") -> bool:
+        """_leave (holding `_using`) rolls back a running member and takes it out of the group; True if the
+        group committed."""
+        import apsw
+        self.db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+        if self._running is member:
+            self._running = None
+        if member in self._group:
+            return self._drop_from(self._group.index(member))
+        member.state = DROPPED
+        return False
+
+    def _rolled_back_to(self, member: "Member", release: bool = True) -> bool:
+        """_rolled_back_to (holding `_using`) undoes what ran since `member` joined (and ends its savepoint if
+        `release`); False if SQLite had ended the transaction under it (it is rolled back: see `_lost`)."""
+        import apsw
+        if not self.db.in_transaction:
+            return False
+        try:
+            self.db.execute(f'ROLLBACK TO "{member.savepoint}"')
+            if release:
+                self.db.execute(f'RELEASE "{member.savepoint}"')
+        except apsw.SQLError:                   # no such savepoint: the transaction it was in ended
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            return False
         return True
 
-    def _forget_trial(self, keep: bool = False) -> None:
-        """_forget_trial (holding `_using`) forgets the kept trial; unless `keep`, its transaction is rolled back.
+    def _lost(self) -> bool:
+        """_lost (holding `_using`): the open transaction ended under the group. The members the log gave back
+        are applied again, from their records, and committed; the others are dropped (what the log holds
+        of them is applied when it comes). True if anything was committed."""
+        import apsw
+        self.db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
+        group, self._group, self._running, self._closing = self._group, [], None, False
+        matched = [m for m in group if m.state is MATCHED]
+        for member in group:
+            if member.state is not MATCHED:
+                member.state = DROPPED
+        self._changed.notify_all()
+        if not matched:
+            return False
+        begin_immediate(self.db)
+        try:
+            for member in matched:
+                self._run(Transaction.decode(member.record), member.at)
+            self._write_position(matched[-1].at, matched[-1].commit_ms)
+            self._commit()
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
+        for member in matched:
+            member.state = COMMITTED
+        self.position, self.commit_ms = matched[-1].at, matched[-1].commit_ms
+        return True
 
-        Any transaction open on the apply connection at this point is a trial's (kept, or left by
-        an interrupt right after its BEGIN): every other use of the connection ends its own.
-        """
-        self._tried = None
-        if not keep and self.db.in_transaction:
-            self.db.execute("ROLLBACK")
+    def _settle_group(self) -> bool:
+        """_settle_group (holding `_using`) commits the group once every member was applied and none runs, with
+        the last one's position; an empty group's transaction is rolled back. True if it committed."""
+        if self._running is not None:
+            return False
+        group = self._group
+        if not group:
+            self._closing = False
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            return False
+        if any(m.state is not MATCHED for m in group):
+            return False
+        last = group[-1]
+        self._write_position(last.at, last.commit_ms)
+        self._commit()
+        for member in group:
+            member.state = COMMITTED
+        self._group, self._closing = [], False
+        self.position, self.commit_ms = last.at, last.commit_ms
+        self._changed.notify_all()
+        return True
+
+    def _end_group(self) -> bool:
+        """_end_group (holding `_using`) waits until no member runs, rolls back the members not applied yet and
+        commits the others (module doc); True if it committed."""
+        while self._running is not None:
+            self._changed.wait()
+        group = self._group
+        if not group:
+            if self.db.in_transaction:           # left by an interrupt right after a BEGIN
+                self.db.execute("ROLLBACK")
+            return False
+        first = next((i for i, m in enumerate(group) if m.state is not MATCHED), None)
+        if first is not None:
+            return self._drop_from(first)
+        if not self.db.in_transaction:
+            return self._lost()
+        committed = self._settle_group()
+        self._changed.notify_all()
+        return committed
+
+    def _tell(self, committed: bool) -> None:
+        """_tell reports a commit made off the apply thread to `on_applied` (waiters look at `position`)."""
+        if committed and self.on_applied is not None:
+            self.on_applied(self.position)
+
+    def _write_position(self, at: RecordPosition, commit_ms: int) -> None:
+        self.db.execute(_CREATE_POSITION)
+        self.db.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
+                        "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, commit_ms))
 
     @contextlib.contextmanager
     def _committing(self):
@@ -405,27 +706,31 @@ class SqliteMachine(walkit.StateMachine):
 
     def _load(self, source) -> None:
         """_load replaces the file's content with apsw connection `source`'s (SQLite backup API), in WAL mode
-        again; a kept trial is rolled back first."""
-        with self._using, self._committing():
-            self._forget_trial()
-            with self.db.backup("main", source, "main") as backup:
-                backup.step(-1)
-            self.db.execute("PRAGMA journal_mode=WAL").fetchall()
+        again; the group ends first."""
+        with self._using:
+            committed = self._end_group()
+            with self._committing():
+                with self.db.backup("main", source, "main") as backup:
+                    backup.step(-1)
+                self.db.execute("PRAGMA journal_mode=WAL").fetchall()
+        self._tell(committed)
 
-    def _run(self, txn: Transaction, at: RecordPosition | None) -> None:
+    def _run(self, txn: Transaction, at: RecordPosition | None, db=None) -> None:
         """_run runs `txn`'s steps in the open transaction; a schema change is checked for definitions this process lacks.
 
         A step that ends the transaction (SQLite rolls it all back for a constraint declared
         ON CONFLICT ROLLBACK) fails the record: what the changeset would then do outside a
-        transaction is refused by the commit hook (`_refuse_commits`), not committed.
+        transaction is refused by the commit hook (`_refuse_commits`), not committed. `db` is another
+        connection set up as this one (a snapshot's copy); None: this one.
         """
         import apsw
+        db = self.db if db is None else db
         for kind, value in txn.steps:
             if kind == CHANGESET:
-                self._apply_changeset(value, at)
+                self._apply_changeset(value, at, db)
             elif kind == SQL:
                 try:
-                    self.db.execute(value)
+                    db.execute(value)
                 except apsw.Error as exc:
                     lacking = definition.missing_in(exc, value)
                     if lacking is not None:
@@ -433,10 +738,10 @@ class SqliteMachine(walkit.StateMachine):
                     raise ReplicaStopped(f"replica of {self.name!r} stopped at log position {_show(at)}: the "
                                          f"schema statement {value!r} failed: {exc}", _as_position(at)) from exc
             # a SKIP step changes nothing here: the record it names was skipped where it failed
-            if not self.db.in_transaction:
+            if not db.in_transaction:
                 raise self._ended(at)
         if txn.has_schema:
-            lacking = definition.missing(self.db)
+            lacking = definition.missing(db)
             if lacking is not None:
                 raise self._missing(lacking, at)
 
@@ -445,7 +750,7 @@ class SqliteMachine(walkit.StateMachine):
                                 f"its own transaction (a constraint declared ON CONFLICT ROLLBACK met a row of "
                                 f"the changeset in the order it applies)", _as_position(at))
 
-    def _apply_changeset(self, changeset: bytes, at: RecordPosition) -> None:
+    def _apply_changeset(self, changeset: bytes, at: RecordPosition, db) -> None:
         import apsw
         conflicts: list[tuple[str, str]] = []
 
@@ -455,9 +760,9 @@ class SqliteMachine(walkit.StateMachine):
                                            f"of {values!r}, the replica has {change.conflict!r}"))
             return apsw.SQLITE_CHANGESET_ABORT
         try:
-            apsw.Changeset.apply(changeset, self.db, conflict=conflict)
+            apsw.Changeset.apply(changeset, db, conflict=conflict)
         except apsw.Error as exc:
-            if not self.db.in_transaction:
+            if not db.in_transaction:
                 raise self._ended(at) from exc
             if conflicts:
                 table, what = conflicts[0]
@@ -475,20 +780,45 @@ class SqliteMachine(walkit.StateMachine):
         """
         import apsw
         reader = apsw.Connection(self.path)
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM sqlite_schema").fetchall()    # the read transaction starts here
+        with self._using:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM sqlite_schema").fetchall()    # the read transaction starts here
+            applied = [(m.record, m.at, m.commit_ms) for m in self._group if m.state is MATCHED]
 
         def persist() -> None:
             try:
                 with tempfile.TemporaryDirectory(prefix="walkit-sqlite-") as scratch:
                     copy_path = os.path.join(scratch, "snapshot.db")
                     backup_into(copy_path, reader)
+                    if applied:
+                        self._apply_to_copy(copy_path, applied)
                     with open(copy_path, "rb") as copied:
                         shutil.copyfileobj(copied, out, 1 << 20)
             finally:
                 reader.execute("COMMIT")
                 reader.close()
         return persist
+
+    def _apply_to_copy(self, path: str, applied: list) -> None:
+        """_apply_to_copy applies records the group holds applied but not committed to the copy at `path`, so a
+        snapshot holds everything up to the position it is taken at (the node's, not the file's)."""
+        import apsw
+        copy = open_file(path, self.name)
+        try:
+            begin_immediate(copy)
+            for record, at, _ in applied:
+                self._run(Transaction.decode(record), at, copy)
+            record, at, commit_ms = applied[-1]
+            copy.execute(_CREATE_POSITION)
+            copy.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
+                         "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, commit_ms))
+            copy.execute("COMMIT")
+            copy.execute("PRAGMA journal_mode=DELETE").fetchall()
+        except apsw.Error as exc:
+            raise OperationalError(f"the snapshot of {self.name!r} could not apply the records at "
+                                   f"{_show(applied[0][1])}..{_show(applied[-1][1])}: {exc}") from exc
+        finally:
+            copy.close()
 
     def restore(self, src: BinaryIO) -> None:
         """restore replaces the file's content with a snapshot, unless the file applied as much already."""
@@ -509,6 +839,7 @@ class SqliteMachine(walkit.StateMachine):
             finally:
                 snap.close()
         self.position, self.commit_ms = read_position(self.db)
+        self.through = self.position
         self._entry, self._index = None, -1
         log.info("%s: %s restored from the snapshot at %s", self.name, self.path, _show(self.position))
         try:

@@ -194,11 +194,13 @@ def split(db, script: str):
     """split yields the statements of `script` in order, each classified when the ones before it ran.
 
     It is a generator: a statement is prepared only after the previous one was executed, so it
-    may use tables the script created before it.
+    may use tables the script created before it. `db` is an apsw connection, or a function
+    returning the one to prepare on now (a transaction moves to the leader's group as it writes).
     """
+    target = db if callable(db) else lambda: db
     rest = script
     while rest and rest.strip():
-        statement = classify(db, rest)
+        statement = classify(target(), rest)
         if statement.kind == EMPTY and not statement.sql:
             return
         yield statement

@@ -59,8 +59,8 @@ def interrupting(function, text: str):
 
 
 def keeps_nothing(machine) -> bool:
-    """keeps_nothing tells whether a SqliteMachine holds no kept trial and no open transaction."""
-    return machine._tried is None and not machine.db.in_transaction
+    """keeps_nothing tells whether a SqliteMachine holds no group (no kept trial) and no open transaction."""
+    return not machine.members and not machine.db.in_transaction
 
 
 def file_rows(path: str, sql: str = "SELECT * FROM t ORDER BY 1") -> list:
@@ -183,7 +183,7 @@ def main() -> None:
             original = ReplicatedNode.submit_async
 
             def submit_async(self, record, *rest, **options):
-                if database.machine._tried == bytes(record):
+                if bytes(record) in database.machine.kept:
                     os.kill(os.getpid(), signal.SIGKILL)
                 return original(self, record, *rest, **options)
             ReplicatedNode.submit_async = submit_async

@@ -27,6 +27,13 @@ def record(*sql: str, t: int = 1) -> bytes:
     return txn.encode()
 
 
+def sent(machine, record: bytes):
+    """sent is a trial whose record went to the log (as Database marks it): the next trial builds on it."""
+    member = machine.trial(record)
+    member.sent = True
+    return member
+
+
 def rows(path) -> list[tuple]:
     """rows is the table as another connection reads it (committed state only)."""
     import apsw
@@ -66,15 +73,62 @@ def test_another_record_applied_first_rolls_the_kept_trial_back(machine, tmp_pat
 
 
 def test_a_dropped_trial_leaves_the_file_as_it_was_and_the_next_trial_starts_clean(machine, tmp_path):
-    machine.trial(record("INSERT INTO t VALUES (1, 'dropped')"))
-    machine.drop_trial()
-    assert not machine.db.in_transaction and rows(tmp_path / "db.sqlite") == []
-    machine.drop_trial()                                     # twice: nothing
+    dropped = sent(machine, record("INSERT INTO t VALUES (1, 'dropped')"))
+    machine.drop(dropped)
+    assert not machine.db.in_transaction and rows(tmp_path / "db.sqlite") == [] and not machine.members
+    machine.drop(dropped)                                    # twice: nothing
     second = record("INSERT INTO t VALUES (1, 'second')")
-    machine.trial(second)
-    machine.trial(second)                                    # a trial again rolls the kept one back first
+    machine.trial(record("INSERT INTO t VALUES (1, 'never sent')"))     # an interrupted commit's
+    machine.trial(second)                                    # a trial drops one never sent first
+    assert machine.kept == [second]
     machine.apply(second, Position(1, 1))
     assert rows(tmp_path / "db.sqlite") == [(1, "second")]
+
+
+def test_trials_stack_as_a_group_committed_once_the_log_gave_back_all_of_them(machine, tmp_path):
+    first = record("INSERT INTO t VALUES (1, (SELECT count(*) FROM t))", t=2)
+    second = record("INSERT INTO t VALUES (2, (SELECT count(*) FROM t))", t=3)   # on top of the first: it counts 1
+    sent(machine, first)
+    sent(machine, second)
+    assert machine.kept == [first, second] and rows(tmp_path / "db.sqlite") == []
+    assert machine.apply(first, Position(1, 1)) == (1, 1, 0)
+    assert rows(tmp_path / "db.sqlite") == [] and machine.position == (1, 0, 0)    # applied, not committed yet
+    assert machine.through == (1, 1, 0) and machine.kept == [second]
+    assert machine.apply(second, Position(1, 2)) == (1, 2, 0)
+    assert rows(tmp_path / "db.sqlite") == [(1, 0), (2, 1)]                       # each applied once
+    assert machine.position == (1, 2, 0) and not machine.members and not machine.db.in_transaction
+
+
+def test_a_dropped_member_drops_those_after_it_and_the_applied_ones_are_committed(machine, tmp_path):
+    one, two, three = (record(f"INSERT INTO t VALUES ({i}, 'v{i}')", t=i) for i in (1, 2, 3))
+    sent(machine, one)
+    middle = sent(machine, two)
+    sent(machine, three)
+    machine.apply(one, Position(1, 1))
+    machine.drop(middle)                                     # its append failed: the third was built on it
+    assert rows(tmp_path / "db.sqlite") == [(1, "v1")] and machine.position == (1, 1, 0)
+    assert not machine.members and not machine.db.in_transaction
+    machine.apply(two, Position(1, 2))                       # the log had them after all: applied as any record
+    machine.apply(three, Position(1, 3))
+    assert rows(tmp_path / "db.sqlite") == [(1, "v1"), (2, "v2"), (3, "v3")]
+
+
+def test_a_snapshot_holds_the_members_applied_but_not_committed_yet(machine, tmp_path):
+    import io
+    one, two = record("INSERT INTO t VALUES (1, 'one')"), record("INSERT INTO t VALUES (2, 'two')")
+    sent(machine, one)
+    sent(machine, two)
+    machine.apply(one, Position(1, 1))                       # the node's position: (1, 1); the file's: (1, 0)
+    out = io.BytesIO()
+    machine.snapshot(out)()
+    other = SqliteMachine(str(tmp_path / "other.sqlite"), "kept")
+    try:
+        other.restore(io.BytesIO(out.getvalue()))
+        assert other.position == (1, 1, 0) and rows(tmp_path / "other.sqlite") == [(1, "one")]
+    finally:
+        other.close()
+    machine.apply(two, Position(1, 2))
+    assert rows(tmp_path / "db.sqlite") == [(1, "one"), (2, "two")]
 
 
 def test_a_failing_trial_keeps_nothing(machine, tmp_path):

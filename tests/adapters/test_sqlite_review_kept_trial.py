@@ -64,7 +64,7 @@ def test_readers_neither_see_nor_wait_for_a_kept_trial_and_a_checkpoint_passes_i
             thread, outcome = commit_in_thread(leader, "INSERT INTO t VALUES (1, 'kept')")
             assert held.reached.wait(30), "the leader's entry was never acknowledged"
             machine = leader._database.machine
-            assert machine._tried is not None and machine.db.in_transaction   # kept, in the log, not applied
+            assert machine.kept and machine.db.in_transaction   # kept, in the log, not applied
             assert rows(reader) == [] and file_rows(path) == []
             with reader:                                                        # a read transaction, then a write
                 assert rows(reader) == []
@@ -234,7 +234,7 @@ def test_a_leader_frozen_with_its_record_in_the_log_and_its_trial_kept_ends_iden
     wait_until(lambda: file_rows(leader._database.path) == rows(follower), 30,
                lambda: f"the old leader has {file_rows(leader._database.path)}, the new one {rows(follower)}")
     machine = leader._database.machine
-    assert machine.failed is None and machine._tried is None
+    assert machine.failed is None and not machine.kept
     assert leader.position == follower.position
 
 
@@ -260,13 +260,13 @@ def test_a_deposed_leader_restoring_a_snapshot_rolls_back_its_kept_trial(nodes, 
     restore = machine.restore
 
     def spy(src):
-        restored.append(machine._tried is not None)
+        restored.append(bool(machine.kept))
         return restore(src)
     monkeypatch.setattr(machine, "restore", spy)
     thread, outcome = commit_in_thread(leader, "INSERT INTO t VALUES (1, 'never in the log')")
     try:
         assert at_append.wait(30)
-        assert machine._tried is not None
+        assert machine.kept
         old_ledger = machine.position[0]
         client, log_name = follower._database.client, f"replicated-{follower._database.name}"
         store._heartbeat = lambda: None                              # frozen: its registrations lapse
@@ -292,16 +292,22 @@ def test_a_deposed_leader_restoring_a_snapshot_rolls_back_its_kept_trial(nodes, 
 
 # -- an interrupt between the trial and the append ----------------------------------------------------
 
-def test_an_interrupt_between_the_trial_and_the_append_leaves_the_leader_writable(nodes):
+@pytest.mark.parametrize("group", [True, False], ids=["group", "own-connection"])
+def test_an_interrupt_between_the_trial_and_the_append_leaves_the_leader_writable(nodes, group):
     """An exception landing after the trial kept its record and before the append (KeyboardInterrupt,
     an async exception) drops the kept trial: Database.submit makes the trial and the append one step.
     Before, Connection._commit called them one after the other and only the append's own try dropped
     the trial: the apply connection kept the file's SQLite write lock in its open transaction, no
-    record came to roll it back, and every later write on the leader failed "database is locked"."""
+    record came to roll it back, and every later write on the leader failed "database is locked".
+    Both ways a transaction commits: in the leader's group (Database.send) and on its own connection
+    (Database.submit)."""
     leader, follower = pair(nodes)
     leader.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
+    leader._database.group_commit = group
     leader.execute("INSERT INTO t VALUES (1, 'interrupted')")
-    with interrupting(Database.submit, "return self._submit(record)") as fired:
+    where = ((Database.send, "return self._send(member, record)") if group
+             else (Database.submit, "future = self._send(member, record)"))
+    with interrupting(*where) as fired:
         with pytest.raises(Interrupted):
             leader.commit()
     assert fired
@@ -324,7 +330,7 @@ def test_a_trial_left_kept_by_an_earlier_holder_of_the_write_lock_is_dropped_by_
     database = leader._database
     with database.write_lock:                                   # a commit that stopped after its trial
         database.machine.trial(sql_record("INSERT INTO t VALUES (1, 'left')"))
-    assert database.machine._tried is not None
+    assert database.machine.kept
     other = sq.connect(database.path, name=database.name, timeout=1.0)
     try:
         with other:
