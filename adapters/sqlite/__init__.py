@@ -82,7 +82,8 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
             check_same_thread: bool = True, factory=Connection, cached_statements: int = 128, uri: bool = False,
             *, name: str | None = None, client=None, metadata: str | None = None, node_id: str | None = None,
             replica: bool = False, wait_s: float = 60.0, forward_writes: bool = True,
-            forward_address: str | bool | None = None, adopt: bool = False, **replicate_options) -> Connection:
+            forward_address: str | bool | None = None, adopt: bool = False, group_commit: bool = True,
+            **replicate_options) -> Connection:
     """connect opens the replicated SQLite database `name` with its local copy in file `database`.
 
     The sqlite3 arguments mean what they mean there (`timeout`: how long a write waits for
@@ -99,6 +100,13 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
     leader per statement; walkit.adapters.sqlite.forwarding); False: NotLeader, as before.
     `forward_address` is where this node takes other nodes' forwarded writes when it leads
     ("HOST[:PORT]"; default 127.0.0.1 when the metadata store is on this machine; False: none).
+
+    `group_commit=True`: this connection's write transactions run in the leader's group, so
+    concurrent writers share the log's round trips (walkit.adapters.sqlite.machine); a COMMIT
+    returns once every transaction of its group ended and the log has them all, so a write
+    transaction held open delays the COMMITs of those that joined before it. False: each of its
+    write transactions waits until none is on its way and runs alone, one log round trip each (as
+    a transaction that read before it wrote always does).
 
     `adopt=True` makes an existing SQLite file (tables, no walkit position) the database: its
     content becomes the log's first record (walkit.adapters.sqlite.adoption); refused if the
@@ -142,6 +150,8 @@ def connect(database, timeout: float = 5.0, detect_types: int = 0, isolation_lev
         extra = {"readonly": True} if mode == "ro" else {}
         if not forward_writes:
             extra["forward_writes"] = False
+        if not group_commit:
+            extra["group_commit"] = False
         return factory(shared, timeout=timeout, detect_types=detect_types, isolation_level=isolation_level,
                        check_same_thread=check_same_thread, cached_statements=cached_statements, **extra)
     except BaseException:

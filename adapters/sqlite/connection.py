@@ -58,7 +58,7 @@ class Connection(Hooks, Copies):
 
     def __init__(self, database, *, timeout: float = 5.0, detect_types: int = 0, isolation_level: str | None = "",
                  check_same_thread: bool = True, cached_statements: int = 128, readonly: bool = False,
-                 forward_writes: bool = True) -> None:
+                 forward_writes: bool = True, group_commit: bool = True) -> None:
         import apsw
         check_isolation_level(isolation_level)
         self._database = database
@@ -74,6 +74,7 @@ class Connection(Hooks, Copies):
         database.connections.add(self)
         self._timeout = timeout
         self._forward_writes = forward_writes
+        self._group_commit = group_commit              # its write transactions join the leader's group (module doc)
         self._remote = None                            # a forwarding.Forwarder once a write went to the leader
         self.detect_types = detect_types
         self.row_factory = None
@@ -457,7 +458,7 @@ class Connection(Hooks, Copies):
         """_joins tells whether the transaction starting to write runs in the leader's group (module doc)."""
         import apsw
         txn = self._txn
-        return (self._database.group_commit and not self._local and not txn.savepoint and not txn.ran
+        return (self._group_commit and not self._local and not txn.savepoint and not txn.ran
                 and self._db.txn_state("main") == apsw.SQLITE_TXN_NONE)
 
     def _target(self):

@@ -68,9 +68,6 @@ class Database:
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{os.path.basename(path)}"
         self.voting = voting
         self.write_lock = threading.Lock()
-        #: Write transactions join the leader's group where they can (SqliteMachine's module doc); False: every
-        #: one runs on its own connection, one after another (the benchmarks compare the two).
-        self.group_commit = True
         self.users = 0
         #: The connections of this process to the file (definitions registered later reach them too).
         self.connections: weakref.WeakSet = weakref.WeakSet()

@@ -200,6 +200,7 @@ class _Session:
             conn._timeout = float(request.get("timeout", 5.0))
             conn._db.set_busy_timeout(int(conn._timeout * 1000))
             conn._isolation_level = request.get("isolation_level", "")
+            conn._group_commit = bool(request.get("group_commit", True))
         return conn
 
     def handle(self, request: dict) -> dict:
@@ -299,7 +300,8 @@ class Forwarder:
         the state it has.
         """
         conn = self.connection
-        request = {"op": "run", "timeout": conn._timeout, "isolation_level": conn._isolation_level}
+        request = {"op": "run", "timeout": conn._timeout, "isolation_level": conn._isolation_level,
+                   "group_commit": conn._group_commit}
         txn = conn._txn
         if txn is not None:
             savepoint = '"' + txn.savepoint.replace('"', '""') + '"' if txn.savepoint else None

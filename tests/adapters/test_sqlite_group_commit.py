@@ -5,7 +5,7 @@ concurrent writers share log entries, every one of them applied once on every no
 lost (a counter every transaction increments ends at the number of commits); a member sees the
 members before it while no reader sees any of them until the group commits; a transaction that
 read before it wrote does not join and fails as SQLite does once the database moved; with
-`group_commit` off every transaction is a log entry of its own.
+`group_commit=False` (a connect() keyword) every transaction is a log entry of its own.
 """
 
 from __future__ import annotations
@@ -52,15 +52,15 @@ def entry_sizes(conn) -> list[int]:
     return wait_until(read, 10, "the log to reach the leader's position")
 
 
-def write_concurrently(leader, threads: int, each: int) -> list[BaseException]:
-    """write_concurrently runs `threads` connections of the leader's file, `each` transactions each: a row
-    holding how many rows it saw, and the counter incremented."""
+def write_concurrently(leader, threads: int, each: int, **options) -> list[BaseException]:
+    """write_concurrently runs `threads` connections of the leader's file (connect's `options`), `each`
+    transactions each: a row holding how many rows it saw, and the counter incremented."""
     database = leader._database
     errors: list[BaseException] = []
     start = threading.Barrier(threads)
 
     def work(k: int) -> None:
-        conn = sq.connect(database.path, name=database.name, timeout=30)
+        conn = sq.connect(database.path, name=database.name, timeout=30, **options)
         try:
             start.wait()
             for _ in range(each):
@@ -100,9 +100,8 @@ def test_concurrent_writers_share_log_entries_and_every_commit_is_applied_once_i
 
 def test_with_group_commit_off_every_transaction_is_an_entry_of_its_own(nodes):
     leader, follower = pair(nodes)
-    leader._database.group_commit = False
     before = len(entry_sizes(leader))
-    assert write_concurrently(leader, WRITERS, 10) == []
+    assert write_concurrently(leader, WRITERS, 10, group_commit=False) == []
     sizes = entry_sizes(leader)
     assert sizes[before:] == [1] * (WRITERS * 10)
     assert leader.execute("SELECT n FROM counter").fetchone() == (WRITERS * 10,)

@@ -303,7 +303,7 @@ def test_an_interrupt_between_the_trial_and_the_append_leaves_the_leader_writabl
     (Database.submit)."""
     leader, follower = pair(nodes)
     leader.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
-    leader._database.group_commit = group
+    leader._group_commit = group
     leader.execute("INSERT INTO t VALUES (1, 'interrupted')")
     where = ((Database.send, "return self._send(member, record)") if group
              else (Database.submit, "future = self._send(member, record)"))
