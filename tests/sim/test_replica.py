@@ -9,8 +9,11 @@ walkit.testing.sim.replica).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from walkit.core import replicaevents as rev
 from walkit.core.replica import ReplicaMachine
 from walkit.testing.sim import InvariantViolation
 from walkit.testing.sim.replica import ReplicaSimConfig, ReplicaSimulation, partitioned_leader
@@ -80,6 +83,13 @@ class WaitAppliedThatDoesNotWait(ReplicaMachine):
 # Nodes crash and restart from snapshots taken often, while clients retry submits.
 SNAPSHOTS_AND_RETRIES = ReplicaSimConfig(nodes=3, clients=3, submits=8, reads=2, lease_ms=60, metadata_cuts=1,
                                          node_crashes=2, snapshot_rate=0.5, drop_rate=0.02)
+
+
+class SubmitsForAnyEpoch(ReplicaMachine):
+    """Broken: takes a submit made for another epoch (SubmitRequested.epoch) as if it named none."""
+
+    def _on_submits(self, event):
+        return super()._on_submits(rev.SubmitsRequested(submits=[replace(s, epoch=None) for s in event.submits]))
 
 
 def first_violation(run, seeds: range) -> InvariantViolation | None:
@@ -179,3 +189,10 @@ def test_same_seed_same_replica_run() -> None:
     first, second = ReplicaSimulation(777), ReplicaSimulation(777)
     assert first.run() == second.run()
     assert first.trace == second.trace
+
+
+def test_the_checker_catches_a_submit_taken_for_another_epoch() -> None:
+    violation = first_violation(lambda seed: ReplicaSimulation(seed, machine_cls=SubmitsForAnyEpoch).run(), range(200))
+    assert violation is not None, "submits taken whatever their epoch broke nothing in 200 seeds"
+    assert "for epoch" in violation.message, violation.message
+    ReplicaSimulation(violation.seed).run()                    # the correct machine passes the very same run

@@ -230,7 +230,9 @@ class ReplicaSimulation(Scenario):
             world.at(rng.randint(0, 100), self._start_node, f"n{i}")
         for c in range(cfg.clients):
             client = f"c{c}"
-            self.clients[client] = {"seq": 0, "acked": 0, "pending": None, "leader": None}
+            # even clients submit for the epoch of the leader that last acknowledged them (SubmitRequested.epoch)
+            self.clients[client] = {"seq": 0, "acked": 0, "pending": None, "leader": None,
+                                    "epochs": c % 2 == 0, "epoch": None}
             t = max(cfg.submits_from_ms, rng.randint(100, 300))
             for _ in range(cfg.submits):
                 t += rng.randint(20, 200)
@@ -639,8 +641,13 @@ class ReplicaSimulation(Scenario):
         state["sent"] = (token, node.name, self.world.now)
         self.log("client %s submits %d (seq %d) to %s", client, amount, seq, node.name)
         record = f"{client}:{seq}:{amount}".encode()
+        epoch = state["epoch"] if state["epochs"] else None
         node.process.deliver(node, rev.SubmitRequested(token=token, record=record, session=Session(client, seq),
-                                                       submitter=client))
+                                                       submitter=client, epoch=epoch))
+        core = node.machine
+        if epoch is not None and _taken(core, token) and (core.epoch != epoch or core.role is not LEADING):
+            self.fail(f"{node.name} took submit token {token} for epoch {epoch} while it leads in epoch {core.epoch} "
+                      f"({core.role.name}): a record computed on that epoch's records may be appended without them")
         self.world.at(600, self._submit_timeout, client, token)
 
     def _submit_timeout(self, client: str, token: int) -> None:
@@ -656,7 +663,7 @@ class ReplicaSimulation(Scenario):
         state = self.clients[client]
         if error is not None:
             if isinstance(error, NotLeader):
-                state["leader"] = None
+                state["leader"] = state["epoch"] = None
             self.log("client %s: submit %d failed at %s: %r", client, seq, node.name, error)
             if state["pending"] is not None and state["pending"][0] == seq and state.get("sent", (None,))[0] == token:
                 self.world.at(self.rng.randint(5, 50), self._send_submit, client)
@@ -669,6 +676,7 @@ class ReplicaSimulation(Scenario):
             state["pending"] = None
             state["acked"] = seq
         state["leader"] = node.name
+        state["epoch"] = node.machine.epoch
         self.acked.append((self.world.now, position))
         if seq % 2 == 0 and not self.config.script:     # every other acknowledged write: a wait on another node
             self.world.at(0, self._wait_elsewhere, client, node.name, seq, position)
@@ -762,6 +770,12 @@ class ReplicaSimulation(Scenario):
         values = {n.value for n in self.nodes.values() if n.process.alive}
         if len(values) != 1:
             self.fail(f"the nodes ended with different values: {values}")
+
+
+def _taken(core: ReplicaMachine, token: int) -> bool:
+    """_taken tells whether a node's machine kept submit `token` to append (queued or in flight)."""
+    return (any(pending[1] == token for pending in core._pending)
+            or any(token in item.tokens for item in core._in_flight))
 
 
 def partitioned_leader(seed: int, machine_cls=ReplicaMachine, *, prompt_notice: bool = False,
