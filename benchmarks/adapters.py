@@ -18,7 +18,8 @@ runs 3 bookie processes, E3/Qw2/Qa2, files storage (a bookie fdatasyncs before i
   2 ms `linger_ms` that `walkit kv serve` uses (walkit.replicate's default is 0: off);
 - sqlite: one-row transactions through walkit.adapters.sqlite (a leader and a follower) from 1
   and 4 threads, beside the standard sqlite3 module in WAL mode with synchronous=FULL
-  (`benchmarks/sqlite_bench.py`), and 1 writer's commit beside one append in flight;
+  (`benchmarks/sqlite_bench.py`), 4 threads also with `group_commit=False` (each transaction
+  alone, group commit's baseline), and 1 writer's commit beside one append in flight;
 - kv: redis-benchmark -c 50 (SET, GET) and -c 50 -P 16 against `walkit kv serve` and against
   redis-server with appendonly yes and appendfsync always (`benchmarks/kv_bench.py`);
 - topics: 100-byte records produced through confluent-kafka (acks=all, linger.ms=5) to `walkit
@@ -173,6 +174,9 @@ def _sqlite_round(url: str, folder: str, counts: Counts, round_: int, samples: S
         commits: list[float] = []
         rate = sqlite_bench.replicated(folder, url, run, transactions, threads, commits)
         samples.add(f"sqlite.{threads}_per_s", rate)
+        if threads > 1:                                    # group commit's baseline: each transaction alone
+            samples.add(f"sqlite.{threads}_alone_per_s",
+                        sqlite_bench.replicated(folder, url, f"{run}-alone", transactions, threads, group_commit=False))
         if threads == 1:
             samples.add("sqlite.1_mean_ms", 1000 / rate)
             samples.add("sqlite.1_commit_mean_ms", 1000 * sum(commits) / len(commits))

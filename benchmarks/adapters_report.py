@@ -102,6 +102,8 @@ SPECS = (
     Spec("sqlite", "SQLite, 1 writer", "sqlite.1_per_s", "tx/s", f"{SQLITE3}, 1 writer", "sqlite3.1_per_s"),
     Spec("sqlite", "SQLite, 4 writers", "sqlite.4_per_s", "tx/s", f"{SQLITE3}, 4 writers", "sqlite3.4_per_s",
          _at_least(0.3)),
+    Spec("sqlite", "SQLite, 4 writers, group commit (the default) against none", "sqlite.4_per_s", "tx/s",
+         "the same, connect(group_commit=False)", "sqlite.4_alone_per_s"),
     Spec("kv", "KV SET, redis-benchmark -c 50", "kv.set_c50", "req/s", REDIS, "redis.set_c50", _at_least(0.5)),
     Spec("kv", "KV SET, -c 50 -P 16", "kv.set_c50_p16", "req/s", REDIS, "redis.set_c50_p16", _at_least(0.2)),
     Spec("kv", "KV GET, -c 50", "kv.get_c50", "req/s", REDIS, "redis.get_c50", _at_least(0.8)),

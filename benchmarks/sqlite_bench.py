@@ -80,7 +80,7 @@ def plain(directory: str, run: int | str, transactions: int, threads: int) -> fl
 
 
 def replicated(directory: str, url: str, run: int | str, transactions: int, threads: int,
-               commits: list[float] | None = None) -> float:
+               commits: list[float] | None = None, group_commit: bool = True) -> float:
     name = f"bench-{threads}-{run}"
     leader_path = os.path.join(directory, f"{name}-leader.db")
     follower_path = os.path.join(directory, f"{name}-follower.db")
@@ -95,7 +95,8 @@ def replicated(directory: str, url: str, run: int | str, transactions: int, thre
         started = follower.stderr.readline()            # "replica of NAME in FILE: ...": it is a node now
         if not started.startswith("replica of"):
             raise RuntimeError(f"walkit sqlite replica did not start: {started}{follower.stderr.read()}")
-        rate = run_transactions(lambda: wsqlite.connect(leader_path, name=name), transactions, threads, commits)
+        rate = run_transactions(lambda: wsqlite.connect(leader_path, name=name, group_commit=group_commit),
+                                transactions, threads, commits)
         expected = transactions // threads * threads
         deadline = time.monotonic() + 60
         while _count(follower_path) != expected:        # the follower applied every transaction
