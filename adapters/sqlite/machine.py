@@ -399,14 +399,12 @@ class SqliteMachine(walkit.StateMachine):
             return None
         try:
             committed = self._drop_unsent()
-            while self._closing or self._running is not None or (self._group and self._group[0].epoch != epoch):
-                if not self._changed.wait(max(0.0, deadline - time.monotonic())):
-                    break
-            else:
-                if self.db.in_transaction or self._begin_within(max(0.0, deadline - time.monotonic())):
-                    member = self._new_member(epoch)
-                    self.db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 1)
-                    self._running = member
+            open_ = self._changed.wait_for(lambda: not (self._closing or self._running is not None or (
+                self._group and self._group[0].epoch != epoch)), max(0.0, deadline - time.monotonic()))
+            if open_ and (self.db.in_transaction or self._begin_within(max(0.0, deadline - time.monotonic()))):
+                member = self._new_member(epoch)
+                self.db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 1)
+                self._running = member
         finally:
             self._using.release()
         self._tell(committed)
@@ -445,16 +443,10 @@ class SqliteMachine(walkit.StateMachine):
         raise failure
 
     def leave(self, member: "Member") -> None:
-        """leave ends a running member without a record: its statements are rolled back (ROLLBACK, close)."""
+        """leave ends a running member without a record: its statements are rolled back (ROLLBACK, close, or
+        SQLite ended the transaction under it: then see `_lost`)."""
         with self._using:
             committed = self._leave(member)
-        self._tell(committed)
-
-    def lost(self, member: "Member") -> None:
-        """lost is told that the connection's transaction ended under a running member (SQLite rolled it back
-        for a constraint declared ON CONFLICT ROLLBACK): see `_lost`."""
-        with self._using:
-            committed = self._lost() if self._running is member else False
         self._tell(committed)
 
     def trial(self, record: bytes, epoch: int | None = None) -> "Member":
@@ -522,15 +514,12 @@ class SqliteMachine(walkit.StateMachine):
         connection, which needs the file's write lock. The caller holds the leader's write lock (see `join`
         for a member never sent)."""
         deadline = time.monotonic() + max(0.0, timeout)
-        drained = True
         if not self._using.acquire(timeout=max(0.0, timeout)):   # the apply thread waits for another program
             return False
         try:
             committed = self._drop_unsent() if self._running is None else False
-            while self._group or self._running is not None:
-                if not self._changed.wait(max(0.0, deadline - time.monotonic())):
-                    drained = False
-                    break
+            drained = self._changed.wait_for(lambda: not self._group and self._running is None,
+                                             max(0.0, deadline - time.monotonic()))
             if drained and self.db.in_transaction:       # left by an interrupt right after a BEGIN
                 self.db.execute("ROLLBACK")
         finally:
