@@ -159,7 +159,7 @@ class Connection(Hooks, Copies):
                 self._local_commit()
                 return
             database = self._database
-            member, sent = txn.member, None
+            member, sent, read = txn.member, None, False
             try:
                 with self._capturing():                # the replication's own statements: no hook refuses them
                     txn.flush()
@@ -174,6 +174,7 @@ class Connection(Hooks, Copies):
                         sent = database.send(member, txn.record.encode())     # tried, on its way
                 elif member is not None:
                     database.machine.leave(member)
+                    read = True                        # it wrote nothing, and read the members before it
             except BaseException:
                 if member is not None and sent is None:
                     database.machine.leave(member)
@@ -183,6 +184,8 @@ class Connection(Hooks, Copies):
                 database.write_lock.release()
             if sent is not None:
                 database.finish(member, sent)          # in the log, then committed here with its group
+            elif read:
+                database.read_through(member)
 
     def rollback(self) -> None:
         """rollback abandons the open transaction; the log never sees it."""
@@ -370,7 +373,7 @@ class Connection(Hooks, Copies):
             self._local = True                     # its settings, TEMP tables, attached files: not the group's
             self._allow_commit = True
             try:
-                cursor._run(statement, parameters)
+                cursor._run(statement, parameters, self._db)       # never the apply connection's
             finally:
                 self._allow_commit = False
         elif kind != st.EMPTY:

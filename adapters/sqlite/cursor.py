@@ -73,8 +73,9 @@ class Cursor:
         finally:
             self._busy = False
 
-    def _run(self, statement: statements.Statement, parameters: tuple) -> None:
-        """_run executes one classified statement on the connection's apsw connection (the connection decides when).
+    def _run(self, statement: statements.Statement, parameters: tuple, db=None) -> None:
+        """_run executes one classified statement on the connection's apsw connection (the connection decides when),
+        or on `db`.
 
         The columns are read once the statement has stepped: a statement cached before a
         schema change is prepared again by its first step, and `description` must be the new
@@ -85,7 +86,7 @@ class Cursor:
         """
         import apsw
         connection = self.connection
-        db = connection._target()
+        db = connection._target() if db is None else db
         cursor = db.cursor()
         described: list = []
 

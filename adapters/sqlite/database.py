@@ -217,10 +217,7 @@ class Database:
             self.machine.drop(member)
             raise
         if at is not None:
-            with self._applied:
-                while self.machine.position is None or self.machine.position < at:
-                    self.check()
-                    self._applied.wait(0.05)
+            self._wait_committed(at)
         return at
 
     def _epoch(self) -> int:
@@ -236,8 +233,27 @@ class Database:
         except BaseException:
             self.machine.drop(member)
             raise
-        member.sent = True
+        member.future, member.sent = future, True
         return future
+
+    def read_through(self, member) -> None:
+        """read_through is the COMMIT of a member that wrote nothing: it read the members before it, so it waits
+        (without `write_lock`) until they are in the log and in this file; CommitFailed if one is not."""
+        for earlier in member.before:
+            try:
+                at = self._outcome(earlier.future)
+            except (NotLeader, CommitFailed) as exc:
+                raise CommitFailed(f"COMMIT failed on node {self.node_id!r}: the transaction read a transaction "
+                                   f"committed before it whose record did not reach the log ({exc}); what it read "
+                                   f"may not be in the database", self.node.leader) from None
+            self._wait_committed(at)
+
+    def _wait_committed(self, at) -> None:
+        """_wait_committed waits until this file committed the record at `at` (with its group)."""
+        with self._applied:
+            while self.machine.position is None or self.machine.position < at:
+                self.check()
+                self._applied.wait(0.05)
 
     def _append(self, record: bytes, epoch: int) -> Future:
         try:

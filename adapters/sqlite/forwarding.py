@@ -239,7 +239,7 @@ class _Session:
                 read_at = request.get("read_at", "unread")
                 member = conn._txn.member if conn._txn is not None else None
                 if read_at != "unread" and ((tuple(read_at) if read_at is not None else None) !=
-                                            self.database.machine.position or (member is not None and member.behind)):
+                                            self.database.machine.position or (member is not None and member.before)):
                     error = errors.OperationalError("database is locked")
                     error.sqlite_errorcode, error.sqlite_errorname = 517, "SQLITE_BUSY_SNAPSHOT"
                     raise error

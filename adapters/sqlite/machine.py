@@ -175,12 +175,13 @@ class Member:
     """Member is one write transaction of the leader's group (module doc): its savepoint, the epoch its record
     is appended in, the record once its COMMIT came, and the position the log gave it back at."""
 
-    __slots__ = ("savepoint", "epoch", "behind", "record", "at", "commit_ms", "state", "sent")
+    __slots__ = ("savepoint", "epoch", "before", "record", "at", "commit_ms", "state", "sent", "future")
 
-    def __init__(self, savepoint: str, epoch: int | None, behind: int) -> None:
+    def __init__(self, savepoint: str, epoch: int | None, before: tuple) -> None:
         self.savepoint = savepoint
         self.epoch = epoch
-        self.behind = behind                    # members before it when it joined: not in the file yet
+        self.before = before                    # the members before it when it joined: what it sees, not in the file
+        self.future = None                      # its record's submit, once sent (Database sets it)
         self.record: bytes | None = None
         self.at: RecordPosition | None = None
         self.commit_ms = 0
@@ -412,7 +413,7 @@ class SqliteMachine(walkit.StateMachine):
 
     def _new_member(self, epoch: int | None) -> "Member":
         """_new_member (holding `_using`, in the open transaction) adds a member with its savepoint."""
-        member = Member(f"_walkit_group_{next(self._savepoints)}", epoch, len(self._group))
+        member = Member(f"_walkit_group_{next(self._savepoints)}", epoch, tuple(self._group))
         self.db.execute(f'SAVEPOINT "{member.savepoint}"')
         self._group.append(member)
         return member
@@ -625,6 +626,7 @@ class SqliteMachine(walkit.StateMachine):
         for member in matched:
             member.state = COMMITTED
         self.position, self.commit_ms = matched[-1].at, matched[-1].commit_ms
+        self._changed.notify_all()
         return True
 
     def _settle_group(self) -> bool:

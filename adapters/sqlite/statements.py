@@ -31,6 +31,10 @@ SAVEPOINT, RELEASE, ROLLBACK_TO = "savepoint", "release", "rollback_to"
 REPLICATED = frozenset({WRITE, SCHEMA, CREATE_AS, PRAGMA_SET})
 #: Pragmas whose value lives in the database file (the rest configure a connection).
 FILE_PRAGMAS = frozenset({"user_version", "application_id"})
+#: Pragmas that take an argument and only read (a table's columns, a check): the others set something.
+_PRAGMAS_READING_AN_ARGUMENT = frozenset({"table_info", "table_xinfo", "table_list", "index_list", "index_info",
+                                          "index_xinfo", "foreign_key_list", "foreign_key_check", "integrity_check",
+                                          "quick_check"})
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
 _BEGIN_MODE = re.compile(r"^\s*BEGIN\s+(DEFERRED|IMMEDIATE|EXCLUSIVE)\b", re.IGNORECASE)
 CACHE_SIZE = 512
@@ -129,12 +133,14 @@ def _kind_of(first: str, rest: str, readonly: bool, has_code: bool, actions: lis
         kind = {"BEGIN": SAVEPOINT, "RELEASE": RELEASE, "ROLLBACK": ROLLBACK_TO}[operation]
         return Statement(first, rest, kind, name=name)
     for code, third, fourth, dbname in actions:
-        if code == apsw.SQLITE_PRAGMA and fourth is not None and dbname in (None, "main"):
+        if code == apsw.SQLITE_PRAGMA and fourth is not None:
             pragma = third.lower()
-            if pragma in FILE_PRAGMAS:
+            if pragma in FILE_PRAGMAS and dbname in (None, "main"):
                 return Statement(first, rest, PRAGMA_SET, pragma=pragma)
-            if pragma == "journal_mode":
+            if pragma == "journal_mode" and dbname in (None, "main"):
                 return Statement(first, rest, JOURNAL_MODE, pragma=pragma)
+            if pragma not in _PRAGMAS_READING_AN_ARGUMENT:      # a setting of this connection: it stays here
+                return Statement(first, rest, LOCAL, pragma=pragma)
     if readonly:
         return Statement(first, rest, READ)
     schema = [(code, third) for code, third, fourth, dbname in actions
