@@ -297,7 +297,7 @@ class Connection(Hooks, Copies):
             self._database.check()                 # a stopped replica serves nothing: its data is behind
             if self._forwarding():                   # the leader runs the transaction: it knows its tables
                 return self._remote.run(cursor, sql, parameters, "many" if many else "one")
-            statement = self._statements.classify(self._target(), sql)
+            statement = self._statements.classify(self._preparing(), sql)
             if single and statement.rest and not only_comments(statement.rest):
                 raise ProgrammingError("You can only execute one statement at a time.")
             if many and statement.kind not in (st.WRITE,):
@@ -309,7 +309,7 @@ class Connection(Hooks, Copies):
             self._check()
             if self.in_transaction and self._isolation_level is not None:
                 self.commit()
-            for statement in st.split(self._target, script):
+            for statement in st.split(self._preparing, script):
                 if self._forwarding() or self._forwards(statement):     # the rest of the script runs on the leader
                     self._forwarder().begin(cursor, statement.sql + statement.rest, (), "script")
                     return
@@ -463,6 +463,13 @@ class Connection(Hooks, Copies):
         txn = self._txn
         return (self._group_commit and not self._local and not txn.savepoint and not txn.ran
                 and self._db.txn_state("main") == apsw.SQLITE_TXN_NONE)
+
+    def _preparing(self):
+        """_preparing is where a statement is classified (statements.classify): this connection's own first, as
+        a PRAGMA setting takes effect as it is prepared; then the apply connection, which knows a member's
+        new tables."""
+        target = self._target()
+        return self._db if target is self._db else (self._db, target)
 
     def _target(self):
         """_target is the apsw connection the open transaction's statements run on: the apply connection for a

@@ -252,7 +252,7 @@ class _Session:
         mode = request.get("mode", "one")
         if mode == "script":
             with conn._lock:                          # executescript, but in the follower's transaction
-                for statement in st.split(conn._target, sql):
+                for statement in st.split(conn._preparing, sql):
                     conn._run(cursor, statement, (), implicit=False)
                     cursor._drain()
         elif mode == "many":

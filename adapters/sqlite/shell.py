@@ -29,7 +29,7 @@ class Shell:
         from walkit.adapters.sqlite.statements import split
         try:
             self.conn.read_barrier()
-            for statement in split(self.conn._target, text):
+            for statement in split(self.conn._preparing, text):
                 if not statement.sql.strip():
                     continue
                 cursor = self.conn.execute(statement.sql)

@@ -112,7 +112,19 @@ def describe(db, sql: str) -> tuple:
 
 
 def classify(db, sql: str) -> Statement:
-    """classify describes the first statement of `sql` (EMPTY if it holds none), preparing it on `db`."""
+    """classify describes the first statement of `sql` (EMPTY if it holds none), preparing it on `db`.
+
+    `db` may be a tuple of connections: the first that prepares it is used. Preparing a PRAGMA
+    that sets something sets it on that connection (SQLite does it as it compiles the pragma), so
+    a connection must come first where such a statement is meant to run.
+    """
+    if isinstance(db, tuple):
+        for candidate in db[:-1]:
+            try:
+                return classify(candidate, sql)
+            except Exception:  # noqa: BLE001 - the next one may know a table the first does not
+                pass
+        db = db[-1]
     first, readonly, has_code, actions, parameters = _actions(db, sql)
     rest = sql[len(first):] if first and sql.startswith(first) else ""
     return dataclasses.replace(_kind_of(first, rest, readonly, has_code, actions), parameters=parameters)
