@@ -229,12 +229,11 @@ class Database:
     def _send(self, member, record: bytes) -> Future:
         try:
             self.check()
-            future = self._append(record, member.epoch)
+            member.future = self._append(record, member.epoch)      # one line: sent is sent
         except BaseException:
             self.machine.drop(member)
             raise
-        member.future, member.sent = future, True
-        return future
+        return member.future
 
     def read_through(self, member) -> None:
         """read_through is the COMMIT of a member that wrote nothing: it read the members before it, so it waits

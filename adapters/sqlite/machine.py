@@ -175,18 +175,17 @@ class Member:
     """Member is one write transaction of the leader's group (module doc): its savepoint, the epoch its record
     is appended in, the record once its COMMIT came, and the position the log gave it back at."""
 
-    __slots__ = ("savepoint", "epoch", "before", "record", "at", "commit_ms", "state", "sent", "future")
+    __slots__ = ("savepoint", "epoch", "before", "record", "at", "commit_ms", "state", "future")
 
     def __init__(self, savepoint: str, epoch: int | None, before: tuple) -> None:
         self.savepoint = savepoint
         self.epoch = epoch
         self.before = before                    # the members before it when it joined: what it sees, not in the file
-        self.future = None                      # its record's submit, once sent (Database sets it)
+        self.future = None                      # its record's submit once handed to the log (Database sets it)
         self.record: bytes | None = None
         self.at: RecordPosition | None = None
         self.commit_ms = 0
         self.state = RUNNING
-        self.sent = False                       # its record was handed to the log (Database sets it)
 
 
 class SqliteMachine(walkit.StateMachine):
@@ -206,6 +205,9 @@ class SqliteMachine(walkit.StateMachine):
         self._group: list[Member] = []
         self._running: Member | None = None     # the member whose statements run on the connection now
         self._closing = False                   # a member was matched: no new member until the group commits
+        #: Members rolled back while their records may still reach the log: no member runs, and no transaction
+        #: on its own connection either, until the log decided (their submits ended; see `_settled`).
+        self._unsettled: list[Member] = []
         self._savepoints = itertools.count(1)
         #: The position of the last record applied or matched (`position` is the file's, committed).
         self.through = self.position
@@ -400,23 +402,52 @@ class SqliteMachine(walkit.StateMachine):
             return None
         try:
             committed = self._drop_unsent()
-            open_ = self._changed.wait_for(lambda: not (self._closing or self._running is not None or (
-                self._group and self._group[0].epoch != epoch)), max(0.0, deadline - time.monotonic()))
+            open_ = self._wait(lambda: not (self._closing or self._running is not None or (
+                self._group and self._group[0].epoch != epoch)), deadline)
             if open_ and (self.db.in_transaction or self._begin_within(max(0.0, deadline - time.monotonic()))):
                 member = self._new_member(epoch)
                 self.db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 1)
-                self._running = member
+        except BaseException:
+            self._disown()
+            raise
         finally:
             self._using.release()
         self._tell(committed)
         return member
 
     def _new_member(self, epoch: int | None) -> "Member":
-        """_new_member (holding `_using`, in the open transaction) adds a member with its savepoint."""
+        """_new_member (holding `_using`, in the open transaction) adds the running member, with its savepoint."""
         member = Member(f"_walkit_group_{next(self._savepoints)}", epoch, tuple(self._group))
         self.db.execute(f'SAVEPOINT "{member.savepoint}"')
         self._group.append(member)
+        self._running = member
         return member
+
+    def _disown(self) -> None:
+        """_disown (holding `_using`) rolls back a member that an exception (an interrupt) left running while it
+        was being made: with the write lock held, a running member in the group is the caller's."""
+        orphan = next((m for m in self._group if m.state is RUNNING), None)
+        if orphan is not None:
+            self._running = orphan
+            self._tell(self._leave(orphan))
+        elif self.db.in_transaction and not self._group:           # (an interrupt right after BEGIN)
+            self.db.execute("ROLLBACK")
+
+    def _wait(self, ready: Callable[[], bool], deadline: float | None) -> bool:
+        """_wait (holding `_using`) waits until `ready()` and every member rolled back in flight was settled by
+        the log (`_settled`), or `deadline` (time.monotonic; None: no limit) passed; it tells which."""
+        while not (self._settled() and ready()):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._changed.wait(0.05 if self._unsettled else left)   # a submit's end does not notify
+        return True
+
+    def _settled(self) -> bool:
+        """_settled (holding `_using`) forgets the members rolled back in flight whose submits ended (a record
+        the log took was applied before its submit ended) and tells whether none is left."""
+        self._unsettled = [m for m in self._unsettled if not m.future.done()]
+        return not self._unsettled
 
     def settle(self, member: "Member", record: bytes) -> None:
         """settle is a running member's COMMIT: its statements are rolled back to its savepoint and its record
@@ -459,25 +490,19 @@ class SqliteMachine(walkit.StateMachine):
         doc), with the write lock held: then the group is empty (`drain`) and this is a group of one.
         """
         with self._using:
-            while self._running is not None:
-                self._changed.wait()
-            dropped = self._drop_unsent()
+            dropped = self._drop_unsent() if self._running is None else False
+            self._wait(lambda: self._running is None, None)
             try:
                 if not self.db.in_transaction:
                     begin_immediate(self.db)
                 member = self._new_member(epoch)
-                self._running = member
-                try:
-                    self._try(record)
-                except BaseException:
-                    self._leave(member)
-                    raise
-                member.record, member.state = record, KEPT
-                self._running = None
-                self._changed.notify_all()
-            finally:
-                if self.db.in_transaction and not self._group:      # (an interrupt right after BEGIN)
-                    self.db.execute("ROLLBACK")
+                self._try(record)
+            except BaseException:
+                self._disown()
+                raise
+            member.record, member.state = record, KEPT
+            self._running = None
+            self._changed.notify_all()
         self._tell(dropped)
         return member
 
@@ -496,18 +521,26 @@ class SqliteMachine(walkit.StateMachine):
         the group then committed (those before it were all applied)."""
         if not self._rolled_back_to(self._group[index]):
             return self._lost()
-        for dropped in self._group[index:]:
-            dropped.state = DROPPED
+        self._dropped(self._group[index:])
         del self._group[index:]
         committed = self._settle_group()
         self._changed.notify_all()
         return committed
 
+    def _dropped(self, members: list) -> None:
+        """_dropped (holding `_using`) marks `members` rolled back; those whose records are on their way to the log
+        are kept until the log decided (`_unsettled`): a member made meanwhile would not see them, and its
+        record would come after theirs."""
+        for member in members:
+            member.state = DROPPED
+            if member.future is not None and not member.future.done():
+                self._unsettled.append(member)
+
     def _drop_unsent(self) -> bool:
         """_drop_unsent (holding `_using`, with the leader's write lock) drops a member whose record was never
         handed to the log: a commit interrupted between its trial and its append left it, and nothing
         may be built on a record that will not be in the log. True if the group then committed."""
-        unsent = next((i for i, m in enumerate(self._group) if m.state is KEPT and not m.sent), None)
+        unsent = next((i for i, m in enumerate(self._group) if m.state is KEPT and m.future is None), None)
         return False if unsent is None else self._drop_from(unsent)
 
     def drain(self, timeout: float) -> bool:
@@ -519,8 +552,7 @@ class SqliteMachine(walkit.StateMachine):
             return False
         try:
             committed = self._drop_unsent() if self._running is None else False
-            drained = self._changed.wait_for(lambda: not self._group and self._running is None,
-                                             max(0.0, deadline - time.monotonic()))
+            drained = self._wait(lambda: not self._group and self._running is None, deadline)
             if drained and self.db.in_transaction:       # left by an interrupt right after a BEGIN
                 self.db.execute("ROLLBACK")
         finally:
@@ -607,9 +639,7 @@ class SqliteMachine(walkit.StateMachine):
         self.db.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
         group, self._group, self._running, self._closing = self._group, [], None, False
         matched = [m for m in group if m.state is MATCHED]
-        for member in group:
-            if member.state is not MATCHED:
-                member.state = DROPPED
+        self._dropped([m for m in group if m.state is not MATCHED])
         self._changed.notify_all()
         if not matched:
             return False

@@ -10,6 +10,8 @@ here are SQL steps on an SqliteMachine over a file, without a log: positions are
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import pytest
 
 pytest.importorskip("apsw")
@@ -28,9 +30,11 @@ def record(*sql: str, t: int = 1) -> bytes:
 
 
 def sent(machine, record: bytes):
-    """sent is a trial whose record went to the log (as Database marks it): the next trial builds on it."""
+    """sent is a trial whose record went to the log (as Database marks it: its submit, here one that ended):
+    the next trial builds on it."""
     member = machine.trial(record)
-    member.sent = True
+    member.future = Future()
+    member.future.set_result(None)
     return member
 
 
