@@ -41,7 +41,7 @@ from walkit.adapters.sqlite.hooks import SAVEPOINT, TRANSACTION, Hooks
 from walkit.adapters.sqlite.errors import OperationalError, ProgrammingError, translate
 from walkit.adapters.sqlite.capture import Open as _Open
 from walkit.adapters.sqlite.capture import capture_session, only_comments, record_created_table
-from walkit.adapters.sqlite.machine import now_ms
+from walkit.adapters.sqlite.machine import GROUP_SAVEPOINTS, now_ms
 
 class Connection(Hooks, Copies):
     """Connection is a DB-API 2.0 connection to a replicated SQLite file (sqlite3.Connection's interface).
@@ -335,6 +335,9 @@ class Connection(Hooks, Copies):
 
     def _run_control(self, cursor: Cursor, statement: st.Statement, parameters) -> None:
         kind = statement.kind
+        if kind in (st.SAVEPOINT, st.RELEASE, st.ROLLBACK_TO) and statement.name.lower().startswith(GROUP_SAVEPOINTS):
+            raise OperationalError(f"savepoint names starting {GROUP_SAVEPOINTS!r} are walkit's (the leader's group "
+                                   f"of transactions): no such savepoint: {statement.name}")
         if kind == st.READ:
             cursor._run(statement, parameters)
         elif kind == st.BEGIN:

@@ -166,6 +166,8 @@ def begin_immediate(db) -> None:
             log.warning("the SQLite file is locked by another program; waiting to apply the log")
 
 
+#: The names of the group's savepoints start so; a connection refuses them in its statements.
+GROUP_SAVEPOINTS = "_walkit_group_"
 #: A member's states (module doc): statements running, record in flight, record applied from the log,
 #: committed with the group, rolled back.
 RUNNING, KEPT, MATCHED, COMMITTED, DROPPED = "running", "kept", "matched", "committed", "dropped"
@@ -417,7 +419,7 @@ class SqliteMachine(walkit.StateMachine):
 
     def _new_member(self, epoch: int | None) -> "Member":
         """_new_member (holding `_using`, in the open transaction) adds the running member, with its savepoint."""
-        member = Member(f"_walkit_group_{next(self._savepoints)}", epoch, tuple(self._group))
+        member = Member(f"{GROUP_SAVEPOINTS}{next(self._savepoints)}", epoch, tuple(self._group))
         self.db.execute(f'SAVEPOINT "{member.savepoint}"')
         self._group.append(member)
         self._running = member

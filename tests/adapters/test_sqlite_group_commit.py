@@ -184,3 +184,15 @@ def test_a_connection_with_a_function_of_its_own_writes_on_its_connection_betwee
         assert follower.execute("SELECT writer, seen FROM t ORDER BY id").fetchall() == [("own", 42), ("member", 1)]
     finally:
         own.close()
+
+
+def test_a_member_cannot_name_the_groups_savepoints(nodes):
+    leader, follower = pair(nodes)
+    leader.execute("INSERT INTO t(writer) VALUES ('member')")
+    savepoint = leader._txn.member.savepoint
+    for sql in (f'ROLLBACK TO "{savepoint}"', f'RELEASE "{savepoint}"', "SAVEPOINT _walkit_group_x"):
+        with pytest.raises(sq.OperationalError, match="no such savepoint"):
+            leader.execute(sql)
+    leader.commit()
+    follower.read_barrier()
+    assert follower.execute("SELECT writer FROM t").fetchall() == [("member",)]
