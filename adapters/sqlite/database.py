@@ -140,10 +140,7 @@ class Database:
             self.node.wait_applied(at[:2], timeout=0)     # its entry (a record's position ends with its index)
         except WalkitError:
             pass                                  # not applied yet, or stopped: the wait below says which
-        with self._applied:
-            while self.machine.position is None or self.machine.position < at:
-                self.check()
-                self._applied.wait(0.05)
+        self._wait_committed(at)
 
     def wait_started(self, timeout: float) -> None:
         """wait_started waits until the node applied what the log held and knows a leader (or `timeout` ran out)."""

@@ -708,9 +708,11 @@ class SqliteMachine(walkit.StateMachine):
         if committed and self.on_applied is not None:
             self.on_applied(self.position)
 
-    def _write_position(self, at: RecordPosition, commit_ms: int) -> None:
-        self.db.execute(_CREATE_POSITION)
-        self.db.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
+    def _write_position(self, at: RecordPosition, commit_ms: int, db=None) -> None:
+        """_write_position writes the position row in the open transaction of `db` (None: the apply connection)."""
+        db = self.db if db is None else db
+        db.execute(_CREATE_POSITION)
+        db.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
                         "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, commit_ms))
 
     @contextlib.contextmanager
@@ -831,10 +833,8 @@ class SqliteMachine(walkit.StateMachine):
             begin_immediate(copy)
             for record, at, _ in applied:
                 self._run(Transaction.decode(record), at, copy)
-            record, at, commit_ms = applied[-1]
-            copy.execute(_CREATE_POSITION)
-            copy.execute(f"INSERT OR REPLACE INTO {POSITION_TABLE}(id, name, ledger, entry, record, commit_ms) "
-                         "VALUES (0, ?, ?, ?, ?, ?)", (self.name, *at, commit_ms))
+            _, at, commit_ms = applied[-1]
+            self._write_position(at, commit_ms, copy)
             copy.execute("COMMIT")
             copy.execute("PRAGMA journal_mode=DELETE").fetchall()
         except apsw.Error as exc:

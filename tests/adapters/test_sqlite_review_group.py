@@ -406,6 +406,18 @@ def test_a_leader_deposed_with_members_in_flight_keeps_those_in_the_log_drops_th
     assert machine.failed is None and keeps_nothing(machine) and leader.position == follower.position
 
 
+def third_then_release(database, third, held, first) -> None:
+    """third_then_release commits a third transaction while the first is held, lets the first go, and checks
+    that both COMMITs ended as the log decided."""
+    before = database.machine.members
+    last = commit_in_thread(third, INSERT_NEXT, ("third",))
+    wait_until(lambda: sent_member_after(database, before)() or not last[0].is_alive(), PROMPTLY_S,
+               "the third transaction was never sent")
+    held.release()
+    assert finished(*first, "the first").get("ok"), first[1]
+    committed_once_decided(third, finished(*last, "the third"))
+
+
 # -- an interrupt (KeyboardInterrupt) at each step of a member's life ----------------------------------
 
 @pytest.mark.parametrize("function, line", [
@@ -444,13 +456,7 @@ def test_an_interrupt_in_a_members_commit_leaves_the_group_serial_and_the_nodes_
             assert fired
             interrupted.rollback()
             assert not any(m.state is RUNNING for m in machine.members), "a member nobody runs is left in the group"
-            before = machine.members
-            last = commit_in_thread(third, INSERT_NEXT, ("third",))
-            wait_until(lambda: sent_member_after(database, before)() or not last[0].is_alive(), PROMPTLY_S,
-                       "the third transaction was never sent")
-            held.release()
-            assert finished(*first, "the first").get("ok"), first[1]
-            committed_once_decided(third, finished(*last, "the third"))
+            third_then_release(database, third, held, first)
         held_rows = identical(leader, follower)
         assert [who for who, _ in held_rows if who != "interrupted"] == ["first", "third"]
         assert counts(leader) == list(range(1, len(held_rows) + 1)), held_rows
@@ -548,13 +554,7 @@ def test_a_group_ended_under_its_members_commits_the_matched_and_the_next_writer
             wait_until(lambda: machine.members[0].state is MATCHED, PROMPTLY_S, "the first was never matched")
         end(second, started)
         second.rollback()
-        before = machine.members
-        last = commit_in_thread(third, INSERT_NEXT, ("third",))
-        wait_until(lambda: sent_member_after(database, before)() or not last[0].is_alive(), PROMPTLY_S,
-                   "the third transaction was never sent")
-        held.release()
-        assert finished(*first, "the first").get("ok"), first[1]
-        committed_once_decided(third, finished(*last, "the third"))
+        third_then_release(database, third, held, first)
     assert identical(leader, follower) == [("first", 1), ("third", 2)]
     assert keeps_nothing(machine)
 
